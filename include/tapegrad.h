@@ -1,0 +1,38 @@
+/* tapegrad: tensors, reverse-mode autograd and attention modules in C11.
+ *
+ * A whole training loop, the shape of every tapegrad program:
+ *
+ *     #include <tapegrad.h>
+ *
+ *     int main(void) {
+ *         tg_tape *model = tg_tape_new(), *step = tg_tape_new();
+ *         tg_manual_seed(123);
+ *         tg_module *mha = tg_mha_new(model, 8, 8, 16, 0.0, 2, false);
+ *         tg_sgd *opt = tg_sgd_new(mha, 0.1, 0.9, 0.0, 0.0, false);
+ *         int64_t shape[3] = {4, 16, 8};
+ *         for (int it = 0; it < 100; it++) {
+ *             tg_tensor *x = tg_rand(step, TG_F32, 3, shape, NULL);
+ *             tg_tensor *y = tg_module_forward(step, mha, x);
+ *             tg_tensor *loss = tg_mse_loss(step, y, tg_zeros_like(step, y), TG_REDUCE_MEAN);
+ *             if (!loss) { fprintf(stderr, "%s\n", tg_last_error()); return 1; }
+ *             tg_sgd_zero_grad(opt);
+ *             tg_backward(loss, NULL, false);
+ *             tg_sgd_step(opt);
+ *             tg_tape_reset(step);   // drops every activation; no malloc next step
+ *         }
+ *         tg_sgd_free(opt); tg_module_free(mha);
+ *         tg_tape_free(step); tg_tape_free(model);
+ *     }
+ *
+ * Layers: tensor.h (tapes, tensors, generators, printing, safetensors) below
+ * autograd.h (differentiable ops, backward, gradcheck) below nn.h (parameters,
+ * modules, attention, losses, SGD, state_dict).
+ */
+#ifndef TAPEGRAD_H
+#define TAPEGRAD_H
+
+#include "tapegrad/tensor.h"
+#include "tapegrad/autograd.h"
+#include "tapegrad/nn.h"
+
+#endif

@@ -1,0 +1,209 @@
+/* tapegrad/tensor.h: tapes, tensors, views, generators, printing, safetensors.
+ *
+ * Ownership: every tensor is allocated in a tg_tape and lives until that tape is
+ * reset or freed. No function here frees a single tensor. Functions returning a
+ * tensor return NULL on error and record a message readable with tg_last_error();
+ * every function given a NULL tensor returns NULL (or an error status).
+ */
+#ifndef TAPEGRAD_TENSOR_H
+#define TAPEGRAD_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TG_MAX_DIMS 8
+
+typedef enum {
+    TG_F32 = 0, /* float, the default */
+    TG_F64,     /* double, what gradcheck uses */
+    TG_BOOL,    /* one byte per element, 0 or 1: masks */
+    TG_U8,
+    TG_I64,     /* class indices, argmax results */
+    TG_DTYPE_COUNT
+} tg_dtype;
+
+/* Status codes for functions that do I/O or otherwise return a status. */
+typedef enum {
+    TG_OK = 0,
+    TG_EINVAL = -1,  /* bad argument: shape, dtype, NULL, value out of range */
+    TG_ENOMEM = -2,  /* allocation failed or a tape limit was reached */
+    TG_EIO = -3,     /* a file could not be opened, read or written */
+    TG_EFORMAT = -4, /* a file is malformed */
+    TG_ESTATE = -5   /* an operation not allowed in the current state */
+} tg_status;
+
+typedef struct tg_tape tg_tape;
+typedef struct tg_node tg_node;
+typedef struct tg_generator tg_generator;
+
+/* A strided view on storage owned by a tape. Fields are public for reading;
+ * use the functions below to make new tensors and views. */
+typedef struct tg_tensor {
+    tg_dtype dtype;
+    int ndim;
+    int64_t shape[TG_MAX_DIMS];
+    int64_t stride[TG_MAX_DIMS]; /* in elements */
+    int64_t offset;              /* in elements, from data */
+    void *data;                  /* storage base, shared by views */
+    tg_tape *tape;               /* where this tensor lives */
+    struct tg_tensor *grad;      /* accumulated gradient (leaves), or NULL */
+    tg_node *grad_fn;            /* node that produced it, NULL for leaves */
+    bool requires_grad;
+    bool is_param;               /* created by tg_parameter_new */
+} tg_tensor;
+
+/* ---- errors ---------------------------------------------------------- */
+
+/* The message of the last error on this thread ("" if none). */
+const char *tg_last_error(void);
+void tg_clear_error(void);
+/* Records a printf-style message as the last error; returns NULL for chaining. */
+void *tg_error(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+/* Same, returning TG_EINVAL-style status code given. */
+int tg_error_status(int status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* ---- tapes ----------------------------------------------------------- */
+
+/* A new empty tape; NULL if out of memory. Free with tg_tape_free. */
+tg_tape *tg_tape_new(void);
+void tg_tape_free(tg_tape *tp);
+/* Drops every tensor and node in the tape at once and keeps its memory: after
+ * a reset, recording the same computation again allocates nothing. */
+void tg_tape_reset(tg_tape *tp);
+/* Bytes handed out since the last reset / bytes held from the system. */
+size_t tg_tape_used(const tg_tape *tp);
+size_t tg_tape_reserved(const tg_tape *tp);
+/* Caps the memory a tape may hold (0 = no cap). Allocations past it fail with
+ * an error, as out of memory does. */
+void tg_tape_set_limit(tg_tape *tp, size_t max_bytes);
+/* Raw 64-byte aligned memory that lives as long as the tape's contents; NULL on
+ * failure (with an error recorded). Zeroed if zero is true. */
+void *tg_tape_alloc(tg_tape *tp, size_t nbytes, bool zero);
+
+/* ---- dtypes ---------------------------------------------------------- */
+
+size_t tg_dtype_size(tg_dtype dt);
+const char *tg_dtype_name(tg_dtype dt); /* "float32", "float64", "bool", ... */
+
+/* ---- creation (results live in tp, contiguous) ------------------------ */
+
+tg_tensor *tg_empty(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape);
+tg_tensor *tg_zeros(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape);
+tg_tensor *tg_ones(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape);
+tg_tensor *tg_full(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape, double value);
+/* Copies numel elements of type dt from src (row-major). */
+tg_tensor *tg_from_data(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape, const void *src);
+/* Convenience: from float / double arrays. */
+tg_tensor *tg_from_f32(tg_tape *tp, int ndim, const int64_t *shape, const float *src);
+tg_tensor *tg_from_f64(tg_tape *tp, int ndim, const int64_t *shape, const double *src);
+tg_tensor *tg_scalar(tg_tape *tp, tg_dtype dt, double value); /* 0-dim */
+/* [start, end) by step, 1-D. */
+tg_tensor *tg_arange(tg_tape *tp, tg_dtype dt, double start, double end, double step);
+tg_tensor *tg_eye(tg_tape *tp, tg_dtype dt, int64_t n, int64_t m);
+/* Upper/lower triangle of a 2-D (or batched) tensor, as torch.triu/tril. */
+tg_tensor *tg_triu(tg_tape *tp, const tg_tensor *x, int64_t diagonal);
+tg_tensor *tg_tril(tg_tape *tp, const tg_tensor *x, int64_t diagonal);
+/* Same shape and dtype as x, uninitialised / zeros. */
+tg_tensor *tg_empty_like(tg_tape *tp, const tg_tensor *x);
+tg_tensor *tg_zeros_like(tg_tape *tp, const tg_tensor *x);
+/* Contiguous copy with a new dtype (never recorded on the tape as an op). */
+tg_tensor *tg_to_dtype(tg_tape *tp, const tg_tensor *x, tg_dtype dt);
+
+/* ---- inspection ------------------------------------------------------ */
+
+int64_t tg_numel(const tg_tensor *x);
+bool tg_is_contiguous(const tg_tensor *x);
+bool tg_same_shape(const tg_tensor *a, const tg_tensor *b);
+/* "(2,6,3)" into buf; returns buf. */
+char *tg_shape_str(const tg_tensor *x, char *buf, size_t n);
+/* Element at a multi-index (ndim entries; NULL for 0-dim) as double. */
+double tg_get(const tg_tensor *x, const int64_t *idx);
+void tg_set(tg_tensor *x, const int64_t *idx, double v);
+/* Element at a flat row-major position (0 <= i < numel) as double. */
+double tg_item_at(const tg_tensor *x, int64_t i);
+/* The single value of a 1-element tensor. */
+double tg_item(const tg_tensor *x);
+/* Copies all elements in row-major order into dst as float/double. */
+int tg_copy_to_f32(const tg_tensor *x, float *dst);
+int tg_copy_to_f64(const tg_tensor *x, double *dst);
+/* Pointer to the first element, for contiguous tensors (NULL otherwise). */
+void *tg_data_ptr(const tg_tensor *x);
+
+/* ---- generators (torch.Generator compatible) ------------------------- */
+
+/* A Mersenne Twister seeded as torch.manual_seed(seed) seeds it. */
+tg_generator *tg_generator_new(uint64_t seed);
+void tg_generator_free(tg_generator *g);
+void tg_generator_seed(tg_generator *g, uint64_t seed);
+/* The process-wide default generator (torch's default CPU generator). */
+tg_generator *tg_default_generator(void);
+/* torch.manual_seed(seed): reseeds the default generator. */
+void tg_manual_seed(uint64_t seed);
+uint32_t tg_generator_random(tg_generator *g);   /* one 32-bit draw */
+uint64_t tg_generator_random64(tg_generator *g); /* one 64-bit draw (two 32-bit) */
+
+/* In-place fills drawing exactly as PyTorch's CPU kernels do (g NULL = default).
+ * x must be contiguous f32 or f64. Return TG_OK or an error status. */
+int tg_uniform_(tg_tensor *x, double from, double to, tg_generator *g);
+int tg_normal_(tg_tensor *x, double mean, double std, tg_generator *g);
+/* torch.rand / torch.randn. */
+tg_tensor *tg_rand(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape, tg_generator *g);
+tg_tensor *tg_randn(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape, tg_generator *g);
+
+/* ---- printing ---------------------------------------------------------- */
+
+/* Formats x exactly as PyTorch's default print does ("tensor([...])",
+ * with ", grad_fn=<Name>" or ", requires_grad=True" as PyTorch adds them).
+ * Returns a malloc'd string the caller frees, or NULL on error. */
+char *tg_format(const tg_tensor *x);
+/* Writes tg_format(x) and a newline to f. Returns TG_OK or an error status. */
+int tg_print(FILE *f, const tg_tensor *x);
+
+/* ---- safetensors --------------------------------------------------------- */
+
+typedef struct {
+    const char *name;
+    const tg_tensor *tensor;
+} tg_named_tensor;
+
+/* Writes n tensors to path in the safetensors format (names must be unique).
+ * Writes to a temporary file and renames it, so a failed save leaves no broken
+ * file. Returns TG_OK or an error status with a message. */
+int tg_safetensors_save(const char *path, const tg_named_tensor *tensors, int n);
+
+/* A loaded file: names and tensors in file order, all living in the tape given
+ * to tg_safetensors_load. */
+typedef struct {
+    int n;
+    char **names;
+    tg_tensor **tensors;
+} tg_safetensors;
+
+/* Reads and strictly validates a safetensors file (header length bound, JSON,
+ * duplicate names, dtypes, shapes, offsets contiguous and in bounds, byte
+ * lengths). On success fills *out (memory in tp) and returns TG_OK; otherwise
+ * an error status whose message names the problem. */
+int tg_safetensors_load(tg_tape *tp, const char *path, tg_safetensors *out);
+/* Same, from a memory buffer. */
+int tg_safetensors_parse(tg_tape *tp, const uint8_t *buf, size_t len, tg_safetensors *out);
+/* The tensor named name, or NULL. */
+tg_tensor *tg_safetensors_get(const tg_safetensors *st, const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

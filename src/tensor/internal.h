@@ -1,0 +1,90 @@
+/* Private helpers shared by src/tensor, src/autograd and src/nn. */
+#ifndef TG_TENSOR_INTERNAL_H
+#define TG_TENSOR_INTERNAL_H
+
+#include "tapegrad.h"
+
+#include <string.h>
+
+#if defined(__GNUC__)
+#define TG_UNUSED __attribute__((unused))
+#else
+#define TG_UNUSED
+#endif
+
+/* Elementwise work below this many elements stays on one thread. */
+#define TG_PAR_MIN 32768
+
+static inline bool tg__is_float(tg_dtype dt) { return dt == TG_F32 || dt == TG_F64; }
+
+/* Address of the element at flat offset `off` (elements) from x->data. */
+static inline void *tg__ptr(const tg_tensor *x, int64_t off)
+{
+    return (char *)x->data + (size_t)off * tg_dtype_size(x->dtype);
+}
+
+/* A tensor header in tp sharing x's storage (a view), with no autograd state. */
+tg_tensor *tg__alias(tg_tape *tp, const tg_tensor *x);
+/* Checks ndim and shape values and computes numel; error message prefixed by op. */
+bool tg__check_shape(const char *op, int ndim, const int64_t *shape, int64_t *numel);
+void tg__contiguous_strides(int ndim, const int64_t *shape, int64_t *stride);
+/* Normalises a possibly negative dim; -1 and an error if out of range. */
+int tg__wrap_dim(const char *op, int dim, int ndim);
+/* Broadcast shape of a and b into out (returns ndim, or -1 with an error). */
+int tg__broadcast_shape(const char *op, int na, const int64_t *sa, int nb, const int64_t *sb,
+                        int64_t *out);
+/* Strides of x seen as shape (ndim) by broadcasting (0 for broadcast dims). */
+void tg__broadcast_strides(const tg_tensor *x, int ndim, const int64_t *shape, int64_t *stride);
+/* Gives the view attrs (shape, stride) for viewing x as shape, or false. */
+bool tg__view_strides(const tg_tensor *x, int ndim, const int64_t *shape, int64_t *stride);
+/* Resolves a single -1 in shape against numel; false with error if impossible. */
+bool tg__infer_shape(const char *op, int64_t numel, int ndim, const int64_t *in, int64_t *out);
+
+/* ---- kernels (src/tensor/kernels.c): outputs first, inputs const ------------ */
+
+typedef enum {
+    TG_BIN_ADD, TG_BIN_SUB, TG_BIN_MUL, TG_BIN_DIV, TG_BIN_POW, TG_BIN_MAX, TG_BIN_MIN
+} tg_binop;
+typedef enum {
+    TG_UN_NEG, TG_UN_EXP, TG_UN_LOG, TG_UN_SQRT, TG_UN_TANH, TG_UN_RELU, TG_UN_GELU,
+    TG_UN_ABS, TG_UN_SQUARE, TG_UN_RECIP
+} tg_unop;
+
+/* out = a op b with broadcasting; out has the broadcast shape, same dtype. */
+void tg_k_binary(tg_tensor *out, const tg_tensor *a, const tg_tensor *b, tg_binop op);
+/* out = a op s (scalar). rev: s op a. */
+void tg_k_binary_scalar(tg_tensor *out, const tg_tensor *a, double s, tg_binop op, bool rev);
+void tg_k_unary(tg_tensor *out, const tg_tensor *a, tg_unop op);
+/* out = src broadcast (any dtype conversion between float types, bool, u8, i64). */
+void tg_k_copy(tg_tensor *out, const tg_tensor *src);
+void tg_k_fill(tg_tensor *out, double v);
+/* out += alpha * a (a broadcast to out). */
+void tg_k_axpy(tg_tensor *out, const tg_tensor *a, double alpha);
+/* out (bool) = a cmp b. */
+void tg_k_compare(tg_tensor *out, const tg_tensor *a, const tg_tensor *b, int cmp);
+/* out = cond ? a : b. */
+void tg_k_where(tg_tensor *out, const tg_tensor *cond, const tg_tensor *a, const tg_tensor *b);
+/* out = sum of x over the dims where out's shape is 1 and x's is not (same ndim,
+ * out has keepdim shape). Accumulates in double. */
+void tg_k_sum_to(tg_tensor *out, const tg_tensor *x);
+/* Max over dim (out, idx keepdim shape; idx may be NULL). */
+void tg_k_max_dim(tg_tensor *out, tg_tensor *idx, const tg_tensor *x, int dim);
+/* out = softmax / log_softmax of x along dim (same shape). */
+void tg_k_softmax(tg_tensor *out, const tg_tensor *x, int dim, bool log);
+/* dx = y * (dy - sum(dy * y)) along dim; log: dx = dy - exp(y) * sum(dy). */
+void tg_k_softmax_backward(tg_tensor *dx, const tg_tensor *y, const tg_tensor *dy, int dim, bool log);
+/* Batched GEMM: c = alpha * op(a) @ op(b) + beta * c over identical batch dims
+ * (a, b, c all have the same ndim >= 2 and equal (possibly broadcast, stride 0)
+ * batch shape). Strided operands whose last two dims have a unit stride are
+ * passed to BLAS without copying. */
+void tg_k_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
+               double beta);
+
+/* ---- tape internals used by autograd ---------------------------------------- */
+/* The most recently recorded node of the tape (nodes link backwards). */
+tg_node *tg__tape_last_node(const tg_tape *tp);
+void tg__tape_set_last_node(tg_tape *tp, tg_node *n);
+/* Name of a node, for printing grad_fn=<...>; implemented in src/autograd. */
+const char *tg__node_name(const tg_node *n);
+
+#endif

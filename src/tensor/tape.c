@@ -1,0 +1,157 @@
+/* The tape: an arena holding tensors, storage and graph nodes.
+ *
+ * Memory comes in chunks. tg_tape_reset() drops everything; if the last round
+ * needed more than one chunk, the chunks are merged into one big enough for the
+ * whole round, so a steady-state training loop allocates nothing. */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+
+#define TG_ALIGN 64
+#define TG_MIN_CHUNK ((size_t)1 << 20)
+
+typedef struct tg_chunk {
+    struct tg_chunk *next;
+    size_t cap, used;
+    char *mem;
+} tg_chunk;
+
+struct tg_tape {
+    tg_chunk *chunks; /* newest first */
+    size_t used;      /* bytes handed out since reset */
+    size_t reserved;  /* bytes held in chunks */
+    size_t limit;     /* 0 = no limit */
+    tg_node *last_node;
+};
+
+/* ---- errors ------------------------------------------------------------------ */
+
+static _Thread_local char tg__errbuf[512];
+
+const char *tg_last_error(void) { return tg__errbuf; }
+void tg_clear_error(void) { tg__errbuf[0] = '\0'; }
+
+void *tg_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tg__errbuf, sizeof tg__errbuf, fmt, ap);
+    va_end(ap);
+    return NULL;
+}
+
+int tg_error_status(int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tg__errbuf, sizeof tg__errbuf, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+/* ---- chunks -------------------------------------------------------------------- */
+
+static tg_chunk *chunk_new(size_t cap)
+{
+    tg_chunk *c = malloc(sizeof *c);
+    if (!c) return NULL;
+    cap = (cap + TG_ALIGN - 1) / TG_ALIGN * TG_ALIGN;
+    c->mem = aligned_alloc(TG_ALIGN, cap);
+    if (!c->mem) {
+        free(c);
+        return NULL;
+    }
+    c->cap = cap;
+    c->used = 0;
+    c->next = NULL;
+    return c;
+}
+
+static void chunks_free(tg_chunk *c)
+{
+    while (c) {
+        tg_chunk *n = c->next;
+        free(c->mem);
+        free(c);
+        c = n;
+    }
+}
+
+tg_tape *tg_tape_new(void)
+{
+    tg_tape *tp = calloc(1, sizeof *tp);
+    if (!tp) return tg_error("tape: out of memory");
+    return tp;
+}
+
+void tg_tape_free(tg_tape *tp)
+{
+    if (!tp) return;
+    chunks_free(tp->chunks);
+    free(tp);
+}
+
+void tg_tape_reset(tg_tape *tp)
+{
+    if (!tp) return;
+    tp->used = 0;
+    tp->last_node = NULL;
+    if (tp->chunks && tp->chunks->next) {
+        /* Merge: one chunk holding what the last round needed. */
+        size_t total = tp->reserved;
+        chunks_free(tp->chunks);
+        tp->chunks = chunk_new(total);
+        tp->reserved = tp->chunks ? tp->chunks->cap : 0;
+    }
+    if (tp->chunks) tp->chunks->used = 0;
+}
+
+size_t tg_tape_used(const tg_tape *tp) { return tp ? tp->used : 0; }
+size_t tg_tape_reserved(const tg_tape *tp) { return tp ? tp->reserved : 0; }
+void tg_tape_set_limit(tg_tape *tp, size_t max_bytes)
+{
+    if (tp) tp->limit = max_bytes;
+}
+
+void *tg_tape_alloc(tg_tape *tp, size_t nbytes, bool zero)
+{
+    if (!tp) return tg_error("tape: NULL tape");
+    size_t need = (nbytes + TG_ALIGN - 1) / TG_ALIGN * TG_ALIGN;
+    if (need < nbytes) return tg_error("tape: allocation of %zu bytes overflows", nbytes);
+    if (need == 0) need = TG_ALIGN;
+    tg_chunk *c = tp->chunks;
+    if (!c || c->cap - c->used < need) {
+        /* Earlier chunks may still have room for a small request. */
+        for (tg_chunk *o = c ? c->next : NULL; o; o = o->next) {
+            if (o->cap - o->used >= need) {
+                c = o;
+                goto have;
+            }
+        }
+        size_t cap = need > TG_MIN_CHUNK ? need : TG_MIN_CHUNK;
+        if (tp->reserved / 2 > cap && need < tp->reserved / 2) cap = tp->reserved / 2;
+        if (tp->limit && tp->reserved + cap > tp->limit) {
+            cap = need;
+            if (tp->reserved + cap > tp->limit)
+                return tg_error("tape: memory limit of %zu bytes reached (asked %zu more)", tp->limit,
+                                nbytes);
+        }
+        tg_chunk *nc = chunk_new(cap);
+        if (!nc) return tg_error("tape: out of memory allocating %zu bytes", nbytes);
+        nc->next = tp->chunks;
+        tp->chunks = nc;
+        tp->reserved += nc->cap;
+        c = nc;
+    }
+have:;
+    void *p = c->mem + c->used;
+    c->used += need;
+    tp->used += need;
+    if (zero) memset(p, 0, nbytes);
+    return p;
+}
+
+tg_node *tg__tape_last_node(const tg_tape *tp) { return tp->last_node; }
+void tg__tape_set_last_node(tg_tape *tp, tg_node *n) { tp->last_node = n; }

@@ -1,0 +1,438 @@
+/* Tensor headers, creation, inspection and the shape/stride rules of views. */
+#include "internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+static const struct {
+    size_t size;
+    const char *name;
+} dtype_info[TG_DTYPE_COUNT] = {
+    [TG_F32] = {4, "float32"}, [TG_F64] = {8, "float64"}, [TG_BOOL] = {1, "bool"},
+    [TG_U8] = {1, "uint8"},    [TG_I64] = {8, "int64"},
+};
+
+size_t tg_dtype_size(tg_dtype dt) { return (unsigned)dt < TG_DTYPE_COUNT ? dtype_info[dt].size : 0; }
+const char *tg_dtype_name(tg_dtype dt)
+{
+    return (unsigned)dt < TG_DTYPE_COUNT ? dtype_info[dt].name : "unknown";
+}
+
+/* ---- shape helpers ------------------------------------------------------------- */
+
+bool tg__check_shape(const char *op, int ndim, const int64_t *shape, int64_t *numel)
+{
+    if (ndim < 0 || ndim > TG_MAX_DIMS) {
+        tg_error("%s: %d dims is outside 0..%d", op, ndim, TG_MAX_DIMS);
+        return false;
+    }
+    if (ndim > 0 && !shape) {
+        tg_error("%s: NULL shape", op);
+        return false;
+    }
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0) {
+            tg_error("%s: negative size %lld in dim %d", op, (long long)shape[i], i);
+            return false;
+        }
+        if (shape[i] > 0 && n > INT64_MAX / 16 / shape[i]) {
+            tg_error("%s: shape too large (numel overflows)", op);
+            return false;
+        }
+        n *= shape[i];
+    }
+    if (numel) *numel = n;
+    return true;
+}
+
+void tg__contiguous_strides(int ndim, const int64_t *shape, int64_t *stride)
+{
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        stride[i] = s;
+        s *= shape[i] > 0 ? shape[i] : 1;
+    }
+}
+
+int tg__wrap_dim(const char *op, int dim, int ndim)
+{
+    int n = ndim > 0 ? ndim : 1;
+    if (dim < -n || dim >= n) {
+        tg_error("%s: dim %d out of range for a %d-dim tensor", op, dim, ndim);
+        return -1;
+    }
+    return dim < 0 ? dim + n : dim;
+}
+
+int tg__broadcast_shape(const char *op, int na, const int64_t *sa, int nb, const int64_t *sb,
+                        int64_t *out)
+{
+    int n = na > nb ? na : nb;
+    for (int i = 0; i < n; i++) {
+        int ia = na - n + i, ib = nb - n + i;
+        int64_t a = ia >= 0 ? sa[ia] : 1, b = ib >= 0 ? sb[ib] : 1;
+        if (a != b && a != 1 && b != 1) {
+            tg_error("%s: shapes not broadcastable: size %lld vs %lld in dim %d", op, (long long)a,
+                     (long long)b, i);
+            return -1;
+        }
+        out[i] = a == 1 ? b : a;
+    }
+    return n;
+}
+
+void tg__broadcast_strides(const tg_tensor *x, int ndim, const int64_t *shape, int64_t *stride)
+{
+    for (int i = 0; i < ndim; i++) {
+        int ix = x->ndim - ndim + i;
+        if (ix < 0 || (x->shape[ix] == 1 && shape[i] != 1))
+            stride[i] = 0;
+        else
+            stride[i] = x->stride[ix];
+    }
+}
+
+bool tg__infer_shape(const char *op, int64_t numel, int ndim, const int64_t *in, int64_t *out)
+{
+    if (ndim < 0 || ndim > TG_MAX_DIMS) {
+        tg_error("%s: %d dims is outside 0..%d", op, ndim, TG_MAX_DIMS);
+        return false;
+    }
+    int infer = -1;
+    int64_t prod = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (in[i] == -1) {
+            if (infer >= 0) {
+                tg_error("%s: only one dimension can be inferred", op);
+                return false;
+            }
+            infer = i;
+        } else if (in[i] < 0) {
+            tg_error("%s: invalid shape dimension %lld", op, (long long)in[i]);
+            return false;
+        } else {
+            if (in[i] > 0 && prod > INT64_MAX / in[i]) {
+                tg_error("%s: shape too large", op);
+                return false;
+            }
+            prod *= in[i];
+        }
+        out[i] = in[i];
+    }
+    if (infer >= 0) {
+        if (prod == 0 || numel % prod != 0) {
+            tg_error("%s: shape is invalid for input of size %lld", op, (long long)numel);
+            return false;
+        }
+        out[infer] = numel / prod;
+    } else if (prod != numel) {
+        tg_error("%s: shape is invalid for input of size %lld", op, (long long)numel);
+        return false;
+    }
+    return true;
+}
+
+/* PyTorch's computeStride: can x be viewed as shape without copying? */
+bool tg__view_strides(const tg_tensor *x, int ndim, const int64_t *shape, int64_t *stride)
+{
+    int64_t numel = tg_numel(x);
+    if (numel == 0 || x->ndim == 0) {
+        tg__contiguous_strides(ndim, shape, stride);
+        return true;
+    }
+    int view_d = ndim - 1;
+    int64_t chunk_base_stride = x->stride[x->ndim - 1];
+    int64_t tensor_numel = 1, view_numel = 1;
+    for (int tensor_d = x->ndim - 1; tensor_d >= 0; tensor_d--) {
+        tensor_numel *= x->shape[tensor_d];
+        if (tensor_d == 0 ||
+            (x->shape[tensor_d - 1] != 1 && x->stride[tensor_d - 1] != tensor_numel * chunk_base_stride)) {
+            while (view_d >= 0 && (view_numel < tensor_numel || shape[view_d] == 1)) {
+                stride[view_d] = view_numel * chunk_base_stride;
+                view_numel *= shape[view_d];
+                view_d--;
+            }
+            if (view_numel != tensor_numel) return false;
+            if (tensor_d > 0) {
+                chunk_base_stride = x->stride[tensor_d - 1];
+                tensor_numel = 1;
+                view_numel = 1;
+            }
+        }
+    }
+    return view_d == -1;
+}
+
+/* ---- headers and creation -------------------------------------------------------- */
+
+tg_tensor *tg__alias(tg_tape *tp, const tg_tensor *x)
+{
+    tg_tensor *t = tg_tape_alloc(tp, sizeof *t, false);
+    if (!t) return NULL;
+    *t = *x;
+    t->tape = tp;
+    t->grad = NULL;
+    t->grad_fn = NULL;
+    t->requires_grad = false;
+    t->is_param = false;
+    return t;
+}
+
+tg_tensor *tg_empty(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape)
+{
+    int64_t numel;
+    if (!tp) return tg_error("empty: NULL tape");
+    if ((unsigned)dt >= TG_DTYPE_COUNT) return tg_error("empty: unknown dtype %d", (int)dt);
+    if (!tg__check_shape("empty", ndim, shape, &numel)) return NULL;
+    tg_tensor *t = tg_tape_alloc(tp, sizeof *t, true);
+    if (!t) return NULL;
+    t->data = tg_tape_alloc(tp, (size_t)numel * tg_dtype_size(dt), false);
+    if (!t->data) return NULL;
+    t->dtype = dt;
+    t->ndim = ndim;
+    for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
+    tg__contiguous_strides(ndim, shape, t->stride);
+    t->tape = tp;
+    return t;
+}
+
+tg_tensor *tg_zeros(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape)
+{
+    tg_tensor *t = tg_empty(tp, dt, ndim, shape);
+    if (t) memset(t->data, 0, (size_t)tg_numel(t) * tg_dtype_size(dt));
+    return t;
+}
+
+tg_tensor *tg_full(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape, double value)
+{
+    tg_tensor *t = tg_empty(tp, dt, ndim, shape);
+    if (t) tg_k_fill(t, value);
+    return t;
+}
+
+tg_tensor *tg_ones(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape)
+{
+    return tg_full(tp, dt, ndim, shape, 1.0);
+}
+
+tg_tensor *tg_from_data(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape, const void *src)
+{
+    if (!src) return tg_error("from_data: NULL data");
+    tg_tensor *t = tg_empty(tp, dt, ndim, shape);
+    if (t) memcpy(t->data, src, (size_t)tg_numel(t) * tg_dtype_size(dt));
+    return t;
+}
+
+tg_tensor *tg_from_f32(tg_tape *tp, int ndim, const int64_t *shape, const float *src)
+{
+    return tg_from_data(tp, TG_F32, ndim, shape, src);
+}
+
+tg_tensor *tg_from_f64(tg_tape *tp, int ndim, const int64_t *shape, const double *src)
+{
+    return tg_from_data(tp, TG_F64, ndim, shape, src);
+}
+
+tg_tensor *tg_scalar(tg_tape *tp, tg_dtype dt, double value) { return tg_full(tp, dt, 0, NULL, value); }
+
+tg_tensor *tg_arange(tg_tape *tp, tg_dtype dt, double start, double end, double step)
+{
+    if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step))
+        return tg_error("arange: invalid range [%g, %g) step %g", start, end, step);
+    double n = ceil((end - start) / step);
+    if (n < 0) n = 0;
+    if (n > 1e12) return tg_error("arange: too many elements");
+    int64_t shape[1] = {(int64_t)n};
+    tg_tensor *t = tg_empty(tp, dt, 1, shape);
+    if (!t) return NULL;
+    for (int64_t i = 0; i < shape[0]; i++) tg_set(t, &i, start + (double)i * step);
+    return t;
+}
+
+tg_tensor *tg_eye(tg_tape *tp, tg_dtype dt, int64_t n, int64_t m)
+{
+    int64_t shape[2] = {n, m < 0 ? n : m};
+    tg_tensor *t = tg_zeros(tp, dt, 2, shape);
+    if (!t) return NULL;
+    for (int64_t i = 0; i < shape[0] && i < shape[1]; i++) {
+        int64_t idx[2] = {i, i};
+        tg_set(t, idx, 1.0);
+    }
+    return t;
+}
+
+static tg_tensor *tri(const char *op, tg_tape *tp, const tg_tensor *x, int64_t diagonal, bool upper)
+{
+    if (!x) return tg_error("%s: NULL input", op);
+    if (x->ndim < 2) return tg_error("%s: input must have at least 2 dims, got %d", op, x->ndim);
+    tg_tensor *t = tg_empty(tp, x->dtype, x->ndim, x->shape);
+    if (!t) return NULL;
+    tg_k_copy(t, x);
+    int64_t rows = x->shape[x->ndim - 2], cols = x->shape[x->ndim - 1];
+    int64_t batch = rows * cols ? tg_numel(t) / (rows * cols) : 0;
+    size_t es = tg_dtype_size(t->dtype);
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < cols; j++) {
+                bool keep = upper ? (j - i >= diagonal) : (j - i <= diagonal);
+                if (!keep) memset((char *)t->data + (size_t)((b * rows + i) * cols + j) * es, 0, es);
+            }
+    return t;
+}
+
+tg_tensor *tg_triu(tg_tape *tp, const tg_tensor *x, int64_t diagonal) { return tri("triu", tp, x, diagonal, true); }
+tg_tensor *tg_tril(tg_tape *tp, const tg_tensor *x, int64_t diagonal) { return tri("tril", tp, x, diagonal, false); }
+
+tg_tensor *tg_empty_like(tg_tape *tp, const tg_tensor *x)
+{
+    if (!x) return tg_error("empty_like: NULL input");
+    return tg_empty(tp, x->dtype, x->ndim, x->shape);
+}
+
+tg_tensor *tg_zeros_like(tg_tape *tp, const tg_tensor *x)
+{
+    if (!x) return tg_error("zeros_like: NULL input");
+    return tg_zeros(tp, x->dtype, x->ndim, x->shape);
+}
+
+tg_tensor *tg_to_dtype(tg_tape *tp, const tg_tensor *x, tg_dtype dt)
+{
+    if (!x) return tg_error("to_dtype: NULL input");
+    tg_tensor *t = tg_empty(tp, dt, x->ndim, x->shape);
+    if (t) tg_k_copy(t, x);
+    return t;
+}
+
+/* ---- inspection --------------------------------------------------------------------- */
+
+int64_t tg_numel(const tg_tensor *x)
+{
+    if (!x) return 0;
+    int64_t n = 1;
+    for (int i = 0; i < x->ndim; i++) n *= x->shape[i];
+    return n;
+}
+
+bool tg_is_contiguous(const tg_tensor *x)
+{
+    if (!x) return false;
+    int64_t s = 1;
+    for (int i = x->ndim - 1; i >= 0; i--) {
+        if (x->shape[i] != 1 && x->stride[i] != s) return false;
+        s *= x->shape[i];
+    }
+    return true;
+}
+
+bool tg_same_shape(const tg_tensor *a, const tg_tensor *b)
+{
+    if (!a || !b || a->ndim != b->ndim) return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return false;
+    return true;
+}
+
+char *tg_shape_str(const tg_tensor *x, char *buf, size_t n)
+{
+    if (!buf || n == 0) return buf;
+    size_t k = 0;
+    buf[0] = '\0';
+    if (!x) {
+        snprintf(buf, n, "(null)");
+        return buf;
+    }
+    k += (size_t)snprintf(buf + k, n - k, "(");
+    for (int i = 0; i < x->ndim && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, i ? ",%lld" : "%lld", (long long)x->shape[i]);
+    if (k < n) snprintf(buf + k, n - k, ")");
+    return buf;
+}
+
+static double load(const tg_tensor *x, int64_t off)
+{
+    const void *p = tg__ptr(x, off);
+    switch (x->dtype) {
+    case TG_F32: return *(const float *)p;
+    case TG_F64: return *(const double *)p;
+    case TG_BOOL:
+    case TG_U8: return *(const uint8_t *)p;
+    case TG_I64: return (double)*(const int64_t *)p;
+    default: return NAN;
+    }
+}
+
+static void store(tg_tensor *x, int64_t off, double v)
+{
+    void *p = tg__ptr(x, off);
+    switch (x->dtype) {
+    case TG_F32: *(float *)p = (float)v; break;
+    case TG_F64: *(double *)p = v; break;
+    case TG_BOOL: *(uint8_t *)p = v != 0; break;
+    case TG_U8: *(uint8_t *)p = (uint8_t)v; break;
+    case TG_I64: *(int64_t *)p = (int64_t)v; break;
+    default: break;
+    }
+}
+
+double tg_get(const tg_tensor *x, const int64_t *idx)
+{
+    if (!x) return NAN;
+    int64_t off = x->offset;
+    for (int i = 0; i < x->ndim; i++) off += idx[i] * x->stride[i];
+    return load(x, off);
+}
+
+void tg_set(tg_tensor *x, const int64_t *idx, double v)
+{
+    if (!x) return;
+    int64_t off = x->offset;
+    for (int i = 0; i < x->ndim; i++) off += idx[i] * x->stride[i];
+    store(x, off, v);
+}
+
+double tg_item_at(const tg_tensor *x, int64_t i)
+{
+    if (!x || i < 0 || i >= tg_numel(x)) return NAN;
+    int64_t off = x->offset;
+    for (int d = x->ndim - 1; d >= 0; d--) {
+        off += (i % x->shape[d]) * x->stride[d];
+        i /= x->shape[d];
+    }
+    return load(x, off);
+}
+
+double tg_item(const tg_tensor *x)
+{
+    if (!x || tg_numel(x) != 1) {
+        tg_error("item: tensor must have exactly one element");
+        return NAN;
+    }
+    return tg_item_at(x, 0);
+}
+
+int tg_copy_to_f32(const tg_tensor *x, float *dst)
+{
+    if (!x || !dst) return tg_error_status(TG_EINVAL, "copy_to_f32: NULL argument");
+    int64_t n = tg_numel(x);
+    if (x->dtype == TG_F32 && tg_is_contiguous(x)) {
+        memcpy(dst, tg__ptr(x, x->offset), (size_t)n * 4);
+        return TG_OK;
+    }
+    for (int64_t i = 0; i < n; i++) dst[i] = (float)tg_item_at(x, i);
+    return TG_OK;
+}
+
+int tg_copy_to_f64(const tg_tensor *x, double *dst)
+{
+    if (!x || !dst) return tg_error_status(TG_EINVAL, "copy_to_f64: NULL argument");
+    int64_t n = tg_numel(x);
+    for (int64_t i = 0; i < n; i++) dst[i] = tg_item_at(x, i);
+    return TG_OK;
+}
+
+void *tg_data_ptr(const tg_tensor *x)
+{
+    if (!x || !tg_is_contiguous(x)) return NULL;
+    return tg__ptr(x, x->offset);
+}

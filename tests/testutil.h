@@ -1,0 +1,44 @@
+/* Shared test helpers: reference loading and assertions that report the
+ * caller's file and line and the worst element. */
+#ifndef TG_TESTUTIL_H
+#define TG_TESTUTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "tapegrad.h"
+
+/* Parses tests/ref/<file> (directory from the TG_REF_DIR compile definition);
+ * fails the test if it cannot. Caller json_decref()s. */
+json_t *tu_load_ref(const char *file);
+
+/* A tensor in tp from {"shape": [...], "dtype": "float32"|"float64"|"bool"|"int64",
+ * "data": [...]} (data row-major; "inf", "-inf", "nan" strings allowed).
+ * dtype may be overridden with force (pass TG_DTYPE_COUNT to keep the file's). */
+tg_tensor *tu_tensor_from_json(tg_tape *tp, const json_t *j, tg_dtype force);
+
+/* Fails unless got and want have the same shape and
+ * |got - want| <= atol + rtol * |want| everywhere (NaN matches NaN, inf
+ * matches the same inf). The message names what, the worst index and values. */
+void tu_assert_close_(const tg_tensor *got, const tg_tensor *want, double rtol, double atol,
+                      const char *what, const char *file, int line);
+#define tu_assert_close(got, want, rtol, atol, what) \
+    tu_assert_close_((got), (want), (rtol), (atol), (what), __FILE__, __LINE__)
+
+/* Fails unless ptr is NULL (or status != TG_OK) and tg_last_error() contains
+ * every one of the given substrings (NULL-terminated list). */
+void tu_assert_error_(bool failed, const char *file, int line, ...);
+#define tu_assert_null_error(ptr, ...) \
+    tu_assert_error_((ptr) == NULL, __FILE__, __LINE__, __VA_ARGS__, (const char *)NULL)
+#define tu_assert_status_error(st, ...) \
+    tu_assert_error_((st) != TG_OK, __FILE__, __LINE__, __VA_ARGS__, (const char *)NULL)
+
+/* Fails (naming file and line) if ptr is NULL, printing tg_last_error(). */
+void tu_assert_ok_(const void *ptr, const char *file, int line);
+#define tu_assert_ok(ptr) tu_assert_ok_((ptr), __FILE__, __LINE__)
+
+#endif
