@@ -151,6 +151,7 @@ static void test_chain(void **state) {
     double grtol = f64 ? 1e-10 : 1e-4, gatol = f64 ? 1e-10 : 1e-5;
     char what[256];
     int failures = 0;
+    bool broken = false; /* a step could not be computed: no backward */
     env e = {.n = 0};
 
     tg_tape *tp = tg_tape_new();
@@ -186,6 +187,7 @@ static void test_chain(void **state) {
             print_error("  %s/%s: step %zu %s = %s(...): an input failed earlier; stopping\n", cname,
                         dts, s, sname, op);
             failures++;
+            broken = true;
             break;
         }
         tg_clear_error();
@@ -194,6 +196,7 @@ static void test_chain(void **state) {
             print_error("  %s/%s: step %zu %s = %s(...) returned NULL: %s\n", cname, dts, s, sname,
                         op, tg_last_error());
             failures++;
+            broken = true;
             break;
         }
         bind(&e, sname, out);
@@ -212,7 +215,7 @@ static void test_chain(void **state) {
 
     /* backward from the root, then the leaves' gradients */
     tg_tensor *root = lookup(&e, json_string_value(json_object_get(ch, "root")));
-    if (root && failures == 0) {
+    if (root && !broken) {
         if (tg_backward(root, NULL, false) != TG_OK) {
             print_error("  %s/%s: tg_backward failed: %s\n", cname, dts, tg_last_error());
             failures++;
@@ -230,8 +233,8 @@ static void test_chain(void **state) {
                 }
             }
         }
-    } else if (!root) {
-        print_error("  %s/%s: root not computed\n", cname, dts);
+    } else {
+        print_error("  %s/%s: root not computed: gradients not checked\n", cname, dts);
         failures++;
     }
     tg_tape_free(tp);

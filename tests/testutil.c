@@ -100,7 +100,7 @@ tg_tensor *tu_tensor_from_json(tg_tape *tp, const json_t *j, tg_dtype force) {
             ((int64_t *)p)[i] = (int64_t)json_integer_value(v);
             continue;
         }
-        double x;
+        double x = 0.0;
         if (!json_to_double(v, &x)) fail_msg("tu_tensor_from_json: bad value at %lld", (long long)i);
         switch (dt) {
         case TG_F32: ((float *)p)[i] = (float)x; break;
