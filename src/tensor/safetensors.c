@@ -1,0 +1,534 @@
+/* safetensors files (https://github.com/huggingface/safetensors):
+ *
+ *   8 bytes   N, little-endian u64
+ *   N bytes   JSON header {"name": {"dtype", "shape", "data_offsets": [b, e]}, ...,
+ *             optional "__metadata__": {str: str}}, space-padded
+ *   rest      the tensors' bytes, little-endian, row-major, back to back
+ *
+ * Writing follows the reference serializer byte for byte: tensors sorted by
+ * descending dtype (the reference's alignment order) then by name, compact
+ * JSON, header padded with spaces to a multiple of 8. Reading is as strict as
+ * the reference's validation and then some: every rule names what is wrong.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* The reference reader's limit on the header. */
+#define ST_MAX_HEADER ((uint64_t)100000000)
+
+static const struct {
+    const char *name;
+    tg_dtype dt;
+    int rank; /* position in the reference's Dtype enum: sort key when writing */
+} st_dtypes[] = {
+    {"BOOL", TG_BOOL, 0}, {"U8", TG_U8, 1}, {"F32", TG_F32, 11}, {"F64", TG_F64, 12}, {"I64", TG_I64, 13},
+};
+#define ST_NDTYPES (sizeof st_dtypes / sizeof st_dtypes[0])
+
+static int dtype_index(tg_dtype dt)
+{
+    for (size_t i = 0; i < ST_NDTYPES; i++)
+        if (st_dtypes[i].dt == dt) return (int)i;
+    return -1;
+}
+
+static bool host_is_little_endian(void)
+{
+    const uint16_t one = 1;
+    uint8_t b;
+    memcpy(&b, &one, 1);
+    return b == 1;
+}
+
+/* Reverses each element's bytes in place (files are little-endian). */
+static void swap_elements(void *p, size_t count, size_t esize)
+{
+    if (esize < 2) return;
+    uint8_t *b = p;
+    for (size_t i = 0; i < count; i++, b += esize)
+        for (size_t j = 0; j < esize / 2; j++) {
+            uint8_t t = b[j];
+            b[j] = b[esize - 1 - j];
+            b[esize - 1 - j] = t;
+        }
+}
+
+/* ---- parsing ----------------------------------------------------------------- */
+
+typedef struct {
+    const char *name;
+    tg_dtype dt;
+    int ndim;
+    int64_t shape[TG_MAX_DIMS];
+    uint64_t begin, end;
+} st_entry;
+
+static int cmp_entry(const void *pa, const void *pb)
+{
+    const st_entry *a = pa, *b = pb;
+    if (a->begin != b->begin) return a->begin < b->begin ? -1 : 1;
+    if (a->end != b->end) return a->end < b->end ? -1 : 1;
+    return strcmp(a->name, b->name);
+}
+
+static bool json_is_count(const json_t *v) { return json_is_integer(v) && json_integer_value(v) >= 0; }
+
+/* Fills e from one header entry; on error records a message prefixed by who. */
+static int parse_entry(const char *who, const char *name, json_t *info, st_entry *e)
+{
+    e->name = name;
+    if (!json_is_object(info))
+        return tg_error_status(TG_EFORMAT, "%s: entry '%s' is not an object", who, name);
+
+    json_t *dtype = json_object_get(info, "dtype");
+    if (!json_is_string(dtype))
+        return tg_error_status(TG_EFORMAT, "%s: tensor '%s': dtype missing or not a string", who, name);
+    int di = -1;
+    for (size_t i = 0; i < ST_NDTYPES; i++)
+        if (strcmp(json_string_value(dtype), st_dtypes[i].name) == 0) di = (int)i;
+    if (di < 0)
+        return tg_error_status(TG_EFORMAT, "%s: tensor '%s': unknown dtype '%s' (supported: BOOL, U8, F32, F64, I64)",
+                               who, name, json_string_value(dtype));
+    e->dt = st_dtypes[di].dt;
+
+    json_t *shape = json_object_get(info, "shape");
+    if (!json_is_array(shape))
+        return tg_error_status(TG_EFORMAT, "%s: tensor '%s': shape is not an array of non-negative integers",
+                               who, name);
+    if (json_array_size(shape) > TG_MAX_DIMS)
+        return tg_error_status(TG_EFORMAT, "%s: tensor '%s': shape has %zu dims, more than %d", who, name,
+                               json_array_size(shape), TG_MAX_DIMS);
+    e->ndim = (int)json_array_size(shape);
+    uint64_t nbytes = tg_dtype_size(e->dt);
+    for (int i = 0; i < e->ndim; i++) {
+        json_t *d = json_array_get(shape, (size_t)i);
+        if (!json_is_count(d))
+            return tg_error_status(TG_EFORMAT, "%s: tensor '%s': shape is not an array of non-negative integers",
+                                   who, name);
+        e->shape[i] = (int64_t)json_integer_value(d);
+        /* The byte count must fit well inside int64 for every later size computation. */
+        if (e->shape[i] > 0 && nbytes > (uint64_t)(INT64_MAX / 16) / (uint64_t)e->shape[i])
+            return tg_error_status(TG_EFORMAT, "%s: tensor '%s': shape overflows (too many elements)", who, name);
+        nbytes *= (uint64_t)e->shape[i];
+    }
+
+    json_t *offs = json_object_get(info, "data_offsets");
+    if (!json_is_array(offs) || json_array_size(offs) != 2 || !json_is_count(json_array_get(offs, 0)) ||
+        !json_is_count(json_array_get(offs, 1)))
+        return tg_error_status(TG_EFORMAT, "%s: tensor '%s': data_offsets is not two non-negative integers", who,
+                               name);
+    e->begin = (uint64_t)json_integer_value(json_array_get(offs, 0));
+    e->end = (uint64_t)json_integer_value(json_array_get(offs, 1));
+    if (e->begin > e->end)
+        return tg_error_status(TG_EFORMAT, "%s: tensor '%s': data_offsets begin %llu > end %llu", who, name,
+                               (unsigned long long)e->begin, (unsigned long long)e->end);
+    if (e->end - e->begin != nbytes)
+        return tg_error_status(TG_EFORMAT,
+                               "%s: tensor '%s': byte length %llu does not match shape and dtype (%llu bytes)", who,
+                               name, (unsigned long long)(e->end - e->begin), (unsigned long long)nbytes);
+    return TG_OK;
+}
+
+static int check_metadata(const char *who, json_t *meta)
+{
+    if (!json_is_object(meta)) return tg_error_status(TG_EFORMAT, "%s: __metadata__ is not an object", who);
+    const char *k;
+    json_t *v;
+    json_object_foreach(meta, k, v) {
+        if (!json_is_string(v))
+            return tg_error_status(TG_EFORMAT, "%s: __metadata__ value for key '%s' is not a string", who, k);
+    }
+    return TG_OK;
+}
+
+static int parse(tg_tape *tp, const uint8_t *buf, size_t len, tg_safetensors *out, const char *who)
+{
+    if (!tp || !out || !buf) return tg_error_status(TG_EINVAL, "%s: NULL argument", who);
+    memset(out, 0, sizeof *out);
+    if (len < 8)
+        return tg_error_status(TG_EFORMAT, "%s: file is %zu bytes, shorter than the 8-byte header length", who,
+                               len);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--) n = n << 8 | buf[i];
+    if (n > ST_MAX_HEADER)
+        return tg_error_status(TG_EFORMAT, "%s: header length %llu is too large (limit 100 MB)", who,
+                               (unsigned long long)n);
+    if (n > len - 8)
+        return tg_error_status(TG_EFORMAT, "%s: header length %llu runs past the end of the file (%zu bytes)", who,
+                               (unsigned long long)n, len);
+
+    json_error_t jerr;
+    json_t *root = json_loadb((const char *)buf + 8, (size_t)n, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        if (json_error_code(&jerr) == json_error_duplicate_key)
+            return tg_error_status(TG_EFORMAT, "%s: duplicate name in header: %s", who, jerr.text);
+        return tg_error_status(TG_EFORMAT, "%s: invalid JSON header: %s (at byte %d)", who, jerr.text,
+                               jerr.position);
+    }
+    int st = TG_OK;
+    st_entry *entries = NULL;
+    if (!json_is_object(root)) {
+        st = tg_error_status(TG_EFORMAT, "%s: header is not a JSON object", who);
+        goto done;
+    }
+
+    size_t count = json_object_size(root);
+    entries = calloc(count ? count : 1, sizeof *entries);
+    if (!entries) {
+        st = tg_error_status(TG_ENOMEM, "%s: out of memory", who);
+        goto done;
+    }
+    size_t ne = 0;
+    const char *key;
+    json_t *val;
+    json_object_foreach(root, key, val) {
+        if (strcmp(key, "__metadata__") == 0) {
+            st = check_metadata(who, val);
+        } else {
+            st = parse_entry(who, key, val, &entries[ne]);
+            ne++;
+        }
+        if (st != TG_OK) goto done;
+    }
+
+    /* Like the reference reader, accept any header order but require the data
+     * to be laid out back to back, exactly covering the buffer. */
+    qsort(entries, ne, sizeof *entries, cmp_entry);
+    uint64_t data_len = (uint64_t)(len - 8) - n, pos = 0;
+    for (size_t i = 0; i < ne; i++) {
+        const st_entry *e = &entries[i];
+        if (e->begin < pos) {
+            st = tg_error_status(TG_EFORMAT, "%s: tensor '%s': data_offsets [%llu, %llu) overlap the previous tensor",
+                                 who, e->name, (unsigned long long)e->begin, (unsigned long long)e->end);
+            goto done;
+        }
+        if (e->begin > pos) {
+            st = tg_error_status(TG_EFORMAT,
+                                 "%s: tensor '%s': data_offsets not contiguous: starts at %llu, expected %llu (gap)",
+                                 who, e->name, (unsigned long long)e->begin, (unsigned long long)pos);
+            goto done;
+        }
+        if (e->end > data_len) {
+            st = tg_error_status(TG_EFORMAT,
+                                 "%s: tensor '%s': data_offsets end %llu is beyond the data buffer (%llu bytes)", who,
+                                 e->name, (unsigned long long)e->end, (unsigned long long)data_len);
+            goto done;
+        }
+        pos = e->end;
+    }
+    if (pos != data_len) {
+        st = tg_error_status(TG_EFORMAT, "%s: %llu trailing bytes after the last tensor are not covered", who,
+                             (unsigned long long)(data_len - pos));
+        goto done;
+    }
+
+    const uint8_t *data = buf + 8 + n;
+    char **names = tg_tape_alloc(tp, (ne ? ne : 1) * sizeof *names, true);
+    tg_tensor **tensors = tg_tape_alloc(tp, (ne ? ne : 1) * sizeof *tensors, true);
+    if (!names || !tensors) {
+        st = TG_ENOMEM;
+        goto done;
+    }
+    for (size_t i = 0; i < ne; i++) {
+        const st_entry *e = &entries[i];
+        size_t nbytes = (size_t)(e->end - e->begin);
+        if (e->dt == TG_BOOL)
+            for (size_t k = 0; k < nbytes; k++)
+                if (data[e->begin + k] > 1) {
+                    st = tg_error_status(TG_EFORMAT, "%s: tensor '%s': BOOL element %zu is %u, not 0 or 1", who,
+                                         e->name, k, (unsigned)data[e->begin + k]);
+                    goto done;
+                }
+        size_t nlen = strlen(e->name) + 1;
+        names[i] = tg_tape_alloc(tp, nlen, false);
+        tensors[i] = tg_empty(tp, e->dt, e->ndim, e->shape);
+        if (!names[i] || !tensors[i]) {
+            st = TG_ENOMEM;
+            goto done;
+        }
+        memcpy(names[i], e->name, nlen);
+        memcpy(tensors[i]->data, data + e->begin, nbytes);
+        if (!host_is_little_endian()) swap_elements(tensors[i]->data, nbytes / tg_dtype_size(e->dt), tg_dtype_size(e->dt));
+    }
+    out->n = (int)ne;
+    out->names = names;
+    out->tensors = tensors;
+
+done:
+    free(entries);
+    json_decref(root);
+    return st;
+}
+
+int tg_safetensors_parse(tg_tape *tp, const uint8_t *buf, size_t len, tg_safetensors *out)
+{
+    return parse(tp, buf, len, out, "safetensors_parse");
+}
+
+int tg_safetensors_load(tg_tape *tp, const char *path, tg_safetensors *out)
+{
+    if (!path) return tg_error_status(TG_EINVAL, "safetensors_load: NULL path");
+    FILE *f = fopen(path, "rb");
+    if (!f) return tg_error_status(TG_EIO, "safetensors_load: cannot open '%s': %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        fclose(f);
+        return tg_error_status(TG_EIO, "safetensors_load: '%s' is not a regular file", path);
+    }
+    size_t len = (size_t)sb.st_size;
+    uint8_t *buf = malloc(len ? len : 1);
+    if (!buf) {
+        fclose(f);
+        return tg_error_status(TG_ENOMEM, "safetensors_load: out of memory reading '%s' (%zu bytes)", path, len);
+    }
+    size_t got = fread(buf, 1, len, f);
+    bool read_error = ferror(f) != 0;
+    fclose(f);
+    if (read_error || got != len) {
+        free(buf);
+        return tg_error_status(TG_EIO, "safetensors_load: cannot read '%s'", path);
+    }
+    /* Name the file in every format error. */
+    char who[320];
+    snprintf(who, sizeof who, "safetensors_load '%s'", path);
+    int st = parse(tp, buf, len, out, who);
+    free(buf);
+    return st;
+}
+
+tg_tensor *tg_safetensors_get(const tg_safetensors *st, const char *name)
+{
+    if (!st || !name) return tg_error("safetensors_get: NULL argument");
+    for (int i = 0; i < st->n; i++)
+        if (strcmp(st->names[i], name) == 0) return st->tensors[i];
+    return tg_error("safetensors_get: no tensor named '%s'", name);
+}
+
+/* ---- writing --------------------------------------------------------------------- */
+
+typedef struct {
+    int rank;
+    const char *name;
+    int index;
+} save_key;
+
+/* The reference writer's order: descending dtype, then name. */
+static int cmp_save(const void *pa, const void *pb)
+{
+    const save_key *a = pa, *b = pb;
+    if (a->rank != b->rank) return b->rank - a->rank;
+    return strcmp(a->name, b->name);
+}
+
+static bool write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n > 0) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return false;
+        c += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
+
+/* Writes one tensor's elements in row-major order, gathering strided views
+ * through a bounded staging buffer. */
+static bool write_tensor(int fd, const tg_tensor *x)
+{
+    size_t es = tg_dtype_size(x->dtype);
+    int64_t numel = tg_numel(x);
+    if (numel == 0) return true;
+    if (tg_is_contiguous(x) && host_is_little_endian())
+        return write_all(fd, tg__ptr(x, x->offset), (size_t)numel * es);
+    enum { STAGE = 1 << 16 };
+    uint8_t stage[STAGE];
+    size_t fill = 0;
+    int64_t idx[TG_MAX_DIMS] = {0};
+    for (int64_t i = 0; i < numel; i++) {
+        int64_t off = x->offset;
+        for (int d = 0; d < x->ndim; d++) off += idx[d] * x->stride[d];
+        memcpy(stage + fill, tg__ptr(x, off), es);
+        fill += es;
+        if (fill + es > STAGE || i == numel - 1) {
+            if (!host_is_little_endian()) swap_elements(stage, fill / es, es);
+            if (!write_all(fd, stage, fill)) return false;
+            fill = 0;
+        }
+        for (int d = x->ndim - 1; d >= 0; d--) {
+            if (++idx[d] < x->shape[d]) break;
+            idx[d] = 0;
+        }
+    }
+    return true;
+}
+
+static json_t *entry_json(const tg_tensor *x, uint64_t begin, uint64_t end)
+{
+    json_t *o = json_object(), *shape = json_array(), *offs = json_array();
+    if (!o || !shape || !offs) goto fail;
+    for (int d = 0; d < x->ndim; d++)
+        if (json_array_append_new(shape, json_integer(x->shape[d])) != 0) goto fail;
+    if (json_array_append_new(offs, json_integer((json_int_t)begin)) != 0 ||
+        json_array_append_new(offs, json_integer((json_int_t)end)) != 0)
+        goto fail;
+    /* Field order as the reference writes it. */
+    if (json_object_set_new(o, "dtype", json_string(st_dtypes[dtype_index(x->dtype)].name)) != 0) goto fail;
+    if (json_object_set_new(o, "shape", shape) != 0) {
+        shape = NULL;
+        goto fail;
+    }
+    shape = NULL;
+    if (json_object_set_new(o, "data_offsets", offs) != 0) {
+        offs = NULL;
+        goto fail;
+    }
+    return o;
+fail:
+    json_decref(shape);
+    json_decref(offs);
+    json_decref(o);
+    return NULL;
+}
+
+/* The header bytes, padded with spaces to a multiple of 8; NULL with an error. */
+static char *build_header(const tg_named_tensor *tensors, const int *order, int n, size_t *hlen)
+{
+    json_t *root = json_object();
+    if (!root) return tg_error("safetensors_save: out of memory");
+    uint64_t pos = 0;
+    for (int k = 0; k < n; k++) {
+        const tg_named_tensor *t = &tensors[order[k]];
+        uint64_t nbytes = (uint64_t)tg_numel(t->tensor) * tg_dtype_size(t->tensor->dtype);
+        json_t *e = entry_json(t->tensor, pos, pos + nbytes);
+        if (!e || json_object_set_new(root, t->name, e) != 0) {
+            json_decref(root);
+            return tg_error("safetensors_save: cannot encode tensor '%s' (name not valid UTF-8, or out of memory)",
+                            t->name);
+        }
+        pos += nbytes;
+    }
+    char *js = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(root);
+    if (!js) return tg_error("safetensors_save: out of memory encoding the header");
+    size_t len = strlen(js), padded = (len + 7) / 8 * 8;
+    char *h = realloc(js, padded + 1);
+    if (!h) {
+        free(js);
+        return tg_error("safetensors_save: out of memory encoding the header");
+    }
+    memset(h + len, ' ', padded - len);
+    h[padded] = '\0';
+    *hlen = padded;
+    return h;
+}
+
+static int check_save_args(const char *path, const tg_named_tensor *tensors, int n)
+{
+    if (!path) return tg_error_status(TG_EINVAL, "safetensors_save: NULL path");
+    if (n < 0) return tg_error_status(TG_EINVAL, "safetensors_save: negative tensor count %d", n);
+    if (n > 0 && !tensors) return tg_error_status(TG_EINVAL, "safetensors_save: NULL tensor list");
+    for (int i = 0; i < n; i++) {
+        const tg_named_tensor *t = &tensors[i];
+        if (!t->name) return tg_error_status(TG_EINVAL, "safetensors_save: tensor %d has a NULL name", i);
+        if (!t->tensor) return tg_error_status(TG_EINVAL, "safetensors_save: tensor '%s' is NULL", t->name);
+        if (strcmp(t->name, "__metadata__") == 0)
+            return tg_error_status(TG_EINVAL, "safetensors_save: '__metadata__' is reserved, not a tensor name");
+        if (dtype_index(t->tensor->dtype) < 0)
+            return tg_error_status(TG_EINVAL, "safetensors_save: tensor '%s' has unsupported dtype %d", t->name,
+                                   (int)t->tensor->dtype);
+        if (t->tensor->ndim < 0 || t->tensor->ndim > TG_MAX_DIMS)
+            return tg_error_status(TG_EINVAL, "safetensors_save: tensor '%s' has %d dims", t->name,
+                                   t->tensor->ndim);
+        if (tg_numel(t->tensor) > 0 && !t->tensor->data)
+            return tg_error_status(TG_EINVAL, "safetensors_save: tensor '%s' has no data", t->name);
+        for (int j = 0; j < i; j++)
+            if (strcmp(tensors[j].name, t->name) == 0)
+                return tg_error_status(TG_EINVAL, "safetensors_save: duplicate tensor name '%s'", t->name);
+    }
+    return TG_OK;
+}
+
+int tg_safetensors_save(const char *path, const tg_named_tensor *tensors, int n)
+{
+    int st = check_save_args(path, tensors, n);
+    if (st != TG_OK) return st;
+
+    size_t slots = n > 0 ? (size_t)n : 1;
+    int *order = malloc(slots * sizeof *order);
+    save_key *keys = malloc(slots * sizeof *keys);
+    if (!order || !keys) {
+        free(order);
+        free(keys);
+        return tg_error_status(TG_ENOMEM, "safetensors_save: out of memory");
+    }
+    for (int i = 0; i < n; i++)
+        keys[i] = (save_key){st_dtypes[dtype_index(tensors[i].tensor->dtype)].rank, tensors[i].name, i};
+    qsort(keys, (size_t)n, sizeof *keys, cmp_save);
+    for (int i = 0; i < n; i++) order[i] = keys[i].index;
+    free(keys);
+
+    size_t hlen = 0;
+    char *header = build_header(tensors, order, n, &hlen);
+    if (!header) {
+        free(order);
+        return TG_ENOMEM;
+    }
+
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + sizeof ".tmp.XXXXXX");
+    if (!tmp) {
+        free(order);
+        free(header);
+        return tg_error_status(TG_ENOMEM, "safetensors_save: out of memory");
+    }
+    memcpy(tmp, path, plen);
+    memcpy(tmp + plen, ".tmp.XXXXXX", sizeof ".tmp.XXXXXX");
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        st = tg_error_status(TG_EIO, "safetensors_save: cannot create a temporary file next to '%s': %s", path,
+                             strerror(errno));
+        goto out;
+    }
+    /* mkstemp makes the file 0600; give it the usual permissions of a new
+     * file, or those of the file being replaced. */
+    struct stat old;
+    mode_t mode = stat(path, &old) == 0 ? (old.st_mode & 07777) : 0644;
+    (void)fchmod(fd, mode);
+
+    uint8_t lenbuf[8];
+    for (int i = 0; i < 8; i++) lenbuf[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
+    bool ok = write_all(fd, lenbuf, sizeof lenbuf) && write_all(fd, header, hlen);
+    for (int k = 0; ok && k < n; k++) ok = write_tensor(fd, tensors[order[k]].tensor);
+    if (ok && fsync(fd) != 0) ok = false;
+    int err = errno;
+    if (close(fd) != 0 && ok) {
+        ok = false;
+        err = errno;
+    }
+    if (!ok) {
+        unlink(tmp);
+        st = tg_error_status(TG_EIO, "safetensors_save: writing '%s' failed: %s", path, strerror(err));
+        goto out;
+    }
+    if (rename(tmp, path) != 0) {
+        err = errno;
+        unlink(tmp);
+        st = tg_error_status(TG_EIO, "safetensors_save: cannot rename the temporary file to '%s': %s", path,
+                             strerror(err));
+        goto out;
+    }
+
+out:
+    free(tmp);
+    free(header);
+    free(order);
+    return st;
+}

@@ -1,0 +1,513 @@
+/* safetensors: files encoded as the reference writer encodes them
+ * (tests/ref/safetensors.json, made by tools/reference/safetensors_files.py),
+ * byte-exact saving, round trips, and one malformed file per validation rule. */
+#include "testutil.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+static uint8_t *from_hex(const char *hex, size_t *len)
+{
+    size_t n = strlen(hex) / 2;
+    uint8_t *b = malloc(n ? n : 1);
+    assert_non_null(b);
+    for (size_t i = 0; i < n; i++) {
+        unsigned v;
+        assert_int_equal(sscanf(hex + 2 * i, "%2x", &v), 1);
+        b[i] = (uint8_t)v;
+    }
+    *len = n;
+    return b;
+}
+
+/* A file image: 8-byte length (header_len, or strlen(header) if negative),
+ * the header text, then dlen data bytes (copied from data, or zeros). */
+static uint8_t *image(const char *header, long long header_len, const void *data, size_t dlen, size_t *len)
+{
+    size_t hl = strlen(header);
+    uint64_t n = header_len < 0 ? (uint64_t)hl : (uint64_t)header_len;
+    *len = 8 + hl + dlen;
+    uint8_t *b = calloc(1, *len);
+    assert_non_null(b);
+    for (int i = 0; i < 8; i++) b[i] = (uint8_t)(n >> (8 * i));
+    memcpy(b + 8, header, hl);
+    if (data) memcpy(b + 8 + hl, data, dlen);
+    return b;
+}
+
+static int parse_image(const char *header, size_t dlen, tg_safetensors *st)
+{
+    size_t len;
+    uint8_t *b = image(header, -1, NULL, dlen, &len);
+    tg_tape *tp = tg_tape_new();
+    int rc = tg_safetensors_parse(tp, b, len, st);
+    tg_tape_free(tp);
+    free(b);
+    return rc;
+}
+
+static char *make_tempdir(void)
+{
+    char tmpl[] = "/tmp/tg_st_XXXXXX";
+    char *d = mkdtemp(tmpl);
+    assert_non_null(d);
+    return strdup(d);
+}
+
+static int count_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) n++;
+    closedir(d);
+    return n;
+}
+
+static uint8_t *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc(n > 0 ? (size_t)n : 1);
+    assert_non_null(b);
+    assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
+
+static tg_dtype dtype_of(const char *s)
+{
+    if (strcmp(s, "float64") == 0) return TG_F64;
+    if (strcmp(s, "bool") == 0) return TG_BOOL;
+    if (strcmp(s, "uint8") == 0) return TG_U8;
+    if (strcmp(s, "int64") == 0) return TG_I64;
+    return TG_F32;
+}
+
+/* Every tensor listed in want ({name: {shape, dtype, data}}) is in st, exactly. */
+static void assert_matches(tg_tape *tp, const tg_safetensors *st, json_t *want, const char *what)
+{
+    assert_int_equal(st->n, (int)json_object_size(want));
+    const char *name;
+    json_t *w;
+    json_object_foreach(want, name, w) {
+        tg_tensor *got = tg_safetensors_get(st, name);
+        if (!got) fail_msg("%s: tensor '%s' missing", what, name);
+        assert_int_equal(got->dtype, dtype_of(json_string_value(json_object_get(w, "dtype"))));
+        assert_true(tg_is_contiguous(got));
+        assert_false(got->requires_grad);
+        assert_null(got->grad_fn);
+        assert_ptr_equal(got->tape, tp);
+        char label[128];
+        snprintf(label, sizeof label, "%s: %s", what, name);
+        tu_assert_close(got, tu_tensor_from_json(tp, w, TG_DTYPE_COUNT), 0.0, 0.0, label);
+    }
+}
+
+/* ---- reference files --------------------------------------------------------------- */
+
+static void test_reference_files(void **state)
+{
+    (void)state;
+    json_t *ref = tu_load_ref("safetensors.json");
+    json_t *files = json_object_get(ref, "files");
+    assert_int_equal(json_array_size(files), 3);
+    tg_tape *tp = tg_tape_new();
+    size_t i;
+    json_t *f;
+    json_array_foreach(files, i, f) {
+        const char *fname = json_string_value(json_object_get(f, "file"));
+        size_t len;
+        uint8_t *bytes = from_hex(json_string_value(json_object_get(f, "hex")), &len);
+        tg_safetensors st;
+        int rc = tg_safetensors_parse(tp, bytes, len, &st);
+        if (rc != TG_OK) fail_msg("%s: %s", fname, tg_last_error());
+        assert_matches(tp, &st, json_object_get(f, "tensors"), fname);
+        /* Names come in the order of the data in the file. */
+        if (strcmp(fname, "st_mixed.safetensors") == 0) {
+            const char *order[8] = {"index", "a.b.c", "bias", "empty", "scalar", "weight", "bytes", "mask"};
+            for (int k = 0; k < 8; k++) assert_string_equal(st.names[k], order[k]);
+        }
+
+        /* The same bytes through a file on disk. */
+        char *dir = make_tempdir();
+        char path[256];
+        snprintf(path, sizeof path, "%s/%s", dir, fname);
+        FILE *out = fopen(path, "wb");
+        assert_non_null(out);
+        assert_int_equal(fwrite(bytes, 1, len, out), len);
+        fclose(out);
+        tg_safetensors st2;
+        assert_int_equal(tg_safetensors_load(tp, path, &st2), TG_OK);
+        assert_matches(tp, &st2, json_object_get(f, "tensors"), path);
+        unlink(path);
+        rmdir(dir);
+        free(dir);
+        free(bytes);
+        tg_tape_reset(tp);
+    }
+    tg_tape_free(tp);
+    json_decref(ref);
+}
+
+/* tg_safetensors_save writes what the reference writer writes, byte for byte,
+ * whatever the order of the input and the strides of the tensors. */
+static void test_save_matches_reference_bytes(void **state)
+{
+    (void)state;
+    json_t *ref = tu_load_ref("safetensors.json");
+    json_t *mixed = json_array_get(json_object_get(ref, "files"), 0);
+    assert_string_equal(json_string_value(json_object_get(mixed, "file")), "st_mixed.safetensors");
+    json_t *tensors = json_object_get(mixed, "tensors");
+    tg_tape *tp = tg_tape_new();
+
+    tg_named_tensor list[8];
+    int n = 0;
+    const char *name;
+    json_t *w;
+    json_object_foreach(tensors, name, w) {
+        tg_tensor *t = tu_tensor_from_json(tp, w, TG_DTYPE_COUNT);
+        if (strcmp(name, "weight") == 0) {
+            /* Rebuild weight (2, 3) as the transpose of a (3, 2) tensor. */
+            tg_tensor *tt = tg_empty(tp, TG_F32, 2, (int64_t[]){3, 2});
+            for (int64_t r = 0; r < 2; r++)
+                for (int64_t c = 0; c < 3; c++) tg_set(tt, (int64_t[]){c, r}, tg_get(t, (int64_t[]){r, c}));
+            tg_tensor *view = tg_empty(tp, TG_F32, 0, NULL);
+            *view = *tt;
+            view->shape[0] = 2;
+            view->shape[1] = 3;
+            view->stride[0] = 1;
+            view->stride[1] = 2;
+            assert_false(tg_is_contiguous(view));
+            t = view;
+        }
+        list[n++] = (tg_named_tensor){name, t};
+    }
+    assert_int_equal(n, 8);
+
+    char *dir = make_tempdir();
+    char path[256];
+    snprintf(path, sizeof path, "%s/out.safetensors", dir);
+    assert_int_equal(tg_safetensors_save(path, list, n), TG_OK);
+    assert_int_equal(count_entries(dir), 1); /* no temporary file left */
+    size_t len, want_len;
+    uint8_t *got = read_file(path, &len);
+    uint8_t *want = from_hex(json_string_value(json_object_get(mixed, "hex")), &want_len);
+    assert_int_equal(len, want_len);
+    assert_memory_equal(got, want, len);
+
+    /* And it reads back. */
+    tg_safetensors st;
+    assert_int_equal(tg_safetensors_load(tp, path, &st), TG_OK);
+    assert_matches(tp, &st, tensors, "saved mixed");
+
+    /* Saving again replaces the file. */
+    assert_int_equal(tg_safetensors_save(path, list, 1), TG_OK);
+    assert_int_equal(tg_safetensors_load(tp, path, &st), TG_OK);
+    assert_int_equal(st.n, 1);
+    assert_int_equal(count_entries(dir), 1);
+
+    unlink(path);
+    rmdir(dir);
+    free(dir);
+    free(got);
+    free(want);
+    tg_tape_free(tp);
+    json_decref(ref);
+}
+
+static void test_round_trip_all_dtypes(void **state)
+{
+    (void)state;
+    tg_tape *tp = tg_tape_new();
+    const float f32[6] = {1.5f, -2.25f, 3e-8f, 4e30f, -0.0f, 6.0f};
+    const double f64[3] = {0.1, -1e300, 5e-324};
+    const int64_t i64[4] = {INT64_MIN, -1, 0, INT64_MAX};
+    const uint8_t u8[3] = {0, 128, 255};
+    const uint8_t b[5] = {1, 0, 0, 1, 1};
+    tg_named_tensor list[] = {
+        {"f32", tg_from_data(tp, TG_F32, 2, (int64_t[]){2, 3}, f32)},
+        {"f64", tg_from_data(tp, TG_F64, 1, (int64_t[]){3}, f64)},
+        {"i64", tg_from_data(tp, TG_I64, 2, (int64_t[]){2, 2}, i64)},
+        {"u8", tg_from_data(tp, TG_U8, 1, (int64_t[]){3}, u8)},
+        {"bool", tg_from_data(tp, TG_BOOL, 1, (int64_t[]){5}, b)},
+        {"scalar", tg_scalar(tp, TG_F64, -7.5)},
+        {"empty", tg_empty(tp, TG_I64, 3, (int64_t[]){2, 0, 4})},
+        {"n\xc3\xa4me with \"quotes\"", tg_scalar(tp, TG_F32, 1.0)},
+    };
+    int n = (int)(sizeof list / sizeof list[0]);
+    char *dir = make_tempdir();
+    char path[256];
+    snprintf(path, sizeof path, "%s/all.safetensors", dir);
+    assert_int_equal(tg_safetensors_save(path, list, n), TG_OK);
+
+    tg_tape *tp2 = tg_tape_new();
+    tg_safetensors st;
+    assert_int_equal(tg_safetensors_load(tp2, path, &st), TG_OK);
+    assert_int_equal(st.n, n);
+    for (int i = 0; i < n; i++) {
+        tg_tensor *got = tg_safetensors_get(&st, list[i].name);
+        tu_assert_ok(got);
+        assert_int_equal(got->dtype, list[i].tensor->dtype);
+        assert_ptr_equal(got->tape, tp2);
+        assert_false(got->requires_grad);
+        assert_true(tg_same_shape(got, list[i].tensor));
+        size_t nbytes = (size_t)tg_numel(got) * tg_dtype_size(got->dtype);
+        if (nbytes) assert_memory_equal(tg_data_ptr(got), tg_data_ptr(list[i].tensor), nbytes);
+    }
+    /* Header length is a multiple of 8, padded with spaces. */
+    size_t len;
+    uint8_t *bytes = read_file(path, &len);
+    uint64_t hl = 0;
+    for (int i = 7; i >= 0; i--) hl = hl << 8 | bytes[i];
+    assert_int_equal(hl % 8, 0);
+    assert_true(bytes[8] == '{');
+    free(bytes);
+    unlink(path);
+    rmdir(dir);
+    free(dir);
+    tg_tape_free(tp2);
+    tg_tape_free(tp);
+}
+
+static void test_empty_file(void **state)
+{
+    (void)state;
+    tg_tape *tp = tg_tape_new();
+    char *dir = make_tempdir();
+    char path[256];
+    snprintf(path, sizeof path, "%s/none.safetensors", dir);
+    assert_int_equal(tg_safetensors_save(path, NULL, 0), TG_OK);
+    size_t len;
+    uint8_t *bytes = read_file(path, &len);
+    /* The reference writer's bytes for no tensors: "{}" and six spaces. */
+    const uint8_t want[16] = {8, 0, 0, 0, 0, 0, 0, 0, '{', '}', ' ', ' ', ' ', ' ', ' ', ' '};
+    assert_int_equal(len, 16);
+    assert_memory_equal(bytes, want, 16);
+    tg_safetensors st;
+    assert_int_equal(tg_safetensors_parse(tp, bytes, len, &st), TG_OK);
+    assert_int_equal(st.n, 0);
+    free(bytes);
+    unlink(path);
+    rmdir(dir);
+    free(dir);
+    tg_tape_free(tp);
+}
+
+/* ---- save and load errors ----------------------------------------------------------- */
+
+static void test_save_errors(void **state)
+{
+    (void)state;
+    tg_tape *tp = tg_tape_new();
+    tg_tensor *x = tg_scalar(tp, TG_F32, 1.0);
+    char *dir = make_tempdir();
+    char path[256];
+    snprintf(path, sizeof path, "%s/x.safetensors", dir);
+
+    tg_named_tensor dup[2] = {{"a", x}, {"a", x}};
+    tu_assert_status_error(tg_safetensors_save(path, dup, 2), "safetensors_save", "duplicate tensor name 'a'");
+    tg_named_tensor meta[1] = {{"__metadata__", x}};
+    tu_assert_status_error(tg_safetensors_save(path, meta, 1), "reserved");
+    tg_named_tensor null_tensor[1] = {{"a", NULL}};
+    tu_assert_status_error(tg_safetensors_save(path, null_tensor, 1), "'a' is NULL");
+    tg_named_tensor null_name[1] = {{NULL, x}};
+    tu_assert_status_error(tg_safetensors_save(path, null_name, 1), "NULL name");
+    tu_assert_status_error(tg_safetensors_save(NULL, dup, 1), "NULL path");
+    tu_assert_status_error(tg_safetensors_save(path, dup, -1), "negative");
+    tg_named_tensor bad_utf8[1] = {{"\xff\xfe", x}};
+    tu_assert_status_error(tg_safetensors_save(path, bad_utf8, 1), "UTF-8");
+    assert_int_equal(count_entries(dir), 0);
+
+    /* A directory in the way: the rename fails and the temporary file goes. */
+    char sub[256], inner[300];
+    snprintf(sub, sizeof sub, "%s/sub", dir);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    snprintf(inner, sizeof inner, "%s/keep", sub);
+    FILE *keep = fopen(inner, "w");
+    assert_non_null(keep);
+    fclose(keep);
+    tg_named_tensor one[1] = {{"a", x}};
+    int rc = tg_safetensors_save(sub, one, 1);
+    assert_int_equal(rc, TG_EIO);
+    tu_assert_status_error(rc, "safetensors_save", "rename");
+    assert_int_equal(count_entries(dir), 1); /* only sub/ */
+
+    snprintf(path, sizeof path, "%s/no/such/dir/x.safetensors", dir);
+    rc = tg_safetensors_save(path, one, 1);
+    assert_int_equal(rc, TG_EIO);
+    tu_assert_status_error(rc, "temporary file");
+
+    tg_safetensors st;
+    rc = tg_safetensors_load(tp, path, &st);
+    assert_int_equal(rc, TG_EIO);
+    tu_assert_status_error(rc, "cannot open");
+    tu_assert_status_error(tg_safetensors_load(tp, sub, &st), "not a regular file");
+    tu_assert_status_error(tg_safetensors_load(tp, NULL, &st), "NULL path");
+
+    unlink(inner);
+    rmdir(sub);
+    rmdir(dir);
+    free(dir);
+    tg_tape_free(tp);
+}
+
+static void test_get(void **state)
+{
+    (void)state;
+    tg_tape *tp = tg_tape_new();
+    const char *h = "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}";
+    size_t len;
+    uint8_t *b = image(h, -1, "\x05\x06", 2, &len);
+    tg_safetensors st;
+    assert_int_equal(tg_safetensors_parse(tp, b, len, &st), TG_OK);
+    tg_tensor *a = tg_safetensors_get(&st, "a");
+    tu_assert_ok(a);
+    assert_int_equal((int)tg_item_at(a, 1), 6);
+    tu_assert_null_error(tg_safetensors_get(&st, "b"), "no tensor named 'b'");
+    tu_assert_null_error(tg_safetensors_get(NULL, "a"), "NULL");
+    free(b);
+    tg_tape_free(tp);
+}
+
+/* ---- malformed files: one per rule ------------------------------------------------- */
+
+#define T(name, dtype, shape, offs) "\"" name "\":{\"dtype\":\"" dtype "\",\"shape\":" shape ",\"data_offsets\":" offs "}"
+
+static void test_malformed_sizes(void **state)
+{
+    (void)state;
+    tg_tape *tp = tg_tape_new();
+    tg_safetensors st;
+    const uint8_t five[5] = {1, 2, 3, 4, 5};
+    tu_assert_status_error(tg_safetensors_parse(tp, five, 5, &st), "safetensors_parse", "shorter than the 8-byte");
+    int rc = tg_safetensors_parse(tp, five, 5, &st);
+    assert_int_equal(rc, TG_EFORMAT);
+
+    size_t len;
+    uint8_t *b = image("{}", 100000001LL, NULL, 8, &len);
+    tu_assert_status_error(tg_safetensors_parse(tp, b, len, &st), "header length 100000001 is too large");
+    free(b);
+    b = image("{}", INT64_MAX, NULL, 0, &len);
+    tu_assert_status_error(tg_safetensors_parse(tp, b, len, &st), "too large");
+    free(b);
+    b = image("{}      ", 100, NULL, 0, &len);
+    tu_assert_status_error(tg_safetensors_parse(tp, b, len, &st), "header length 100 runs past the end");
+    free(b);
+    tu_assert_status_error(tg_safetensors_parse(tp, NULL, 0, &st), "NULL");
+    tu_assert_status_error(tg_safetensors_parse(NULL, five, 5, &st), "NULL");
+    tg_tape_free(tp);
+}
+
+static void test_malformed_json(void **state)
+{
+    (void)state;
+    tg_safetensors st;
+    tu_assert_status_error(parse_image("{\"a\":", 0, &st), "invalid JSON header");
+    tu_assert_status_error(parse_image("{} x", 0, &st), "invalid JSON header");
+    tu_assert_status_error(parse_image("{\"\xff\":1}", 0, &st), "invalid JSON header");
+    tu_assert_status_error(parse_image("[1, 2]", 0, &st), "header is not a JSON object");
+    tu_assert_status_error(parse_image("\"str\"", 0, &st), "invalid JSON header"); /* jansson rejects bare values */
+    tu_assert_status_error(parse_image("{" T("a", "U8", "[1]", "[0,1]") "," T("a", "U8", "[1]", "[1,2]") "}", 2, &st),
+                           "duplicate name");
+    tu_assert_status_error(parse_image("{\"a\":5}", 0, &st), "entry 'a' is not an object");
+    tu_assert_status_error(parse_image("{\"__metadata__\":{\"format\":\"pt\",\"k\":1}}", 0, &st),
+                           "__metadata__ value for key 'k' is not a string");
+    tu_assert_status_error(parse_image("{\"__metadata__\":[\"pt\"]}", 0, &st), "__metadata__ is not an object");
+    /* Valid metadata and trailing padding are fine. */
+    assert_int_equal(parse_image("{\"__metadata__\":{\"format\":\"pt\"}}    ", 0, &st), TG_OK);
+}
+
+static void test_malformed_entries(void **state)
+{
+    (void)state;
+    tg_safetensors st;
+    tu_assert_status_error(parse_image("{" T("w", "F16", "[2]", "[0,4]") "}", 4, &st),
+                           "tensor 'w'", "unknown dtype 'F16'");
+    tu_assert_status_error(parse_image("{\"w\":{\"shape\":[1],\"data_offsets\":[0,4]}}", 4, &st),
+                           "dtype missing");
+    tu_assert_status_error(parse_image("{" T("w", "F32", "3", "[0,12]") "}", 12, &st),
+                           "shape is not an array of non-negative integers");
+    tu_assert_status_error(parse_image("{" T("w", "F32", "[-1]", "[0,0]") "}", 0, &st),
+                           "shape is not an array of non-negative integers");
+    tu_assert_status_error(parse_image("{" T("w", "F32", "[1.5]", "[0,4]") "}", 4, &st),
+                           "shape is not an array of non-negative integers");
+    tu_assert_status_error(parse_image("{" T("w", "F32", "[1,1,1,1,1,1,1,1,1]", "[0,4]") "}", 4, &st),
+                           "9 dims, more than 8");
+    tu_assert_status_error(
+        parse_image("{" T("w", "F64", "[4294967296,4294967296,4294967296]", "[0,8]") "}", 8, &st),
+        "shape overflows");
+    tu_assert_status_error(parse_image("{" T("w", "U8", "[4]", "[0]") "}", 4, &st),
+                           "data_offsets is not two non-negative integers");
+    tu_assert_status_error(parse_image("{" T("w", "U8", "[4]", "[0,4,8]") "}", 4, &st),
+                           "data_offsets is not two non-negative integers");
+    tu_assert_status_error(parse_image("{" T("w", "U8", "[4]", "[0,\"4\"]") "}", 4, &st),
+                           "data_offsets is not two non-negative integers");
+    tu_assert_status_error(parse_image("{" T("w", "U8", "[4]", "[-4,0]") "}", 4, &st),
+                           "data_offsets is not two non-negative integers");
+    tu_assert_status_error(parse_image("{\"w\":{\"dtype\":\"U8\",\"shape\":[4]}}", 4, &st),
+                           "data_offsets is not two non-negative integers");
+    tu_assert_status_error(parse_image("{" T("w", "U8", "[0]", "[8,4]") "}", 8, &st), "begin 8 > end 4");
+    tu_assert_status_error(parse_image("{" T("w", "F32", "[2]", "[0,4]") "}", 4, &st),
+                           "byte length 4 does not match shape and dtype (8 bytes)");
+}
+
+static void test_malformed_layout(void **state)
+{
+    (void)state;
+    tg_safetensors st;
+    tu_assert_status_error(parse_image("{" T("w", "F32", "[1]", "[4,8]") "}", 8, &st),
+                           "'w'", "not contiguous: starts at 4, expected 0");
+    tu_assert_status_error(
+        parse_image("{" T("a", "F32", "[2]", "[0,8]") "," T("b", "F32", "[2]", "[4,12]") "}", 12, &st),
+        "'b'", "overlap");
+    tu_assert_status_error(
+        parse_image("{" T("a", "F32", "[1]", "[0,4]") "," T("b", "F32", "[1]", "[8,12]") "}", 12, &st),
+        "'b'", "gap");
+    tu_assert_status_error(parse_image("{" T("w", "F32", "[2]", "[0,8]") "}", 4, &st),
+                           "'w'", "beyond the data buffer");
+    tu_assert_status_error(parse_image("{" T("w", "F32", "[1]", "[0,4]") "}", 8, &st),
+                           "4 trailing bytes");
+    tu_assert_status_error(parse_image("{}", 3, &st), "3 trailing bytes");
+
+    /* Header order need not be data order. */
+    assert_int_equal(
+        parse_image("{" T("b", "F32", "[1]", "[4,8]") "," T("a", "F32", "[1]", "[0,4]") "}", 8, &st), TG_OK);
+
+    /* BOOL bytes must be 0 or 1. */
+    size_t len;
+    uint8_t *b = image("{" T("m", "BOOL", "[2]", "[0,2]") "}", -1, "\x01\x02", 2, &len);
+    tg_tape *tp = tg_tape_new();
+    tu_assert_status_error(tg_safetensors_parse(tp, b, len, &st), "'m'", "not 0 or 1");
+    free(b);
+    tg_tape_free(tp);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_reference_files),
+        cmocka_unit_test(test_save_matches_reference_bytes),
+        cmocka_unit_test(test_round_trip_all_dtypes),
+        cmocka_unit_test(test_empty_file),
+        cmocka_unit_test(test_save_errors),
+        cmocka_unit_test(test_get),
+        cmocka_unit_test(test_malformed_sizes),
+        cmocka_unit_test(test_malformed_json),
+        cmocka_unit_test(test_malformed_entries),
+        cmocka_unit_test(test_malformed_layout),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
