@@ -2,13 +2,15 @@
  *
  * A whole training loop, the shape of every tapegrad program:
  *
+ *     #include <stdio.h>
  *     #include <tapegrad.h>
  *
- *     int main(void) {
+ *     int main(void)
+ *     {
  *         tg_tape *model = tg_tape_new(), *step = tg_tape_new();
  *         tg_manual_seed(123);
  *         tg_module *mha = tg_mha_new(model, 8, 8, 16, 0.0, 2, false);
- *         tg_sgd *opt = tg_sgd_new(mha, 0.1, 0.9, 0.0, 0.0, false);
+ *         tg_sgd *opt = tg_sgd_new(model, mha, (tg_sgd_options){.lr = 0.1, .momentum = 0.9});
  *         int64_t shape[3] = {4, 16, 8};
  *         for (int it = 0; it < 100; it++) {
  *             tg_tensor *x = tg_rand(step, TG_F32, 3, shape, NULL);
@@ -18,10 +20,11 @@
  *             tg_sgd_zero_grad(opt);
  *             tg_backward(loss, NULL, false);
  *             tg_sgd_step(opt);
- *             tg_tape_reset(step);   // drops every activation; no malloc next step
+ *             tg_tape_reset(step); // drops every activation: no malloc next step
  *         }
- *         tg_sgd_free(opt); tg_module_free(mha);
- *         tg_tape_free(step); tg_tape_free(model);
+ *         tg_tape_free(step);
+ *         tg_tape_free(model); // the module, its parameters and the optimizer
+ *         return 0;
  *     }
  *
  * Layers: tensor.h (tapes, tensors, generators, printing, safetensors) below

@@ -270,7 +270,7 @@ static tg_tensor *tri(const char *op, tg_tape *tp, const tg_tensor *x, int64_t d
     if (!t) return NULL;
     tg_k_copy(t, x);
     int64_t rows = x->shape[x->ndim - 2], cols = x->shape[x->ndim - 1];
-    int64_t batch = rows * cols ? tg_numel(t) / (rows * cols) : 0;
+    int64_t batch = (rows > 0 && cols > 0) ? tg_numel(t) / (rows * cols) : 0;
     size_t es = tg_dtype_size(t->dtype);
     for (int64_t b = 0; b < batch; b++)
         for (int64_t i = 0; i < rows; i++)

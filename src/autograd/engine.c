@@ -1,0 +1,261 @@
+/* The autograd engine: the op table, recording nodes on the tape, gradient
+ * buffers, and backward() as a reverse walk over the tape. */
+#include "autograd_internal.h"
+
+#include <math.h>
+
+const tg_op_def tg_ops[TG_OP_COUNT] = {
+#define TG_OP(id, name, fn) [TG_OP_##id] = {name, fn},
+#include "ops.def"
+#undef TG_OP
+};
+
+static _Thread_local bool grad_disabled;
+
+bool tg_is_grad_enabled(void) { return !grad_disabled; }
+
+bool tg_set_grad_enabled(bool enabled)
+{
+    bool prev = !grad_disabled;
+    grad_disabled = !enabled;
+    return prev;
+}
+
+const char *tg__node_name(const tg_node *n) { return n ? tg_ops[n->op].name : NULL; }
+const char *tg_grad_fn_name(const tg_tensor *x) { return x ? tg__node_name(x->grad_fn) : NULL; }
+bool tg_is_leaf(const tg_tensor *x) { return x && !x->grad_fn; }
+
+int tg_requires_grad_(tg_tensor *x, bool requires_grad)
+{
+    if (!x) return tg_error_status(TG_EINVAL, "requires_grad_: NULL tensor");
+    if (x->grad_fn)
+        return tg_error_status(TG_EINVAL, "requires_grad_: only leaf tensors can change requires_grad");
+    if (requires_grad && !tg__is_float(x->dtype))
+        return tg_error_status(TG_EINVAL, "requires_grad_: only floating point tensors can require "
+                                          "gradients (got %s)", tg_dtype_name(x->dtype));
+    x->requires_grad = requires_grad;
+    return TG_OK;
+}
+
+tg_tensor *tg_detach(tg_tape *tp, tg_tensor *x)
+{
+    if (!x) return tg_error("detach: NULL input");
+    return tg__alias(tp, x);
+}
+
+void tg_zero_grad(tg_tensor *x)
+{
+    if (x && x->grad) memset(x->grad->data, 0, (size_t)tg_numel(x->grad) * tg_dtype_size(x->grad->dtype));
+}
+
+bool tg__check_float(const char *op, const tg_tensor *x)
+{
+    if (!tg__is_float(x->dtype)) {
+        tg_error("%s: expected a float32 or float64 tensor, got %s", op, tg_dtype_name(x->dtype));
+        return false;
+    }
+    return true;
+}
+
+bool tg__check_same_dtype(const char *op, const tg_tensor *a, const tg_tensor *b)
+{
+    if (!tg__check_float(op, a) || !tg__check_float(op, b)) return false;
+    if (a->dtype != b->dtype) {
+        tg_error("%s: dtype mismatch: %s and %s", op, tg_dtype_name(a->dtype), tg_dtype_name(b->dtype));
+        return false;
+    }
+    return true;
+}
+
+tg_tensor *tg__new_like(tg_tape *tp, const tg_tensor *x) { return tg_empty(tp, x->dtype, x->ndim, x->shape); }
+
+/* ---- recording ------------------------------------------------------------------ */
+
+tg_node *tg__record(tg_tape *tp, tg_op_id op, tg_tensor *out, int nin, tg_tensor *const *in, bool *err)
+{
+    *err = false;
+    if (grad_disabled) return NULL;
+    bool any = false;
+    for (int i = 0; i < nin; i++) any |= tg__needs_grad(in[i]);
+    if (!any) return NULL;
+    tg_node *n = tg_tape_alloc(tp, sizeof *n, true);
+    tg_tensor **ins = n ? tg_tape_alloc(tp, sizeof *ins * (size_t)(nin > 0 ? nin : 1), false) : NULL;
+    if (!n || !ins) {
+        *err = true;
+        return NULL;
+    }
+    for (int i = 0; i < nin; i++) ins[i] = in[i];
+    n->op = op;
+    n->tape = tp;
+    n->out = out;
+    n->in = ins;
+    n->nin = nin;
+    n->prev = tg__tape_last_node(tp);
+    tg__tape_set_last_node(tp, n);
+    out->grad_fn = n;
+    out->requires_grad = true;
+    return n;
+}
+
+/* ---- gradient buffers ------------------------------------------------------------ */
+
+tg_tensor *tg__grad_buf(tg_tensor *t, bool *fresh, bool zero)
+{
+    if (!tg__needs_grad(t)) return NULL;
+    tg_tensor **slot = t->grad_fn ? &t->grad_fn->grad : &t->grad;
+    *fresh = false;
+    if (!*slot) {
+        /* A leaf's gradient outlives the step: it lives in the leaf's tape. */
+        tg_tape *tp = t->grad_fn ? t->grad_fn->tape : t->tape;
+        tg_tensor *g = tg_empty(tp, t->dtype, t->ndim, t->shape);
+        if (!g) return NULL;
+        if (zero)
+            memset(g->data, 0, (size_t)tg_numel(g) * tg_dtype_size(g->dtype));
+        else
+            *fresh = true;
+        *slot = g;
+    }
+    return *slot;
+}
+
+void tg__accum(tg_tensor *t, const tg_tensor *g)
+{
+    if (!tg__needs_grad(t) || !g) return;
+    bool fresh;
+    bool same = tg_same_shape(t, g);
+    tg_tensor *buf = tg__grad_buf(t, &fresh, !same);
+    if (!buf) return;
+    if (same) {
+        if (fresh)
+            tg_k_copy(buf, g);
+        else
+            tg_k_axpy(buf, g, 1.0);
+        return;
+    }
+    /* g has t's shape broadcast: sum the extra leading dims and the dims where
+     * t has size 1, viewing buf with g's rank. */
+    tg_tensor view = *buf;
+    view.ndim = g->ndim;
+    int lead = g->ndim - t->ndim;
+    for (int d = 0; d < g->ndim; d++) {
+        view.shape[d] = d < lead ? 1 : t->shape[d - lead];
+    }
+    tg__contiguous_strides(view.ndim, view.shape, view.stride);
+    tg_tensor *tmp = tg_empty(g->tape ? g->tape : buf->tape, buf->dtype, view.ndim, view.shape);
+    if (!tmp) return;
+    tg_k_sum_to(tmp, g);
+    tg_k_axpy(&view, tmp, 1.0);
+}
+
+/* ---- backward ---------------------------------------------------------------------- */
+
+int tg_backward(tg_tensor *root, const tg_tensor *grad, bool retain_graph)
+{
+    if (!root) return tg_error_status(TG_EINVAL, "backward: NULL tensor");
+    if (!root->requires_grad)
+        return tg_error_status(TG_EINVAL, "backward: element 0 of tensors does not require grad and "
+                                          "does not have a grad_fn");
+    if (!grad && tg_numel(root) != 1)
+        return tg_error_status(TG_EINVAL, "backward: grad can be implicitly created only for scalar "
+                                          "outputs (got shape %s)",
+                               tg_shape_str(root, (char[64]){0}, 64));
+    if (grad && !tg_same_shape(grad, root))
+        return tg_error_status(TG_EINVAL, "backward: grad shape %s does not match output shape %s",
+                               tg_shape_str(grad, (char[64]){0}, 64), tg_shape_str(root, (char[64]){0}, 64));
+    if (grad && grad->dtype != root->dtype)
+        return tg_error_status(TG_EINVAL, "backward: grad dtype %s does not match output dtype %s",
+                               tg_dtype_name(grad->dtype), tg_dtype_name(root->dtype));
+    tg_node *rn = root->grad_fn;
+    tg_tape *tp = rn ? rn->tape : root->tape;
+    tg_tensor *seed = grad ? (tg_tensor *)grad : tg_ones(tp, root->dtype, root->ndim, root->shape);
+    if (!seed) return TG_ENOMEM;
+    if (!rn) {
+        tg__accum(root, seed);
+        return TG_OK;
+    }
+    if (rn->released)
+        return tg_error_status(TG_ESTATE, "backward: trying to backward through the graph a second "
+                                          "time; pass retain_graph=true the first time");
+    /* Gradients of the previous backward through this tape start from zero. */
+    for (tg_node *n = tg__tape_last_node(tp); n; n = n->prev) n->grad = NULL;
+    bool prev = tg_set_grad_enabled(false);
+    tg_clear_error();
+    tg__accum(root, seed);
+    int status = TG_OK;
+    for (tg_node *n = rn; n; n = n->prev) {
+        if (!n->grad) continue;
+        if (n->released) {
+            status = tg_error_status(TG_ESTATE, "backward: trying to backward through the graph a "
+                                                "second time (node %s); pass retain_graph=true the "
+                                                "first time", tg_ops[n->op].name);
+            break;
+        }
+        tg_ops[n->op].backward(n);
+        if (tg_last_error()[0]) {
+            status = TG_ENOMEM;
+            break;
+        }
+        if (!retain_graph) n->released = true;
+        n->grad = NULL; /* dropped: nothing reads it again */
+    }
+    tg_set_grad_enabled(prev);
+    return status;
+}
+
+/* ---- in-place, unrecorded ------------------------------------------------------------ */
+
+static int check_inplace(const char *op, const tg_tensor *x)
+{
+    if (!x) return tg_error_status(TG_EINVAL, "%s: NULL tensor", op);
+    if (x->requires_grad && tg_is_grad_enabled())
+        return tg_error_status(TG_EINVAL, "%s: a tensor that requires grad is being used in an "
+                                          "in-place operation (use no-grad mode)", op);
+    return TG_OK;
+}
+
+int tg_copy_(tg_tensor *dst, const tg_tensor *src)
+{
+    int s = check_inplace("copy_", dst);
+    if (s) return s;
+    if (!src) return tg_error_status(TG_EINVAL, "copy_: NULL source");
+    int64_t shape[TG_MAX_DIMS];
+    int nd = tg__broadcast_shape("copy_", dst->ndim, dst->shape, src->ndim, src->shape, shape);
+    if (nd < 0) return TG_EINVAL;
+    bool ok = nd == dst->ndim;
+    for (int d = 0; ok && d < nd; d++) ok = shape[d] == dst->shape[d];
+    if (!ok)
+        return tg_error_status(TG_EINVAL, "copy_: source %s does not broadcast to %s",
+                               tg_shape_str(src, (char[64]){0}, 64), tg_shape_str(dst, (char[64]){0}, 64));
+    tg_k_copy(dst, src);
+    return TG_OK;
+}
+
+int tg_fill_(tg_tensor *x, double value)
+{
+    int s = check_inplace("fill_", x);
+    if (s) return s;
+    tg_k_fill(x, value);
+    return TG_OK;
+}
+
+int tg_add_(tg_tensor *x, const tg_tensor *y, double alpha)
+{
+    int s = check_inplace("add_", x);
+    if (s) return s;
+    if (!y) return tg_error_status(TG_EINVAL, "add_: NULL operand");
+    if (!tg_same_shape(x, y))
+        return tg_error_status(TG_EINVAL, "add_: shapes %s and %s differ", tg_shape_str(x, (char[64]){0}, 64),
+                               tg_shape_str(y, (char[64]){0}, 64));
+    if (!tg__check_same_dtype("add_", x, y)) return TG_EINVAL;
+    tg_k_axpy(x, y, alpha);
+    return TG_OK;
+}
+
+int tg_mul_scalar_(tg_tensor *x, double s)
+{
+    int st = check_inplace("mul_", x);
+    if (st) return st;
+    if (!tg__check_float("mul_", x)) return TG_EINVAL;
+    tg_k_binary_scalar(x, x, s, TG_BIN_MUL, false);
+    return TG_OK;
+}

@@ -1,0 +1,414 @@
+/* Elementwise ops with PyTorch broadcasting: forward, shape rule and backward
+ * side by side. */
+#include "autograd_internal.h"
+
+#include <math.h>
+
+/* Computes x op y (broadcast) and adds it into t's gradient; writes straight
+ * into a fresh gradient buffer when the shapes allow. */
+static void accum_binary(tg_node *n, tg_tensor *t, const tg_tensor *x, const tg_tensor *y, tg_binop op)
+{
+    if (!tg__needs_grad(t)) return;
+    int64_t shape[TG_MAX_DIMS];
+    int nd = tg__broadcast_shape("backward", x->ndim, x->shape, y->ndim, y->shape, shape);
+    tg_tensor *tmp = tg_empty(tg__btape(n), x->dtype, nd, shape);
+    if (!tmp) return;
+    tg_k_binary(tmp, x, y, op);
+    tg__accum(t, tmp);
+}
+
+static void accum_scaled(tg_node *n, tg_tensor *t, const tg_tensor *g, double s, tg_binop op)
+{
+    if (!tg__needs_grad(t)) return;
+    tg_tensor *tmp = tg__new_like(tg__btape(n), g);
+    if (!tmp) return;
+    tg_k_binary_scalar(tmp, g, s, op, false);
+    tg__accum(t, tmp);
+}
+
+/* ---- binary tensor ops --------------------------------------------------------------- */
+
+static tg_tensor *binary(tg_tape *tp, const char *name, tg_op_id id, tg_binop bop, tg_tensor *a, tg_tensor *b)
+{
+    if (!a || !b) return tg_error("%s: NULL input", name);
+    if (!tg__check_same_dtype(name, a, b)) return NULL;
+    int64_t shape[TG_MAX_DIMS];
+    char sa[64], sb[64];
+    int nd = tg__broadcast_shape(name, a->ndim, a->shape, b->ndim, b->shape, shape);
+    if (nd < 0)
+        return tg_error("%s: shapes %s and %s are not broadcastable", name, tg_shape_str(a, sa, 64),
+                        tg_shape_str(b, sb, 64));
+    tg_tensor *out = tg_empty(tp, a->dtype, nd, shape);
+    if (!out) return NULL;
+    tg_k_binary(out, a, b, bop);
+    bool err;
+    tg_tensor *in[2] = {a, b};
+    tg_node *n = tg__record(tp, id, out, 2, in, &err);
+    if (err) return NULL;
+    if (n) {
+        n->saved[0] = a;
+        n->saved[1] = b;
+    }
+    return out;
+}
+
+tg_tensor *tg_add(tg_tape *tp, tg_tensor *a, tg_tensor *b) { return binary(tp, "add", TG_OP_ADD, TG_BIN_ADD, a, b); }
+tg_tensor *tg_sub(tg_tape *tp, tg_tensor *a, tg_tensor *b) { return binary(tp, "sub", TG_OP_SUB, TG_BIN_SUB, a, b); }
+tg_tensor *tg_mul(tg_tape *tp, tg_tensor *a, tg_tensor *b) { return binary(tp, "mul", TG_OP_MUL, TG_BIN_MUL, a, b); }
+tg_tensor *tg_div(tg_tape *tp, tg_tensor *a, tg_tensor *b) { return binary(tp, "div", TG_OP_DIV, TG_BIN_DIV, a, b); }
+
+/* forward: y = a + b; so da = dy, db = dy (summed over broadcast dims) */
+void tg__add_backward(tg_node *n)
+{
+    tg__accum(n->in[0], n->grad);
+    tg__accum(n->in[1], n->grad);
+}
+
+/* forward: y = a - b; so da = dy, db = -dy */
+void tg__sub_backward(tg_node *n)
+{
+    tg__accum(n->in[0], n->grad);
+    accum_scaled(n, n->in[1], n->grad, -1.0, TG_BIN_MUL);
+}
+
+/* forward: y = a * b; so da = dy * b, db = dy * a */
+void tg__mul_backward(tg_node *n)
+{
+    accum_binary(n, n->in[0], n->grad, n->saved[1], TG_BIN_MUL);
+    accum_binary(n, n->in[1], n->grad, n->saved[0], TG_BIN_MUL);
+}
+
+/* forward: y = a / b; so da = dy / b, db = -dy * a / b^2 */
+void tg__div_backward(tg_node *n)
+{
+    accum_binary(n, n->in[0], n->grad, n->saved[1], TG_BIN_DIV);
+    if (tg__needs_grad(n->in[1])) {
+        tg_tape *tp = tg__btape(n);
+        const tg_tensor *a = n->saved[0], *b = n->saved[1];
+        tg_tensor *t = tg__new_like(tp, n->grad);
+        if (!t) return;
+        tg_k_binary(t, n->grad, a, TG_BIN_MUL);
+        tg_k_binary(t, t, b, TG_BIN_DIV);
+        tg_k_binary(t, t, b, TG_BIN_DIV);
+        tg_k_binary_scalar(t, t, -1.0, TG_BIN_MUL, false);
+        tg__accum(n->in[1], t);
+    }
+}
+
+/* ---- tensor-scalar ops ------------------------------------------------------------------ */
+
+static tg_tensor *scalar_op(tg_tape *tp, const char *name, tg_op_id id, tg_binop bop, bool rev, tg_tensor *a,
+                            double s)
+{
+    if (!a) return tg_error("%s: NULL input", name);
+    if (!tg__check_float(name, a)) return NULL;
+    tg_tensor *out = tg__new_like(tp, a);
+    if (!out) return NULL;
+    tg_k_binary_scalar(out, a, s, bop, rev);
+    bool err;
+    tg_node *n = tg__record(tp, id, out, 1, &a, &err);
+    if (err) return NULL;
+    if (n) {
+        n->saved[0] = a;
+        n->saved[1] = out;
+        n->darg[0] = s;
+    }
+    return out;
+}
+
+tg_tensor *tg_add_scalar(tg_tape *tp, tg_tensor *a, double s)
+{
+    return scalar_op(tp, "add", TG_OP_ADD_SCALAR, TG_BIN_ADD, false, a, s);
+}
+tg_tensor *tg_sub_scalar(tg_tape *tp, tg_tensor *a, double s)
+{
+    return scalar_op(tp, "sub", TG_OP_SUB_SCALAR, TG_BIN_SUB, false, a, s);
+}
+tg_tensor *tg_rsub_scalar(tg_tape *tp, tg_tensor *a, double s)
+{
+    return scalar_op(tp, "rsub", TG_OP_RSUB, TG_BIN_SUB, true, a, s);
+}
+tg_tensor *tg_mul_scalar(tg_tape *tp, tg_tensor *a, double s)
+{
+    return scalar_op(tp, "mul", TG_OP_MUL_SCALAR, TG_BIN_MUL, false, a, s);
+}
+tg_tensor *tg_div_scalar(tg_tape *tp, tg_tensor *a, double s)
+{
+    return scalar_op(tp, "div", TG_OP_DIV_SCALAR, TG_BIN_DIV, false, a, s);
+}
+tg_tensor *tg_pow_scalar(tg_tape *tp, tg_tensor *a, double e)
+{
+    return scalar_op(tp, "pow", TG_OP_POW_SCALAR, TG_BIN_POW, false, a, e);
+}
+
+/* forward: y = a + s (or a - s); so da = dy */
+void tg__add_scalar_backward(tg_node *n) { tg__accum(n->in[0], n->grad); }
+
+/* forward: y = s - a; so da = -dy */
+void tg__rsub_backward(tg_node *n) { accum_scaled(n, n->in[0], n->grad, -1.0, TG_BIN_MUL); }
+
+/* forward: y = a * s (or a / s); so da = dy * s (or dy / s) */
+void tg__mul_scalar_backward(tg_node *n)
+{
+    accum_scaled(n, n->in[0], n->grad, n->darg[0], n->op == TG_OP_DIV_SCALAR ? TG_BIN_DIV : TG_BIN_MUL);
+}
+
+/* forward: y = a^p; so da = dy * p * a^(p-1) */
+void tg__pow_scalar_backward(tg_node *n)
+{
+    double p = n->darg[0];
+    if (p == 0) {
+        accum_scaled(n, n->in[0], n->grad, 0.0, TG_BIN_MUL);
+        return;
+    }
+    tg_tensor *t = tg__new_like(tg__btape(n), n->saved[0]);
+    if (!t) return;
+    tg_k_binary_scalar(t, n->saved[0], p - 1.0, TG_BIN_POW, false);
+    tg_k_binary_scalar(t, t, p, TG_BIN_MUL, false);
+    tg_k_binary(t, t, n->grad, TG_BIN_MUL);
+    tg__accum(n->in[0], t);
+}
+
+/* ---- unary ops ------------------------------------------------------------------------------ */
+
+static tg_tensor *unary(tg_tape *tp, const char *name, tg_op_id id, tg_unop uop, tg_tensor *a)
+{
+    if (!a) return tg_error("%s: NULL input", name);
+    if (!tg__check_float(name, a)) return NULL;
+    tg_tensor *out = tg__new_like(tp, a);
+    if (!out) return NULL;
+    tg_k_unary(out, a, uop);
+    bool err;
+    tg_node *n = tg__record(tp, id, out, 1, &a, &err);
+    if (err) return NULL;
+    if (n) {
+        n->saved[0] = a;
+        n->saved[1] = out;
+    }
+    return out;
+}
+
+tg_tensor *tg_neg(tg_tape *tp, tg_tensor *a) { return unary(tp, "neg", TG_OP_NEG, TG_UN_NEG, a); }
+tg_tensor *tg_exp(tg_tape *tp, tg_tensor *a) { return unary(tp, "exp", TG_OP_EXP, TG_UN_EXP, a); }
+tg_tensor *tg_log(tg_tape *tp, tg_tensor *a) { return unary(tp, "log", TG_OP_LOG, TG_UN_LOG, a); }
+tg_tensor *tg_sqrt(tg_tape *tp, tg_tensor *a) { return unary(tp, "sqrt", TG_OP_SQRT, TG_UN_SQRT, a); }
+tg_tensor *tg_tanh(tg_tape *tp, tg_tensor *a) { return unary(tp, "tanh", TG_OP_TANH, TG_UN_TANH, a); }
+tg_tensor *tg_relu(tg_tape *tp, tg_tensor *a) { return unary(tp, "relu", TG_OP_RELU, TG_UN_RELU, a); }
+tg_tensor *tg_gelu(tg_tape *tp, tg_tensor *a) { return unary(tp, "gelu", TG_OP_GELU, TG_UN_GELU, a); }
+
+/* forward: y = -a; so da = -dy */
+void tg__neg_backward(tg_node *n) { accum_scaled(n, n->in[0], n->grad, -1.0, TG_BIN_MUL); }
+
+/* forward: y = exp(a); so da = dy * y */
+void tg__exp_backward(tg_node *n) { accum_binary(n, n->in[0], n->grad, n->saved[1], TG_BIN_MUL); }
+
+/* forward: y = log(a); so da = dy / a */
+void tg__log_backward(tg_node *n) { accum_binary(n, n->in[0], n->grad, n->saved[0], TG_BIN_DIV); }
+
+/* forward: y = sqrt(a); so da = dy / (2 y) */
+void tg__sqrt_backward(tg_node *n)
+{
+    tg_tensor *t = tg__new_like(tg__btape(n), n->grad);
+    if (!t) return;
+    tg_k_binary(t, n->grad, n->saved[1], TG_BIN_DIV);
+    tg_k_binary_scalar(t, t, 2.0, TG_BIN_DIV, false);
+    tg__accum(n->in[0], t);
+}
+
+/* forward: y = tanh(a); so da = dy * (1 - y^2) */
+void tg__tanh_backward(tg_node *n)
+{
+    tg_tensor *t = tg__new_like(tg__btape(n), n->grad);
+    if (!t) return;
+    tg_k_binary(t, n->saved[1], n->saved[1], TG_BIN_MUL);
+    tg_k_binary_scalar(t, t, 1.0, TG_BIN_SUB, true);
+    tg_k_binary(t, t, n->grad, TG_BIN_MUL);
+    tg__accum(n->in[0], t);
+}
+
+/* forward: y = max(a, 0); so da = dy * (y > 0) */
+void tg__relu_backward(tg_node *n)
+{
+    tg_tape *tp = tg__btape(n);
+    tg_tensor *mask = tg_empty(tp, TG_BOOL, n->saved[1]->ndim, n->saved[1]->shape);
+    tg_tensor *zero = tg_scalar(tp, n->grad->dtype, 0.0);
+    tg_tensor *t = tg__new_like(tp, n->grad);
+    if (!mask || !zero || !t) return;
+    tg_k_compare(mask, n->saved[1], zero, TG_CMP_GT);
+    tg_k_where(t, mask, n->grad, zero);
+    tg__accum(n->in[0], t);
+}
+
+/* forward: y = a/2 (1 + tanh(k (a + c a^3))), k = sqrt(2/pi), c = 0.044715;
+ * so da = dy (1/2 (1 + t) + a/2 (1 - t^2) k (1 + 3 c a^2)), t = tanh(...) */
+void tg__gelu_backward(tg_node *n)
+{
+    tg_tape *tp = tg__btape(n);
+    const tg_tensor *a = n->saved[0];
+    tg_tensor *t = tg_empty(tp, TG_F64, a->ndim, a->shape);
+    tg_tensor *g = tg_empty(tp, TG_F64, a->ndim, a->shape);
+    if (!t || !g) return;
+    tg_k_copy(t, a);
+    tg_k_copy(g, n->grad);
+    double *x = t->data, *d = g->data;
+    int64_t cnt = tg_numel(t);
+    const double k = 0.7978845608028654, c = 0.044715;
+    for (int64_t i = 0; i < cnt; i++) {
+        double v = x[i], th = tanh(k * (v + c * v * v * v));
+        x[i] = d[i] * (0.5 * (1 + th) + 0.5 * v * (1 - th * th) * k * (1 + 3 * c * v * v));
+    }
+    tg_tensor *r = tg__new_like(tp, n->grad);
+    if (!r) return;
+    tg_k_copy(r, t);
+    tg__accum(n->in[0], r);
+}
+
+/* ---- comparisons, where, masked_fill ------------------------------------------------------- */
+
+tg_tensor *tg_compare(tg_tape *tp, const tg_tensor *a, const tg_tensor *b, tg_cmp op)
+{
+    if (!a || !b) return tg_error("compare: NULL input");
+    if ((unsigned)op > TG_CMP_GE) return tg_error("compare: unknown comparison %d", (int)op);
+    int64_t shape[TG_MAX_DIMS];
+    char sa[64], sb[64];
+    int nd = tg__broadcast_shape("compare", a->ndim, a->shape, b->ndim, b->shape, shape);
+    if (nd < 0)
+        return tg_error("compare: shapes %s and %s are not broadcastable", tg_shape_str(a, sa, 64),
+                        tg_shape_str(b, sb, 64));
+    tg_tensor *out = tg_empty(tp, TG_BOOL, nd, shape);
+    if (out) tg_k_compare(out, a, b, op);
+    return out;
+}
+
+tg_tensor *tg_compare_scalar(tg_tape *tp, const tg_tensor *a, double s, tg_cmp op)
+{
+    if (!a) return tg_error("compare: NULL input");
+    tg_tensor *b = tg_scalar(tp, TG_F64, s);
+    return b ? tg_compare(tp, a, b, op) : NULL;
+}
+
+tg_tensor *tg_where(tg_tape *tp, const tg_tensor *cond, tg_tensor *a, tg_tensor *b)
+{
+    if (!cond || !a || !b) return tg_error("where: NULL input");
+    if (cond->dtype != TG_BOOL) return tg_error("where: condition must be bool, got %s", tg_dtype_name(cond->dtype));
+    if (!tg__check_same_dtype("where", a, b)) return NULL;
+    int64_t s1[TG_MAX_DIMS], shape[TG_MAX_DIMS];
+    char sc[64], sa[64], sb[64];
+    int n1 = tg__broadcast_shape("where", a->ndim, a->shape, b->ndim, b->shape, s1);
+    int nd = n1 < 0 ? -1 : tg__broadcast_shape("where", cond->ndim, cond->shape, n1, s1, shape);
+    if (nd < 0)
+        return tg_error("where: shapes %s, %s and %s are not broadcastable", tg_shape_str(cond, sc, 64),
+                        tg_shape_str(a, sa, 64), tg_shape_str(b, sb, 64));
+    tg_tensor *out = tg_empty(tp, a->dtype, nd, shape);
+    if (!out) return NULL;
+    tg_k_where(out, cond, a, b);
+    bool err;
+    tg_tensor *in[2] = {a, b};
+    tg_node *n = tg__record(tp, TG_OP_WHERE, out, 2, in, &err);
+    if (err) return NULL;
+    if (n) n->saved[0] = (tg_tensor *)cond;
+    return out;
+}
+
+/* dy where cond (or where !cond), zero elsewhere, added into t's gradient. */
+static void accum_masked(tg_node *n, tg_tensor *t, const tg_tensor *cond, bool keep_true)
+{
+    if (!tg__needs_grad(t)) return;
+    tg_tape *tp = tg__btape(n);
+    tg_tensor *zero = tg_scalar(tp, n->grad->dtype, 0.0);
+    tg_tensor *r = tg__new_like(tp, n->grad);
+    if (!zero || !r) return;
+    if (keep_true)
+        tg_k_where(r, cond, n->grad, zero);
+    else
+        tg_k_where(r, cond, zero, n->grad);
+    tg__accum(t, r);
+}
+
+/* forward: y = where(c, a, b); so da = where(c, dy, 0), db = where(c, 0, dy) */
+void tg__where_backward(tg_node *n)
+{
+    accum_masked(n, n->in[0], n->saved[0], true);
+    accum_masked(n, n->in[1], n->saved[0], false);
+}
+
+tg_tensor *tg_masked_fill(tg_tape *tp, tg_tensor *x, const tg_tensor *mask, double value)
+{
+    if (!x || !mask) return tg_error("masked_fill: NULL input");
+    if (!tg__check_float("masked_fill", x)) return NULL;
+    if (mask->dtype != TG_BOOL)
+        return tg_error("masked_fill: mask must be bool, got %s", tg_dtype_name(mask->dtype));
+    int64_t shape[TG_MAX_DIMS];
+    char sx[64], sm[64];
+    int nd = tg__broadcast_shape("masked_fill", x->ndim, x->shape, mask->ndim, mask->shape, shape);
+    bool ok = nd == x->ndim;
+    for (int d = 0; ok && d < nd; d++) ok = shape[d] == x->shape[d];
+    if (!ok)
+        return tg_error("masked_fill: mask %s does not broadcast to input %s", tg_shape_str(mask, sm, 64),
+                        tg_shape_str(x, sx, 64));
+    tg_tensor *out = tg__new_like(tp, x);
+    tg_tensor *fill = tg_scalar(tp, x->dtype, value);
+    if (!out || !fill) return NULL;
+    tg_k_where(out, mask, fill, x);
+    bool err;
+    tg_node *n = tg__record(tp, TG_OP_MASKED_FILL, out, 1, &x, &err);
+    if (err) return NULL;
+    if (n) n->saved[0] = (tg_tensor *)mask;
+    return out;
+}
+
+/* forward: y = masked_fill(x, mask, v); so dx = where(mask, 0, dy) */
+void tg__masked_fill_backward(tg_node *n) { accum_masked(n, n->in[0], n->saved[0], false); }
+
+/* ---- dropout ------------------------------------------------------------------------------------ */
+
+tg_tensor *tg_dropout(tg_tape *tp, tg_tensor *x, double p, tg_generator *g)
+{
+    if (!x) return tg_error("dropout: NULL input");
+    if (!(p >= 0 && p < 1)) return tg_error("dropout: probability %g is outside [0, 1)", p);
+    if (!tg__check_float("dropout", x)) return NULL;
+    if (p == 0) return x;
+    /* The scaled keep-mask m (0 or 1/(1-p)) is the only thing saved. */
+    tg_tensor *m = tg__new_like(tp, x);
+    if (!m || tg_uniform_(m, 0.0, 1.0, g) != TG_OK) return NULL;
+    double scale = 1.0 / (1.0 - p);
+    int64_t cnt = tg_numel(m);
+    if (m->dtype == TG_F32) {
+        float *d = m->data, fp = (float)p, fs = (float)scale;
+        for (int64_t i = 0; i < cnt; i++) d[i] = d[i] < fp ? 0.0f : fs;
+    } else {
+        double *d = m->data;
+        for (int64_t i = 0; i < cnt; i++) d[i] = d[i] < p ? 0.0 : scale;
+    }
+    tg_tensor *out = tg__new_like(tp, x);
+    if (!out) return NULL;
+    tg_k_binary(out, x, m, TG_BIN_MUL);
+    bool err;
+    tg_node *n = tg__record(tp, TG_OP_DROPOUT, out, 1, &x, &err);
+    if (err) return NULL;
+    if (n) n->saved[0] = m;
+    return out;
+}
+
+/* forward: y = x * m; so dx = dy * m */
+void tg__dropout_backward(tg_node *n) { accum_binary(n, n->in[0], n->grad, n->saved[0], TG_BIN_MUL); }
+
+/* ---- a deliberately wrong op, for the gradcheck test ---------------------------------------------- */
+
+/* forward: y = x * x (via the mul kernel); the "backward" claims dx = dy * x,
+ * half the true 2 x dy. Reached only through tg__test_wrong_square. */
+tg_tensor *tg__test_wrong_square(tg_tape *tp, tg_tensor *x);
+tg_tensor *tg__test_wrong_square(tg_tape *tp, tg_tensor *x)
+{
+    if (!x) return tg_error("wrong_square: NULL input");
+    tg_tensor *out = tg__new_like(tp, x);
+    if (!out) return NULL;
+    tg_k_binary(out, x, x, TG_BIN_MUL);
+    bool err;
+    tg_node *n = tg__record(tp, TG_OP_TEST_WRONG, out, 1, &x, &err);
+    if (err) return NULL;
+    if (n) n->saved[0] = x;
+    return out;
+}
+
+void tg__test_wrong_backward(tg_node *n) { accum_binary(n, n->in[0], n->grad, n->saved[0], TG_BIN_MUL); }

@@ -1,0 +1,143 @@
+/* Batched GEMM on strided operands, through cblas_sgemm / cblas_dgemm.
+ *
+ * A matrix whose last two dims have a unit stride in either order goes to BLAS
+ * as it is: row-major with ld = stride[-2], or as the transpose of a row-major
+ * matrix with ld = stride[-1]. Anything else is copied once to a contiguous
+ * scratch in the output's tape. */
+#include "internal.h"
+
+#include <cblas.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+typedef struct {
+    const char *base; /* first element of batch 0 */
+    int64_t bstride[TG_MAX_DIMS]; /* elements, per batch dim */
+    bool trans;                   /* pass CblasTrans */
+    int64_t ld;
+} mat_desc;
+
+/* Describes x (rows x cols in its last two dims, op(x) = x^T if t) for BLAS.
+ * False if the layout needs a copy. */
+static bool describe(const tg_tensor *x, bool t, mat_desc *m)
+{
+    int n = x->ndim;
+    int64_t rows = x->shape[n - 2], cols = x->shape[n - 1];
+    int64_t sr = x->stride[n - 2], sc = x->stride[n - 1];
+    if (cols == 1) sc = 1;
+    if (rows == 1) sr = cols;
+    if (sc == 1 && sr >= (cols > 1 ? cols : 1)) {
+        m->trans = t;
+        m->ld = sr;
+    } else if (sr == 1 && sc >= (rows > 1 ? rows : 1)) {
+        m->trans = !t;
+        m->ld = sc;
+    } else {
+        return false;
+    }
+    m->base = (const char *)x->data + (size_t)x->offset * tg_dtype_size(x->dtype);
+    for (int d = 0; d < n - 2; d++) m->bstride[d] = x->shape[d] == 1 ? 0 : x->stride[d];
+    return true;
+}
+
+/* Small products: a plain triple loop beats the BLAS call overhead. */
+#define SMALL_GEMM(T, NAME)                                                                  \
+    static void NAME(int64_t M, int64_t N, int64_t K, T alpha, const T *a, int64_t ars,      \
+                     int64_t acs, const T *b, int64_t brs, int64_t bcs, T beta, T *c,         \
+                     int64_t ldc)                                                             \
+    {                                                                                         \
+        for (int64_t i = 0; i < M; i++)                                                       \
+            for (int64_t j = 0; j < N; j++) {                                                 \
+                T acc = 0;                                                                    \
+                for (int64_t k = 0; k < K; k++) acc += a[i * ars + k * acs] * b[k * brs + j * bcs]; \
+                T *o = c + i * ldc + j;                                                       \
+                *o = beta == 0 ? alpha * acc : alpha * acc + beta * *o;                       \
+            }                                                                                 \
+    }
+
+SMALL_GEMM(float, small_sgemm)
+SMALL_GEMM(double, small_dgemm)
+
+void tg_k_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
+               double beta)
+{
+    int n = c->ndim;
+    int64_t M = c->shape[n - 2], N = c->shape[n - 1];
+    int64_t K = ta ? a->shape[n - 2] : a->shape[n - 1];
+    bool f64 = c->dtype == TG_F64;
+    size_t es = tg_dtype_size(c->dtype);
+    int64_t nb = 1;
+    for (int d = 0; d < n - 2; d++) nb *= c->shape[d];
+    if (M == 0 || N == 0 || nb == 0) return;
+
+    tg_tensor ac = *a, bc = *b;
+    mat_desc da, db;
+    if (!describe(&ac, ta, &da)) {
+        tg_tensor *t = tg_empty(c->tape, a->dtype, a->ndim, a->shape);
+        if (!t) return;
+        tg_k_copy(t, a);
+        ac = *t;
+        describe(&ac, ta, &da);
+    }
+    if (!describe(&bc, tb, &db)) {
+        tg_tensor *t = tg_empty(c->tape, b->dtype, b->ndim, b->shape);
+        if (!t) return;
+        tg_k_copy(t, b);
+        bc = *t;
+        describe(&bc, tb, &db);
+    }
+    int64_t ldc = c->stride[n - 2];
+    if (M == 1) ldc = N;
+    bool small = M * N * K <= 32768;
+    bool par_batches = false;
+#ifdef _OPENMP
+    /* Many mid-size products: one per thread, BLAS single-threaded inside
+     * (OpenBLAS's OpenMP build does that in a parallel region). Big products:
+     * one at a time, BLAS threads inside. */
+    par_batches = nb >= 2 && !omp_in_parallel() && (M * N * K <= (int64_t)1 << 24 || nb >= 8);
+#endif
+    if (K == 0) {
+        /* alpha * 0 + beta * c */
+        tg_tensor cv = *c;
+        if (beta == 0)
+            tg_k_fill(&cv, 0.0);
+        else if (beta != 1)
+            tg_k_binary_scalar(&cv, &cv, beta, TG_BIN_MUL, false);
+        return;
+    }
+#pragma omp parallel for schedule(static) if (par_batches)
+    for (int64_t bi = 0; bi < nb; bi++) {
+        int64_t oa = 0, ob = 0, oc = c->offset, r = bi;
+        for (int d = n - 3; d >= 0; d--) {
+            int64_t idx = r % c->shape[d];
+            r /= c->shape[d];
+            oa += idx * da.bstride[d];
+            ob += idx * db.bstride[d];
+            oc += idx * c->stride[d];
+        }
+        const char *pa = da.base + (size_t)oa * es, *pb = db.base + (size_t)ob * es;
+        char *pc = (char *)c->data + (size_t)oc * es;
+        /* op(A) element (i,k): row-major A -> a[i*ld + k]; trans -> a[k*ld + i]. */
+        int64_t ars = da.trans ? 1 : da.ld, acs = da.trans ? da.ld : 1;
+        int64_t brs = db.trans ? 1 : db.ld, bcs = db.trans ? db.ld : 1;
+        if (small) {
+            if (f64)
+                small_dgemm(M, N, K, alpha, (const double *)pa, ars, acs, (const double *)pb, brs, bcs,
+                            beta, (double *)pc, ldc);
+            else
+                small_sgemm(M, N, K, (float)alpha, (const float *)pa, ars, acs, (const float *)pb, brs,
+                            bcs, (float)beta, (float *)pc, ldc);
+        } else if (f64) {
+            cblas_dgemm(CblasRowMajor, da.trans ? CblasTrans : CblasNoTrans,
+                        db.trans ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, alpha,
+                        (const double *)pa, (int)da.ld, (const double *)pb, (int)db.ld, beta,
+                        (double *)pc, (int)ldc);
+        } else {
+            cblas_sgemm(CblasRowMajor, da.trans ? CblasTrans : CblasNoTrans,
+                        db.trans ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, (float)alpha,
+                        (const float *)pa, (int)da.ld, (const float *)pb, (int)db.ld, (float)beta,
+                        (float *)pc, (int)ldc);
+        }
+    }
+}

@@ -1,0 +1,652 @@
+/* Elementwise, copy, reduction and softmax kernels on strided tensors.
+ *
+ * Kernels are plain functions: outputs first, inputs const, sizes taken from
+ * the tensors. Callers (src/autograd) have checked shapes and dtypes. */
+#include "internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* ---- the strided iterator ------------------------------------------------------
+ * Up to three operands seen with out's shape (inputs broadcast with stride 0),
+ * byte strides, adjacent dims merged where every operand allows it. Work is
+ * split by rows (all dims but the last) across threads for large tensors. */
+
+typedef struct {
+    int ndim, nops;
+    int64_t shape[TG_MAX_DIMS];
+    int64_t stride[3][TG_MAX_DIMS]; /* bytes */
+    char *base[3];
+    int64_t numel;
+} tg_iter;
+
+static void iter_simplify(tg_iter *it)
+{
+    int nops = it->nops;
+    /* Drop size-1 dims, then merge dim d into d+1 when contiguous for all. */
+    int n = 0;
+    for (int d = 0; d < it->ndim; d++) {
+        if (it->shape[d] == 1) continue;
+        it->shape[n] = it->shape[d];
+        for (int k = 0; k < nops; k++) it->stride[k][n] = it->stride[k][d];
+        n++;
+    }
+    if (n == 0) {
+        it->shape[0] = 1;
+        for (int k = 0; k < nops; k++) it->stride[k][0] = 0;
+        n = 1;
+    }
+    int m = 0;
+    for (int d = 1; d < n; d++) {
+        bool merge = true;
+        for (int k = 0; k < nops; k++)
+            if (it->stride[k][m] != it->stride[k][d] * it->shape[d]) merge = false;
+        if (merge) {
+            it->shape[m] *= it->shape[d];
+            for (int k = 0; k < nops; k++) it->stride[k][m] = it->stride[k][d];
+        } else {
+            m++;
+            it->shape[m] = it->shape[d];
+            for (int k = 0; k < nops; k++) it->stride[k][m] = it->stride[k][d];
+        }
+    }
+    it->ndim = m + 1;
+}
+
+static void iter_init(tg_iter *it, int nops, const tg_tensor *const *ops)
+{
+    const tg_tensor *out = ops[0];
+    it->nops = nops;
+    it->ndim = out->ndim;
+    it->numel = tg_numel(out);
+    for (int d = 0; d < out->ndim; d++) it->shape[d] = out->shape[d];
+    for (int k = 0; k < nops; k++) {
+        int64_t st[TG_MAX_DIMS];
+        tg__broadcast_strides(ops[k], out->ndim, out->shape, st);
+        size_t es = tg_dtype_size(ops[k]->dtype);
+        for (int d = 0; d < out->ndim; d++) it->stride[k][d] = st[d] * (int64_t)es;
+        it->base[k] = (char *)ops[k]->data + ops[k]->offset * (int64_t)es;
+    }
+    iter_simplify(it);
+}
+
+/* Calls fn for every innermost row: n elements, pointers and byte strides. */
+typedef void (*tg_row_fn)(void *ctx, int64_t n, char *const *p, const int64_t *s);
+
+static void iter_rows(const tg_iter *it, int64_t lo, int64_t hi, tg_row_fn fn, void *ctx)
+{
+    int nd = it->ndim;
+    int64_t inner = it->shape[nd - 1];
+    int64_t s[3];
+    for (int k = 0; k < it->nops; k++) s[k] = it->stride[k][nd - 1];
+    int64_t idx[TG_MAX_DIMS];
+    int64_t r = lo;
+    for (int d = nd - 2; d >= 0; d--) {
+        idx[d] = r % it->shape[d];
+        r /= it->shape[d];
+    }
+    for (int64_t row = lo; row < hi; row++) {
+        char *p[3];
+        for (int k = 0; k < it->nops; k++) {
+            char *q = it->base[k];
+            for (int d = 0; d < nd - 1; d++) q += idx[d] * it->stride[k][d];
+            p[k] = q;
+        }
+        fn(ctx, inner, p, s);
+        for (int d = nd - 2; d >= 0; d--) {
+            if (++idx[d] < it->shape[d]) break;
+            idx[d] = 0;
+        }
+    }
+}
+
+static void iter_run(const tg_iter *it, tg_row_fn fn, void *ctx)
+{
+    if (it->numel == 0) return;
+    int64_t rows = it->numel / it->shape[it->ndim - 1];
+#ifdef _OPENMP
+    if (it->numel >= TG_PAR_MIN && rows > 1 && !omp_in_parallel()) {
+#pragma omp parallel
+        {
+            int nt = omp_get_num_threads(), t = omp_get_thread_num();
+            int64_t lo = rows * t / nt, hi = rows * (t + 1) / nt;
+            iter_rows(it, lo, hi, fn, ctx);
+        }
+        return;
+    }
+#endif
+    iter_rows(it, 0, rows, fn, ctx);
+}
+
+static void iter_apply(int nops, const tg_tensor *const *ops, tg_row_fn fn, void *ctx)
+{
+    tg_iter it;
+    iter_init(&it, nops, ops);
+    iter_run(&it, fn, ctx);
+}
+
+/* ---- scalar loads/stores for the generic (mixed dtype) rows ---------------------- */
+
+static inline double ld(tg_dtype dt, const char *p)
+{
+    switch (dt) {
+    case TG_F32: return *(const float *)p;
+    case TG_F64: return *(const double *)p;
+    case TG_I64: return (double)*(const int64_t *)p;
+    default: return *(const uint8_t *)p;
+    }
+}
+
+static inline void st(tg_dtype dt, char *p, double v)
+{
+    switch (dt) {
+    case TG_F32: *(float *)p = (float)v; break;
+    case TG_F64: *(double *)p = v; break;
+    case TG_I64: *(int64_t *)p = (int64_t)v; break;
+    case TG_BOOL: *(uint8_t *)p = v != 0; break;
+    default: *(uint8_t *)p = (uint8_t)v; break;
+    }
+}
+
+/* ---- binary -------------------------------------------------------------------------- */
+
+typedef struct {
+    tg_binop op;
+    double s;
+    bool rev;
+} bin_ctx;
+
+#define GELU_K 0.7978845608028654 /* sqrt(2/pi) */
+
+/* One row per (dtype, op): the switch is outside the element loop so the
+ * compiler vectorises the unit-stride case. */
+#define BIN_ROW(T, NAME, EXPR)                                                            \
+    static void NAME(void *ctx, int64_t n, char *const *p, const int64_t *s)              \
+    {                                                                                     \
+        (void)ctx;                                                                        \
+        T *o = (T *)p[0];                                                                 \
+        const T *x = (const T *)p[1], *y = (const T *)p[2];                               \
+        if (s[0] == sizeof(T) && s[1] == sizeof(T) && s[2] == sizeof(T)) {                \
+            for (int64_t i = 0; i < n; i++) {                                             \
+                T a = x[i], b = y[i];                                                     \
+                o[i] = (EXPR);                                                            \
+            }                                                                             \
+        } else {                                                                          \
+            int64_t so = s[0] / (int64_t)sizeof(T), sa = s[1] / (int64_t)sizeof(T),       \
+                    sb = s[2] / (int64_t)sizeof(T);                                       \
+            for (int64_t i = 0; i < n; i++) {                                             \
+                T a = x[i * sa], b = y[i * sb];                                           \
+                o[i * so] = (EXPR);                                                       \
+            }                                                                             \
+        }                                                                                 \
+    }
+
+BIN_ROW(float, add_f32, a + b)
+BIN_ROW(float, sub_f32, a - b)
+BIN_ROW(float, mul_f32, a *b)
+BIN_ROW(float, div_f32, a / b)
+BIN_ROW(float, pow_f32, powf(a, b))
+BIN_ROW(float, max_f32, (a > b || isnan(a)) ? a : b)
+BIN_ROW(float, min_f32, (a < b || isnan(a)) ? a : b)
+BIN_ROW(double, add_f64, a + b)
+BIN_ROW(double, sub_f64, a - b)
+BIN_ROW(double, mul_f64, a *b)
+BIN_ROW(double, div_f64, a / b)
+BIN_ROW(double, pow_f64, pow(a, b))
+BIN_ROW(double, max_f64, (a > b || isnan(a)) ? a : b)
+BIN_ROW(double, min_f64, (a < b || isnan(a)) ? a : b)
+
+static const tg_row_fn bin_rows[2][7] = {
+    {add_f32, sub_f32, mul_f32, div_f32, pow_f32, max_f32, min_f32},
+    {add_f64, sub_f64, mul_f64, div_f64, pow_f64, max_f64, min_f64},
+};
+
+void tg_k_binary(tg_tensor *out, const tg_tensor *a, const tg_tensor *b, tg_binop op)
+{
+    const tg_tensor *ops[3] = {out, a, b};
+    iter_apply(3, ops, bin_rows[out->dtype == TG_F64][op], NULL);
+}
+
+static double binop_scalar(tg_binop op, double a, double b)
+{
+    switch (op) {
+    case TG_BIN_ADD: return a + b;
+    case TG_BIN_SUB: return a - b;
+    case TG_BIN_MUL: return a * b;
+    case TG_BIN_DIV: return a / b;
+    case TG_BIN_POW: return pow(a, b);
+    case TG_BIN_MAX: return (a > b || isnan(a)) ? a : b;
+    case TG_BIN_MIN: return (a < b || isnan(a)) ? a : b;
+    }
+    return NAN;
+}
+
+#define BINS_ROW(T, NAME, POWF)                                                           \
+    static void NAME(void *vctx, int64_t n, char *const *p, const int64_t *s)             \
+    {                                                                                     \
+        const bin_ctx *c = vctx;                                                          \
+        T *o = (T *)p[0];                                                                 \
+        const T *x = (const T *)p[1];                                                     \
+        int64_t so = s[0] / (int64_t)sizeof(T), sa = s[1] / (int64_t)sizeof(T);           \
+        T k = (T)c->s;                                                                    \
+        switch (c->op) {                                                                  \
+        case TG_BIN_ADD:                                                                  \
+            for (int64_t i = 0; i < n; i++) o[i * so] = x[i * sa] + k;                    \
+            return;                                                                       \
+        case TG_BIN_SUB:                                                                  \
+            if (c->rev)                                                                   \
+                for (int64_t i = 0; i < n; i++) o[i * so] = k - x[i * sa];                \
+            else                                                                          \
+                for (int64_t i = 0; i < n; i++) o[i * so] = x[i * sa] - k;                \
+            return;                                                                       \
+        case TG_BIN_MUL:                                                                  \
+            for (int64_t i = 0; i < n; i++) o[i * so] = x[i * sa] * k;                    \
+            return;                                                                       \
+        case TG_BIN_DIV:                                                                  \
+            if (c->rev)                                                                   \
+                for (int64_t i = 0; i < n; i++) o[i * so] = k / x[i * sa];                \
+            else                                                                          \
+                for (int64_t i = 0; i < n; i++) o[i * so] = x[i * sa] / k;                \
+            return;                                                                       \
+        case TG_BIN_POW:                                                                  \
+            if (c->s == 2.0 && !c->rev)                                                   \
+                for (int64_t i = 0; i < n; i++) o[i * so] = x[i * sa] * x[i * sa];        \
+            else if (c->rev)                                                              \
+                for (int64_t i = 0; i < n; i++) o[i * so] = POWF(k, x[i * sa]);           \
+            else                                                                          \
+                for (int64_t i = 0; i < n; i++) o[i * so] = POWF(x[i * sa], k);           \
+            return;                                                                       \
+        default:                                                                          \
+            for (int64_t i = 0; i < n; i++)                                               \
+                o[i * so] = (T)(c->rev ? binop_scalar(c->op, c->s, x[i * sa])             \
+                                       : binop_scalar(c->op, x[i * sa], c->s));           \
+        }                                                                                 \
+    }
+
+BINS_ROW(float, bins_f32, powf)
+BINS_ROW(double, bins_f64, pow)
+
+void tg_k_binary_scalar(tg_tensor *out, const tg_tensor *a, double s, tg_binop op, bool rev)
+{
+    bin_ctx c = {op, s, rev};
+    const tg_tensor *ops[2] = {out, a};
+    iter_apply(2, ops, out->dtype == TG_F64 ? bins_f64 : bins_f32, &c);
+}
+
+/* ---- unary ------------------------------------------------------------------------------ */
+
+#define UN_ROW(T, NAME, EXPF, LOGF, SQRTF, TANHF)                                        \
+    static void NAME(void *vctx, int64_t n, char *const *p, const int64_t *s)             \
+    {                                                                                     \
+        tg_unop op = *(const tg_unop *)vctx;                                              \
+        T *o = (T *)p[0];                                                                 \
+        const T *x = (const T *)p[1];                                                     \
+        int64_t so = s[0] / (int64_t)sizeof(T), sa = s[1] / (int64_t)sizeof(T);           \
+        for (int64_t i = 0; i < n; i++) {                                                 \
+            T a = x[i * sa], r;                                                           \
+            switch (op) {                                                                 \
+            case TG_UN_NEG: r = -a; break;                                                \
+            case TG_UN_EXP: r = EXPF(a); break;                                           \
+            case TG_UN_LOG: r = LOGF(a); break;                                           \
+            case TG_UN_SQRT: r = SQRTF(a); break;                                         \
+            case TG_UN_TANH: r = TANHF(a); break;                                         \
+            case TG_UN_RELU: r = a > 0 ? a : (isnan(a) ? a : 0); break;                   \
+            case TG_UN_GELU:                                                              \
+                r = (T)0.5 * a * ((T)1 + TANHF((T)GELU_K * (a + (T)0.044715 * a * a * a))); \
+                break;                                                                    \
+            case TG_UN_ABS: r = a < 0 ? -a : a; break;                                    \
+            case TG_UN_SQUARE: r = a * a; break;                                          \
+            case TG_UN_RECIP: r = (T)1 / a; break;                                        \
+            default: r = a;                                                               \
+            }                                                                             \
+            o[i * so] = r;                                                                \
+        }                                                                                 \
+    }
+
+UN_ROW(float, un_f32, expf, logf, sqrtf, tanhf)
+UN_ROW(double, un_f64, exp, log, sqrt, tanh)
+
+void tg_k_unary(tg_tensor *out, const tg_tensor *a, tg_unop op)
+{
+    const tg_tensor *ops[2] = {out, a};
+    iter_apply(2, ops, out->dtype == TG_F64 ? un_f64 : un_f32, &op);
+}
+
+/* ---- copy, fill, axpy ------------------------------------------------------------------- */
+
+typedef struct {
+    tg_dtype dout, din;
+} copy_ctx;
+
+static void copy_row(void *vctx, int64_t n, char *const *p, const int64_t *s)
+{
+    const copy_ctx *c = vctx;
+    size_t es = tg_dtype_size(c->dout);
+    if (c->dout == c->din) {
+        if (s[0] == (int64_t)es && s[1] == (int64_t)es) {
+            memcpy(p[0], p[1], (size_t)n * es);
+        } else if (es == 4) {
+            for (int64_t i = 0; i < n; i++) *(uint32_t *)(p[0] + i * s[0]) = *(const uint32_t *)(p[1] + i * s[1]);
+        } else if (es == 8) {
+            for (int64_t i = 0; i < n; i++) *(uint64_t *)(p[0] + i * s[0]) = *(const uint64_t *)(p[1] + i * s[1]);
+        } else {
+            for (int64_t i = 0; i < n; i++) p[0][i * s[0]] = p[1][i * s[1]];
+        }
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) st(c->dout, p[0] + i * s[0], ld(c->din, p[1] + i * s[1]));
+}
+
+void tg_k_copy(tg_tensor *out, const tg_tensor *src)
+{
+    copy_ctx c = {out->dtype, src->dtype};
+    const tg_tensor *ops[2] = {out, src};
+    iter_apply(2, ops, copy_row, &c);
+}
+
+typedef struct {
+    tg_dtype dt;
+    double v;
+} fill_ctx;
+
+static void fill_row(void *vctx, int64_t n, char *const *p, const int64_t *s)
+{
+    const fill_ctx *c = vctx;
+    if (c->dt == TG_F32) {
+        float v = (float)c->v;
+        for (int64_t i = 0; i < n; i++) *(float *)(p[0] + i * s[0]) = v;
+    } else {
+        for (int64_t i = 0; i < n; i++) st(c->dt, p[0] + i * s[0], c->v);
+    }
+}
+
+void tg_k_fill(tg_tensor *out, double v)
+{
+    fill_ctx c = {out->dtype, v};
+    const tg_tensor *ops[1] = {out};
+    iter_apply(1, ops, fill_row, &c);
+}
+
+#define AXPY_ROW(T, NAME)                                                                 \
+    static void NAME(void *vctx, int64_t n, char *const *p, const int64_t *s)             \
+    {                                                                                     \
+        T alpha = (T)*(const double *)vctx;                                               \
+        T *o = (T *)p[0];                                                                 \
+        const T *x = (const T *)p[1];                                                     \
+        int64_t so = s[0] / (int64_t)sizeof(T), sa = s[1] / (int64_t)sizeof(T);           \
+        if (so == 1 && sa == 1) {                                                         \
+            if (alpha == (T)1)                                                            \
+                for (int64_t i = 0; i < n; i++) o[i] += x[i];                             \
+            else                                                                          \
+                for (int64_t i = 0; i < n; i++) o[i] += alpha * x[i];                     \
+        } else {                                                                          \
+            for (int64_t i = 0; i < n; i++) o[i * so] += alpha * x[i * sa];               \
+        }                                                                                 \
+    }
+
+AXPY_ROW(float, axpy_f32)
+AXPY_ROW(double, axpy_f64)
+
+void tg_k_axpy(tg_tensor *out, const tg_tensor *a, double alpha)
+{
+    const tg_tensor *ops[2] = {out, a};
+    iter_apply(2, ops, out->dtype == TG_F64 ? axpy_f64 : axpy_f32, &alpha);
+}
+
+/* ---- compare, where ------------------------------------------------------------------------ */
+
+typedef struct {
+    tg_dtype da, db;
+    int cmp;
+} cmp_ctx;
+
+static void cmp_row(void *vctx, int64_t n, char *const *p, const int64_t *s)
+{
+    const cmp_ctx *c = vctx;
+    for (int64_t i = 0; i < n; i++) {
+        double a = ld(c->da, p[1] + i * s[1]), b = ld(c->db, p[2] + i * s[2]);
+        bool r;
+        switch (c->cmp) {
+        case TG_CMP_EQ: r = a == b; break;
+        case TG_CMP_NE: r = a != b; break;
+        case TG_CMP_LT: r = a < b; break;
+        case TG_CMP_LE: r = a <= b; break;
+        case TG_CMP_GT: r = a > b; break;
+        default: r = a >= b; break;
+        }
+        *(uint8_t *)(p[0] + i * s[0]) = r;
+    }
+}
+
+void tg_k_compare(tg_tensor *out, const tg_tensor *a, const tg_tensor *b, int cmp)
+{
+    cmp_ctx c = {a->dtype, b->dtype, cmp};
+    const tg_tensor *ops[3] = {out, a, b};
+    iter_apply(3, ops, cmp_row, &c);
+}
+
+typedef struct {
+    const tg_tensor *cond;
+    tg_dtype dt;
+} where_ctx;
+
+/* where needs four operands; the iterator carries three, so the condition is
+ * first expanded into the output (out = cond), then blended in place. */
+static void where_row(void *vctx, int64_t n, char *const *p, const int64_t *s)
+{
+    const where_ctx *c = vctx;
+    size_t es = tg_dtype_size(c->dt);
+    for (int64_t i = 0; i < n; i++) {
+        char *o = p[0] + i * s[0];
+        bool take_a = ld(c->dt, o) != 0;
+        memcpy(o, take_a ? p[1] + i * s[1] : p[2] + i * s[2], es);
+    }
+}
+
+void tg_k_where(tg_tensor *out, const tg_tensor *cond, const tg_tensor *a, const tg_tensor *b)
+{
+    tg_k_copy(out, cond);
+    where_ctx c = {cond, out->dtype};
+    const tg_tensor *ops[3] = {out, a, b};
+    iter_apply(3, ops, where_row, &c);
+}
+
+/* ---- reductions ----------------------------------------------------------------------------- */
+
+typedef struct {
+    tg_dtype din;
+    bool acc_f64; /* the accumulator is the output itself (f64) */
+} sum_ctx;
+
+static void sum_row(void *vctx, int64_t n, char *const *p, const int64_t *s)
+{
+    const sum_ctx *c = vctx;
+    double *acc = (double *)p[0];
+    int64_t sa = s[0] / 8;
+    if (sa == 0) {
+        double t = 0;
+        if (c->din == TG_F32)
+            for (int64_t i = 0; i < n; i++) t += *(const float *)(p[1] + i * s[1]);
+        else
+            for (int64_t i = 0; i < n; i++) t += *(const double *)(p[1] + i * s[1]);
+        *acc += t;
+    } else {
+        if (c->din == TG_F32)
+            for (int64_t i = 0; i < n; i++) acc[i * sa] += *(const float *)(p[1] + i * s[1]);
+        else
+            for (int64_t i = 0; i < n; i++) acc[i * sa] += *(const double *)(p[1] + i * s[1]);
+    }
+}
+
+void tg_k_sum_to(tg_tensor *out, const tg_tensor *x)
+{
+    /* Accumulate in double, in a contiguous scratch of out's shape (out itself
+     * when it is a contiguous f64 tensor). Serial: the iterator would race. */
+    int64_t n = tg_numel(out);
+    double stackbuf[256];
+    tg_tensor acc = *out;
+    acc.dtype = TG_F64;
+    acc.offset = 0;
+    tg__contiguous_strides(out->ndim, out->shape, acc.stride);
+    bool direct = out->dtype == TG_F64 && tg_is_contiguous(out);
+    if (direct) {
+        acc.data = tg__ptr(out, out->offset);
+    } else {
+        acc.data = n <= 256 ? stackbuf : malloc((size_t)n * sizeof(double));
+        if (!acc.data) return;
+    }
+    memset(acc.data, 0, (size_t)n * sizeof(double));
+    /* Iterate over x's shape; acc is seen with stride 0 on the reduced dims. */
+    tg_iter it;
+    int64_t bst[TG_MAX_DIMS];
+    tg__broadcast_strides(&acc, x->ndim, x->shape, bst);
+    it.nops = 2;
+    it.ndim = x->ndim;
+    it.numel = tg_numel(x);
+    for (int d = 0; d < x->ndim; d++) {
+        it.shape[d] = x->shape[d];
+        it.stride[0][d] = bst[d] * 8;
+        it.stride[1][d] = x->stride[d] * (int64_t)tg_dtype_size(x->dtype);
+    }
+    it.base[0] = acc.data;
+    it.base[1] = (char *)tg__ptr(x, x->offset);
+    iter_simplify(&it);
+    sum_ctx c = {x->dtype, true};
+    if (it.numel > 0) iter_rows(&it, 0, it.numel / it.shape[it.ndim - 1], sum_row, &c);
+    if (!direct) {
+        tg_k_copy(out, &acc);
+        if (acc.data != stackbuf) free(acc.data);
+    }
+}
+
+void tg_k_max_dim(tg_tensor *out, tg_tensor *idx, const tg_tensor *x, int dim)
+{
+    /* out/idx have keepdim shape; walk every output position. */
+    int64_t n = tg_numel(out);
+    int64_t len = x->shape[dim];
+    for (int64_t i = 0; i < n; i++) {
+        int64_t r = i, xoff = x->offset, ooff = out->offset, ioff = idx ? idx->offset : 0;
+        for (int d = out->ndim - 1; d >= 0; d--) {
+            int64_t c = r % out->shape[d];
+            r /= out->shape[d];
+            xoff += c * x->stride[d];
+            ooff += c * out->stride[d];
+            if (idx) ioff += c * idx->stride[d];
+        }
+        double best = ld(x->dtype, tg__ptr(x, xoff));
+        int64_t bi = 0;
+        for (int64_t j = 1; j < len && !isnan(best); j++) {
+            double v = ld(x->dtype, tg__ptr(x, xoff + j * x->stride[dim]));
+            if (v > best || isnan(v)) {
+                best = v;
+                bi = j;
+            }
+        }
+        st(out->dtype, tg__ptr(out, ooff), best);
+        if (idx) st(TG_I64, tg__ptr(idx, ioff), (double)bi);
+    }
+}
+
+/* ---- softmax ---------------------------------------------------------------------------------- */
+
+/* Rows along `dim`: row r's first element offset and the stride along dim. */
+static int64_t row_offset(const tg_tensor *x, int dim, int64_t r)
+{
+    int64_t off = x->offset;
+    for (int d = x->ndim - 1; d >= 0; d--) {
+        if (d == dim) continue;
+        off += (r % x->shape[d]) * x->stride[d];
+        r /= x->shape[d];
+    }
+    return off;
+}
+
+#define SOFTMAX_ROW(T, NAME, EXPF, LOGF)                                                      \
+    static void NAME(T *y, int64_t sy, const T *x, int64_t sx, int64_t n, bool want_log)       \
+    {                                                                                          \
+        T m = -INFINITY;                                                                       \
+        for (int64_t i = 0; i < n; i++) m = x[i * sx] > m ? x[i * sx] : m;                     \
+        for (int64_t i = 0; i < n; i++)                                                        \
+            if (x[i * sx] != x[i * sx]) m = x[i * sx];                                         \
+        T sum = 0;                                                                             \
+        if (want_log) {                                                                        \
+            for (int64_t i = 0; i < n; i++) sum += EXPF(x[i * sx] - m);                        \
+            T lse = m + LOGF(sum);                                                             \
+            for (int64_t i = 0; i < n; i++) y[i * sy] = x[i * sx] - lse;                       \
+        } else {                                                                               \
+            for (int64_t i = 0; i < n; i++) {                                                  \
+                T e = EXPF(x[i * sx] - m);                                                     \
+                y[i * sy] = e;                                                                 \
+                sum += e;                                                                      \
+            }                                                                                  \
+            T inv = (T)1 / sum;                                                                \
+            for (int64_t i = 0; i < n; i++) y[i * sy] *= inv;                                  \
+        }                                                                                      \
+    }
+
+SOFTMAX_ROW(float, softmax_row_f32, expf, logf)
+SOFTMAX_ROW(double, softmax_row_f64, exp, log)
+
+void tg_k_softmax(tg_tensor *out, const tg_tensor *x, int dim, bool log)
+{
+    int64_t n = x->ndim ? x->shape[dim] : 1;
+    int64_t numel = tg_numel(x);
+    if (numel == 0) return;
+    int64_t rows = numel / n;
+    int64_t sx = x->ndim ? x->stride[dim] : 1, sy = out->ndim ? out->stride[dim] : 1;
+    int d = x->ndim ? dim : -1;
+    bool f64 = x->dtype == TG_F64;
+#pragma omp parallel for schedule(static) if (numel >= TG_PAR_MIN && rows > 1)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t xo = d >= 0 ? row_offset(x, d, r) : x->offset;
+        int64_t yo = d >= 0 ? row_offset(out, d, r) : out->offset;
+        if (f64)
+            softmax_row_f64((double *)out->data + yo, sy, (const double *)x->data + xo, sx, n, log);
+        else
+            softmax_row_f32((float *)out->data + yo, sy, (const float *)x->data + xo, sx, n, log);
+    }
+}
+
+#define SOFTMAX_BWD_ROW(T, NAME, EXPF)                                                        \
+    static void NAME(T *dx, int64_t sdx, const T *y, int64_t sy, const T *dy, int64_t sdy,    \
+                     int64_t n, bool want_log)                                                    \
+    {                                                                                          \
+        T acc = 0;                                                                             \
+        if (want_log) {                                                                        \
+            for (int64_t i = 0; i < n; i++) acc += dy[i * sdy];                                \
+            for (int64_t i = 0; i < n; i++) dx[i * sdx] = dy[i * sdy] - EXPF(y[i * sy]) * acc; \
+        } else {                                                                               \
+            for (int64_t i = 0; i < n; i++) acc += dy[i * sdy] * y[i * sy];                    \
+            for (int64_t i = 0; i < n; i++) dx[i * sdx] = y[i * sy] * (dy[i * sdy] - acc);     \
+        }                                                                                      \
+    }
+
+SOFTMAX_BWD_ROW(float, softmax_bwd_f32, expf)
+SOFTMAX_BWD_ROW(double, softmax_bwd_f64, exp)
+
+void tg_k_softmax_backward(tg_tensor *dx, const tg_tensor *y, const tg_tensor *dy, int dim, bool log)
+{
+    int64_t n = y->ndim ? y->shape[dim] : 1;
+    int64_t numel = tg_numel(y);
+    if (numel == 0) return;
+    int64_t rows = numel / n;
+    int d = y->ndim ? dim : -1;
+    int64_t sdx = d >= 0 ? dx->stride[d] : 1, sy = d >= 0 ? y->stride[d] : 1,
+            sdy = d >= 0 ? dy->stride[d] : 1;
+    bool f64 = y->dtype == TG_F64;
+#pragma omp parallel for schedule(static) if (numel >= TG_PAR_MIN && rows > 1)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t o0 = d >= 0 ? row_offset(dx, d, r) : dx->offset;
+        int64_t o1 = d >= 0 ? row_offset(y, d, r) : y->offset;
+        int64_t o2 = d >= 0 ? row_offset(dy, d, r) : dy->offset;
+        if (f64)
+            softmax_bwd_f64((double *)dx->data + o0, sdx, (const double *)y->data + o1, sy,
+                            (const double *)dy->data + o2, sdy, n, log);
+        else
+            softmax_bwd_f32((float *)dx->data + o0, sdx, (const float *)y->data + o1, sy,
+                            (const float *)dy->data + o2, sdy, n, log);
+    }
+}
