@@ -125,6 +125,8 @@ tg_tensor *tg_matmul(tg_tape *tp, tg_tensor *a, tg_tensor *b)
         id = TG_OP_VM;
     else if (a->ndim == 2 && b->ndim == 2)
         id = TG_OP_MM;
+    else if (a->ndim == 2)
+        id = TG_OP_MATMUL_2D_ND;
     return product(tp, "matmul", id, a, b);
 }
 
@@ -240,7 +242,7 @@ tg_tensor *tg_linear(tg_tape *tp, tg_tensor *x, tg_tensor *w, tg_tensor *b)
     else if (x->ndim == 2)
         id = b ? TG_OP_ADDMM : TG_OP_LINEAR_MM;
     else
-        id = b ? (tg_is_contiguous(x) ? TG_OP_LINEAR_VIEW : TG_OP_LINEAR_ADD) : TG_OP_LINEAR_ND;
+        id = b ? (x->ndim == 3 && tg_is_contiguous(x) ? TG_OP_LINEAR_VIEW : TG_OP_LINEAR_ADD) : TG_OP_LINEAR_ND;
     bool err;
     tg_tensor *ins[3] = {xs, w, b};
     tg_node *n = tg__record(tp, id, out, b ? 3 : 2, ins, &err);

@@ -66,11 +66,11 @@ tg_tensor *tg_sum(tg_tape *tp, tg_tensor *x) { return reduce(tp, "sum", TG_OP_SU
 tg_tensor *tg_mean(tg_tape *tp, tg_tensor *x) { return reduce(tp, "mean", TG_OP_MEAN, x, 0, NULL, false, true); }
 tg_tensor *tg_sum_dims(tg_tape *tp, tg_tensor *x, int ndims, const int *dims, bool keepdim)
 {
-    return reduce(tp, "sum", ndims ? TG_OP_SUM_DIMS : TG_OP_SUM, x, ndims, dims, keepdim, false);
+    return reduce(tp, "sum", TG_OP_SUM_DIMS, x, ndims, dims, keepdim, false);
 }
 tg_tensor *tg_mean_dims(tg_tape *tp, tg_tensor *x, int ndims, const int *dims, bool keepdim)
 {
-    return reduce(tp, "mean", ndims ? TG_OP_MEAN_DIMS : TG_OP_MEAN, x, ndims, dims, keepdim, true);
+    return reduce(tp, "mean", TG_OP_MEAN_DIMS, x, ndims, dims, keepdim, true);
 }
 
 /* forward: y = sum(x, dims) (or mean); so dx = expand(dy, x.shape) (/ count) */
