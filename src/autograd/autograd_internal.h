@@ -64,6 +64,9 @@ tg_tensor *tg__grad_buf(tg_tensor *t, bool *fresh, bool zero);
 /* Adds g into t's gradient, summing over broadcast dims when g's shape is
  * t's broadcast to more dims. No-op if t needs no grad. */
 void tg__accum(tg_tensor *t, const tg_tensor *g);
+/* Same, when g is owned by the caller and dead afterwards (a temporary, or a
+ * finished node's gradient): a non-leaf may adopt g without a copy. */
+void tg__accum_owned(tg_node *n, tg_tensor *t, const tg_tensor *g);
 /* Tape in which backward temporaries of n are made. */
 static inline tg_tape *tg__btape(const tg_node *n) { return n->tape; }
 /* A result tensor header of shape like x with dtype dt in tp. */

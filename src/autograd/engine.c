@@ -147,6 +147,21 @@ void tg__accum(tg_tensor *t, const tg_tensor *g)
     tg_k_axpy(&view, tmp, 1.0);
 }
 
+void tg__accum_owned(tg_node *n, tg_tensor *t, const tg_tensor *g)
+{
+    if (!tg__needs_grad(t) || !g) return;
+    /* A non-leaf's first gradient can simply be g: nothing else reads or
+     * writes g after this, so adopt it instead of copying. Leaves keep their
+     * own buffer (it must outlive the step tape). */
+    if (t->grad_fn && !t->grad_fn->grad && tg_same_shape(t, g) && t->dtype == g->dtype && tg_is_contiguous(g)) {
+        tg_tensor *h = tg__alias(n->tape, g);
+        if (!h) return;
+        t->grad_fn->grad = h;
+        return;
+    }
+    tg__accum(t, g);
+}
+
 /* ---- backward ---------------------------------------------------------------------- */
 
 int tg_backward(tg_tensor *root, const tg_tensor *grad, bool retain_graph)

@@ -14,7 +14,7 @@ static void accum_binary(tg_node *n, tg_tensor *t, const tg_tensor *x, const tg_
     tg_tensor *tmp = tg_empty(tg__btape(n), x->dtype, nd, shape);
     if (!tmp) return;
     tg_k_binary(tmp, x, y, op);
-    tg__accum(t, tmp);
+    tg__accum_owned(n, t, tmp);
 }
 
 static void accum_scaled(tg_node *n, tg_tensor *t, const tg_tensor *g, double s, tg_binop op)
@@ -23,7 +23,7 @@ static void accum_scaled(tg_node *n, tg_tensor *t, const tg_tensor *g, double s,
     tg_tensor *tmp = tg__new_like(tg__btape(n), g);
     if (!tmp) return;
     tg_k_binary_scalar(tmp, g, s, op, false);
-    tg__accum(t, tmp);
+    tg__accum_owned(n, t, tmp);
 }
 
 /* ---- binary tensor ops --------------------------------------------------------------- */
@@ -322,7 +322,7 @@ static void accum_masked(tg_node *n, tg_tensor *t, const tg_tensor *cond, bool k
         tg_k_where(r, cond, n->grad, zero);
     else
         tg_k_where(r, cond, zero, n->grad);
-    tg__accum(t, r);
+    tg__accum_owned(n, t, r);
 }
 
 /* forward: y = where(c, a, b); so da = where(c, dy, 0), db = where(c, 0, dy) */

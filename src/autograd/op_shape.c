@@ -72,7 +72,7 @@ tg_tensor *tg_reshape(tg_tape *tp, tg_tensor *x, int ndim, const int64_t *shape)
 void tg__view_backward(tg_node *n)
 {
     tg_tensor g = grad_as_input_shape(n, n->in[0]);
-    tg__accum(n->in[0], &g);
+    tg__accum_owned(n, n->in[0], &g);
 }
 
 tg_tensor *tg_unsqueeze(tg_tape *tp, tg_tensor *x, int dim)
@@ -312,7 +312,7 @@ tg_tensor *tg_contiguous(tg_tape *tp, tg_tensor *x)
 }
 
 /* forward: y = clone(x); so dx = dy */
-void tg__clone_backward(tg_node *n) { tg__accum(n->in[0], n->grad); }
+void tg__clone_backward(tg_node *n) { tg__accum_owned(n, n->in[0], n->grad); }
 
 /* ---- cat, stack -------------------------------------------------------------------------------------- */
 

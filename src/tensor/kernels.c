@@ -11,15 +11,15 @@
 #endif
 
 /* ---- the strided iterator ------------------------------------------------------
- * Up to three operands seen with out's shape (inputs broadcast with stride 0),
+ * Up to four operands seen with out's shape (inputs broadcast with stride 0),
  * byte strides, adjacent dims merged where every operand allows it. Work is
  * split by rows (all dims but the last) across threads for large tensors. */
 
 typedef struct {
     int ndim, nops;
     int64_t shape[TG_MAX_DIMS];
-    int64_t stride[3][TG_MAX_DIMS]; /* bytes */
-    char *base[3];
+    int64_t stride[4][TG_MAX_DIMS]; /* bytes */
+    char *base[4];
     int64_t numel;
 } tg_iter;
 
@@ -80,7 +80,7 @@ static void iter_rows(const tg_iter *it, int64_t lo, int64_t hi, tg_row_fn fn, v
 {
     int nd = it->ndim;
     int64_t inner = it->shape[nd - 1];
-    int64_t s[3];
+    int64_t s[4];
     for (int k = 0; k < it->nops; k++) s[k] = it->stride[k][nd - 1];
     int64_t idx[TG_MAX_DIMS];
     int64_t r = lo;
@@ -89,7 +89,7 @@ static void iter_rows(const tg_iter *it, int64_t lo, int64_t hi, tg_row_fn fn, v
         r /= it->shape[d];
     }
     for (int64_t row = lo; row < hi; row++) {
-        char *p[3];
+        char *p[4];
         for (int k = 0; k < it->nops; k++) {
             char *q = it->base[k];
             for (int d = 0; d < nd - 1; d++) q += idx[d] * it->stride[k][d];
@@ -428,30 +428,29 @@ void tg_k_compare(tg_tensor *out, const tg_tensor *a, const tg_tensor *b, int cm
     iter_apply(3, ops, cmp_row, &c);
 }
 
-typedef struct {
-    const tg_tensor *cond;
-    tg_dtype dt;
-} where_ctx;
-
-/* where needs four operands; the iterator carries three, so the condition is
- * first expanded into the output (out = cond), then blended in place. */
+/* out = cond ? a : b, one pass; rows specialised by element size. */
 static void where_row(void *vctx, int64_t n, char *const *p, const int64_t *s)
 {
-    const where_ctx *c = vctx;
-    size_t es = tg_dtype_size(c->dt);
-    for (int64_t i = 0; i < n; i++) {
-        char *o = p[0] + i * s[0];
-        bool take_a = ld(c->dt, o) != 0;
-        memcpy(o, take_a ? p[1] + i * s[1] : p[2] + i * s[2], es);
+    size_t es = *(const size_t *)vctx;
+    if (es == 4) {
+        for (int64_t i = 0; i < n; i++)
+            *(uint32_t *)(p[0] + i * s[0]) =
+                p[1][i * s[1]] ? *(const uint32_t *)(p[2] + i * s[2]) : *(const uint32_t *)(p[3] + i * s[3]);
+    } else if (es == 8) {
+        for (int64_t i = 0; i < n; i++)
+            *(uint64_t *)(p[0] + i * s[0]) =
+                p[1][i * s[1]] ? *(const uint64_t *)(p[2] + i * s[2]) : *(const uint64_t *)(p[3] + i * s[3]);
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            memcpy(p[0] + i * s[0], p[1][i * s[1]] ? p[2] + i * s[2] : p[3] + i * s[3], es);
     }
 }
 
 void tg_k_where(tg_tensor *out, const tg_tensor *cond, const tg_tensor *a, const tg_tensor *b)
 {
-    tg_k_copy(out, cond);
-    where_ctx c = {cond, out->dtype};
-    const tg_tensor *ops[3] = {out, a, b};
-    iter_apply(3, ops, where_row, &c);
+    size_t es = tg_dtype_size(out->dtype);
+    const tg_tensor *ops[4] = {out, cond, a, b};
+    iter_apply(4, ops, where_row, &es);
 }
 
 /* ---- reductions ----------------------------------------------------------------------------- */

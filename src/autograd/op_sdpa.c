@@ -1,0 +1,528 @@
+/* Fused scaled-dot-product attention: one node, no T x T tensor kept.
+ *
+ * For each (batch, head) matrix triple Q, K, V (T x hd) and scale = 1/sqrt(hd):
+ *   S = scale Q K^T            (T x T; causal: S[i][j] = -inf for j > i)
+ *   P = softmax(S) by rows,    lse[i] = log sum_j exp(S[i][j])
+ *   O = (P o Z) V              Z[i][j] in {0, 1/(1-p)}: the dropout mask
+ * The forward walks blocks of BR query rows: S_blk = scale Q_blk K[:kmax]^T by
+ * BLAS, a row softmax that also records lse, dropout, O_blk = P_blk V[:kmax].
+ * With causal masking kmax is the block's last row + 1, so key tiles above
+ * the diagonal are never computed. The node keeps q, k, v, the output and
+ * lse (..., T); backward recomputes P = exp(S - lse) block by block, and the
+ * dropout mask from the seed drawn at forward time (a counter-based hash, so
+ * the same (seed, head, row, col) gives the same bit in both passes).
+ *
+ * Threads: the forward is parallel over (batch*head, query block) and the
+ * backward over batch*head (dK, dV of one head collect every query block, and
+ * each head's gradient slices are its own). OpenBLAS's OpenMP build runs each
+ * GEMM single-threaded inside our parallel regions. */
+#include "autograd_internal.h"
+
+#include <cblas.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define OP "scaled_dot_product_attention"
+
+/* Query rows per block: S_blk and dP_blk (BR x T) of a thread stay in L2 for
+ * GPT-2 sizes (T = 1024: 2 x 256 KiB in float). */
+#define BR 64
+
+/* ---- dropout mask: a splitmix64 stream per (seed, batch*head, row) ---------- */
+
+#define GOLDEN 0x9E3779B97F4A7C15ull
+
+/* splitmix64's output function: a bijection on 64 bits with full avalanche. */
+static inline uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+typedef struct {
+    bool on;
+    uint64_t seed;
+    uint32_t thresh; /* keep when the 32-bit draw >= thresh = floor(p * 2^32) */
+    double keep;     /* 1 / (1 - p) */
+} dropout_t;
+
+/* The key of row i of head bh: output r+1 of splitmix64 seeded with seed,
+ * r = bh*T + i, so every row of the call has its own stream. */
+static inline uint64_t row_key(const dropout_t *d, int64_t bh, int64_t T, int64_t i)
+{
+    return mix64(d->seed + GOLDEN * ((uint64_t)bh * (uint64_t)T + (uint64_t)i + 1));
+}
+
+static dropout_t make_dropout(double p, uint64_t seed)
+{
+    dropout_t d = {p > 0, seed, 0, 1.0};
+    if (d.on) {
+        double t = floor(p * 4294967296.0);
+        d.thresh = t >= 4294967295.0 ? 0xFFFFFFFFu : (uint32_t)t;
+        d.keep = 1.0 / (1.0 - p);
+    }
+    return d;
+}
+
+/* ---- float exp for the softmax rows --------------------------------------------- */
+
+/* exp(x) = 2^n exp(r), n = round(x log2 e), |r| <= ln2/2, exp(r) by its degree-7
+ * Taylor polynomial (relative error < 1e-8, below float's rounding). Written
+ * so the compiler vectorises it (glibc's expf is a call per element). Here x
+ * is S - max <= 0 (or S - lse, a rounding above 0 at most); below -87 the
+ * weight is under FLT_MIN and is returned as 0. */
+static inline float exp_f32(float x)
+{
+    float xc = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    float t = xc * 1.44269504f + 12582912.0f; /* 1.5*2^23: rounds to an integer */
+    float n = t - 12582912.0f;
+    float r = xc - n * 0.693145752f - n * 1.42860677e-6f; /* ln 2 = hi + lo */
+    float p = 1.0f / 5040;
+    p = p * r + 1.0f / 720;
+    p = p * r + 1.0f / 120;
+    p = p * r + 1.0f / 24;
+    p = p * r + 1.0f / 6;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    union {
+        int32_t i;
+        float f;
+    } s = {.i = ((int32_t)n + 127) * (1 << 23)};
+    return x < -87.0f ? 0.0f : p * s.f;
+}
+
+static inline double exp_f64(double x) { return exp(x); }
+
+/* ---- per-row work, once per element type ----------------------------------------- */
+
+/* Row helpers for element type T (suffix SUF):
+ *
+ * mask_SUF(z, n, key, d): z[j] = Z[i][j] (0 or 1/(1-p)) for j < n; column
+ *   2c takes the low half and 2c+1 the high half of the stream's output c.
+ *
+ * fwd_rows_SUF: S (br x kmax, rows r0.. of one head) holds scale Q K^T on
+ *   entry and P o Z on exit, zero past the causal limit; lse[i] is set.
+ *
+ * bwd_rows_SUF: S holds scale Q K^T and dP holds dO V^T (= d(P o Z)) on
+ *   entry. With D_i = rowsum(dO_i o O_i) = sum_j dP_ij Z_ij P_ij (as
+ *   O = (P o Z) V), on exit S holds P o Z (for dV) and dP holds
+ *   dS = P o (dP o Z - D) (for dQ, dK); dP may be NULL when only dV is
+ *   wanted. */
+#define SDPA_ROWS(T, SUF, EXP)                                                                         \
+    static void mask_##SUF(T *z, int64_t n, uint64_t key, const dropout_t *d)                          \
+    {                                                                                                  \
+        const T ks = (T)d->keep;                                                                       \
+        const uint32_t th = d->thresh;                                                                 \
+        int64_t half = n / 2;                                                                          \
+        _Pragma("omp simd") for (int64_t c = 0; c < half; c++)                                         \
+        {                                                                                              \
+            uint64_t h = mix64(key + GOLDEN * (uint64_t)(c + 1));                                      \
+            z[2 * c] = (uint32_t)h >= th ? ks : (T)0;                                                  \
+            z[2 * c + 1] = (uint32_t)(h >> 32) >= th ? ks : (T)0;                                      \
+        }                                                                                              \
+        if (n & 1) z[n - 1] = (uint32_t)mix64(key + GOLDEN * (uint64_t)(half + 1)) >= th ? ks : (T)0;  \
+    }                                                                                                  \
+                                                                                                       \
+    static void fwd_rows_##SUF(T *S, int64_t br, int64_t kmax, int64_t r0, bool causal, T *lse,      \
+                               const dropout_t *d, int64_t bh, int64_t Tlen, T *z)                   \
+    {                                                                                                  \
+        for (int64_t i = 0; i < br; i++) {                                                             \
+            T *s = S + i * kmax;                                                                       \
+            int64_t nv = causal ? r0 + i + 1 : kmax;                                                   \
+            T m = s[0];                                                                                \
+            for (int64_t j = 1; j < nv; j++) m = s[j] > m ? s[j] : m;                                  \
+            T sum = 0;                                                                                 \
+            _Pragma("omp simd reduction(+ : sum)") for (int64_t j = 0; j < nv; j++)                    \
+            {                                                                                          \
+                s[j] = EXP(s[j] - m);                                                                  \
+                sum += s[j];                                                                           \
+            }                                                                                          \
+            lse[i] = m + (T)log((double)sum);                                                          \
+            T f = (T)1 / sum;                                                                          \
+            if (d->on) {                                                                               \
+                mask_##SUF(z, nv, row_key(d, bh, Tlen, r0 + i), d);                                    \
+                _Pragma("omp simd") for (int64_t j = 0; j < nv; j++) s[j] *= f * z[j];                 \
+            } else {                                                                                   \
+                _Pragma("omp simd") for (int64_t j = 0; j < nv; j++) s[j] *= f;                        \
+            }                                                                                          \
+            for (int64_t j = nv; j < kmax; j++) s[j] = 0;                                              \
+        }                                                                                              \
+    }                                                                                                  \
+                                                                                                       \
+    static void bwd_rows_##SUF(T *S, T *dP, int64_t br, int64_t kmax, int64_t r0, bool causal,       \
+                               const T *lse, const T *dO, const T *O, int64_t hd, const dropout_t *d,  \
+                               int64_t bh, int64_t Tlen, T *z)                                         \
+    {                                                                                                  \
+        for (int64_t i = 0; i < br; i++) {                                                             \
+            T *s = S + i * kmax, *dp = dP ? dP + i * kmax : NULL;                                      \
+            int64_t nv = causal ? r0 + i + 1 : kmax;                                                   \
+            T l = lse[i];                                                                              \
+            if (d->on) mask_##SUF(z, nv, row_key(d, bh, Tlen, r0 + i), d);                             \
+            if (dp) {                                                                                  \
+                T D = 0;                                                                               \
+                const T *go = dO + i * hd, *o = O + i * hd;                                            \
+                _Pragma("omp simd reduction(+ : D)") for (int64_t c = 0; c < hd; c++) D += go[c] * o[c]; \
+                if (d->on) {                                                                           \
+                    _Pragma("omp simd") for (int64_t j = 0; j < nv; j++)                               \
+                    {                                                                                  \
+                        T p = EXP(s[j] - l);                                                           \
+                        dp[j] = p * (dp[j] * z[j] - D);                                                \
+                        s[j] = p * z[j];                                                               \
+                    }                                                                                  \
+                } else {                                                                               \
+                    _Pragma("omp simd") for (int64_t j = 0; j < nv; j++)                               \
+                    {                                                                                  \
+                        T p = EXP(s[j] - l);                                                           \
+                        dp[j] = p * (dp[j] - D);                                                       \
+                        s[j] = p;                                                                      \
+                    }                                                                                  \
+                }                                                                                      \
+                for (int64_t j = nv; j < kmax; j++) dp[j] = 0;                                         \
+            } else if (d->on) {                                                                        \
+                _Pragma("omp simd") for (int64_t j = 0; j < nv; j++) s[j] = EXP(s[j] - l) * z[j];      \
+            } else {                                                                                   \
+                _Pragma("omp simd") for (int64_t j = 0; j < nv; j++) s[j] = EXP(s[j] - l);             \
+            }                                                                                          \
+            for (int64_t j = nv; j < kmax; j++) s[j] = 0;                                              \
+        }                                                                                              \
+    }
+
+SDPA_ROWS(float, f32, exp_f32)
+SDPA_ROWS(double, f64, exp_f64)
+
+/* ---- one GEMM on raw row-major matrices, either dtype -------------------------------- */
+
+/* c (M x N, ldc) = alpha op(a) op(b) + beta c, op(x) = x^T if t. */
+static void gemm(bool f64, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const void *a,
+                 int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc)
+{
+    if (M == 0 || N == 0) return;
+    enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
+    if (f64)
+        cblas_dgemm(CblasRowMajor, TA, TB, (int)M, (int)N, (int)K, alpha, a, (int)lda, b, (int)ldb, beta, c,
+                    (int)ldc);
+    else
+        cblas_sgemm(CblasRowMajor, TA, TB, (int)M, (int)N, (int)K, (float)alpha, a, (int)lda, b, (int)ldb,
+                    (float)beta, c, (int)ldc);
+}
+
+/* ---- operand layout -------------------------------------------------------------------- */
+
+/* A (..., T, hd) tensor seen as BH row-major T x hd matrices: matrix bh starts
+ * at base + off(bh) elements, rows ld apart. */
+typedef struct {
+    char *base;
+    int nb;                         /* batch dims */
+    int64_t shape[TG_MAX_DIMS];     /* batch shape */
+    int64_t stride[TG_MAX_DIMS];    /* batch strides (0 for expanded dims) */
+    int64_t ld;
+    size_t es;
+} mats_t;
+
+/* Can x go to BLAS as it is: unit stride along hd and rows at least hd apart
+ * (BLAS needs ld >= hd)? Expanded batch dims are fine. */
+static bool blas_ready(const tg_tensor *x)
+{
+    int n = x->ndim;
+    int64_t T = x->shape[n - 2], hd = x->shape[n - 1];
+    bool unit = hd <= 1 || x->stride[n - 1] == 1;
+    bool rows = T <= 1 || x->stride[n - 2] >= (hd > 1 ? hd : 1);
+    return unit && rows;
+}
+
+static mats_t describe(const tg_tensor *x)
+{
+    mats_t m;
+    int n = x->ndim;
+    m.es = tg_dtype_size(x->dtype);
+    m.base = (char *)x->data + (size_t)x->offset * m.es;
+    m.nb = n - 2;
+    for (int d = 0; d < m.nb; d++) {
+        m.shape[d] = x->shape[d];
+        m.stride[d] = x->stride[d];
+    }
+    int64_t T = x->shape[n - 2], hd = x->shape[n - 1];
+    m.ld = T <= 1 ? (hd > 1 ? hd : 1) : x->stride[n - 2];
+    return m;
+}
+
+/* First element of matrix bh (row-major over the batch dims). */
+static inline char *mat_at(const mats_t *m, int64_t bh)
+{
+    int64_t off = 0;
+    for (int d = m->nb - 1; d >= 0; d--) {
+        off += (bh % m->shape[d]) * m->stride[d];
+        bh /= m->shape[d];
+    }
+    return m->base + (size_t)off * m->es;
+}
+
+/* x itself if BLAS takes its layout, else a contiguous copy in tp. */
+static tg_tensor *blas_operand(tg_tape *tp, tg_tensor *x)
+{
+    if (blas_ready(x)) return x;
+    tg_tensor *c = tg_empty(tp, x->dtype, x->ndim, x->shape);
+    if (c) tg_k_copy(c, x);
+    return c;
+}
+
+static int max_threads(void)
+{
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+static int thread_num(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+/* ---- forward ----------------------------------------------------------------------------- */
+
+/* out (BH x T x hd, contiguous), lse (BH x T) from q, k, v. False if out of memory. */
+static bool sdpa_forward(tg_tensor *out, tg_tensor *lse, const tg_tensor *q, const tg_tensor *k,
+                         const tg_tensor *v, bool causal, const dropout_t *d)
+{
+    int n = q->ndim;
+    int64_t T = q->shape[n - 2], hd = q->shape[n - 1];
+    int64_t BH = tg_numel(q) / (T * hd);
+    bool f64 = q->dtype == TG_F64;
+    size_t es = tg_dtype_size(q->dtype);
+    double scale = 1.0 / sqrt((double)hd);
+    mats_t mq = describe(q), mk = describe(k), mv = describe(v);
+    int64_t nblk = (T + BR - 1) / BR;
+    /* per thread: S_blk (BR x T) and a mask row (T) */
+    int64_t per = BR * T + T;
+    int nth = max_threads();
+    char *scratch = malloc((size_t)nth * (size_t)per * es);
+    if (!scratch) return false;
+    char *obase = out->data, *lbase = lse->data;
+
+#pragma omp parallel for schedule(dynamic, 1) if (BH * nblk > 1)
+    for (int64_t it = 0; it < BH * nblk; it++) {
+        /* causal: heavy (late) blocks first, for the dynamic schedule */
+        int64_t bh = it / nblk, blk = causal ? nblk - 1 - it % nblk : it % nblk;
+        int64_t r0 = blk * BR, br = T - r0 < BR ? T - r0 : BR;
+        int64_t kmax = causal ? r0 + br : T;
+        char *S = scratch + (size_t)thread_num() * (size_t)per * es;
+        char *z = S + (size_t)(BR * T) * es;
+        const char *qb = mat_at(&mq, bh) + (size_t)(r0 * mq.ld) * es;
+        const char *kb = mat_at(&mk, bh), *vb = mat_at(&mv, bh);
+        char *ob = obase + (size_t)((bh * T + r0) * hd) * es;
+        char *lb = lbase + (size_t)(bh * T + r0) * es;
+        /* S (br x kmax) = scale Q_blk (br x hd) K[:kmax]^T (hd x kmax) */
+        gemm(f64, false, true, br, kmax, hd, scale, qb, mq.ld, kb, mk.ld, 0.0, S, kmax);
+        if (f64)
+            fwd_rows_f64((double *)S, br, kmax, r0, causal, (double *)lb, d, bh, T, (double *)z);
+        else
+            fwd_rows_f32((float *)S, br, kmax, r0, causal, (float *)lb, d, bh, T, (float *)z);
+        /* O_blk (br x hd) = (P o Z) (br x kmax) V[:kmax] (kmax x hd) */
+        gemm(f64, false, false, br, hd, kmax, 1.0, S, kmax, vb, mv.ld, 0.0, ob, hd);
+    }
+    free(scratch);
+    return true;
+}
+
+static void shapes_str(const tg_tensor *q, const tg_tensor *k, const tg_tensor *v, char *buf, size_t n)
+{
+    char a[64], b[64], c[64];
+    snprintf(buf, n, "q %s, k %s, v %s", tg_shape_str(q, a, 64), tg_shape_str(k, b, 64), tg_shape_str(v, c, 64));
+}
+
+tg_tensor *tg_scaled_dot_product_attention(tg_tape *tp, tg_tensor *q, tg_tensor *k, tg_tensor *v, bool causal,
+                                           double dropout_p, tg_generator *g)
+{
+    if (!tp) return tg_error(OP ": NULL tape");
+    if (!q || !k || !v) return tg_error(OP ": NULL input");
+    char sh[240];
+    shapes_str(q, k, v, sh, sizeof sh);
+    if (!(dropout_p >= 0 && dropout_p < 1))
+        return tg_error(OP ": dropout probability %g is outside [0, 1)", dropout_p);
+    if (!tg__is_float(q->dtype) || !tg__is_float(k->dtype) || !tg__is_float(v->dtype))
+        return tg_error(OP ": expected float32 or float64 tensors, got q %s, k %s, v %s", tg_dtype_name(q->dtype),
+                        tg_dtype_name(k->dtype), tg_dtype_name(v->dtype));
+    if (q->dtype != k->dtype || q->dtype != v->dtype)
+        return tg_error(OP ": dtype mismatch: q %s, k %s, v %s", tg_dtype_name(q->dtype), tg_dtype_name(k->dtype),
+                        tg_dtype_name(v->dtype));
+    if (q->ndim < 2 || k->ndim < 2 || v->ndim < 2)
+        return tg_error(OP ": expected (..., T, head_dim) inputs with at least 2 dims, got %s", sh);
+    if (!tg_same_shape(q, k) || !tg_same_shape(q, v))
+        return tg_error(OP ": q, k and v must have the same shape (..., T, head_dim), got %s", sh);
+    int nd = q->ndim;
+    int64_t T = q->shape[nd - 2], hd = q->shape[nd - 1];
+    if (T > INT_MAX / BR || hd > INT_MAX) return tg_error(OP ": sizes too large for BLAS, got %s", sh);
+
+    /* The seed is drawn whether or not grad is recorded, as dropout draws its mask. */
+    uint64_t seed = 0;
+    if (dropout_p > 0) seed = tg_generator_random64(g ? g : tg_default_generator());
+    dropout_t d = make_dropout(dropout_p, seed);
+
+    tg_tensor *out = tg__new_like(tp, q);
+    tg_tensor *lse = tg_empty(tp, q->dtype, nd - 1, q->shape);
+    if (!out || !lse) return NULL;
+    tg_tensor *qq = q, *kk = k, *vv = v;
+    if (tg_numel(out) > 0) {
+        qq = blas_operand(tp, q);
+        kk = k == q ? qq : blas_operand(tp, k);
+        vv = v == q ? qq : v == k ? kk : blas_operand(tp, v);
+        if (!qq || !kk || !vv) return NULL;
+        if (!sdpa_forward(out, lse, qq, kk, vv, causal, &d)) return tg_error(OP ": out of memory");
+    }
+    bool err;
+    tg_tensor *in[3] = {q, k, v};
+    tg_node *n = tg__record(tp, TG_OP_SDPA, out, 3, in, &err);
+    if (err) return NULL;
+    if (n) {
+        /* the output itself is n->out */
+        n->saved[0] = qq;
+        n->saved[1] = kk;
+        n->saved[2] = vv;
+        n->saved[3] = lse;
+        n->iarg[0] = causal;
+        memcpy(&n->iarg[1], &seed, sizeof seed);
+        n->darg[0] = dropout_p;
+    }
+    return out;
+}
+
+/* ---- backward -------------------------------------------------------------------------------- */
+
+/* Where one input's gradient goes: a contiguous (..., T, hd) buffer, written
+ * with beta (0 = overwrite a fresh buffer, 1 = add), and then accumulated
+ * into the input's gradient by tg__accum when it is a temporary. */
+typedef struct {
+    tg_tensor *buf; /* NULL: not wanted */
+    bool tmp;
+    double beta;
+} gdest_t;
+
+static bool grad_dest(tg_node *n, int i, gdest_t *g)
+{
+    g->buf = NULL;
+    g->tmp = false;
+    g->beta = 1.0;
+    tg_tensor *t = n->in[i];
+    if (!tg__needs_grad(t)) return true;
+    /* q, k, v being one tensor: only its first use writes straight into its
+     * gradient; the others go through temporaries, added afterwards, because
+     * the kernel writes dQ rows while dK, dV are still collecting. */
+    bool dup = false;
+    for (int j = 0; j < i; j++) dup |= n->in[j] == t;
+    if (dup) {
+        g->buf = tg_empty(tg__btape(n), t->dtype, t->ndim, t->shape);
+        g->tmp = true;
+        g->beta = 0.0;
+        return g->buf != NULL;
+    }
+    bool fresh;
+    g->buf = tg__grad_buf(t, &fresh, false);
+    g->beta = fresh ? 0.0 : 1.0;
+    return g->buf != NULL;
+}
+
+/* forward: O = (P o Z) V, P = softmax(scale Q K^T [+ causal mask]);
+ * so with dP = dO V^T and D = rowsum(dO o O):
+ *   dV = (P o Z)^T dO,  dS = P o (dP o Z - D),
+ *   dQ = scale dS K,    dK = scale dS^T Q. */
+void tg__sdpa_backward(tg_node *n)
+{
+    const tg_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2], *lse = n->saved[3];
+    const tg_tensor *o = n->out;
+    tg_tensor *go = n->grad;
+    bool causal = n->iarg[0] != 0;
+    uint64_t seed;
+    memcpy(&seed, &n->iarg[1], sizeof seed);
+    dropout_t d = make_dropout(n->darg[0], seed);
+
+    gdest_t gq, gk, gv;
+    if (!grad_dest(n, 0, &gq) || !grad_dest(n, 1, &gk) || !grad_dest(n, 2, &gv)) return;
+    int nd = q->ndim;
+    int64_t T = q->shape[nd - 2], hd = q->shape[nd - 1];
+    int64_t numel = tg_numel(q);
+    if (numel == 0) {
+        /* nothing to compute; the gradients exist, empty */
+        return;
+    }
+    if (!tg_is_contiguous(go)) {
+        tg_tensor *c = tg__new_like(tg__btape(n), go);
+        if (!c) return;
+        tg_k_copy(c, go);
+        go = c;
+    }
+    int64_t BH = numel / (T * hd);
+    bool f64 = q->dtype == TG_F64;
+    size_t es = tg_dtype_size(q->dtype);
+    double scale = 1.0 / sqrt((double)hd);
+    mats_t mq = describe(q), mk = describe(k), mv = describe(v);
+    int64_t nblk = (T + BR - 1) / BR;
+    bool need_ds = gq.buf || gk.buf;
+    /* per thread: S_blk, dP_blk (BR x T each) and a mask row (T) */
+    int64_t per = 2 * BR * T + T;
+    int nth = max_threads();
+    char *scratch = malloc((size_t)nth * (size_t)per * es);
+    if (!scratch) {
+        tg_error(OP " backward: out of memory");
+        return;
+    }
+    const char *obase = o->data, *gobase = go->data, *lbase = lse->data;
+    char *dqb = gq.buf ? gq.buf->data : NULL, *dkb = gk.buf ? gk.buf->data : NULL;
+    char *dvb = gv.buf ? gv.buf->data : NULL;
+    size_t mat = (size_t)(T * hd) * es;
+
+    /* With one head, BLAS is left to use the threads itself. */
+#pragma omp parallel for schedule(dynamic, 1) if (BH > 1)
+    for (int64_t bh = 0; bh < BH; bh++) {
+        char *S = scratch + (size_t)thread_num() * (size_t)per * es;
+        char *dP = S + (size_t)(BR * T) * es;
+        char *z = dP + (size_t)(BR * T) * es;
+        const char *qm = mat_at(&mq, bh), *km = mat_at(&mk, bh), *vm = mat_at(&mv, bh);
+        char *dq = dqb ? dqb + bh * mat : NULL, *dk = dkb ? dkb + bh * mat : NULL;
+        char *dv = dvb ? dvb + bh * mat : NULL;
+        /* The last block reaches every key (kmax = T), so going backwards the
+         * first block sets all of dK, dV (beta as given) and later ones add. */
+        double bk = gk.beta, bv = gv.beta;
+        for (int64_t blk = nblk - 1; blk >= 0; blk--) {
+            int64_t r0 = blk * BR, br = T - r0 < BR ? T - r0 : BR;
+            int64_t kmax = causal ? r0 + br : T;
+            const char *qb = qm + (size_t)(r0 * mq.ld) * es;
+            const char *gob = gobase + (size_t)((bh * T + r0) * hd) * es;
+            const char *ob = obase + (size_t)((bh * T + r0) * hd) * es;
+            const char *lb = lbase + (size_t)(bh * T + r0) * es;
+            /* S (br x kmax) = scale Q_blk K[:kmax]^T; dP (br x kmax) = dO_blk V[:kmax]^T */
+            gemm(f64, false, true, br, kmax, hd, scale, qb, mq.ld, km, mk.ld, 0.0, S, kmax);
+            if (need_ds) gemm(f64, false, true, br, kmax, hd, 1.0, gob, hd, vm, mv.ld, 0.0, dP, kmax);
+            if (f64)
+                bwd_rows_f64((double *)S, need_ds ? (double *)dP : NULL, br, kmax, r0, causal, (const double *)lb,
+                             (const double *)gob, (const double *)ob, hd, &d, bh, T, (double *)z);
+            else
+                bwd_rows_f32((float *)S, need_ds ? (float *)dP : NULL, br, kmax, r0, causal, (const float *)lb,
+                             (const float *)gob, (const float *)ob, hd, &d, bh, T, (float *)z);
+            /* dV[:kmax] (kmax x hd) += (P o Z)^T (kmax x br) dO_blk (br x hd) */
+            if (dv) gemm(f64, true, false, kmax, hd, br, 1.0, S, kmax, gob, hd, bv, dv, hd);
+            /* dQ_blk (br x hd) = scale dS (br x kmax) K[:kmax] (kmax x hd) */
+            if (dq)
+                gemm(f64, false, false, br, hd, kmax, scale, dP, kmax, km, mk.ld, gq.beta, dq + (size_t)(r0 * hd) * es,
+                     hd);
+            /* dK[:kmax] (kmax x hd) += scale dS^T (kmax x br) Q_blk (br x hd) */
+            if (dk) gemm(f64, true, false, kmax, hd, br, scale, dP, kmax, qb, mq.ld, bk, dk, hd);
+            bk = bv = 1.0;
+        }
+    }
+    free(scratch);
+    if (gq.tmp) tg__accum(n->in[0], gq.buf);
+    if (gk.tmp) tg__accum(n->in[1], gk.buf);
+    if (gv.tmp) tg__accum(n->in[2], gv.buf);
+}
