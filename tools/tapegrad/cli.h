@@ -1,0 +1,45 @@
+/* Shared declarations of the tapegrad command-line tool (tools/tapegrad).
+ *
+ * Every entry point returns an exit status instead of calling exit(), so that
+ * a fuzzer can drive the whole argument parser in-process (tg_cli_main). */
+#ifndef TAPEGRAD_CLI_H
+#define TAPEGRAD_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "args.h"
+
+/* Exit statuses, as SPEC.md fixes them. */
+enum {
+    TG_CLI_OK = 0,
+    TG_CLI_FAIL = 1,  /* gradcheck FAIL, training diverged */
+    TG_CLI_USAGE = 2  /* bad arguments or a runtime error from the library */
+};
+
+/* The whole command line (argv[0] is the program name). */
+int tg_cli_main(int argc, char **argv);
+
+/* Subcommands: argv[0] is the subcommand name, options follow. */
+int tg_cmd_attention(int argc, char **argv);
+int tg_cmd_train(int argc, char **argv);
+int tg_cmd_bench(int argc, char **argv);
+
+/* Prints "tapegrad <cmd>: <message>" as exactly one line on stderr (newlines in
+ * the message become spaces) and returns TG_CLI_USAGE. */
+int tg_cli_error(const char *cmd, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Same for the library's last error, prefixed with what failed. */
+int tg_cli_lib_error(const char *cmd, const char *what);
+
+/* A rough upper bound of the bytes a forward+backward of an attention module
+ * needs; commands refuse configurations above a fixed budget so that a huge
+ * size on the command line becomes an error message, not an OOM kill. */
+double tg_cli_estimate_bytes(int64_t batch, int64_t tokens, int64_t d_in, int64_t d_out, int64_t heads);
+#define TG_CLI_MEMORY_BUDGET (8.0 * 1024 * 1024 * 1024)
+
+#endif

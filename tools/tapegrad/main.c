@@ -1,0 +1,83 @@
+/* tapegrad: the command-line tool (SPEC.md, "The command-line tool").
+ * main() only forwards to tg_cli_main so that a fuzzer can run the whole
+ * command line in-process and get the exit status back. */
+#include "cli.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <tapegrad.h>
+
+static const char *usage =
+    "usage: tapegrad <command> [options]\n"
+    "\n"
+    "Tensors, autograd and the attention modules of chapter 3 of \"Build a Large\n"
+    "Language Model (From Scratch)\", in C, equal to PyTorch 1.13.\n"
+    "\n"
+    "commands:\n"
+    "  attention   build one attention module, run it, print output / gradients /\n"
+    "              gradcheck, save or load its state_dict (safetensors)\n"
+    "  train       train a toy attention layer with SGD (teacher-student task)\n"
+    "  bench       time one training step of an attention module\n"
+    "\n"
+    "Run 'tapegrad <command> --help' for a command's options.\n"
+    "Exit status: 0 success, 1 gradcheck FAIL or training diverged, 2 bad\n"
+    "arguments or a runtime error (one line on stderr).\n";
+
+int tg_cli_error(const char *cmd, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    /* exactly one line, whatever the message (or a user's argument) holds */
+    for (char *p = msg; *p; p++)
+        if (*p == '\n' || *p == '\r') *p = ' ';
+    fprintf(stderr, "tapegrad%s%s: %s\n", cmd ? " " : "", cmd ? cmd : "", msg);
+    fflush(stderr);
+    return TG_CLI_USAGE;
+}
+
+int tg_cli_lib_error(const char *cmd, const char *what)
+{
+    const char *e = tg_last_error();
+    if (!e || !*e) e = "unknown error";
+    if (what) return tg_cli_error(cmd, "%s: %s", what, e);
+    return tg_cli_error(cmd, "%s", e);
+}
+
+double tg_cli_estimate_bytes(int64_t batch, int64_t tokens, int64_t d_in, int64_t d_out, int64_t heads)
+{
+    double B = (double)batch, T = (double)tokens, di = (double)d_in, dd = (double)d_out, h = (double)heads;
+    /* a handful of (B, h, T, T) score-sized tensors and their gradients, the
+     * (B, T, d) activations, and the weights with gradient and momentum */
+    double elems = 12.0 * B * h * T * T + 40.0 * B * T * (di + dd) * (h > 1 ? 2.0 : 1.0) + 8.0 * (di + dd) * dd * h;
+    return 8.0 * elems;
+}
+
+int tg_cli_main(int argc, char **argv)
+{
+    if (argc < 2 || !argv || !argv[1])
+        return tg_cli_error(NULL, "missing command (attention, train or bench; see tapegrad --help)");
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+        fputs(usage, stdout);
+        return TG_CLI_OK;
+    }
+    if (strcmp(cmd, "--version") == 0) {
+        puts("tapegrad 0.1.0");
+        return TG_CLI_OK;
+    }
+    tg_clear_error();
+    if (strcmp(cmd, "attention") == 0) return tg_cmd_attention(argc - 1, argv + 1);
+    if (strcmp(cmd, "train") == 0) return tg_cmd_train(argc - 1, argv + 1);
+    if (strcmp(cmd, "bench") == 0) return tg_cmd_bench(argc - 1, argv + 1);
+    return tg_cli_error(NULL, "unknown command '%.200s' (expected attention, train or bench; see tapegrad --help)", cmd);
+}
+
+int main(int argc, char **argv)
+{
+    return tg_cli_main(argc, argv);
+}
