@@ -1,2 +1,217 @@
+/* tapegrad bench: median time of one training step (forward, MSE against
+ * zeros, backward) of an attention module, GFLOP/s by SPEC.md's FLOP count,
+ * and peak RSS. Medians, because a single slow step (page faults, another
+ * process) should not move the figure. */
 #include "cli.h"
-int tg_cmd_bench(int argc, char **argv) { (void)argc; (void)argv; return 2; }
+
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include <jansson.h>
+#include <tapegrad.h>
+
+#define CMD "bench"
+
+static const char *help =
+    "usage: tapegrad bench [options]\n"
+    "\n"
+    "Times one training step (forward, MSE loss against zeros, backward) of an\n"
+    "attention module in training mode: one warm-up step, then --steps timed\n"
+    "steps; prints the median forward, backward and step milliseconds, GFLOP/s\n"
+    "and peak memory.\n"
+    "\n"
+    "  --module NAME   mha (MultiHeadAttention, fused attention op; default) or\n"
+    "                  mha-wrapper (heads of d_out/heads features each)\n"
+    "  --batch N       batch size (2)\n"
+    "  --tokens N      tokens = context_length (1024)\n"
+    "  --d N           d_in = d_out (768)\n"
+    "  --d-in N        override d_in\n"
+    "  --d-out N       override d_out (must be divisible by --heads)\n"
+    "  --heads N       heads (12)\n"
+    "  --dropout P     dropout in [0, 1) (0.1)\n"
+    "  --steps N       timed steps (5)\n"
+    "  --threads N     OpenMP threads (default: OpenMP's default)\n"
+    "  --composed      mha: the book's composition of ops instead of the fused op\n"
+    "  --json          one JSON object: fwd_ms, bwd_ms, step_ms, gflops,\n"
+    "                  peak_rss_mib and the configuration\n"
+    "  --help          this text\n"
+    "\n"
+    "FLOPs: forward = 2*B*T*3*d_in*d_out + 2*B*T*d_out^2 + 4*B*T^2*d_out,\n"
+    "step = 3 * forward. The book's toy: --batch 2 --tokens 6 --d-in 3 --d-out 2\n"
+    "--heads 2.\n";
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int64_t n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+typedef struct {
+    const char *module;
+    int64_t batch, tokens, d, d_in, d_out, heads, steps, threads;
+    double dropout;
+    bool d_in_set, d_out_set, threads_set, composed, json;
+} bench_args;
+
+static int run(tg_tape *model, tg_tape *step, const bench_args *a, double *t_fwd, double *t_bwd, double *t_step)
+{
+    bool wrapper = strcmp(a->module, "mha-wrapper") == 0;
+    if (!wrapper && strcmp(a->module, "mha") != 0)
+        return tg_cli_error(CMD, "--module: expected mha or mha-wrapper, got '%.200s'", a->module);
+    int64_t d_in = a->d_in_set ? a->d_in : a->d, d_out = a->d_out_set ? a->d_out : a->d;
+    int64_t B = a->batch, T = a->tokens, H = a->heads;
+    if (d_out % H != 0)
+        return tg_cli_error(CMD, "d_out (%lld) must be divisible by --heads (%lld)", (long long)d_out, (long long)H);
+    if (tg_cli_estimate_bytes(B, T, d_in, d_out, H) > TG_CLI_MEMORY_BUDGET)
+        return tg_cli_error(CMD, "configuration too large: batch %lld, tokens %lld, d_in %lld, d_out %lld, heads %lld "
+                                 "would need more than %.0f GiB",
+                            (long long)B, (long long)T, (long long)d_in, (long long)d_out, (long long)H,
+                            TG_CLI_MEMORY_BUDGET / (1024.0 * 1024 * 1024));
+    if (a->threads_set) omp_set_num_threads((int)a->threads);
+
+    tg_manual_seed(123);
+    tg_module *m = wrapper ? tg_mha_wrapper_new(model, d_in, d_out / H, T, a->dropout, H, false)
+                           : tg_mha_new(model, d_in, d_out, T, a->dropout, H, false);
+    if (!m) return tg_cli_lib_error(CMD, NULL);
+    if (!wrapper) tg_module_set_fused(m, !a->composed);
+    tg_module_train(m, true);
+    tg_generator *g = tg_generator_new(7);
+    if (!g) return tg_cli_error(CMD, "out of memory");
+    tg_module_set_generator(m, g);
+    int64_t shape[3] = {B, T, d_in};
+    /* the input lives in the model tape so that only activations are reset */
+    tg_tensor *x = tg_rand(model, TG_F32, 3, shape, g);
+    if (!x) {
+        tg_generator_free(g);
+        return tg_cli_lib_error(CMD, NULL);
+    }
+    int rc = TG_CLI_OK;
+    for (int64_t s = -1; s < a->steps; s++) { /* s = -1: the warm-up step */
+        tg_module_zero_grad(m);
+        double t0 = now_ms();
+        tg_tensor *y = tg_module_forward(step, m, x);
+        double t1 = now_ms();
+        tg_tensor *loss = y ? tg_mse_loss(step, y, tg_zeros_like(step, y), TG_REDUCE_MEAN) : NULL;
+        if (!loss || tg_backward(loss, NULL, false) != TG_OK) {
+            rc = tg_cli_lib_error(CMD, NULL);
+            break;
+        }
+        double t2 = now_ms();
+        if (s >= 0) {
+            t_fwd[s] = t1 - t0;
+            t_bwd[s] = t2 - t1;
+            t_step[s] = t2 - t0;
+        }
+        tg_tape_reset(step);
+    }
+    tg_generator_free(g);
+    return rc;
+}
+
+int tg_cmd_bench(int argc, char **argv)
+{
+    bench_args a = {.module = "mha", .batch = 2, .tokens = 1024, .d = 768, .heads = 12, .dropout = 0.1, .steps = 5};
+    const int64_t big = 1 << 20;
+    const tg_opt opts[] = {
+        {"--module", TG_OPT_STRING, &a.module, 0, 0, 0, 0, false, NULL},
+        {"--batch", TG_OPT_INT, &a.batch, 1, big, 0, 0, false, NULL},
+        {"--tokens", TG_OPT_INT, &a.tokens, 1, TG_CLI_MAX_TOKENS, 0, 0, false, NULL},
+        {"--d", TG_OPT_INT, &a.d, 1, big, 0, 0, false, NULL},
+        {"--d-in", TG_OPT_INT, &a.d_in, 1, big, 0, 0, false, &a.d_in_set},
+        {"--d-out", TG_OPT_INT, &a.d_out, 1, big, 0, 0, false, &a.d_out_set},
+        {"--heads", TG_OPT_INT, &a.heads, 1, 4096, 0, 0, false, NULL},
+        {"--dropout", TG_OPT_DOUBLE, &a.dropout, 0, 0, 0.0, 1.0, true, NULL},
+        {"--steps", TG_OPT_INT, &a.steps, 1, 100000, 0, 0, false, NULL},
+        {"--threads", TG_OPT_INT, &a.threads, 1, 1024, 0, 0, false, &a.threads_set},
+        {"--composed", TG_OPT_FLAG, &a.composed, 0, 0, 0, 0, false, NULL},
+        {"--json", TG_OPT_FLAG, &a.json, 0, 0, 0, 0, false, NULL},
+    };
+    char err[512];
+    tg_args_status st = tg_cli_parse_options(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), err, sizeof err);
+    if (st == TG_ARGS_HELP) {
+        fputs(help, stdout);
+        return TG_CLI_OK;
+    }
+    if (st != TG_ARGS_OK) return tg_cli_error(CMD, "%s", err);
+
+    double *t = malloc(sizeof(double) * 3 * (size_t)a.steps);
+    tg_tape *model = tg_tape_new(), *step = tg_tape_new();
+    int rc;
+    if (!t || !model || !step)
+        rc = tg_cli_error(CMD, "out of memory");
+    else
+        rc = run(model, step, &a, t, t + a.steps, t + 2 * a.steps);
+    if (rc == TG_CLI_OK) {
+        int64_t d_in = a.d_in_set ? a.d_in : a.d, d_out = a.d_out_set ? a.d_out : a.d;
+        double B = (double)a.batch, T = (double)a.tokens, di = (double)d_in, dd = (double)d_out;
+        double fwd_flops = 2 * B * T * 3 * di * dd + 2 * B * T * dd * dd + 4 * B * T * T * dd;
+        double fwd = median(t, a.steps), bwd = median(t + a.steps, a.steps), stp = median(t + 2 * a.steps, a.steps);
+        double gflops = stp > 0 ? 3 * fwd_flops / (stp * 1e-3) / 1e9 : 0.0;
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        double rss = (double)ru.ru_maxrss / 1024.0; /* Linux reports KiB */
+        bool fused = strcmp(a.module, "mha") == 0 && !a.composed;
+        int threads = omp_get_max_threads();
+        if (a.json) {
+            json_t *o = json_object();
+            json_object_set_new(o, "module", json_string(a.module));
+            json_object_set_new(o, "fused", json_boolean(fused));
+            json_object_set_new(o, "batch", json_integer(a.batch));
+            json_object_set_new(o, "tokens", json_integer(a.tokens));
+            json_object_set_new(o, "d_in", json_integer(d_in));
+            json_object_set_new(o, "d_out", json_integer(d_out));
+            json_object_set_new(o, "heads", json_integer(a.heads));
+            json_object_set_new(o, "dropout", json_real(a.dropout));
+            json_object_set_new(o, "steps", json_integer(a.steps));
+            json_object_set_new(o, "threads", json_integer(threads));
+            json_object_set_new(o, "fwd_ms", json_real(fwd));
+            json_object_set_new(o, "bwd_ms", json_real(bwd));
+            json_object_set_new(o, "step_ms", json_real(stp));
+            json_object_set_new(o, "gflops", json_real(gflops));
+            json_object_set_new(o, "peak_rss_mib", json_real(rss));
+            char *text = json_dumps(o, JSON_REAL_PRECISION(9) | JSON_PRESERVE_ORDER);
+            json_decref(o);
+            if (text) {
+                puts(text);
+                free(text);
+            } else {
+                rc = tg_cli_error(CMD, "--json: out of memory");
+            }
+        } else {
+            printf("tapegrad bench: %s%s, batch %lld, tokens %lld, d_in %lld, d_out %lld, heads %lld, dropout %g, "
+                   "%d threads, median of %lld steps\n",
+                   strcmp(a.module, "mha") == 0 ? "MultiHeadAttention" : "MultiHeadAttentionWrapper",
+                   strcmp(a.module, "mha") == 0 ? (fused ? " (fused)" : " (composed)") : "", (long long)a.batch,
+                   (long long)a.tokens, (long long)d_in, (long long)d_out, (long long)a.heads, a.dropout, threads,
+                   (long long)a.steps);
+            printf("  %-10s %12.3f ms\n", "forward", fwd);
+            printf("  %-10s %12.3f ms\n", "backward", bwd);
+            printf("  %-10s %12.3f ms\n", "step", stp);
+            printf("  %-10s %12.2f GFLOP/s\n", "speed", gflops);
+            printf("  %-10s %12.1f MiB\n", "peak RSS", rss);
+        }
+    }
+    free(t);
+    tg_tape_free(step);
+    tg_tape_free(model);
+    fflush(stdout);
+    return rc;
+}
