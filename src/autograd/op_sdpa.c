@@ -21,7 +21,7 @@
 #include <cblas.h>
 #include <limits.h>
 #include <math.h>
-#include <stdlib.h>
+#include <stdio.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -30,7 +30,9 @@
 
 /* Query rows per block: S_blk and dP_blk (BR x T) of a thread stay in L2 for
  * GPT-2 sizes (T = 1024: 2 x 256 KiB in float). */
+#ifndef BR
 #define BR 64
+#endif
 
 /* ---- dropout mask: a splitmix64 stream per (seed, batch*head, row) ---------- */
 
@@ -136,7 +138,7 @@ static inline double exp_f64(double x) { return exp(x); }
             T *s = S + i * kmax;                                                                       \
             int64_t nv = causal ? r0 + i + 1 : kmax;                                                   \
             T m = s[0];                                                                                \
-            for (int64_t j = 1; j < nv; j++) m = s[j] > m ? s[j] : m;                                  \
+            _Pragma("omp simd reduction(max : m)") for (int64_t j = 1; j < nv; j++) m = s[j] > m ? s[j] : m; \
             T sum = 0;                                                                                 \
             _Pragma("omp simd reduction(+ : sum)") for (int64_t j = 0; j < nv; j++)                    \
             {                                                                                          \
@@ -272,11 +274,15 @@ static tg_tensor *blas_operand(tg_tape *tp, tg_tensor *x)
     return c;
 }
 
-static int max_threads(void)
+/* Threads for a loop of `items` independent items: no more than there are
+ * items, so per-thread scratch never exceeds what the work needs. */
+static int threads_for(int64_t items)
 {
 #ifdef _OPENMP
-    return omp_get_max_threads();
+    int64_t n = omp_get_max_threads();
+    return (int)(items < n ? (items > 0 ? items : 1) : n);
 #else
+    (void)items;
     return 1;
 #endif
 }
@@ -292,8 +298,9 @@ static int thread_num(void)
 
 /* ---- forward ----------------------------------------------------------------------------- */
 
-/* out (BH x T x hd, contiguous), lse (BH x T) from q, k, v. False if out of memory. */
-static bool sdpa_forward(tg_tensor *out, tg_tensor *lse, const tg_tensor *q, const tg_tensor *k,
+/* out (BH x T x hd, contiguous), lse (BH x T) from q, k, v; scratch from tp.
+ * False if out of memory. */
+static bool sdpa_forward(tg_tape *tp, tg_tensor *out, tg_tensor *lse, const tg_tensor *q, const tg_tensor *k,
                          const tg_tensor *v, bool causal, const dropout_t *d)
 {
     int n = q->ndim;
@@ -306,12 +313,13 @@ static bool sdpa_forward(tg_tensor *out, tg_tensor *lse, const tg_tensor *q, con
     int64_t nblk = (T + BR - 1) / BR;
     /* per thread: S_blk (BR x T) and a mask row (T) */
     int64_t per = BR * T + T;
-    int nth = max_threads();
-    char *scratch = malloc((size_t)nth * (size_t)per * es);
+    int nth = threads_for(BH * nblk);
+    /* From the tape, not malloc: after a tape reset a training step reuses it. */
+    char *scratch = tg_tape_alloc(tp, (size_t)nth * (size_t)per * es, false);
     if (!scratch) return false;
     char *obase = out->data, *lbase = lse->data;
 
-#pragma omp parallel for schedule(dynamic, 1) if (BH * nblk > 1)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nth) if (nth > 1)
     for (int64_t it = 0; it < BH * nblk; it++) {
         /* causal: heavy (late) blocks first, for the dynamic schedule */
         int64_t bh = it / nblk, blk = causal ? nblk - 1 - it % nblk : it % nblk;
@@ -332,7 +340,6 @@ static bool sdpa_forward(tg_tensor *out, tg_tensor *lse, const tg_tensor *q, con
         /* O_blk (br x hd) = (P o Z) (br x kmax) V[:kmax] (kmax x hd) */
         gemm(f64, false, false, br, hd, kmax, 1.0, S, kmax, vb, mv.ld, 0.0, ob, hd);
     }
-    free(scratch);
     return true;
 }
 
@@ -379,7 +386,7 @@ tg_tensor *tg_scaled_dot_product_attention(tg_tape *tp, tg_tensor *q, tg_tensor 
         kk = k == q ? qq : blas_operand(tp, k);
         vv = v == q ? qq : v == k ? kk : blas_operand(tp, v);
         if (!qq || !kk || !vv) return NULL;
-        if (!sdpa_forward(out, lse, qq, kk, vv, causal, &d)) return tg_error(OP ": out of memory");
+        if (!sdpa_forward(tp, out, lse, qq, kk, vv, causal, &d)) return tg_error(OP ": out of memory");
     }
     bool err;
     tg_tensor *in[3] = {q, k, v};
@@ -409,6 +416,12 @@ typedef struct {
     double beta;
 } gdest_t;
 
+/* Do a and b accumulate into the same gradient buffer? */
+static bool same_grad_slot(const tg_tensor *a, const tg_tensor *b)
+{
+    return a->grad_fn ? a->grad_fn == b->grad_fn : a == b;
+}
+
 static bool grad_dest(tg_node *n, int i, gdest_t *g)
 {
     g->buf = NULL;
@@ -416,11 +429,12 @@ static bool grad_dest(tg_node *n, int i, gdest_t *g)
     g->beta = 1.0;
     tg_tensor *t = n->in[i];
     if (!tg__needs_grad(t)) return true;
-    /* q, k, v being one tensor: only its first use writes straight into its
-     * gradient; the others go through temporaries, added afterwards, because
-     * the kernel writes dQ rows while dK, dV are still collecting. */
+    /* q, k, v being one tensor (one gradient slot: the same leaf, or outputs
+     * of the same node): only its first use writes straight into the slot;
+     * the others go through temporaries, added afterwards, because the
+     * kernel writes dQ rows while dK, dV are still collecting. */
     bool dup = false;
-    for (int j = 0; j < i; j++) dup |= n->in[j] == t;
+    for (int j = 0; j < i; j++) dup |= same_grad_slot(n->in[j], t);
     if (dup) {
         g->buf = tg_empty(tg__btape(n), t->dtype, t->ndim, t->shape);
         g->tmp = true;
@@ -471,8 +485,8 @@ void tg__sdpa_backward(tg_node *n)
     bool need_ds = gq.buf || gk.buf;
     /* per thread: S_blk, dP_blk (BR x T each) and a mask row (T) */
     int64_t per = 2 * BR * T + T;
-    int nth = max_threads();
-    char *scratch = malloc((size_t)nth * (size_t)per * es);
+    int nth = threads_for(BH);
+    char *scratch = tg_tape_alloc(tg__btape(n), (size_t)nth * (size_t)per * es, false);
     if (!scratch) {
         tg_error(OP " backward: out of memory");
         return;
@@ -483,7 +497,7 @@ void tg__sdpa_backward(tg_node *n)
     size_t mat = (size_t)(T * hd) * es;
 
     /* With one head, BLAS is left to use the threads itself. */
-#pragma omp parallel for schedule(dynamic, 1) if (BH > 1)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nth) if (nth > 1)
     for (int64_t bh = 0; bh < BH; bh++) {
         char *S = scratch + (size_t)thread_num() * (size_t)per * es;
         char *dP = S + (size_t)(BR * T) * es;
@@ -521,7 +535,6 @@ void tg__sdpa_backward(tg_node *n)
             bk = bv = 1.0;
         }
     }
-    free(scratch);
     if (gq.tmp) tg__accum(n->in[0], gq.buf);
     if (gk.tmp) tg__accum(n->in[1], gk.buf);
     if (gv.tmp) tg__accum(n->in[2], gv.buf);
