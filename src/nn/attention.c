@@ -202,6 +202,8 @@ static tg_tensor *causal_forward(tg_tape *tp, tg_module *m, tg_tensor *x)
     tg_tensor *k = tg_module_forward(tp, m->children[1], x); /* (b, T, d_out) */
     tg_tensor *q = tg_module_forward(tp, m->children[0], x);
     tg_tensor *v = tg_module_forward(tp, m->children[2], x);
+    if (m->fused) /* one node, no (b, T, T) tensor kept for backward */
+        return tg_scaled_dot_product_attention(tp, q, k, v, true, m->training ? m->dropout : 0.0, m->gen);
     tg_tensor *s = tg_matmul(tp, q, tg_transpose(tp, k, 1, 2)); /* (b, T, T) */
     s = tg_masked_fill(tp, s, mask_bool(tp, m, T), -INFINITY);
     return attend(tp, m->children[3], s, v, m->d_out);
@@ -228,7 +230,7 @@ static tg_tensor *mha_forward(tg_tape *tp, tg_module *m, tg_tensor *x)
     tg_tensor *ctx;
     if (m->fused) {
         double p = m->training ? m->dropout : 0.0;
-        (void)p; ctx = tg_error("TEMP: fused attention not linked yet"); /* TEMP-SDPA */
+        ctx = tg_scaled_dot_product_attention(tp, q, k, v, true, p, m->gen);
     } else {
         tg_tensor *s = tg_matmul(tp, q, tg_transpose(tp, k, 2, 3)); /* (b, h, T, T) */
         s = tg_masked_fill(tp, s, mask_bool(tp, m, T), -INFINITY);

@@ -35,6 +35,9 @@ void tg_clear_error(void) { tg__errbuf[0] = '\0'; }
 
 void *tg_error(const char *fmt, ...)
 {
+    /* An op handed NULL is downstream of an earlier failure: keep that
+     * failure's message, which names the real problem. */
+    if (tg__errbuf[0] && strstr(fmt, "NULL input")) return NULL;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(tg__errbuf, sizeof tg__errbuf, fmt, ap);
