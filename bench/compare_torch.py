@@ -1,0 +1,227 @@
+#!/usr/bin/python3
+"""Compare one attention training step of tapegrad and PyTorch on this CPU.
+
+Runs `tapegrad bench --json` and the same step in PyTorch (the book's modules,
+forward + MSE against zeros + backward), alternating, each in a fresh process
+so peak RSS is per run, and reports the median over --runs runs of each run's
+median step time.
+
+    /usr/bin/python3 bench/compare_torch.py [--tapegrad build/tools/tapegrad]
+        [--runs 5] [--steps 5] [--threads 2] [--only NAME] [--markdown]
+
+PyTorch comes from Debian's python3-torch (1.13). It runs with the thread
+count that is fastest for it (1 or 2 threads, chosen by a quick probe per
+configuration); tapegrad runs with --threads.
+"""
+import argparse
+import json
+import math
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+CONFIGS = [
+    # name, module, batch, tokens, d_in, d_out, heads, dropout
+    ("gpt2-small p=0.1", "mha", 2, 1024, 768, 768, 12, 0.1),
+    ("gpt2-small p=0", "mha", 2, 1024, 768, 768, 12, 0.0),
+    ("B8 T128 d256", "mha", 8, 128, 256, 256, 8, 0.1),
+    ("book toy", "mha", 2, 6, 3, 2, 2, 0.1),
+    ("wrapper B4 T512", "mha-wrapper", 4, 512, 768, 768, 12, 0.1),
+]
+SCALING = [256, 512, 1024, 2048, 4096]
+TORCH_MAX_T = 2048  # PyTorch keeps several (B, h, T, T) tensors: 4096 needs ~10 GB
+
+
+def flops(batch, tokens, d_in, d_out):
+    fwd = 2 * batch * tokens * 3 * d_in * d_out + 2 * batch * tokens * d_out ** 2 + 4 * batch * tokens ** 2 * d_out
+    return 3 * fwd
+
+
+# ---- the PyTorch side (runs in a child process) ---------------------------------------
+
+def torch_worker(cfg, steps, threads):
+    import torch
+    import torch.nn as nn
+
+    torch.set_num_threads(threads)
+
+    class CausalAttention(nn.Module):
+        def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
+            super().__init__()
+            self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+            self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+            self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+            self.dropout = nn.Dropout(dropout)
+            self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+
+        def forward(self, x):
+            b, num_tokens, d_in = x.shape
+            keys = self.W_key(x)
+            queries = self.W_query(x)
+            values = self.W_value(x)
+            attn_scores = queries @ keys.transpose(1, 2)
+            attn_scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
+            attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
+            attn_weights = self.dropout(attn_weights)
+            return attn_weights @ values
+
+    class MultiHeadAttentionWrapper(nn.Module):
+        def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+            super().__init__()
+            self.heads = nn.ModuleList(
+                [CausalAttention(d_in, d_out, context_length, dropout, qkv_bias) for _ in range(num_heads)])
+
+        def forward(self, x):
+            return torch.cat([head(x) for head in self.heads], dim=-1)
+
+    class MultiHeadAttention(nn.Module):
+        def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+            super().__init__()
+            self.d_out = d_out
+            self.num_heads = num_heads
+            self.head_dim = d_out // num_heads
+            self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+            self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+            self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+            self.out_proj = nn.Linear(d_out, d_out)
+            self.dropout = nn.Dropout(dropout)
+            self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+
+        def forward(self, x):
+            b, num_tokens, d_in = x.shape
+            keys = self.W_key(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+            queries = self.W_query(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+            values = self.W_value(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+            attn_scores = queries @ keys.transpose(2, 3)
+            attn_scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
+            attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
+            attn_weights = self.dropout(attn_weights)
+            context = (attn_weights @ values).transpose(1, 2).contiguous().view(b, num_tokens, self.d_out)
+            return self.out_proj(context)
+
+    _, module, batch, tokens, d_in, d_out, heads, dropout = cfg
+    torch.manual_seed(123)
+    if module == "mha":
+        m = MultiHeadAttention(d_in, d_out, tokens, dropout, heads)
+    else:
+        m = MultiHeadAttentionWrapper(d_in, d_out // heads, tokens, dropout, heads)
+    m.train()
+    x = torch.rand(batch, tokens, d_in)
+    fwd, bwd, step = [], [], []
+    for i in range(steps + 1):
+        m.zero_grad(set_to_none=False)
+        t0 = time.perf_counter()
+        y = m(x)
+        t1 = time.perf_counter()
+        loss = torch.nn.functional.mse_loss(y, torch.zeros_like(y))
+        loss.backward()
+        t2 = time.perf_counter()
+        if i > 0:
+            fwd.append((t1 - t0) * 1e3)
+            bwd.append((t2 - t1) * 1e3)
+            step.append((t2 - t0) * 1e3)
+    ms = statistics.median(step)
+    out = {
+        "fwd_ms": statistics.median(fwd),
+        "bwd_ms": statistics.median(bwd),
+        "step_ms": ms,
+        "gflops": flops(batch, tokens, d_in, d_out) / (ms * 1e-3) / 1e9,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+    }
+    print(json.dumps(out))
+
+
+# ---- the driver ------------------------------------------------------------------------------
+
+def run_torch(cfg, steps, threads):
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(cfg), "--steps", str(steps),
+           "--threads", str(threads)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def run_tapegrad(exe, cfg, steps, threads):
+    _, module, batch, tokens, d_in, d_out, heads, dropout = cfg
+    cmd = [exe, "bench", "--module", module, "--batch", str(batch), "--tokens", str(tokens), "--d-in", str(d_in),
+           "--d-out", str(d_out), "--heads", str(heads), "--dropout", str(dropout), "--steps", str(steps),
+           "--threads", str(threads), "--json"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def med(rows, key):
+    return statistics.median(r[key] for r in rows)
+
+
+def compare(exe, cfg, runs, steps, threads, with_torch=True):
+    torch_threads = threads
+    if with_torch:
+        # PyTorch at its best: probe 1 and `threads` threads once, keep the faster.
+        probe = {t: run_torch(cfg, 2, t)["step_ms"] for t in sorted({1, threads})}
+        torch_threads = min(probe, key=probe.get)
+    tg, th = [], []
+    for _ in range(runs):  # alternate so both see the same machine noise
+        tg.append(run_tapegrad(exe, cfg, steps, threads))
+        if with_torch:
+            th.append(run_torch(cfg, steps, torch_threads))
+    row = {"name": cfg[0], "tapegrad": {k: med(tg, k) for k in tg[0] if isinstance(tg[0][k], (int, float))}}
+    if with_torch:
+        row["torch"] = {k: med(th, k) for k in th[0]}
+        row["torch_threads"] = torch_threads
+        row["speedup"] = row["torch"]["step_ms"] / row["tapegrad"]["step_ms"]
+    return row
+
+
+def fmt_row(r, markdown):
+    t = r["tapegrad"]
+    cells = [r["name"], "%.2f" % t["step_ms"], "%.1f" % t["gflops"], "%.0f" % t["peak_rss_mib"]]
+    if "torch" in r:
+        p = r["torch"]
+        cells += ["%.2f" % p["step_ms"], "%.1f" % p["gflops"], "%.0f" % p["peak_rss_mib"], "%.1fx" % r["speedup"]]
+    else:
+        cells += ["-", "-", "-", "-"]
+    if markdown:
+        return "| " + " | ".join(cells) + " |"
+    return "%-20s %10s %8s %8s %10s %8s %8s %8s" % tuple(cells)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tapegrad", default=os.path.join(os.path.dirname(__file__), "..", "build", "tools", "tapegrad"))
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--only", help="run only configurations whose name contains this")
+    ap.add_argument("--no-scaling", action="store_true")
+    ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker:
+        torch_worker(json.loads(a.worker), a.steps, a.threads)
+        return
+    hdr = ["config", "tg ms/step", "tg GF/s", "tg MiB", "torch ms", "torch GF/s", "torch MiB", "speedup"]
+    if a.markdown:
+        print("| " + " | ".join(hdr) + " |")
+        print("|" + "---|" * len(hdr))
+    else:
+        print("%-20s %10s %8s %8s %10s %8s %8s %8s" % tuple(hdr))
+    for cfg in CONFIGS:
+        if a.only and a.only not in cfg[0]:
+            continue
+        r = compare(a.tapegrad, list(cfg), a.runs, a.steps, a.threads)
+        print(fmt_row(r, a.markdown), flush=True)
+    if a.no_scaling or a.only:
+        return
+    print()
+    print("Scaling, MultiHeadAttention B=1 d=768 12 heads p=0.1 (runs: %d):" % max(1, a.runs // 2))
+    for T in SCALING:
+        cfg = ["T=%d" % T, "mha", 1, T, 768, 768, 12, 0.1]
+        r = compare(a.tapegrad, cfg, max(1, a.runs // 2), 3, a.threads, with_torch=T <= TORCH_MAX_T)
+        print(fmt_row(r, a.markdown), flush=True)
+
+
+if __name__ == "__main__":
+    main()
