@@ -47,6 +47,7 @@ expect_contains "--grads out_proj" "out_proj.bias:" "$TG" attention --module mha
 expect_contains "rand input 2-D" "torch.Size([5, 2])" "$TG" attention --module sa-v2 --input rand:7:5
 expect_contains "rand input batched" "torch.Size([3, 4, 2])" "$TG" attention --module mha --input rand:7:3:4
 expect_contains "--eval with dropout" "torch.Size([2, 6, 2])" "$TG" attention --module causal --dropout 0.5 --eval
+expect_contains "seed 2^64-1 as torch.manual_seed" "tensor([[1.0934, 0.4304]," "$TG" attention --module sa-v1 --seed 18446744073709551615
 expect_contains "--context > tokens" "torch.Size([2, 6, 2])" "$TG" attention --module mha --context 10
 
 # ---- --json ---------------------------------------------------------------------
@@ -172,6 +173,8 @@ attention --module mha --d-in ' 3'
 attention --module mha --d-in 99999999999999999999999
 attention --module mha --seed -1
 attention --module mha --seed abc
+attention --module mha --seed 18446744073709551616
+attention --module mha --d-in=
 attention --module mha --d-out 3 --heads 2
 attention --module mha --context 4
 attention --module causal --context 5

@@ -61,6 +61,8 @@ int tg_cli_parse_f64(const char *s, double min, double max, bool max_open, doubl
     double v = strtod(s, &end);
     if (end == s || *end) return fail(err, errlen, "expected a number, got '%s'", s);
     if (!isfinite(v) || errno == ERANGE) return fail(err, errlen, "expected a finite number, got '%s'", s);
+    if (min > 0 && min < 1e-200 && (v < min || v > max))
+        return fail(err, errlen, "expected a positive number up to %g, got '%s'", max, s);
     if (v < min || v > max || (max_open && v >= max))
         return fail(err, errlen, "expected a number in [%g, %g%s, got '%s'", min, max, max_open ? ")" : "]", s);
     *out = v;
@@ -79,6 +81,13 @@ static int parse_u64(const char *s, size_t len, uint64_t *out)
         v = v * 10 + d;
     }
     *out = v;
+    return 0;
+}
+
+int tg_cli_parse_u64(const char *s, uint64_t *out, char *err, size_t errlen)
+{
+    if (!s || parse_u64(s, strlen(s), out) != 0)
+        return fail(err, errlen, "expected an integer in [0, 18446744073709551615], got '%s'", s ? s : "");
     return 0;
 }
 
@@ -183,6 +192,7 @@ tg_args_status tg_cli_parse_options(int argc, char **argv, const tg_opt *opts, i
         int rc = 0;
         switch (o->type) {
         case TG_OPT_INT: rc = tg_cli_parse_i64(val, o->imin, o->imax, (int64_t *)o->dest, sub, sizeof sub); break;
+        case TG_OPT_U64: rc = tg_cli_parse_u64(val, (uint64_t *)o->dest, sub, sizeof sub); break;
         case TG_OPT_DOUBLE:
             rc = tg_cli_parse_f64(val, o->dmin, o->dmax, o->dmax_open, (double *)o->dest, sub, sizeof sub);
             break;

@@ -27,16 +27,18 @@ int tg_cli_parse_input_spec(const char *s, tg_cli_input *out, char *err, size_t 
 
 /* Integers in [min, max], base 10, no spaces, the whole string. */
 int tg_cli_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out, char *err, size_t errlen);
+/* Seeds: any integer in [0, 2^64), as torch.manual_seed takes. */
+int tg_cli_parse_u64(const char *s, uint64_t *out, char *err, size_t errlen);
 /* Finite doubles in [min, max] (or [min, max) when max_open). */
 int tg_cli_parse_f64(const char *s, double min, double max, bool max_open, double *out, char *err, size_t errlen);
 
 /* One option of a subcommand. */
-typedef enum { TG_OPT_FLAG, TG_OPT_INT, TG_OPT_DOUBLE, TG_OPT_STRING } tg_opt_type;
+typedef enum { TG_OPT_FLAG, TG_OPT_INT, TG_OPT_U64, TG_OPT_DOUBLE, TG_OPT_STRING } tg_opt_type;
 
 typedef struct {
     const char *name;  /* "--heads" */
     tg_opt_type type;
-    void *dest;        /* bool*, int64_t*, double*, const char** */
+    void *dest;        /* bool*, int64_t*, uint64_t*, double*, const char** */
     int64_t imin, imax;
     double dmin, dmax;
     bool dmax_open;

@@ -68,7 +68,8 @@ static const float book[6][3] = {
 
 typedef struct {
     const char *module, *input, *save, *load;
-    int64_t seed, d_in, d_out, heads, context;
+    uint64_t seed;
+    int64_t d_in, d_out, heads, context;
     double dropout;
     bool qkv_bias, eval, grads, json, gradcheck, context_set;
 } attn_args;
@@ -267,7 +268,7 @@ int tg_cmd_attention(int argc, char **argv)
     const int64_t big = 1 << 20;
     const tg_opt opts[] = {
         {"--module", TG_OPT_STRING, &a.module, 0, 0, 0, 0, false, NULL},
-        {"--seed", TG_OPT_INT, &a.seed, 0, INT64_MAX, 0, 0, false, NULL},
+        {"--seed", TG_OPT_U64, &a.seed, 0, 0, 0, 0, false, NULL},
         {"--d-in", TG_OPT_INT, &a.d_in, 1, big, 0, 0, false, NULL},
         {"--d-out", TG_OPT_INT, &a.d_out, 1, big, 0, 0, false, NULL},
         {"--heads", TG_OPT_INT, &a.heads, 1, 4096, 0, 0, false, NULL},

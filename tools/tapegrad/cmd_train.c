@@ -128,7 +128,8 @@ static int write_plot(FILE *f, const double *loss, int64_t n, const char *title)
 
 typedef struct {
     const char *module, *plot;
-    int64_t steps, seed;
+    int64_t steps;
+    uint64_t seed;
     double lr, momentum;
     bool json;
 } train_args;
@@ -216,7 +217,7 @@ int tg_cmd_train(int argc, char **argv)
         {"--steps", TG_OPT_INT, &a.steps, 1, 10000000, 0, 0, false, NULL},
         {"--lr", TG_OPT_DOUBLE, &a.lr, 0, 0, 1e-300, 1e6, false, NULL},
         {"--momentum", TG_OPT_DOUBLE, &a.momentum, 0, 0, 0.0, 1.0, true, NULL},
-        {"--seed", TG_OPT_INT, &a.seed, 0, INT64_MAX - 2, 0, 0, false, NULL},
+        {"--seed", TG_OPT_U64, &a.seed, 0, 0, 0, 0, false, NULL},
         {"--plot", TG_OPT_STRING, &a.plot, 0, 0, 0, 0, false, NULL},
         {"--json", TG_OPT_FLAG, &a.json, 0, 0, 0, 0, false, NULL},
     };
