@@ -1,0 +1,164 @@
+/* libFuzzer target: the whole tapegrad command line, in-process.
+ *
+ * The input is split on NUL bytes into argument strings (an empty trailing
+ * piece is dropped) and run as `tapegrad <args...>` through tg_cli_main.
+ * tg_cli_main must return 0, 1 or 2 and never crash, leak or hit UB.
+ *
+ * Guards, so a fuzzing run stays fast and harmless:
+ *   - No files: an input with any argument starting with --save, --load or
+ *     --plot is skipped (those read or write files). The process also works
+ *     in a fresh private temporary directory, in case another option ever does.
+ *   - Small work only: an input is skipped when a size option (--d-in, --d-out,
+ *     --d, --heads, --context, --tokens, --batch, and --input rand:SEED[:B]:T)
+ *     asks for more than MAX_SIZE (B*T > MAX_SIZE for --input), or --steps /
+ *     --threads more than MAX_STEPS / MAX_THREADS. The check is conservative:
+ *     every argument that could be read as such an option's value is checked.
+ *   - `train` and `bench` get small defaults put before the fuzzed options
+ *     (--steps 1 for train; --batch 1 --tokens 4 --d 4 --heads 2 --steps 1
+ *     --threads 1 for bench); later options override them as usual, within
+ *     the bounds above.
+ *   - At most MAX_ARGS arguments of at most MAX_ARG_LEN bytes.
+ * Give libFuzzer absolute corpus/artifact paths: the target chdir()s away.
+ * Standard output goes to /dev/null; the CLI's one-line errors stay on stderr
+ * (run with -close_fd_mask=2 to hide them, as tools/fuzz.sh does).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "args.h"
+#include "cli.h"
+
+#define MAX_ARGS 32
+#define MAX_ARG_LEN 256
+#define MAX_SIZE 8
+#define MAX_STEPS 3
+#define MAX_THREADS 2
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    char dir[] = "/tmp/tapegrad-fuzz-cli.XXXXXX";
+    if (!mkdtemp(dir) || chdir(dir) != 0) {
+        perror("fuzz_cli: private temporary directory");
+        abort();
+    }
+    if (!freopen("/dev/null", "w", stdout)) {
+        perror("fuzz_cli: /dev/null");
+        abort();
+    }
+    return 0;
+}
+
+static bool has_prefix(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
+
+/* Lenient integer read of an option value: a value the CLI would reject is
+ * harmless, so only values strtoll reads as a number matter. */
+static bool value_too_big(const char *v, long long max)
+{
+    errno = 0;
+    char *end = NULL;
+    long long x = strtoll(v, &end, 10);
+    if (end == v) return false;
+    return errno == ERANGE || x > max;
+}
+
+static bool input_too_big(const char *v)
+{
+    tg_cli_input in;
+    if (tg_cli_parse_input_spec(v, &in, NULL, 0) != 0) return false;
+    return in.is_rand && in.batch * in.tokens > MAX_SIZE;
+}
+
+typedef struct {
+    const char *name;
+    long long max; /* -1: an --input spec */
+} bounded_opt;
+
+static const bounded_opt bounded[] = {
+    {"--d-in", MAX_SIZE},   {"--d-out", MAX_SIZE},    {"--d", MAX_SIZE},         {"--heads", MAX_SIZE},
+    {"--context", MAX_SIZE}, {"--tokens", MAX_SIZE},  {"--batch", MAX_SIZE},     {"--steps", MAX_STEPS},
+    {"--threads", MAX_THREADS}, {"--input", -1},
+};
+
+static bool check_value(const bounded_opt *b, const char *v)
+{
+    return b->max < 0 ? input_too_big(v) : value_too_big(v, b->max);
+}
+
+/* true: run it; false: skip the input */
+static bool acceptable(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (has_prefix(a, "--save") || has_prefix(a, "--load") || has_prefix(a, "--plot")) return false;
+        for (size_t k = 0; k < sizeof bounded / sizeof bounded[0]; k++) {
+            const bounded_opt *b = &bounded[k];
+            size_t n = strlen(b->name);
+            if (strncmp(a, b->name, n) != 0) continue;
+            if (a[n] == '=' && check_value(b, a + n + 1)) return false;
+            if (a[n] == '\0' && i + 1 < argc && check_value(b, argv[i + 1])) return false;
+        }
+    }
+    return true;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static const char *train_defaults[] = {"--steps", "1"};
+    static const char *bench_defaults[] = {"--batch", "1", "--tokens", "4", "--d", "4", "--heads", "2",
+                                           "--steps", "1", "--threads", "1"};
+    if (size > MAX_ARGS * (MAX_ARG_LEN + 1)) return 0;
+
+    /* split on NUL into at most MAX_ARGS pieces */
+    char *buf = malloc(size + 1);
+    if (!buf) return 0;
+    memcpy(buf, data, size);
+    buf[size] = '\0';
+    char *pieces[MAX_ARGS];
+    int np = 0;
+    for (size_t pos = 0; pos < size;) {
+        size_t len = strlen(buf + pos);
+        if (np == MAX_ARGS || len > MAX_ARG_LEN) {
+            free(buf);
+            return 0;
+        }
+        pieces[np++] = buf + pos;
+        pos += len + 1;
+    }
+
+    char *argv[1 + 1 + 12 + MAX_ARGS + 1];
+    int argc = 0;
+    argv[argc++] = "tapegrad";
+    if (np > 0) argv[argc++] = pieces[0];
+    const char **defaults = NULL;
+    int ndefaults = 0;
+    if (np > 0 && strcmp(pieces[0], "train") == 0) {
+        defaults = train_defaults;
+        ndefaults = (int)(sizeof train_defaults / sizeof *train_defaults);
+    } else if (np > 0 && strcmp(pieces[0], "bench") == 0) {
+        defaults = bench_defaults;
+        ndefaults = (int)(sizeof bench_defaults / sizeof *bench_defaults);
+    }
+    for (int i = 0; i < ndefaults; i++) argv[argc++] = (char *)defaults[i];
+    for (int i = 1; i < np; i++) argv[argc++] = pieces[i];
+    argv[argc] = NULL;
+
+    if (acceptable(argc, argv)) {
+        int rc = tg_cli_main(argc, argv);
+        if (rc != 0 && rc != 1 && rc != 2) {
+            fprintf(stderr, "fuzz_cli: tg_cli_main returned %d (expected 0, 1 or 2)\n", rc);
+            abort();
+        }
+    }
+    free(buf);
+    return 0;
+}
