@@ -216,6 +216,7 @@ train --momentum -0.5
 train --module sa-v1
 train --plot $TMP/no/such/dir/loss.svg
 train --seed
+train --threads 0
 bench --module causal
 bench --heads 0
 bench --d 0
