@@ -95,7 +95,10 @@ void tg_k_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bo
     /* Many mid-size products: one per thread, BLAS single-threaded inside
      * (OpenBLAS's OpenMP build does that in a parallel region). Big products:
      * one at a time, BLAS threads inside. */
-    par_batches = nb >= 2 && !omp_in_parallel() && (M * N * K <= (int64_t)1 << 24 || nb >= 8);
+    /* ...and tiny batches stay on this thread: starting a parallel region
+     * costs more than the products. */
+    par_batches = nb >= 2 && !omp_in_parallel() && nb * M * N * K >= (int64_t)1 << 18 &&
+                  (M * N * K <= (int64_t)1 << 24 || nb >= 8);
 #endif
     if (K == 0) {
         /* alpha * 0 + beta * c */
