@@ -44,63 +44,11 @@ def flops(batch, tokens, d_in, d_out):
 
 def torch_worker(cfg, steps, threads):
     import torch
-    import torch.nn as nn
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+    from reference.book import MultiHeadAttention, MultiHeadAttentionWrapper
 
     torch.set_num_threads(threads)
-
-    class CausalAttention(nn.Module):
-        def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
-            super().__init__()
-            self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
-            self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
-            self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
-            self.dropout = nn.Dropout(dropout)
-            self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
-
-        def forward(self, x):
-            b, num_tokens, d_in = x.shape
-            keys = self.W_key(x)
-            queries = self.W_query(x)
-            values = self.W_value(x)
-            attn_scores = queries @ keys.transpose(1, 2)
-            attn_scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
-            attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
-            attn_weights = self.dropout(attn_weights)
-            return attn_weights @ values
-
-    class MultiHeadAttentionWrapper(nn.Module):
-        def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
-            super().__init__()
-            self.heads = nn.ModuleList(
-                [CausalAttention(d_in, d_out, context_length, dropout, qkv_bias) for _ in range(num_heads)])
-
-        def forward(self, x):
-            return torch.cat([head(x) for head in self.heads], dim=-1)
-
-    class MultiHeadAttention(nn.Module):
-        def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
-            super().__init__()
-            self.d_out = d_out
-            self.num_heads = num_heads
-            self.head_dim = d_out // num_heads
-            self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
-            self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
-            self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
-            self.out_proj = nn.Linear(d_out, d_out)
-            self.dropout = nn.Dropout(dropout)
-            self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
-
-        def forward(self, x):
-            b, num_tokens, d_in = x.shape
-            keys = self.W_key(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
-            queries = self.W_query(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
-            values = self.W_value(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
-            attn_scores = queries @ keys.transpose(2, 3)
-            attn_scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
-            attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
-            attn_weights = self.dropout(attn_weights)
-            context = (attn_weights @ values).transpose(1, 2).contiguous().view(b, num_tokens, self.d_out)
-            return self.out_proj(context)
 
     _, module, batch, tokens, d_in, d_out, heads, dropout = cfg
     torch.manual_seed(123)

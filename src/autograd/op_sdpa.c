@@ -274,15 +274,17 @@ static tg_tensor *blas_operand(tg_tape *tp, tg_tensor *x)
     return c;
 }
 
-/* Threads for a loop of `items` independent items: no more than there are
- * items, so per-thread scratch never exceeds what the work needs. */
-static int threads_for(int64_t items)
+/* Threads for a loop of `items` independent items totalling `work`
+ * multiply-adds: no more than there are items, so per-thread scratch never
+ * exceeds what the work needs, and one for small work, where starting a
+ * parallel region costs more than the arithmetic. */
+static int threads_for(int64_t items, int64_t work)
 {
 #ifdef _OPENMP
-    int64_t n = omp_get_max_threads();
+    int64_t n = work < ((int64_t)1 << 20) ? 1 : omp_get_max_threads();
     return (int)(items < n ? (items > 0 ? items : 1) : n);
 #else
-    (void)items;
+    (void)items, (void)work;
     return 1;
 #endif
 }
@@ -313,7 +315,7 @@ static bool sdpa_forward(tg_tape *tp, tg_tensor *out, tg_tensor *lse, const tg_t
     int64_t nblk = (T + BR - 1) / BR;
     /* per thread: S_blk (BR x T) and a mask row (T) */
     int64_t per = BR * T + T;
-    int nth = threads_for(BH * nblk);
+    int nth = threads_for(BH * nblk, BH * T * T * hd);
     /* From the tape, not malloc: after a tape reset a training step reuses it. */
     char *scratch = tg_tape_alloc(tp, (size_t)nth * (size_t)per * es, false);
     if (!scratch) return false;
@@ -485,7 +487,7 @@ void tg__sdpa_backward(tg_node *n)
     bool need_ds = gq.buf || gk.buf;
     /* per thread: S_blk, dP_blk (BR x T each) and a mask row (T) */
     int64_t per = 2 * BR * T + T;
-    int nth = threads_for(BH);
+    int nth = threads_for(BH, BH * T * T * hd);
     char *scratch = tg_tape_alloc(tg__btape(n), (size_t)nth * (size_t)per * es, false);
     if (!scratch) {
         tg_error(OP " backward: out of memory");
