@@ -52,7 +52,7 @@ run_target() {
   [ -n "${FUZZ_RUNS:-}" ] && args+=(-runs="$FUZZ_RUNS")
   [ -f "$ROOT/tests/fuzz/$t.dict" ] && args+=(-dict="$ROOT/tests/fuzz/$t.dict")
   case $t in
-    fuzz_cli) args+=(-close_fd_mask=2 -max_len=512 -dict="$ROOT/tests/fuzz/fuzz_cli.dict") ;;
+    fuzz_cli) args+=(-close_fd_mask=2 -max_len=512) ;;
     fuzz_module_load) args+=(-dict="$ROOT/tests/fuzz/fuzz_safetensors.dict") ;;
   esac
   # shellcheck disable=SC2086
