@@ -42,15 +42,22 @@
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+static char workdir[] = "/tmp/tapegrad-fuzz-cli.XXXXXX";
+
+static void remove_workdir(void)
+{
+    if (chdir("/") == 0) (void)rmdir(workdir); /* empty unless something wrote a file */
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
-    char dir[] = "/tmp/tapegrad-fuzz-cli.XXXXXX";
-    if (!mkdtemp(dir) || chdir(dir) != 0) {
+    if (!mkdtemp(workdir) || chdir(workdir) != 0) {
         perror("fuzz_cli: private temporary directory");
         abort();
     }
+    atexit(remove_workdir);
     if (!freopen("/dev/null", "w", stdout)) {
         perror("fuzz_cli: /dev/null");
         abort();
