@@ -18,7 +18,8 @@
  *     --threads 1 for bench); later options override them as usual, within
  *     the bounds above.
  *   - At most MAX_ARGS arguments of at most MAX_ARG_LEN bytes.
- * Give libFuzzer absolute corpus/artifact paths: the target chdir()s away.
+ * Use absolute paths for the corpus, artifacts and, for -merge/-fork/-jobs,
+ * the fuzzer binary itself: the target chdir()s away.
  * Standard output goes to /dev/null; the CLI's one-line errors stay on stderr
  * (run with -close_fd_mask=2 to hide them, as tools/fuzz.sh does).
  */
