@@ -87,6 +87,18 @@ static void test_creation(void **state)
     tg_tensor *e = tg_zeros(tp, TG_F32, 1, empty_shape);
     assert_non_null(e);
     assert_int_equal(tg_numel(e), 0);
+    /* an empty tensor is contiguous whatever its strides (as PyTorch) */
+    tg_tensor *e2 = tg_zeros(tp, TG_F32, 2, SH(2, 0));
+    assert_non_null(e2);
+    assert_true(tg_is_contiguous(e2));
+    tg_tensor *e2t = tg_transpose(tp, e2, 0, 1);
+    assert_non_null(e2t);
+    assert_true(tg_is_contiguous(e2t));
+    /* a zero size does not hide a product of the other sizes that overflows the strides */
+    tu_assert_null_error(tg_zeros(tp, TG_F32, 3, SH(0, 1LL << 32, 1LL << 32)), "empty", "too large");
+    tu_assert_null_error(tg_view(tp, e2, 3, SH(0, 1LL << 32, 1LL << 32)), "view", "too large");
+    tu_assert_null_error(tg_expand(tp, tg_zeros(tp, TG_F32, 2, SH(1, 1)), 2, SH(1LL << 32, 1LL << 32)),
+                         "expand", "too large");
 
     const float src[6] = {1, 2, 3, 4, 5, 6};
     tg_tensor *fd = tg_from_f32(tp, 2, SH(3, 2), src);

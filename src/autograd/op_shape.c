@@ -288,6 +288,7 @@ tg_tensor *tg_expand(tg_tape *tp, tg_tensor *x, int ndim, const int64_t *shape)
                             "non-singleton dimension %d", (long long)shape[i], (long long)x->shape[j], i);
         }
     }
+    if (!tg__check_shape("expand", ndim, s, NULL)) return NULL;
     return finish(tp, TG_OP_EXPAND, make_view(tp, x, ndim, s, st, x->offset), x);
 }
 

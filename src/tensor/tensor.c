@@ -30,19 +30,26 @@ bool tg__check_shape(const char *op, int ndim, const int64_t *shape, int64_t *nu
         tg_error("%s: NULL shape", op);
         return false;
     }
+    /* The bound is on the product of the non-zero sizes: a tensor with a zero
+     * size has no elements, but its strides are still that product. */
     int64_t n = 1;
+    bool empty = false;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0) {
             tg_error("%s: negative size %lld in dim %d", op, (long long)shape[i], i);
             return false;
         }
-        if (shape[i] > 0 && n > INT64_MAX / 16 / shape[i]) {
+        if (shape[i] == 0) {
+            empty = true;
+            continue;
+        }
+        if (n > INT64_MAX / 16 / shape[i]) {
             tg_error("%s: shape too large (numel overflows)", op);
             return false;
         }
         n *= shape[i];
     }
-    if (numel) *numel = n;
+    if (numel) *numel = empty ? 0 : n;
     return true;
 }
 
@@ -130,7 +137,7 @@ bool tg__infer_shape(const char *op, int64_t numel, int ndim, const int64_t *in,
         tg_error("%s: shape is invalid for input of size %lld", op, (long long)numel);
         return false;
     }
-    return true;
+    return tg__check_shape(op, ndim, out, NULL);
 }
 
 /* PyTorch's computeStride: can x be viewed as shape without copying? */
@@ -317,6 +324,7 @@ int64_t tg_numel(const tg_tensor *x)
 bool tg_is_contiguous(const tg_tensor *x)
 {
     if (!x) return false;
+    if (tg_numel(x) == 0) return true; /* as PyTorch: an empty tensor is contiguous */
     int64_t s = 1;
     for (int i = x->ndim - 1; i >= 0; i--) {
         if (x->shape[i] != 1 && x->stride[i] != s) return false;
