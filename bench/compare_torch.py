@@ -9,6 +9,11 @@ median step time.
     /usr/bin/python3 bench/compare_torch.py [--tapegrad build/tools/tapegrad]
         [--runs 5] [--steps 5] [--threads 2] [--only NAME] [--markdown]
 
+The machine's reference rate is OpenBLAS sgemm (2048^3, float32, --threads
+threads) through the same library tapegrad links (build/bench/sgemm_rate),
+measured before and after the table; "of sgemm" is tapegrad's GFLOP/s as a
+share of its median.
+
 PyTorch comes from Debian's python3-torch (1.13). It runs with the thread
 count that is fastest for it (1 or 2 threads, chosen by a quick probe per
 configuration); tapegrad runs with --threads.
@@ -100,6 +105,11 @@ def run_tapegrad(exe, cfg, steps, threads):
     return json.loads(out.strip().splitlines()[-1])
 
 
+def run_sgemm(exe, threads):
+    out = subprocess.run([exe, "2048", "7", str(threads)], check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])["gflops"]
+
+
 def med(rows, key):
     return statistics.median(r[key] for r in rows)
 
@@ -123,9 +133,10 @@ def compare(exe, cfg, runs, steps, threads, with_torch=True):
     return row
 
 
-def fmt_row(r, markdown):
+def fmt_row(r, markdown, sgemm):
     t = r["tapegrad"]
-    cells = [r["name"], "%.2f" % t["step_ms"], "%.1f" % t["gflops"], "%.0f" % t["peak_rss_mib"]]
+    cells = [r["name"], "%.2f" % t["step_ms"], "%.1f" % t["gflops"], "%.0f%%" % (100 * t["gflops"] / sgemm),
+             "%.0f" % t["peak_rss_mib"]]
     if "torch" in r:
         p = r["torch"]
         cells += ["%.2f" % p["step_ms"], "%.1f" % p["gflops"], "%.0f" % p["peak_rss_mib"], "%.1fx" % r["speedup"]]
@@ -133,7 +144,10 @@ def fmt_row(r, markdown):
         cells += ["-", "-", "-", "-"]
     if markdown:
         return "| " + " | ".join(cells) + " |"
-    return "%-20s %10s %8s %8s %10s %8s %8s %8s" % tuple(cells)
+    return FMT % tuple(cells)
+
+
+FMT = "%-20s %10s %8s %9s %8s %10s %10s %9s %8s"
 
 
 def main():
@@ -142,6 +156,7 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--sgemm", default=os.path.join(os.path.dirname(__file__), "..", "build", "bench", "sgemm_rate"))
     ap.add_argument("--only", help="run only configurations whose name contains this")
     ap.add_argument("--no-scaling", action="store_true")
     ap.add_argument("--markdown", action="store_true")
@@ -150,25 +165,37 @@ def main():
     if a.worker:
         torch_worker(json.loads(a.worker), a.steps, a.threads)
         return
-    hdr = ["config", "tg ms/step", "tg GF/s", "tg MiB", "torch ms", "torch GF/s", "torch MiB", "speedup"]
+    rates = [run_sgemm(a.sgemm, a.threads) for _ in range(3)]
+    sgemm = statistics.median(rates)
+    print("OpenBLAS sgemm 2048^3, %d threads: %.1f GFLOP/s (median of %s)" %
+          (a.threads, sgemm, ", ".join("%.1f" % x for x in rates)))
+    print()
+    hdr = ["config", "tg ms/step", "tg GF/s", "of sgemm", "tg MiB", "torch ms", "torch GF/s", "torch MiB", "speedup"]
     if a.markdown:
         print("| " + " | ".join(hdr) + " |")
         print("|" + "---|" * len(hdr))
     else:
-        print("%-20s %10s %8s %8s %10s %8s %8s %8s" % tuple(hdr))
+        print(FMT % tuple(hdr))
     for cfg in CONFIGS:
         if a.only and a.only not in cfg[0]:
             continue
         r = compare(a.tapegrad, list(cfg), a.runs, a.steps, a.threads)
-        print(fmt_row(r, a.markdown), flush=True)
-    if a.no_scaling or a.only:
-        return
+        print(fmt_row(r, a.markdown, sgemm), flush=True)
+    if not (a.no_scaling or a.only):
+        print()
+        print("Scaling, MultiHeadAttention B=1 d=768 12 heads p=0.1 (runs: %d):" % max(1, a.runs // 2))
+        print()
+        if a.markdown:
+            print("| " + " | ".join(hdr) + " |")
+            print("|" + "---|" * len(hdr))
+        for T in SCALING:
+            cfg = ["T=%d" % T, "mha", 1, T, 768, 768, 12, 0.1]
+            r = compare(a.tapegrad, cfg, max(1, a.runs // 2), 3, a.threads, with_torch=T <= TORCH_MAX_T)
+            print(fmt_row(r, a.markdown, sgemm), flush=True)
+    after = [run_sgemm(a.sgemm, a.threads) for _ in range(3)]
     print()
-    print("Scaling, MultiHeadAttention B=1 d=768 12 heads p=0.1 (runs: %d):" % max(1, a.runs // 2))
-    for T in SCALING:
-        cfg = ["T=%d" % T, "mha", 1, T, 768, 768, 12, 0.1]
-        r = compare(a.tapegrad, cfg, max(1, a.runs // 2), 3, a.threads, with_torch=T <= TORCH_MAX_T)
-        print(fmt_row(r, a.markdown), flush=True)
+    print("OpenBLAS sgemm after the runs: %.1f GFLOP/s (median of %s)" %
+          (statistics.median(after), ", ".join("%.1f" % x for x in after)))
 
 
 if __name__ == "__main__":

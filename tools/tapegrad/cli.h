@@ -37,9 +37,9 @@ int tg_cli_error(const char *cmd, const char *fmt, ...)
 int tg_cli_lib_error(const char *cmd, const char *what);
 
 /* A rough upper bound of the bytes a forward+backward of an attention module
- * needs; commands refuse configurations above a fixed budget so that a huge
+ * needs (composed or fused attention); commands refuse configurations above a fixed budget so that a huge
  * size on the command line becomes an error message, not an OOM kill. */
-double tg_cli_estimate_bytes(int64_t batch, int64_t tokens, int64_t d_in, int64_t d_out, int64_t heads);
+double tg_cli_estimate_bytes(int64_t batch, int64_t tokens, int64_t d_in, int64_t d_out, int64_t heads, bool fused);
 #define TG_CLI_MEMORY_BUDGET (8.0 * 1024 * 1024 * 1024)
 
 #endif

@@ -205,7 +205,7 @@ static int run(tg_tape *tp, const attn_args *a)
     int64_t context = a->context_set ? a->context : T;
     int64_t heads = mi >= 3 ? a->heads : 1;
     int64_t dout_total = mi == 3 ? a->d_out * heads : a->d_out;
-    if (tg_cli_estimate_bytes(B, context > T ? context : T, a->d_in, dout_total, heads) > TG_CLI_MEMORY_BUDGET)
+    if (tg_cli_estimate_bytes(B, context > T ? context : T, a->d_in, dout_total, heads, false) > TG_CLI_MEMORY_BUDGET)
         return tg_cli_error(CMD, "configuration too large: batch %lld, tokens %lld, d_in %lld, d_out %lld, heads %lld "
                                  "would need more than %.0f GiB",
                             (long long)B, (long long)T, (long long)a->d_in, (long long)a->d_out, (long long)heads,

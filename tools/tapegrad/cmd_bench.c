@@ -81,7 +81,7 @@ static int run(tg_tape *model, tg_tape *step, const bench_args *a, double *t_fwd
     int64_t B = a->batch, T = a->tokens, H = a->heads;
     if (d_out % H != 0)
         return tg_cli_error(CMD, "d_out (%lld) must be divisible by --heads (%lld)", (long long)d_out, (long long)H);
-    if (tg_cli_estimate_bytes(B, T, d_in, d_out, H) > TG_CLI_MEMORY_BUDGET)
+    if (tg_cli_estimate_bytes(B, T, d_in, d_out, H, !a->composed) > TG_CLI_MEMORY_BUDGET)
         return tg_cli_error(CMD, "configuration too large: batch %lld, tokens %lld, d_in %lld, d_out %lld, heads %lld "
                                  "would need more than %.0f GiB",
                             (long long)B, (long long)T, (long long)d_in, (long long)d_out, (long long)H,

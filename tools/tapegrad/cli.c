@@ -1,6 +1,7 @@
-/* tapegrad: the command-line tool (SPEC.md, "The command-line tool").
- * main() only forwards to tg_cli_main so that a fuzzer can run the whole
- * command line in-process and get the exit status back. */
+/* tapegrad: the command-line tool (SPEC.md, "The command-line tool"):
+ * dispatch to the subcommands and the shared error line. main() is in
+ * tapegrad.c and only forwards to tg_cli_main, so that a fuzzer or a test can
+ * run the whole command line in-process and get the exit status back. */
 #include "cli.h"
 
 #include <stdarg.h>
@@ -48,12 +49,15 @@ int tg_cli_lib_error(const char *cmd, const char *what)
     return tg_cli_error(cmd, "%s", e);
 }
 
-double tg_cli_estimate_bytes(int64_t batch, int64_t tokens, int64_t d_in, int64_t d_out, int64_t heads)
+double tg_cli_estimate_bytes(int64_t batch, int64_t tokens, int64_t d_in, int64_t d_out, int64_t heads, bool fused)
 {
     double B = (double)batch, T = (double)tokens, di = (double)d_in, dd = (double)d_out, h = (double)heads;
-    /* a handful of (B, h, T, T) score-sized tensors and their gradients, the
-     * (B, T, d) activations, and the weights with gradient and momentum */
-    double elems = 12.0 * B * h * T * T + 40.0 * B * T * (di + dd) * (h > 1 ? 2.0 : 1.0) + 8.0 * (di + dd) * dd * h;
+    /* composed: a handful of (B, h, T, T) score-sized tensors and their
+     * gradients; fused: only the (T, T) mask buffer (per head for the
+     * wrapper). Then the (B, T, d) activations, and the weights with gradient
+     * and momentum. */
+    double scores = fused ? 2.0 * h * T * T : 12.0 * B * h * T * T;
+    double elems = scores + 40.0 * B * T * (di + dd) * (h > 1 ? 2.0 : 1.0) + 8.0 * (di + dd) * dd * h;
     return 8.0 * elems;
 }
 
@@ -75,9 +79,4 @@ int tg_cli_main(int argc, char **argv)
     if (strcmp(cmd, "train") == 0) return tg_cmd_train(argc - 1, argv + 1);
     if (strcmp(cmd, "bench") == 0) return tg_cmd_bench(argc - 1, argv + 1);
     return tg_cli_error(NULL, "unknown command '%.200s' (expected attention, train or bench; see tapegrad --help)", cmd);
-}
-
-int main(int argc, char **argv)
-{
-    return tg_cli_main(argc, argv);
 }
