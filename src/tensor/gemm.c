@@ -59,6 +59,53 @@ static bool describe(const tg_tensor *x, bool t, mat_desc *m)
 SMALL_GEMM(float, small_sgemm)
 SMALL_GEMM(double, small_dgemm)
 
+typedef struct {
+    tg_tensor *c;
+    mat_desc da, db;
+    int64_t M, N, K, ldc;
+    double alpha, beta;
+    bool small, f64;
+    size_t es;
+} gemm_job;
+
+/* Product bi of the batch. */
+static void gemm_one(const gemm_job *j, int64_t bi)
+{
+    const tg_tensor *c = j->c;
+    int n = c->ndim;
+    int64_t oa = 0, ob = 0, oc = c->offset, r = bi;
+    for (int d = n - 3; d >= 0; d--) {
+        int64_t idx = r % c->shape[d];
+        r /= c->shape[d];
+        oa += idx * j->da.bstride[d];
+        ob += idx * j->db.bstride[d];
+        oc += idx * c->stride[d];
+    }
+    const char *pa = j->da.base + (size_t)oa * j->es, *pb = j->db.base + (size_t)ob * j->es;
+    char *pc = (char *)c->data + (size_t)oc * j->es;
+    int64_t M = j->M, N = j->N, K = j->K, ldc = j->ldc;
+    const mat_desc *da = &j->da, *db = &j->db;
+    /* op(A) element (i,k): row-major A -> a[i*ld + k]; trans -> a[k*ld + i]. */
+    int64_t ars = da->trans ? 1 : da->ld, acs = da->trans ? da->ld : 1;
+    int64_t brs = db->trans ? 1 : db->ld, bcs = db->trans ? db->ld : 1;
+    if (j->small) {
+        if (j->f64)
+            small_dgemm(M, N, K, j->alpha, (const double *)pa, ars, acs, (const double *)pb, brs, bcs, j->beta,
+                        (double *)pc, ldc);
+        else
+            small_sgemm(M, N, K, (float)j->alpha, (const float *)pa, ars, acs, (const float *)pb, brs, bcs,
+                        (float)j->beta, (float *)pc, ldc);
+    } else if (j->f64) {
+        cblas_dgemm(CblasRowMajor, da->trans ? CblasTrans : CblasNoTrans, db->trans ? CblasTrans : CblasNoTrans,
+                    (int)M, (int)N, (int)K, j->alpha, (const double *)pa, (int)da->ld, (const double *)pb,
+                    (int)db->ld, j->beta, (double *)pc, (int)ldc);
+    } else {
+        cblas_sgemm(CblasRowMajor, da->trans ? CblasTrans : CblasNoTrans, db->trans ? CblasTrans : CblasNoTrans,
+                    (int)M, (int)N, (int)K, (float)j->alpha, (const float *)pa, (int)da->ld, (const float *)pb,
+                    (int)db->ld, (float)j->beta, (float *)pc, (int)ldc);
+    }
+}
+
 void tg_k_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
                double beta)
 {
@@ -109,38 +156,14 @@ void tg_k_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bo
             tg_k_binary_scalar(&cv, &cv, beta, TG_BIN_MUL, false);
         return;
     }
-#pragma omp parallel for schedule(static) if (par_batches)
-    for (int64_t bi = 0; bi < nb; bi++) {
-        int64_t oa = 0, ob = 0, oc = c->offset, r = bi;
-        for (int d = n - 3; d >= 0; d--) {
-            int64_t idx = r % c->shape[d];
-            r /= c->shape[d];
-            oa += idx * da.bstride[d];
-            ob += idx * db.bstride[d];
-            oc += idx * c->stride[d];
-        }
-        const char *pa = da.base + (size_t)oa * es, *pb = db.base + (size_t)ob * es;
-        char *pc = (char *)c->data + (size_t)oc * es;
-        /* op(A) element (i,k): row-major A -> a[i*ld + k]; trans -> a[k*ld + i]. */
-        int64_t ars = da.trans ? 1 : da.ld, acs = da.trans ? da.ld : 1;
-        int64_t brs = db.trans ? 1 : db.ld, bcs = db.trans ? db.ld : 1;
-        if (small) {
-            if (f64)
-                small_dgemm(M, N, K, alpha, (const double *)pa, ars, acs, (const double *)pb, brs, bcs,
-                            beta, (double *)pc, ldc);
-            else
-                small_sgemm(M, N, K, (float)alpha, (const float *)pa, ars, acs, (const float *)pb, brs,
-                            bcs, (float)beta, (float *)pc, ldc);
-        } else if (f64) {
-            cblas_dgemm(CblasRowMajor, da.trans ? CblasTrans : CblasNoTrans,
-                        db.trans ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, alpha,
-                        (const double *)pa, (int)da.ld, (const double *)pb, (int)db.ld, beta,
-                        (double *)pc, (int)ldc);
-        } else {
-            cblas_sgemm(CblasRowMajor, da.trans ? CblasTrans : CblasNoTrans,
-                        db.trans ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, (float)alpha,
-                        (const float *)pa, (int)da.ld, (const float *)pb, (int)db.ld, (float)beta,
-                        (float *)pc, (int)ldc);
-        }
+    gemm_job job = {c, da, db, M, N, K, ldc, alpha, beta, small, f64, es};
+    /* Not inside a (one-thread) parallel region unless batches are split:
+     * BLAS then runs its own threads on each product. */
+    if (par_batches) {
+#pragma omp parallel for schedule(static)
+        for (int64_t bi = 0; bi < nb; bi++) gemm_one(&job, bi);
+    } else {
+        for (int64_t bi = 0; bi < nb; bi++) gemm_one(&job, bi);
     }
 }
+
