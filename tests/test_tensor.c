@@ -799,6 +799,29 @@ static void test_null_inputs(void **state)
     if (failures) fail_msg("%d NULL-input checks failed (see above)", failures);
 }
 
+/* A chain of ops checked once at its end reports the first failure, not the
+ * "NULL input" of the ops downstream of it. */
+static void test_error_chain(void **state)
+{
+    (void)state;
+    tg_tape *tp = tg_tape_new();
+    tg_clear_error();
+    tg_tensor *a = tg_ones(tp, TG_F32, 2, SH(2, 3)), *b = tg_ones(tp, TG_F32, 2, SH(4, 5));
+    tg_tensor *y = tg_sum(tp, tg_softmax(tp, tg_exp(tp, tg_matmul(tp, a, b)), -1));
+    assert_null(y);
+    const char *msg = tg_last_error();
+    if (!strstr(msg, "matmul") || !strstr(msg, "3 != 4") || strstr(msg, "NULL input"))
+        fail_msg("expected the matmul failure, got '%s'", msg);
+    /* with no earlier error, a NULL input is named as such */
+    tg_clear_error();
+    assert_null(tg_exp(tp, NULL));
+    assert_string_equal(tg_last_error(), "exp: NULL input");
+    /* and a fresh error replaces an old one */
+    tu_assert_null_error(tg_matmul(tp, a, b), "matmul");
+    tu_assert_null_error(tg_view(tp, a, 1, SH(7)), "view", "shape [7] is invalid for input of size 6");
+    tg_tape_free(tp);
+}
+
 /* ---- numerics at the extremes ------------------------------------------------------------------ */
 
 static void test_softmax_extremes(void **state)
@@ -1014,6 +1037,7 @@ int main(void)
         cmocka_unit_test(test_broadcast_and_matmul_errors),
         cmocka_unit_test(test_dtype_errors),
         cmocka_unit_test(test_null_inputs),
+        cmocka_unit_test(test_error_chain),
         cmocka_unit_test(test_softmax_extremes),
         cmocka_unit_test(test_parallel_paths),
         cmocka_unit_test(test_tape_limit),

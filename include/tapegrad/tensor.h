@@ -64,17 +64,9 @@ typedef struct tg_tensor {
 const char *tg_last_error(void);
 void tg_clear_error(void);
 /* Records a printf-style message as the last error; returns NULL for chaining. */
-void *tg_error(const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 1, 2)))
-#endif
-    ;
-/* Same, returning TG_EINVAL-style status code given. */
-int tg_error_status(int status, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
+void *tg_error(const char *fmt, ...);
+/* Same, returning the status code given (TG_EINVAL, ...). */
+int tg_error_status(int status, const char *fmt, ...);
 
 /* ---- tapes ----------------------------------------------------------- */
 

@@ -39,7 +39,7 @@ int tg_requires_grad_(tg_tensor *x, bool requires_grad)
 
 tg_tensor *tg_detach(tg_tape *tp, tg_tensor *x)
 {
-    if (!x) return tg_error("detach: NULL input");
+    if (!x) return tg__error_null_input("detach");
     return tg__alias(tp, x);
 }
 

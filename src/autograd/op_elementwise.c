@@ -30,7 +30,7 @@ static void accum_scaled(tg_node *n, tg_tensor *t, const tg_tensor *g, double s,
 
 static tg_tensor *binary(tg_tape *tp, const char *name, tg_op_id id, tg_binop bop, tg_tensor *a, tg_tensor *b)
 {
-    if (!a || !b) return tg_error("%s: NULL input", name);
+    if (!a || !b) return tg__error_null_input(name);
     if (!tg__check_same_dtype(name, a, b)) return NULL;
     int64_t shape[TG_MAX_DIMS];
     char sa[64], sb[64];
@@ -100,7 +100,7 @@ void tg__div_backward(tg_node *n)
 static tg_tensor *scalar_op(tg_tape *tp, const char *name, tg_op_id id, tg_binop bop, bool rev, tg_tensor *a,
                             double s)
 {
-    if (!a) return tg_error("%s: NULL input", name);
+    if (!a) return tg__error_null_input(name);
     if (!tg__check_float(name, a)) return NULL;
     tg_tensor *out = tg__new_like(tp, a);
     if (!out) return NULL;
@@ -173,7 +173,7 @@ void tg__pow_scalar_backward(tg_node *n)
 
 static tg_tensor *unary(tg_tape *tp, const char *name, tg_op_id id, tg_unop uop, tg_tensor *a)
 {
-    if (!a) return tg_error("%s: NULL input", name);
+    if (!a) return tg__error_null_input(name);
     if (!tg__check_float(name, a)) return NULL;
     tg_tensor *out = tg__new_like(tp, a);
     if (!out) return NULL;
@@ -267,7 +267,7 @@ void tg__gelu_backward(tg_node *n)
 
 tg_tensor *tg_compare(tg_tape *tp, const tg_tensor *a, const tg_tensor *b, tg_cmp op)
 {
-    if (!a || !b) return tg_error("compare: NULL input");
+    if (!a || !b) return tg__error_null_input("compare");
     if ((unsigned)op > TG_CMP_GE) return tg_error("compare: unknown comparison %d", (int)op);
     int64_t shape[TG_MAX_DIMS];
     char sa[64], sb[64];
@@ -282,14 +282,14 @@ tg_tensor *tg_compare(tg_tape *tp, const tg_tensor *a, const tg_tensor *b, tg_cm
 
 tg_tensor *tg_compare_scalar(tg_tape *tp, const tg_tensor *a, double s, tg_cmp op)
 {
-    if (!a) return tg_error("compare: NULL input");
+    if (!a) return tg__error_null_input("compare");
     tg_tensor *b = tg_scalar(tp, TG_F64, s);
     return b ? tg_compare(tp, a, b, op) : NULL;
 }
 
 tg_tensor *tg_where(tg_tape *tp, const tg_tensor *cond, tg_tensor *a, tg_tensor *b)
 {
-    if (!cond || !a || !b) return tg_error("where: NULL input");
+    if (!cond || !a || !b) return tg__error_null_input("where");
     if (cond->dtype != TG_BOOL) return tg_error("where: condition must be bool, got %s", tg_dtype_name(cond->dtype));
     if (!tg__check_same_dtype("where", a, b)) return NULL;
     int64_t s1[TG_MAX_DIMS], shape[TG_MAX_DIMS];
@@ -334,7 +334,7 @@ void tg__where_backward(tg_node *n)
 
 tg_tensor *tg_masked_fill(tg_tape *tp, tg_tensor *x, const tg_tensor *mask, double value)
 {
-    if (!x || !mask) return tg_error("masked_fill: NULL input");
+    if (!x || !mask) return tg__error_null_input("masked_fill");
     if (!tg__check_float("masked_fill", x)) return NULL;
     if (mask->dtype != TG_BOOL)
         return tg_error("masked_fill: mask must be bool, got %s", tg_dtype_name(mask->dtype));
@@ -364,7 +364,7 @@ void tg__masked_fill_backward(tg_node *n) { accum_masked(n, n->in[0], n->saved[0
 
 tg_tensor *tg_dropout(tg_tape *tp, tg_tensor *x, double p, tg_generator *g)
 {
-    if (!x) return tg_error("dropout: NULL input");
+    if (!x) return tg__error_null_input("dropout");
     if (!(p >= 0 && p < 1)) return tg_error("dropout: probability %g is outside [0, 1)", p);
     if (!tg__check_float("dropout", x)) return NULL;
     if (p == 0) return x;
@@ -400,7 +400,7 @@ void tg__dropout_backward(tg_node *n) { accum_binary(n, n->in[0], n->grad, n->sa
 tg_tensor *tg__test_wrong_square(tg_tape *tp, tg_tensor *x);
 tg_tensor *tg__test_wrong_square(tg_tape *tp, tg_tensor *x)
 {
-    if (!x) return tg_error("wrong_square: NULL input");
+    if (!x) return tg__error_null_input("wrong_square");
     tg_tensor *out = tg__new_like(tp, x);
     if (!out) return NULL;
     tg_k_binary(out, x, x, TG_BIN_MUL);

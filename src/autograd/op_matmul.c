@@ -57,7 +57,7 @@ static bool fold_rows(const tg_tensor *x, tg_tensor *out)
 /* The product's node data: iarg[0] = nb, iarg[1..nb] = batch shape. */
 static tg_tensor *product(tg_tape *tp, const char *op, tg_op_id id, tg_tensor *a, tg_tensor *b)
 {
-    if (!a || !b) return tg_error("%s: NULL input", op);
+    if (!a || !b) return tg__error_null_input(op);
     if (!tg__check_same_dtype(op, a, b)) return NULL;
     char sa[64], sb[64];
     if (a->ndim == 0 || b->ndim == 0)
@@ -115,7 +115,7 @@ static tg_tensor *product(tg_tape *tp, const char *op, tg_op_id id, tg_tensor *a
 
 tg_tensor *tg_matmul(tg_tape *tp, tg_tensor *a, tg_tensor *b)
 {
-    if (!a || !b) return tg_error("matmul: NULL input");
+    if (!a || !b) return tg__error_null_input("matmul");
     tg_op_id id = TG_OP_MATMUL_ND;
     if (a->ndim == 1 && b->ndim == 1)
         id = TG_OP_DOT;
@@ -208,7 +208,7 @@ void tg__matmul_backward(tg_node *n)
 tg_tensor *tg_linear(tg_tape *tp, tg_tensor *x, tg_tensor *w, tg_tensor *b)
 {
     char sx[64], sw[64], sb[64];
-    if (!x || !w) return tg_error("linear: NULL input");
+    if (!x || !w) return tg__error_null_input("linear");
     if (!tg__check_same_dtype("linear", x, w)) return NULL;
     if (b && !tg__check_same_dtype("linear", x, b)) return NULL;
     if (w->ndim != 2) return tg_error("linear: weight must be 2-D, got %s", tg_shape_str(w, sw, 64));

@@ -28,7 +28,7 @@ static bool check_reduction(const char *op, tg_reduction r)
 tg_tensor *tg_mse_loss(tg_tape *tp, tg_tensor *input, tg_tensor *target, tg_reduction r)
 {
     char si[64], st[64];
-    if (!input || !target) return tg_error("mse_loss: NULL input");
+    if (!input || !target) return tg__error_null_input("mse_loss");
     if (!tg__check_same_dtype("mse_loss", input, target) || !check_reduction("mse_loss", r)) return NULL;
     if (!tg_same_shape(input, target))
         return tg_error("mse_loss: input %s and target %s must have the same shape", tg_shape_str(input, si, 64),
@@ -71,7 +71,7 @@ void tg__mse_loss_backward(tg_node *n)
 tg_tensor *tg_cross_entropy(tg_tape *tp, tg_tensor *logits, const tg_tensor *target, tg_reduction r)
 {
     char sl[64], st[64];
-    if (!logits || !target) return tg_error("cross_entropy: NULL input");
+    if (!logits || !target) return tg__error_null_input("cross_entropy");
     if (!tg__check_float("cross_entropy", logits) || !check_reduction("cross_entropy", r)) return NULL;
     if (logits->ndim != 2) return tg_error("cross_entropy: logits must be (N, C), got %s", tg_shape_str(logits, sl, 64));
     if (target->dtype != TG_I64 || target->ndim != 1 || target->shape[0] != logits->shape[0])

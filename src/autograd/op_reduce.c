@@ -35,7 +35,7 @@ static int reduce_shape(const char *op, const tg_tensor *x, int ndims, const int
 static tg_tensor *reduce(tg_tape *tp, const char *op, tg_op_id id, tg_tensor *x, int ndims, const int *dims,
                          bool keepdim, bool mean)
 {
-    if (!x) return tg_error("%s: NULL input", op);
+    if (!x) return tg__error_null_input(op);
     if (!tg__check_float(op, x)) return NULL;
     int64_t kshape[TG_MAX_DIMS], oshape[TG_MAX_DIMS];
     bool reduced[TG_MAX_DIMS];
@@ -95,7 +95,7 @@ void tg__sum_backward(tg_node *n)
 tg_tensor *tg_max_dim(tg_tape *tp, tg_tensor *x, int dim, bool keepdim, tg_tensor **indices)
 {
     if (indices) *indices = NULL;
-    if (!x) return tg_error("max: NULL input");
+    if (!x) return tg__error_null_input("max");
     if (!tg__check_float("max", x)) return NULL;
     int d = tg__wrap_dim("max", dim, x->ndim);
     if (d < 0) return NULL;
@@ -154,7 +154,7 @@ void tg__max_dim_backward(tg_node *n)
 
 tg_tensor *tg_max(tg_tape *tp, tg_tensor *x)
 {
-    if (!x) return tg_error("max: NULL input");
+    if (!x) return tg__error_null_input("max");
     if (!tg__check_float("max", x)) return NULL;
     int64_t cnt = tg_numel(x);
     if (cnt == 0) return tg_error("max: empty tensor has no maximum");
@@ -204,7 +204,7 @@ void tg__max_all_backward(tg_node *n)
 
 static tg_tensor *softmax(tg_tape *tp, const char *op, tg_op_id id, tg_tensor *x, int dim, bool log)
 {
-    if (!x) return tg_error("%s: NULL input", op);
+    if (!x) return tg__error_null_input(op);
     if (!tg__check_float(op, x)) return NULL;
     int d = tg__wrap_dim(op, dim, x->ndim);
     if (d < 0) return NULL;

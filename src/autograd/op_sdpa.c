@@ -355,7 +355,7 @@ tg_tensor *tg_scaled_dot_product_attention(tg_tape *tp, tg_tensor *q, tg_tensor 
                                            double dropout_p, tg_generator *g)
 {
     if (!tp) return tg_error(OP ": NULL tape");
-    if (!q || !k || !v) return tg_error(OP ": NULL input");
+    if (!q || !k || !v) return tg__error_null_input(OP);
     char sh[240];
     shapes_str(q, k, v, sh, sizeof sh);
     if (!(dropout_p >= 0 && dropout_p < 1))

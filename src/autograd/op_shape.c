@@ -40,7 +40,7 @@ static tg_tensor grad_as_input_shape(const tg_node *n, const tg_tensor *x)
 
 tg_tensor *tg_view(tg_tape *tp, tg_tensor *x, int ndim, const int64_t *shape)
 {
-    if (!x) return tg_error("view: NULL input");
+    if (!x) return tg__error_null_input("view");
     if (ndim > 0 && !shape) return tg_error("view: NULL shape");
     int64_t s[TG_MAX_DIMS], st[TG_MAX_DIMS];
     if (!tg__infer_shape("view", tg_numel(x), ndim, shape, s)) return NULL;
@@ -52,7 +52,7 @@ tg_tensor *tg_view(tg_tape *tp, tg_tensor *x, int ndim, const int64_t *shape)
 
 tg_tensor *tg_reshape(tg_tape *tp, tg_tensor *x, int ndim, const int64_t *shape)
 {
-    if (!x) return tg_error("reshape: NULL input");
+    if (!x) return tg__error_null_input("reshape");
     if (ndim > 0 && !shape) return tg_error("reshape: NULL shape");
     int64_t s[TG_MAX_DIMS], st[TG_MAX_DIMS];
     if (!tg__infer_shape("reshape", tg_numel(x), ndim, shape, s)) return NULL;
@@ -77,7 +77,7 @@ void tg__view_backward(tg_node *n)
 
 tg_tensor *tg_unsqueeze(tg_tape *tp, tg_tensor *x, int dim)
 {
-    if (!x) return tg_error("unsqueeze: NULL input");
+    if (!x) return tg__error_null_input("unsqueeze");
     if (x->ndim >= TG_MAX_DIMS) return tg_error("unsqueeze: tensor already has %d dims", x->ndim);
     int d = tg__wrap_dim("unsqueeze", dim, x->ndim + 1);
     if (d < 0) return NULL;
@@ -97,7 +97,7 @@ tg_tensor *tg_unsqueeze(tg_tape *tp, tg_tensor *x, int dim)
 
 static tg_tensor *squeeze(tg_tape *tp, tg_tensor *x, int dim, bool all)
 {
-    if (!x) return tg_error("squeeze: NULL input");
+    if (!x) return tg__error_null_input("squeeze");
     int d = all ? -1 : tg__wrap_dim("squeeze", dim, x->ndim);
     if (!all && d < 0) return NULL;
     int64_t s[TG_MAX_DIMS], st[TG_MAX_DIMS];
@@ -138,14 +138,14 @@ static tg_tensor *permute(tg_tape *tp, const char *op, tg_op_id id, tg_tensor *x
 
 tg_tensor *tg_permute(tg_tape *tp, tg_tensor *x, const int *perm)
 {
-    if (!x) return tg_error("permute: NULL input");
+    if (!x) return tg__error_null_input("permute");
     if (x->ndim > 0 && !perm) return tg_error("permute: NULL permutation");
     return permute(tp, "permute", TG_OP_PERMUTE, x, perm);
 }
 
 tg_tensor *tg_transpose(tg_tape *tp, tg_tensor *x, int d0, int d1)
 {
-    if (!x) return tg_error("transpose: NULL input");
+    if (!x) return tg__error_null_input("transpose");
     int a = tg__wrap_dim("transpose", d0, x->ndim), b = a < 0 ? -1 : tg__wrap_dim("transpose", d1, x->ndim);
     if (a < 0 || b < 0) return NULL;
     int perm[TG_MAX_DIMS];
@@ -159,7 +159,7 @@ tg_tensor *tg_transpose(tg_tape *tp, tg_tensor *x, int d0, int d1)
 
 tg_tensor *tg_t(tg_tape *tp, tg_tensor *x)
 {
-    if (!x) return tg_error("t: NULL input");
+    if (!x) return tg__error_null_input("t");
     if (x->ndim > 2) return tg_error("t: expects a tensor with <= 2 dimensions, but self is %dD", x->ndim);
     int perm[2] = {1, 0};
     if (x->ndim < 2) perm[0] = 0;
@@ -183,7 +183,7 @@ void tg__permute_backward(tg_node *n)
 
 tg_tensor *tg_narrow(tg_tape *tp, tg_tensor *x, int dim, int64_t start, int64_t length)
 {
-    if (!x) return tg_error("narrow: NULL input");
+    if (!x) return tg__error_null_input("narrow");
     if (x->ndim == 0) return tg_error("narrow: cannot be applied to a 0-dim tensor");
     int d = tg__wrap_dim("narrow", dim, x->ndim);
     if (d < 0) return NULL;
@@ -219,7 +219,7 @@ void tg__narrow_backward(tg_node *n)
 
 tg_tensor *tg_select(tg_tape *tp, tg_tensor *x, int dim, int64_t index)
 {
-    if (!x) return tg_error("select: NULL input");
+    if (!x) return tg__error_null_input("select");
     if (x->ndim == 0) return tg_error("select: cannot be applied to a 0-dim tensor");
     int d = tg__wrap_dim("select", dim, x->ndim);
     if (d < 0) return NULL;
@@ -265,7 +265,7 @@ void tg__select_backward(tg_node *n)
 
 tg_tensor *tg_expand(tg_tape *tp, tg_tensor *x, int ndim, const int64_t *shape)
 {
-    if (!x) return tg_error("expand: NULL input");
+    if (!x) return tg__error_null_input("expand");
     if (ndim < x->ndim || ndim > TG_MAX_DIMS || (ndim > 0 && !shape))
         return tg_error("expand: the number of sizes provided (%d) must be at least the tensor's %d dims", ndim,
                         x->ndim);
@@ -299,7 +299,7 @@ void tg__expand_backward(tg_node *n) { tg__accum(n->in[0], n->grad); }
 
 tg_tensor *tg_clone(tg_tape *tp, tg_tensor *x)
 {
-    if (!x) return tg_error("clone: NULL input");
+    if (!x) return tg__error_null_input("clone");
     tg_tensor *out = tg__new_like(tp, x);
     if (!out) return NULL;
     tg_k_copy(out, x);
@@ -308,7 +308,7 @@ tg_tensor *tg_clone(tg_tape *tp, tg_tensor *x)
 
 tg_tensor *tg_contiguous(tg_tape *tp, tg_tensor *x)
 {
-    if (!x) return tg_error("contiguous: NULL input");
+    if (!x) return tg__error_null_input("contiguous");
     return tg_is_contiguous(x) ? x : tg_clone(tp, x);
 }
 

@@ -130,7 +130,7 @@ tg_tensor *tg__dropout_forward(tg_tape *tp, tg_module *m, tg_tensor *x)
 tg_tensor *tg_module_forward(tg_tape *tp, tg_module *m, tg_tensor *x)
 {
     if (!m) return tg_error("forward: NULL module");
-    if (!x) return tg_error("%s: NULL input", m->type_name);
+    if (!x) return tg__error_null_input(m->type_name);
     switch (m->kind) {
     case TG_MODULE_LINEAR: return tg__linear_forward(tp, m, x);
     case TG_MODULE_DROPOUT: return tg__dropout_forward(tp, m, x);

@@ -27,6 +27,16 @@ static inline void *tg__ptr(const tg_tensor *x, int64_t off)
 tg_tensor *tg__alias(tg_tape *tp, const tg_tensor *x);
 /* Checks ndim and shape values and computes numel; error message prefixed by op. */
 bool tg__check_shape(const char *op, int ndim, const int64_t *shape, int64_t *numel);
+
+/* The public error functions, with the compiler's printf format checks. */
+#if defined(__GNUC__)
+void *tg_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int tg_error_status(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#endif
+/* "<op>: NULL input", unless an error is already recorded: an op handed NULL
+ * is most likely downstream of an earlier failure, whose message names the
+ * real problem. Returns NULL. */
+void *tg__error_null_input(const char *op);
 void tg__contiguous_strides(int ndim, const int64_t *shape, int64_t *stride);
 /* Normalises a possibly negative dim; -1 and an error if out of range. */
 int tg__wrap_dim(const char *op, int dim, int ndim);

@@ -35,13 +35,18 @@ void tg_clear_error(void) { tg__errbuf[0] = '\0'; }
 
 void *tg_error(const char *fmt, ...)
 {
-    /* An op handed NULL is downstream of an earlier failure: keep that
-     * failure's message, which names the real problem. */
-    if (tg__errbuf[0] && strstr(fmt, "NULL input")) return NULL;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(tg__errbuf, sizeof tg__errbuf, fmt, ap);
     va_end(ap);
+    return NULL;
+}
+
+void *tg__error_null_input(const char *op)
+{
+    /* An op handed NULL is most likely downstream of an earlier failure: keep
+     * that failure's message, which names the real problem. */
+    if (!tg__errbuf[0]) snprintf(tg__errbuf, sizeof tg__errbuf, "%s: NULL input", op);
     return NULL;
 }
 

@@ -100,6 +100,19 @@ void tg__broadcast_strides(const tg_tensor *x, int ndim, const int64_t *shape, i
     }
 }
 
+/* "<op>: shape [2, -1] is invalid for input of size 7", as PyTorch says it. */
+static bool invalid_shape(const char *op, int ndim, const int64_t *shape, int64_t numel)
+{
+    char buf[TG_MAX_DIMS * 22 + 3];
+    size_t k = 0;
+    buf[k++] = '[';
+    for (int i = 0; i < ndim; i++)
+        k += (size_t)snprintf(buf + k, sizeof buf - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    snprintf(buf + k, sizeof buf - k, "]");
+    tg_error("%s: shape %s is invalid for input of size %lld", op, buf, (long long)numel);
+    return false;
+}
+
 bool tg__infer_shape(const char *op, int64_t numel, int ndim, const int64_t *in, int64_t *out)
 {
     if (ndim < 0 || ndim > TG_MAX_DIMS) {
@@ -128,14 +141,10 @@ bool tg__infer_shape(const char *op, int64_t numel, int ndim, const int64_t *in,
         out[i] = in[i];
     }
     if (infer >= 0) {
-        if (prod == 0 || numel % prod != 0) {
-            tg_error("%s: shape is invalid for input of size %lld", op, (long long)numel);
-            return false;
-        }
+        if (prod == 0 || numel % prod != 0) return invalid_shape(op, ndim, in, numel);
         out[infer] = numel / prod;
     } else if (prod != numel) {
-        tg_error("%s: shape is invalid for input of size %lld", op, (long long)numel);
-        return false;
+        return invalid_shape(op, ndim, in, numel);
     }
     return tg__check_shape(op, ndim, out, NULL);
 }
@@ -271,7 +280,7 @@ tg_tensor *tg_eye(tg_tape *tp, tg_dtype dt, int64_t n, int64_t m)
 
 static tg_tensor *tri(const char *op, tg_tape *tp, const tg_tensor *x, int64_t diagonal, bool upper)
 {
-    if (!x) return tg_error("%s: NULL input", op);
+    if (!x) return tg__error_null_input(op);
     if (x->ndim < 2) return tg_error("%s: input must have at least 2 dims, got %d", op, x->ndim);
     tg_tensor *t = tg_empty(tp, x->dtype, x->ndim, x->shape);
     if (!t) return NULL;
@@ -293,19 +302,19 @@ tg_tensor *tg_tril(tg_tape *tp, const tg_tensor *x, int64_t diagonal) { return t
 
 tg_tensor *tg_empty_like(tg_tape *tp, const tg_tensor *x)
 {
-    if (!x) return tg_error("empty_like: NULL input");
+    if (!x) return tg__error_null_input("empty_like");
     return tg_empty(tp, x->dtype, x->ndim, x->shape);
 }
 
 tg_tensor *tg_zeros_like(tg_tape *tp, const tg_tensor *x)
 {
-    if (!x) return tg_error("zeros_like: NULL input");
+    if (!x) return tg__error_null_input("zeros_like");
     return tg_zeros(tp, x->dtype, x->ndim, x->shape);
 }
 
 tg_tensor *tg_to_dtype(tg_tape *tp, const tg_tensor *x, tg_dtype dt)
 {
-    if (!x) return tg_error("to_dtype: NULL input");
+    if (!x) return tg__error_null_input("to_dtype");
     tg_tensor *t = tg_empty(tp, dt, x->ndim, x->shape);
     if (t) tg_k_copy(t, x);
     return t;
