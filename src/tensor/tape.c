@@ -10,7 +10,11 @@
 #include <stdlib.h>
 
 #define TG_ALIGN 64
-#define TG_MIN_CHUNK ((size_t)1 << 20)
+/* A tape's first chunk is small (a tape for a few tensors, as tg_module_load
+ * makes, costs little); later chunks grow by half of what the tape holds, and
+ * tg_tape_reset merges them into one, so a step loop reaches a single chunk
+ * after its first step whatever this size. */
+#define TG_MIN_CHUNK ((size_t)64 << 10)
 
 typedef struct tg_chunk {
     struct tg_chunk *next;
