@@ -53,16 +53,16 @@ bool tg__infer_shape(const char *op, int64_t numel, int ndim, const int64_t *in,
 /* ---- kernels (src/tensor/kernels.c): outputs first, inputs const ------------ */
 
 typedef enum {
-    TG_BIN_ADD, TG_BIN_SUB, TG_BIN_MUL, TG_BIN_DIV, TG_BIN_POW, TG_BIN_MAX, TG_BIN_MIN
+    TG_BIN_ADD, TG_BIN_SUB, TG_BIN_MUL, TG_BIN_DIV, TG_BIN_POW /* scalar exponent only */
 } tg_binop;
 typedef enum {
     TG_UN_NEG, TG_UN_EXP, TG_UN_LOG, TG_UN_SQRT, TG_UN_TANH, TG_UN_RELU, TG_UN_GELU,
     TG_UN_ABS, TG_UN_SQUARE, TG_UN_RECIP
 } tg_unop;
 
-/* out = a op b with broadcasting; out has the broadcast shape, same dtype. */
+/* out = a op b with broadcasting (add, sub, mul, div); out has the broadcast shape, same dtype. */
 void tg_k_binary(tg_tensor *out, const tg_tensor *a, const tg_tensor *b, tg_binop op);
-/* out = a op s (scalar). rev: s op a. */
+/* out = a op s (scalar). rev: s op a (TG_BIN_SUB only). */
 void tg_k_binary_scalar(tg_tensor *out, const tg_tensor *a, double s, tg_binop op, bool rev);
 void tg_k_unary(tg_tensor *out, const tg_tensor *a, tg_unop op);
 /* out = src broadcast (any dtype conversion between float types, bool, u8, i64). */

@@ -188,40 +188,21 @@ BIN_ROW(float, add_f32, a + b)
 BIN_ROW(float, sub_f32, a - b)
 BIN_ROW(float, mul_f32, a *b)
 BIN_ROW(float, div_f32, a / b)
-BIN_ROW(float, pow_f32, powf(a, b))
-BIN_ROW(float, max_f32, (a > b || isnan(a)) ? a : b)
-BIN_ROW(float, min_f32, (a < b || isnan(a)) ? a : b)
 BIN_ROW(double, add_f64, a + b)
 BIN_ROW(double, sub_f64, a - b)
 BIN_ROW(double, mul_f64, a *b)
 BIN_ROW(double, div_f64, a / b)
-BIN_ROW(double, pow_f64, pow(a, b))
-BIN_ROW(double, max_f64, (a > b || isnan(a)) ? a : b)
-BIN_ROW(double, min_f64, (a < b || isnan(a)) ? a : b)
 
-static const tg_row_fn bin_rows[2][7] = {
-    {add_f32, sub_f32, mul_f32, div_f32, pow_f32, max_f32, min_f32},
-    {add_f64, sub_f64, mul_f64, div_f64, pow_f64, max_f64, min_f64},
+/* tensor (op) tensor: add, sub, mul, div (TG_BIN_POW is scalar-only) */
+static const tg_row_fn bin_rows[2][TG_BIN_POW] = {
+    {add_f32, sub_f32, mul_f32, div_f32},
+    {add_f64, sub_f64, mul_f64, div_f64},
 };
 
 void tg_k_binary(tg_tensor *out, const tg_tensor *a, const tg_tensor *b, tg_binop op)
 {
     const tg_tensor *ops[3] = {out, a, b};
     iter_apply(3, ops, bin_rows[out->dtype == TG_F64][op], NULL);
-}
-
-static double binop_scalar(tg_binop op, double a, double b)
-{
-    switch (op) {
-    case TG_BIN_ADD: return a + b;
-    case TG_BIN_SUB: return a - b;
-    case TG_BIN_MUL: return a * b;
-    case TG_BIN_DIV: return a / b;
-    case TG_BIN_POW: return pow(a, b);
-    case TG_BIN_MAX: return (a > b || isnan(a)) ? a : b;
-    case TG_BIN_MIN: return (a < b || isnan(a)) ? a : b;
-    }
-    return NAN;
 }
 
 #define BINS_ROW(T, NAME, POWF)                                                           \
@@ -246,23 +227,14 @@ static double binop_scalar(tg_binop op, double a, double b)
             for (int64_t i = 0; i < n; i++) o[i * so] = x[i * sa] * k;                    \
             return;                                                                       \
         case TG_BIN_DIV:                                                                  \
-            if (c->rev)                                                                   \
-                for (int64_t i = 0; i < n; i++) o[i * so] = k / x[i * sa];                \
-            else                                                                          \
-                for (int64_t i = 0; i < n; i++) o[i * so] = x[i * sa] / k;                \
+            for (int64_t i = 0; i < n; i++) o[i * so] = x[i * sa] / k;                    \
             return;                                                                       \
         case TG_BIN_POW:                                                                  \
-            if (c->s == 2.0 && !c->rev)                                                   \
+            if (c->s == 2.0)                                                              \
                 for (int64_t i = 0; i < n; i++) o[i * so] = x[i * sa] * x[i * sa];        \
-            else if (c->rev)                                                              \
-                for (int64_t i = 0; i < n; i++) o[i * so] = POWF(k, x[i * sa]);           \
             else                                                                          \
                 for (int64_t i = 0; i < n; i++) o[i * so] = POWF(x[i * sa], k);           \
             return;                                                                       \
-        default:                                                                          \
-            for (int64_t i = 0; i < n; i++)                                               \
-                o[i * so] = (T)(c->rev ? binop_scalar(c->op, c->s, x[i * sa])             \
-                                       : binop_scalar(c->op, x[i * sa], c->s));           \
         }                                                                                 \
     }
 
