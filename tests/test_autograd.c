@@ -320,6 +320,13 @@ static void test_detach_no_grad_inplace(void **state)
     tg_tensor *plain = seq(tp, 1, SH(3), 0, 1);
     assert_int_equal(tg_add_(plain, seq(tp, 1, SH(3), 1, 0), 2.0), TG_OK);
     check_vals(plain, 1, SH(3), DV(2, 3, 4), 0, "add_");
+    /* shapes: copy_ broadcasts the source, add_ needs the same shape */
+    tg_tensor *m23 = seq(tp, 2, SH(2, 3), 0, 0);
+    assert_int_equal(tg_copy_(m23, plain), TG_OK);
+    check_vals(m23, 2, SH(2, 3), DV(2, 3, 4, 2, 3, 4), 0, "copy_ broadcast");
+    tu_assert_status_error(tg_copy_(plain, m23), "copy_", "(2,3)", "does not broadcast to", "(3)");
+    tu_assert_status_error(tg_add_(m23, plain, 1.0), "add_", "(2,3)", "(3)", "differ");
+    tu_assert_status_error(tg_copy_(plain, seq(tp, 1, SH(4), 0, 0)), "copy_", "size 3 vs 4");
     tg_tape_free(tp);
 }
 
