@@ -17,7 +17,7 @@ BUILD=${COVERAGE_BUILD:-build-cov}
 
 echo "=== coverage: build ($BUILD, gcc --coverage, debug) ==="
 if [ ! -f "$BUILD/build.ninja" ]; then
-  meson setup "$BUILD" -Db_coverage=true -Dbuildtype=debug -Dnative=false -Dwerror=false
+  tools/meson-setup.sh "$BUILD" -Db_coverage=true -Dbuildtype=debug -Dnative=false -Dwerror=false
 fi
 ninja -C "$BUILD"
 find "$BUILD" -name '*.gcda' -delete

@@ -34,7 +34,7 @@ WORK=$ROOT/$BUILD/fuzz-work
 
 echo "=== fuzz: build ($BUILD, clang, ASan+UBSan+libFuzzer) ==="
 if [ ! -f "$BUILD/build.ninja" ]; then
-  CC=clang meson setup "$BUILD" -Dfuzz=true -Db_sanitize=address,undefined -Dbuildtype=debug \
+  CC=clang tools/meson-setup.sh "$BUILD" -Dfuzz=true -Db_sanitize=address,undefined -Dbuildtype=debug \
     -Dnative=false -Db_lundef=false
 fi
 ninja -C "$BUILD" $(printf "tests/fuzz/%s " "${TARGETS[@]}")

@@ -18,7 +18,7 @@ BUILD=${VALGRIND_BUILD:-build-valgrind}
 
 echo "=== valgrind: build ($BUILD, debugoptimized, portable) ==="
 if [ ! -f "$BUILD/build.ninja" ]; then
-  meson setup "$BUILD" -Dnative=false -Dbuildtype=debugoptimized
+  tools/meson-setup.sh "$BUILD" -Dnative=false -Dbuildtype=debugoptimized
 fi
 ninja -C "$BUILD" tools/tapegrad tests/test_safetensors
 
