@@ -26,7 +26,7 @@ if ! [[ $SECONDS_EACH =~ ^[0-9]+$ ]] || [ "$SECONDS_EACH" -lt 1 ]; then
   echo "usage: tools/fuzz.sh [SECONDS] [TARGET...]" >&2
   exit 2
 fi
-ALL_TARGETS=(fuzz_safetensors fuzz_module_load fuzz_cli fuzz_input_spec)
+ALL_TARGETS=(fuzz_safetensors fuzz_module_load fuzz_cli fuzz_cli_args fuzz_input_spec)
 if [ $# -gt 0 ]; then TARGETS=("$@"); else TARGETS=("${ALL_TARGETS[@]}"); fi
 BUILD=${FUZZ_BUILD:-build-fuzz}
 JOBS=${FUZZ_JOBS:-$(nproc)}
@@ -53,6 +53,7 @@ run_target() {
   [ -f "$ROOT/tests/fuzz/$t.dict" ] && args+=(-dict="$ROOT/tests/fuzz/$t.dict")
   case $t in
     fuzz_cli) args+=(-close_fd_mask=2 -max_len=512) ;;
+    fuzz_cli_args) args+=(-dict="$ROOT/tests/fuzz/fuzz_cli.dict" -max_len=1024) ;;
     fuzz_module_load) args+=(-dict="$ROOT/tests/fuzz/fuzz_safetensors.dict") ;;
   esac
   # shellcheck disable=SC2086

@@ -31,6 +31,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#define FUZZ_NAME "fuzz_cli"
+#include "fuzz.h"
+
 #include "args.h"
 #include "cli.h"
 
@@ -39,9 +42,6 @@
 #define MAX_SIZE 8
 #define MAX_STEPS 3
 #define MAX_THREADS 2
-
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static char workdir[] = "/tmp/tapegrad-fuzz-cli.XXXXXX";
 

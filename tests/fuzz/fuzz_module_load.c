@@ -22,15 +22,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <tapegrad.h>
+#define FUZZ_NAME "fuzz_module_load"
+#include "fuzz.h"
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "fuzz_module_load: invariant failed: %s (%s:%d)\n", #c, __FILE__, __LINE__); \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#include <tapegrad.h>
 
 #define NMOD 6
 #define MAXVALS 4096
@@ -44,9 +39,6 @@ static double before[MAXVALS];
 
 static const float book[18] = {0.43f, 0.15f, 0.89f, 0.55f, 0.87f, 0.66f, 0.57f, 0.85f, 0.64f,
                                0.22f, 0.58f, 0.33f, 0.77f, 0.25f, 0.10f, 0.05f, 0.80f, 0.55f};
-
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {

@@ -12,25 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define FUZZ_NAME "fuzz_safetensors"
+#include "fuzz.h"
+
 #include <tapegrad.h>
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "fuzz_safetensors: invariant failed: %s (%s:%d)\n", #c, __FILE__, __LINE__); \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
-
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc;
-    (void)argv;
-    return 0;
-}
+FUZZ_NO_SETUP
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -16,8 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "fuzz.h"
 
 static int by_name(const void *a, const void *b)
 {

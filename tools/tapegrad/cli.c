@@ -26,6 +26,9 @@ static const char *usage =
     "Exit status: 0 success, 1 gradcheck FAIL or training diverged, 2 bad\n"
     "arguments or a runtime error (one line on stderr).\n";
 
+bool tg_cli_check_only = false;
+FILE *tg_cli_errfile = NULL;
+
 int tg_cli_error(const char *cmd, const char *fmt, ...)
 {
     char msg[1024];
@@ -36,8 +39,9 @@ int tg_cli_error(const char *cmd, const char *fmt, ...)
     /* exactly one line, whatever the message (or a user's argument) holds */
     for (char *p = msg; *p; p++)
         if (*p == '\n' || *p == '\r') *p = ' ';
-    fprintf(stderr, "tapegrad%s%s: %s\n", cmd ? " " : "", cmd ? cmd : "", msg);
-    fflush(stderr);
+    FILE *f = tg_cli_errfile ? tg_cli_errfile : stderr;
+    fprintf(f, "tapegrad%s%s: %s\n", cmd ? " " : "", cmd ? cmd : "", msg);
+    fflush(f);
     return TG_CLI_USAGE;
 }
 

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "args.h"
 
@@ -17,6 +18,13 @@ enum {
     TG_CLI_FAIL = 1,  /* gradcheck FAIL, training diverged */
     TG_CLI_USAGE = 2  /* bad arguments or a runtime error from the library */
 };
+
+/* Check-only mode (tests and the argument fuzzer): each command parses and
+ * validates its arguments exactly as usual, then returns TG_CLI_OK before it
+ * builds a module, opens a file or computes anything. */
+extern bool tg_cli_check_only;
+/* Where tg_cli_error writes its line (NULL: stderr). */
+extern FILE *tg_cli_errfile;
 
 /* The whole command line (argv[0] is the program name). */
 int tg_cli_main(int argc, char **argv);

@@ -212,6 +212,7 @@ static int run(tg_tape *tp, const attn_args *a)
                             TG_CLI_MEMORY_BUDGET / (1024.0 * 1024 * 1024));
     if (a->gradcheck && a->dropout != 0.0)
         return tg_cli_error(CMD, "--gradcheck needs --dropout 0 (dropout draws a new mask on every evaluation)");
+    if (tg_cli_check_only) return TG_CLI_OK;
 
     tg_module *m = build(tp, a, mi, context);
     if (!m) return tg_cli_lib_error(CMD, NULL);

@@ -86,6 +86,7 @@ static int run(tg_tape *model, tg_tape *step, const bench_args *a, double *t_fwd
                                  "would need more than %.0f GiB",
                             (long long)B, (long long)T, (long long)d_in, (long long)d_out, (long long)H,
                             TG_CLI_MEMORY_BUDGET / (1024.0 * 1024 * 1024));
+    if (tg_cli_check_only) return TG_CLI_OK;
     if (a->threads_set) omp_set_num_threads((int)a->threads);
 
     tg_manual_seed(123);

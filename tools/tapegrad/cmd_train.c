@@ -140,8 +140,6 @@ typedef struct {
 static int run(tg_tape *model, tg_tape *step, double *losses, FILE *plot, const train_args *a)
 {
     bool wrapper = strcmp(a->module, "mha-wrapper") == 0;
-    if (!wrapper && strcmp(a->module, "mha") != 0)
-        return tg_cli_error(CMD, "--module: expected mha or mha-wrapper, got '%.200s'", a->module);
     uint64_t seed = (uint64_t)a->seed;
     tg_module *teacher = make_module(model, wrapper, seed);
     tg_module *student = teacher ? make_module(model, wrapper, seed + 1) : NULL;
@@ -232,6 +230,9 @@ int tg_cmd_train(int argc, char **argv)
         return TG_CLI_OK;
     }
     if (st != TG_ARGS_OK) return tg_cli_error(CMD, "%s", err);
+    if (strcmp(a.module, "mha") != 0 && strcmp(a.module, "mha-wrapper") != 0)
+        return tg_cli_error(CMD, "--module: expected mha or mha-wrapper, got '%.200s'", a.module);
+    if (tg_cli_check_only) return TG_CLI_OK;
 
     /* One thread by default: every tensor here has a few hundred elements, so
      * a parallel region costs more than it saves, and on a busy machine
