@@ -112,6 +112,10 @@ done
 "$TG" train --lr 100 --steps 50 >/dev/null 2>"$TMP/err"
 st=$?
 if [ $st -eq 1 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -q "diverged" "$TMP/err"; then ok; else bad "train divergence: exit $st"; fi
+# a bad --module is reported before --plot creates its file
+"$TG" train --module gpt9 --plot "$TMP/never.svg" >/dev/null 2>"$TMP/err"
+st=$?
+if [ $st -eq 2 ] && [ ! -e "$TMP/never.svg" ] && grep -q "module" "$TMP/err"; then ok; else bad "train --module gpt9 --plot: exit $st or file created"; fi
 
 # ---- bench --------------------------------------------------------------------------------
 check_bench() {
