@@ -816,6 +816,11 @@ static void test_error_chain(void **state)
     tg_clear_error();
     assert_null(tg_exp(tp, NULL));
     assert_string_equal(tg_last_error(), "exp: NULL input");
+    /* status codes have descriptions */
+    assert_string_equal(tg_status_str(TG_OK), "success");
+    assert_string_equal(tg_status_str(TG_EFORMAT), "malformed file");
+    assert_non_null(strstr(tg_status_str(TG_ENOMEM), "out of memory"));
+    assert_string_equal(tg_status_str(42), "unknown status");
     /* and a fresh error replaces an old one */
     tu_assert_null_error(tg_matmul(tp, a, b), "matmul");
     tu_assert_null_error(tg_view(tp, a, 1, SH(7)), "view", "shape [7] is invalid for input of size 6");

@@ -28,15 +28,26 @@ typedef enum {
     TG_DTYPE_COUNT
 } tg_dtype;
 
-/* Status codes for functions that do I/O or otherwise return a status. */
+/* Status codes for functions that do I/O or otherwise return a status:
+ * X(name, value, description); the enum below and tg_status_str come from it. */
+#define TG_STATUS_MAP(X)                                                          \
+    X(OK, 0, "success")                                                           \
+    X(EINVAL, -1, "invalid argument (shape, dtype, NULL, value out of range)")     \
+    X(ENOMEM, -2, "out of memory (an allocation failed or a tape limit was hit)")  \
+    X(EIO, -3, "input/output error (a file could not be opened, read or written)") \
+    X(EFORMAT, -4, "malformed file")                                              \
+    X(ESTATE, -5, "operation not allowed in the current state")
+
 typedef enum {
-    TG_OK = 0,
-    TG_EINVAL = -1,  /* bad argument: shape, dtype, NULL, value out of range */
-    TG_ENOMEM = -2,  /* allocation failed or a tape limit was reached */
-    TG_EIO = -3,     /* a file could not be opened, read or written */
-    TG_EFORMAT = -4, /* a file is malformed */
-    TG_ESTATE = -5   /* an operation not allowed in the current state */
+#define TG_STATUS_ENUM_(name, value, text) TG_##name = value,
+    TG_STATUS_MAP(TG_STATUS_ENUM_)
+#undef TG_STATUS_ENUM_
 } tg_status;
+
+/* A status code's description ("malformed file"); "unknown status" for any
+ * other value. Static storage. The message of the error itself, naming what
+ * was wrong, is tg_last_error(). */
+const char *tg_status_str(int status);
 
 typedef struct tg_tape tg_tape;
 typedef struct tg_node tg_node;

@@ -54,6 +54,17 @@ void *tg__error_null_input(const char *op)
     return NULL;
 }
 
+const char *tg_status_str(int status)
+{
+    switch (status) {
+#define TG_STATUS_CASE_(name, value, text) \
+    case TG_##name: return text;
+        TG_STATUS_MAP(TG_STATUS_CASE_)
+#undef TG_STATUS_CASE_
+    }
+    return "unknown status";
+}
+
 int tg_error_status(int status, const char *fmt, ...)
 {
     va_list ap;
