@@ -26,6 +26,7 @@ extern const tg_op_def tg_ops[TG_OP_COUNT];
 #define TG_NODE_MAX_IARGS (2 * TG_MAX_DIMS + 4)
 
 struct tg_node {
+    tg_node_head head; /* first: the tensor layer reads the name through it */
     tg_op_id op;
     tg_tape *tape;
     tg_tensor *out;  /* header of the output (shape, dtype) */

@@ -21,8 +21,7 @@ bool tg_set_grad_enabled(bool enabled)
     return prev;
 }
 
-const char *tg__node_name(const tg_node *n) { return n ? tg_ops[n->op].name : NULL; }
-const char *tg_grad_fn_name(const tg_tensor *x) { return x ? tg__node_name(x->grad_fn) : NULL; }
+const char *tg_grad_fn_name(const tg_tensor *x) { return x ? tg__node_head_name(x->grad_fn) : NULL; }
 bool tg_is_leaf(const tg_tensor *x) { return x && !x->grad_fn; }
 
 int tg_requires_grad_(tg_tensor *x, bool requires_grad)
@@ -85,6 +84,7 @@ tg_node *tg__record(tg_tape *tp, tg_op_id op, tg_tensor *out, int nin, tg_tensor
         return NULL;
     }
     for (int i = 0; i < nin; i++) ins[i] = in[i];
+    n->head.name = tg_ops[op].name;
     n->op = op;
     n->tape = tp;
     n->out = out;

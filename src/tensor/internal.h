@@ -94,7 +94,16 @@ void tg_k_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bo
 /* The most recently recorded node of the tape (nodes link backwards). */
 tg_node *tg__tape_last_node(const tg_tape *tp);
 void tg__tape_set_last_node(tg_tape *tp, tg_node *n);
-/* Name of a node, for printing grad_fn=<...>; implemented in src/autograd. */
-const char *tg__node_name(const tg_node *n);
+/* The head of every graph node: the part the tensor layer may read (to print
+ * grad_fn=<...>). src/autograd's struct tg_node begins with it, so a node
+ * pointer converts to a pointer to its head (C11 6.7.2.1p15). */
+typedef struct {
+    const char *name; /* PyTorch's node name, "MmBackward0" */
+} tg_node_head;
+
+static inline const char *tg__node_head_name(const tg_node *n)
+{
+    return n ? ((const tg_node_head *)(const void *)n)->name : NULL;
+}
 
 #endif

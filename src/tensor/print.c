@@ -311,7 +311,7 @@ char *tg_format(const tg_tensor *x)
     }
 
     if (x->grad_fn)
-        snprintf(suffix[nsuffix++], sizeof suffix[0], "grad_fn=<%s>", tg__node_name(x->grad_fn));
+        snprintf(suffix[nsuffix++], sizeof suffix[0], "grad_fn=<%s>", tg__node_head_name(x->grad_fn));
     else if (x->requires_grad)
         snprintf(suffix[nsuffix++], sizeof suffix[0], "requires_grad=True");
 
