@@ -535,6 +535,36 @@ static void test_bad_sgd(void **state) {
     EXPECT_NULL(tg_sgd_new(tp, m, (tg_sgd_options){NAN, 0, 0, 0, false}), "learning rate");
     EXPECT_NULL(tg_sgd_new(tp, NULL, (tg_sgd_options){0.1, 0, 0, 0, false}), "NULL");
     tu_assert_ok(tg_sgd_new(tp, m, (tg_sgd_options){0.1, 0.9, 0, 0.01, true}));
+    /* parameters must be leaves that require grad */
+    tg_tensor *plain = tg_zeros(tp, TG_F32, 1, (int64_t[]){3});
+    tg_tensor *ps[2] = {m->params[0], plain};
+    EXPECT_NULL(tg_sgd_new_params(tp, 2, ps, (tg_sgd_options){0.1, 0, 0, 0, false}), "parameter 1",
+                "not a leaf that requires grad");
+    tg_tape_free(tp);
+}
+
+/* Bad module inputs and configurations: NULL and a message, never a crash. */
+static void test_bad_module_inputs(void **state) {
+    (void)state;
+    tg_tape *tp = tg_tape_new();
+    tg_manual_seed(1);
+    tg_module *mha = tg_mha_new(tp, 3, 4, 6, 0.0, 2, false);
+    tu_assert_ok(mha);
+    /* an integer input */
+    tg_tensor *xi = tg_zeros(tp, TG_I64, 3, (int64_t[]){1, 6, 3});
+    EXPECT_NULL(tg_module_forward(tp, mha, xi), "MultiHeadAttention", "float32 or float64", "int64");
+    /* no tokens */
+    tg_tensor *x0 = tg_zeros(tp, TG_F32, 3, (int64_t[]){1, 0, 3});
+    EXPECT_NULL(tg_module_forward(tp, mha, x0), "MultiHeadAttention", "no tokens");
+    /* more heads than a module can hold as children */
+    EXPECT_NULL(tg_mha_wrapper_new(tp, 3, 1, 6, 0.0, 100000, false), "heads");
+    /* a container has no forward of its own: the wrapper's "heads" list */
+    tg_module *w = tg_mha_wrapper_new(tp, 3, 2, 6, 0.0, 2, false);
+    tu_assert_ok(w);
+    tg_tensor *x = tg_zeros(tp, TG_F32, 3, (int64_t[]){1, 6, 3});
+    EXPECT_NULL(tg_module_forward(tp, w->children[0], x), "no forward");
+    /* sizes whose weights cannot exist */
+    EXPECT_NULL(tg_linear_new(tp, (int64_t)1 << 40, (int64_t)1 << 40, false), "too large");
     tg_tape_free(tp);
 }
 
@@ -823,6 +853,7 @@ int main(void) {
         cmocka_unit_test(test_bad_constructors),
         cmocka_unit_test(test_bad_forward),
         cmocka_unit_test(test_bad_sgd),
+        cmocka_unit_test(test_bad_module_inputs),
         cmocka_unit_test(test_state_dict_round_trip),
         cmocka_unit_test(test_state_dict_pytorch_file),
         cmocka_unit_test(test_state_dict_load_errors),

@@ -799,6 +799,62 @@ static void test_null_inputs(void **state)
     if (failures) fail_msg("%d NULL-input checks failed (see above)", failures);
 }
 
+static tg_tensor *gc_sum(tg_tape *tp, tg_tensor *const *in, int n, void *ctx)
+{
+    (void)n;
+    (void)ctx;
+    return tg_sum(tp, in[0]);
+}
+
+/* Edge cases and argument errors of views, reductions, element access, GEMM
+ * and gradcheck. */
+static void test_edges(void **state)
+{
+    (void)state;
+    tg_tape *tp = tg_tape_new();
+    tg_tensor *a = tg_arange(tp, TG_F32, 0, 6, 1);
+    tu_assert_null_error(tg_view(tp, a, TG_MAX_DIMS + 1, SH(1, 1, 1, 1, 1, 1, 1, 1, 6)), "view", "dims");
+    tu_assert_null_error(tg_view(tp, a, 3, SH(6, 1LL << 40, 1LL << 40)), "view", "too large");
+    char buf[32];
+    assert_string_equal(tg_shape_str(NULL, buf, sizeof buf), "(null)");
+
+    /* element access: bool stores 0/1; copies out of strided and f64 tensors */
+    tg_tensor *b = tg_zeros(tp, TG_BOOL, 1, SH(2));
+    tg_set(b, SH(1), 5.0);
+    check_vals(b, 1, SH(2), DV(0, 1), 0);
+    tg_tensor *m = tg_view(tp, a, 2, SH(2, 3));
+    float f[6];
+    assert_int_equal(tg_copy_to_f32(tg_t(tp, m), f), TG_OK);
+    const float ft[6] = {0, 3, 1, 4, 2, 5};
+    assert_memory_equal(f, ft, sizeof f);
+    assert_int_equal(tg_copy_to_f32(tg_to_dtype(tp, m, TG_F64), f), TG_OK);
+    assert_true(f[5] == 5.0f);
+
+    /* reductions */
+    tu_assert_null_error(tg_sum_dims(tp, m, 1, NULL, false), "sum", "bad dims list");
+    tu_assert_null_error(tg_max_dim(tp, tg_zeros(tp, TG_F32, 2, SH(2, 0)), 1, false, NULL), "max", "zero-size");
+    tg_tensor *idx = NULL;
+    tg_tensor *s = tg_max_dim(tp, tg_scalar(tp, TG_F32, 2.5), 0, false, &idx);
+    assert_non_null(s);
+    assert_true(tg_item(s) == 2.5 && tg_item(idx) == 0);
+
+    /* GEMM: float64 batches big enough for BLAS, and an empty inner dim */
+    tg_tensor *x = tg_rand(tp, TG_F64, 3, SH(2, 40, 40), NULL);
+    tg_tensor *eye = tg_eye(tp, TG_F64, 40, 40);
+    tg_tensor *y = tg_matmul(tp, x, eye);
+    assert_non_null(y);
+    for (int64_t i = 0; i < tg_numel(x); i++) assert_true(tg_item_at(y, i) == tg_item_at(x, i));
+    tg_tensor *z = tg_matmul(tp, tg_zeros(tp, TG_F32, 2, SH(2, 0)), tg_ones(tp, TG_F32, 2, SH(0, 3)));
+    check_vals(z, 2, SH(2, 3), DV(0, 0, 0, 0, 0, 0), 0);
+
+    /* gradcheck needs an input that requires grad */
+    tg_tensor *in[1] = {tg_ones(tp, TG_F64, 1, SH(3))};
+    tg_gradcheck_result res;
+    assert_int_not_equal(tg_gradcheck(gc_sum, in, 1, NULL, 0, 0, 0, &res), TG_OK);
+    assert_non_null(strstr(res.message, "no input requires grad"));
+    tg_tape_free(tp);
+}
+
 /* A chain of ops checked once at its end reports the first failure, not the
  * "NULL input" of the ops downstream of it. */
 static void test_error_chain(void **state)
@@ -1043,6 +1099,7 @@ int main(void)
         cmocka_unit_test(test_dtype_errors),
         cmocka_unit_test(test_null_inputs),
         cmocka_unit_test(test_error_chain),
+        cmocka_unit_test(test_edges),
         cmocka_unit_test(test_softmax_extremes),
         cmocka_unit_test(test_parallel_paths),
         cmocka_unit_test(test_tape_limit),

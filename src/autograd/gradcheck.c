@@ -46,6 +46,12 @@ int tg_gradcheck(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n, void *ctx,
                                    tg_dtype_name(inputs[i]->dtype));
         if (inputs[i]->grad_fn) return tg_error_status(TG_EINVAL, "gradcheck: input %d is not a leaf", i);
     }
+    bool any = false;
+    for (int i = 0; i < n; i++) any = any || inputs[i]->requires_grad;
+    if (!any) {
+        snprintf(res->message, sizeof res->message, "gradcheck: no input requires grad");
+        return tg_error_status(TG_EINVAL, "%s", res->message);
+    }
     tg_tape *tp = tg_tape_new();
     if (!tp) return TG_ENOMEM;
     int status = TG_OK;
@@ -120,15 +126,11 @@ int tg_gradcheck(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n, void *ctx,
     }
     tg_tape_free(wtp);
     res->passed = status == TG_OK && worst_excess <= 0;
-    if (status == TG_OK) {
-        if (res->worst_input < 0)
-            snprintf(res->message, sizeof res->message, "gradcheck: no input requires grad");
-        else
-            snprintf(res->message, sizeof res->message,
-                     "gradcheck %s: worst element input %d index %lld: analytic %.10g numeric %.10g (|diff| %.3g)",
-                     res->passed ? "passed" : "failed", res->worst_input, (long long)res->worst_index, res->analytic,
-                     res->numeric, res->max_abs_err);
-    }
+    if (status == TG_OK)
+        snprintf(res->message, sizeof res->message,
+                 "gradcheck %s: worst element input %d index %lld: analytic %.10g numeric %.10g (|diff| %.3g)",
+                 res->passed ? "passed" : "failed", res->worst_input, (long long)res->worst_index, res->analytic,
+                 res->numeric, res->max_abs_err);
 done:
     tg_set_grad_enabled(prev);
     for (int i = 0; i < n; i++) inputs[i]->grad = saved_grad[i];
