@@ -60,7 +60,7 @@ SMALL_GEMM(float, small_sgemm)
 SMALL_GEMM(double, small_dgemm)
 
 typedef struct {
-    tg_tensor *c;
+    const tg_tensor *c;
     mat_desc da, db;
     int64_t M, N, K, ldc;
     double alpha, beta;
@@ -166,4 +166,3 @@ void tg_k_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bo
         for (int64_t bi = 0; bi < nb; bi++) gemm_one(&job, bi);
     }
 }
-

@@ -4,6 +4,7 @@
  * the tensors. Callers (src/autograd) have checked shapes and dtypes. */
 #include "internal.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #ifdef _OPENMP
@@ -201,6 +202,7 @@ static const tg_row_fn bin_rows[2][TG_BIN_POW] = {
 
 void tg_k_binary(tg_tensor *out, const tg_tensor *a, const tg_tensor *b, tg_binop op)
 {
+    assert(op < TG_BIN_POW); /* the table has no tensor-tensor pow */
     const tg_tensor *ops[3] = {out, a, b};
     iter_apply(3, ops, bin_rows[out->dtype == TG_F64][op], NULL);
 }
