@@ -115,8 +115,8 @@ int main(void)
 
     /* ---- 3.5.1 Applying a causal attention mask */
     printf("\n== 3.5.1 causal mask ==\n");
-    tg_tensor *queries = tg_module_forward(tp, sa_v2->children[0], inputs); /* W_query */
-    keys = tg_module_forward(tp, sa_v2->children[1], inputs);
+    tg_tensor *queries = tg_module_forward(tp, tg_module_get_submodule(sa_v2, "W_query"), inputs); /* W_query */
+    keys = tg_module_forward(tp, tg_module_get_submodule(sa_v2, "W_key"), inputs);
     attn_scores = tg_matmul(tp, queries, tg_t(tp, keys));
     attn_weights = tg_softmax(tp, tg_div_scalar(tp, attn_scores, sqrt((double)keys->shape[1])), -1);
     show("", attn_weights);

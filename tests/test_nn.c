@@ -537,7 +537,7 @@ static void test_bad_sgd(void **state) {
     tu_assert_ok(tg_sgd_new(tp, m, (tg_sgd_options){0.1, 0.9, 0, 0.01, true}));
     /* parameters must be leaves that require grad */
     tg_tensor *plain = tg_zeros(tp, TG_F32, 1, (int64_t[]){3});
-    tg_tensor *ps[2] = {m->params[0], plain};
+    tg_tensor *ps[2] = {tg_module_get_parameter(m, "weight"), plain};
     EXPECT_NULL(tg_sgd_new_params(tp, 2, ps, (tg_sgd_options){0.1, 0, 0, 0, false}), "parameter 1",
                 "not a leaf that requires grad");
     tg_tape_free(tp);
@@ -556,13 +556,13 @@ static void test_bad_module_inputs(void **state) {
     /* no tokens */
     tg_tensor *x0 = tg_zeros(tp, TG_F32, 3, (int64_t[]){1, 0, 3});
     EXPECT_NULL(tg_module_forward(tp, mha, x0), "MultiHeadAttention", "no tokens");
-    /* more heads than a module can hold as children */
-    EXPECT_NULL(tg_mha_wrapper_new(tp, 3, 1, 6, 0.0, 100000, false), "heads");
+    /* one module per head: an absurd head count is refused before allocating */
+    EXPECT_NULL(tg_mha_wrapper_new(tp, 3, 1, 6, 0.0, 100000, false), "100000 heads");
     /* a container has no forward of its own: the wrapper's "heads" list */
     tg_module *w = tg_mha_wrapper_new(tp, 3, 2, 6, 0.0, 2, false);
     tu_assert_ok(w);
     tg_tensor *x = tg_zeros(tp, TG_F32, 3, (int64_t[]){1, 6, 3});
-    EXPECT_NULL(tg_module_forward(tp, w->children[0], x), "no forward");
+    EXPECT_NULL(tg_module_forward(tp, tg_module_get_submodule(w, "heads"), x), "ModuleList", "no forward");
     /* sizes whose weights cannot exist */
     EXPECT_NULL(tg_linear_new(tp, (int64_t)1 << 40, (int64_t)1 << 40, false), "too large");
     tg_tape_free(tp);
@@ -691,8 +691,8 @@ static void test_state_dict_pytorch_file(void **state) {
     static const float w[6] = {-0.23542964f, 0.01912448f, -0.28674594f, 0.21772662f, -0.49193421f, 0.42322308f};
     static const float b[2] = {-0.41964141f, -0.45901766f};
     int64_t ws[2] = {2, 3}, bs[1] = {2};
-    tu_assert_close(m->params[0], tg_from_f32(tp, 2, ws, w), 0.0, 1e-8, "weight");
-    tu_assert_close(m->params[1], tg_from_f32(tp, 1, bs, b), 0.0, 1e-8, "bias");
+    tu_assert_close(tg_module_get_parameter(m, "weight"), tg_from_f32(tp, 2, ws, w), 0.0, 1e-8, "weight");
+    tu_assert_close(tg_module_get_parameter(m, "bias"), tg_from_f32(tp, 1, bs, b), 0.0, 1e-8, "bias");
     /* modules of another shape refuse it, naming the key */
     tg_module *wide = tg_linear_new(model, 4, 2, true);
     tg_clear_error();
@@ -772,15 +772,15 @@ static void test_state_dict_load_errors(void **state) {
 
 /* Every module in the tree has training == want; prints the path of the first that does not. */
 static bool all_training(const tg_module *m, bool want, const char *path, char *bad, size_t n) {
-    if (m->training != want) {
-        snprintf(bad, n, "%s (%s)", path[0] ? path : "<root>", m->type_name);
+    if (tg_module_is_training(m) != want) {
+        snprintf(bad, n, "%s (%s)", path[0] ? path : "<root>", tg_module_type_name(m));
         return false;
     }
-    for (int i = 0; i < m->nchildren; i++) {
+    for (int i = 0; i < tg_module_num_children(m); i++) {
         char sub[256];
-        int len = snprintf(sub, sizeof sub, "%s%s%s", path, path[0] ? "." : "", m->child_names[i]);
+        int len = snprintf(sub, sizeof sub, "%s%s%s", path, path[0] ? "." : "", tg_module_child_name(m, i));
         if (len < 0 || (size_t)len >= sizeof sub) fail_msg("module path too long");
-        if (!all_training(m->children[i], want, sub, bad, n)) return false;
+        if (!all_training(tg_module_child(m, i), want, sub, bad, n)) return false;
     }
     return true;
 }
@@ -796,17 +796,12 @@ static void test_train_eval_propagation(void **state) {
     tg_module_train(w, false);
     if (!all_training(w, false, "", bad, sizeof bad)) fail_msg("after eval: %s is still training", bad);
     /* heads.2.dropout specifically */
-    tg_module *heads = w->children[0];
-    assert_string_equal(w->child_names[0], "heads");
-    assert_int_equal(heads->nchildren, 3);
-    const tg_module *h2 = heads->children[2];
-    bool found = false;
-    for (int i = 0; i < h2->nchildren; i++)
-        if (strcmp(h2->child_names[i], "dropout") == 0) {
-            found = true;
-            assert_false(h2->children[i]->training);
-        }
-    assert_true(found);
+    tg_module *heads = tg_module_child(w, 0);
+    assert_string_equal(tg_module_child_name(w, 0), "heads");
+    assert_int_equal(tg_module_num_children(heads), 3);
+    const tg_module *d2 = tg_module_get_submodule(w, "heads.2.dropout");
+    assert_non_null(d2);
+    assert_false(tg_module_is_training(d2));
     tg_module_train(w, true);
     if (!all_training(w, true, "", bad, sizeof bad)) fail_msg("after train: %s is not training", bad);
 

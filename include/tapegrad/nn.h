@@ -1,107 +1,193 @@
-/* tapegrad/nn.h: parameters, modules, attention, SGD and state_dict files.
+/* tapegrad/nn.h: parameters, the open module system, the built-in modules
+ * (Linear, Dropout, the attention modules of chapter 3, Sequential,
+ * ModuleList), SGD and state_dict files.
  *
- * Ownership: a module, its parameters, buffers and gradients, and an
- * optimizer's state all live in the long-lived tape given to their
- * constructor; they are freed with that tape (there is no per-module free).
- * Constructors draw initial values from the default generator in PyTorch's
- * order, so after tg_manual_seed(s) they equal PyTorch's modules built after
- * torch.manual_seed(s). They return NULL with tg_last_error() set on bad
- * configurations.
+ * A module is a tg_module_type (PyTorch's class name, a forward, an optional
+ * extra_repr) plus state the type owns, and named parameters, buffers and
+ * children in registration order. The built-in modules are written with
+ * exactly the calls below, so src/nn/linear.c is the example to copy:
+ *
+ *     typedef struct { int64_t in, out; } scale_state;
+ *     static tg_tensor *scale_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *const *x)
+ *     {
+ *         if (n != 1) return tg_error("Scale: expected 1 input, got %d", n);
+ *         return tg_mul(tp, x[0], tg_module_get_parameter(self, "gain"));
+ *     }
+ *     static const tg_module_type scale_type = {"Scale", scale_forward, NULL};
+ *     ...
+ *     tg_module *m = tg_module_new(tp, &scale_type, sizeof(scale_state));
+ *     tg_module_register_parameter(m, "gain", tg_parameter_new(tp, TG_F32, 1, shape));
+ *
+ * Ownership: a module, its name strings, parameters, buffers and gradients,
+ * and an optimizer's state all live in the long-lived tape given to their
+ * constructor and are freed with it (there is no per-module free). A module
+ * borrows the tensors and children registered with it: they must live at
+ * least as long as its tape. Constructors draw initial values from the
+ * default generator in PyTorch's order, so after tg_manual_seed(s) they equal
+ * PyTorch's modules built after torch.manual_seed(s). Functions returning a
+ * pointer return NULL with tg_last_error() set on error; functions returning
+ * int return TG_OK or an error status with the message.
  */
 #ifndef TAPEGRAD_NN_H
 #define TAPEGRAD_NN_H
 
 #include "autograd.h"
 
+#ifndef TG_API
+#define TG_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* A leaf tensor that requires grad, in tp (nn.Parameter), zero-filled. */
-tg_tensor *tg_parameter_new(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape);
+TG_API tg_tensor *tg_parameter_new(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape);
 
-typedef struct tg_module tg_module;
+/* ---- modules ------------------------------------------------------------------------ */
 
-typedef enum {
-    TG_MODULE_LINEAR,
-    TG_MODULE_DROPOUT,
-    TG_MODULE_SA_V1,
-    TG_MODULE_SA_V2,
-    TG_MODULE_CAUSAL,
-    TG_MODULE_MHA_WRAPPER,
-    TG_MODULE_MHA,
-    TG_MODULE_LIST /* nn.ModuleList: children "0", "1", ... */
-} tg_module_kind;
+typedef struct tg_module tg_module; /* opaque */
 
-#define TG_MODULE_MAX_PARAMS 4
-#define TG_MODULE_MAX_BUFFERS 2
-#define TG_MODULE_MAX_CHILDREN 64
+/* A module type: PyTorch's class name and the forward. Usually a static const. */
+typedef struct tg_module_type {
+    const char *name; /* "TransformerBlock": the repr's name and error prefix */
+    /* Computes the output from n inputs (any dtype) recording into tp; NULL
+     * with an error on bad input. NULL for containers without a forward
+     * (ModuleList). */
+    tg_tensor *(*forward)(tg_tape *tp, tg_module *self, int n, tg_tensor *const *inputs);
+    /* The text between the parentheses of the repr ("in_features=3, ..."),
+     * written as snprintf writes (returns the full length; negative on
+     * error). May be NULL (nothing). */
+    int (*extra_repr)(const tg_module *self, char *buf, size_t size);
+} tg_module_type;
 
-struct tg_module {
-    tg_module_kind kind;
-    const char *type_name; /* "Linear", "MultiHeadAttention", ... as in PyTorch */
-    bool training;         /* train() / eval(); modules start in training mode */
-    /* own parameters and buffers, in registration order */
-    int nparams, nbuffers;
-    const char *param_names[TG_MODULE_MAX_PARAMS];
-    tg_tensor *params[TG_MODULE_MAX_PARAMS];
-    const char *buffer_names[TG_MODULE_MAX_BUFFERS];
-    tg_tensor *buffers[TG_MODULE_MAX_BUFFERS];
-    /* named children, in registration order ("W_query", "heads", "0", ...) */
-    int nchildren;
-    const char *child_names[TG_MODULE_MAX_CHILDREN];
-    tg_module *children[TG_MODULE_MAX_CHILDREN];
-    /* configuration */
-    int64_t d_in, d_out, context_length, num_heads;
-    double dropout;
-    bool qkv_bias;
-    bool fused;            /* MultiHeadAttention: use the fused attention op */
-    tg_generator *gen;     /* dropout generator (NULL = default generator) */
-};
+/* A new module of type in tp, in training mode, with state_size zeroed bytes
+ * of state (tg_module_state) owned by it. type must outlive the module. */
+TG_API tg_module *tg_module_new(tg_tape *tp, const tg_module_type *type, size_t state_size);
+/* The module's state (NULL when state_size was 0), its type, type name and tape. */
+TG_API void *tg_module_state(tg_module *m);
+TG_API const void *tg_module_state_const(const tg_module *m);
+TG_API const tg_module_type *tg_module_get_type(const tg_module *m);
+TG_API const char *tg_module_type_name(const tg_module *m);
+TG_API tg_tape *tg_module_tape(const tg_module *m);
 
-tg_module *tg_linear_new(tg_tape *tp, int64_t in_features, int64_t out_features, bool bias);
-tg_module *tg_dropout_new(tg_tape *tp, double p);
-/* The five attention modules of chapter 3 (see SPEC.md for their forwards). */
-tg_module *tg_self_attention_v1_new(tg_tape *tp, int64_t d_in, int64_t d_out);
-tg_module *tg_self_attention_v2_new(tg_tape *tp, int64_t d_in, int64_t d_out, bool qkv_bias);
-tg_module *tg_causal_attention_new(tg_tape *tp, int64_t d_in, int64_t d_out, int64_t context_length,
-                                   double dropout, bool qkv_bias);
-tg_module *tg_mha_wrapper_new(tg_tape *tp, int64_t d_in, int64_t d_out, int64_t context_length,
-                              double dropout, int64_t num_heads, bool qkv_bias);
-tg_module *tg_mha_new(tg_tape *tp, int64_t d_in, int64_t d_out, int64_t context_length, double dropout,
-                      int64_t num_heads, bool qkv_bias);
+/* Registration, as PyTorch's register_parameter / register_buffer /
+ * add_module. Names are copied; they must be non-empty and hold no '.'. A name
+ * already used by another kind of entry is an error; registering the same
+ * name again in the same kind replaces the entry in place (attribute
+ * assignment in PyTorch: out_head.weight = tok_emb.weight ties weights).
+ * A parameter must be a float leaf tensor; a tensor not yet a parameter
+ * becomes one (requires_grad on). Non-persistent buffers stay out of the
+ * state_dict. A child that would make the tree a cycle is refused. */
+TG_API int tg_module_register_parameter(tg_module *m, const char *name, tg_tensor *p);
+TG_API int tg_module_register_buffer(tg_module *m, const char *name, tg_tensor *b, bool persistent);
+TG_API int tg_module_add_module(tg_module *m, const char *name, tg_module *child);
 
-/* Runs the module on x, recording into tp. NULL with an error on bad input
- * (wrong rank, last dim != d_in, more tokens than context_length). */
-tg_tensor *tg_module_forward(tg_tape *tp, tg_module *m, tg_tensor *x);
+/* Look-ups by dotted name ("heads.0.W_query", "out_proj.bias"), as
+ * get_submodule / get_parameter / get_buffer. "" is m itself for
+ * get_submodule. NULL with an error naming the missing part. */
+TG_API tg_module *tg_module_get_submodule(const tg_module *m, const char *dotted_name);
+TG_API tg_tensor *tg_module_get_parameter(const tg_module *m, const char *dotted_name);
+TG_API tg_tensor *tg_module_get_buffer(const tg_module *m, const char *dotted_name);
 
-/* train(true) / eval (train(false)) for the whole tree. */
-void tg_module_train(tg_module *m, bool training);
-/* MultiHeadAttention: fused attention op (true) or the book's composition. */
-void tg_module_set_fused(tg_module *m, bool fused);
-/* Dropout generator for the whole tree (NULL = default generator). */
-void tg_module_set_generator(tg_module *m, tg_generator *g);
-/* Converts every parameter and buffer to dt (new storage in tp). */
-int tg_module_to_dtype(tg_tape *tp, tg_module *m, tg_dtype dt);
+/* Direct children in registration order: their count, the i-th child and its
+ * name (NULL with an error when i is out of range). */
+TG_API int tg_module_num_children(const tg_module *m);
+TG_API tg_module *tg_module_child(const tg_module *m, int i);
+TG_API const char *tg_module_child_name(const tg_module *m, int i);
+
+/* Runs the module's forward on n inputs, recording into tp. A NULL input or
+ * module, or a type without forward, is an error. tg_module_forward is the
+ * one-input call. */
+TG_API tg_tensor *tg_module_call(tg_tape *tp, tg_module *m, int n, tg_tensor *const *inputs);
+TG_API tg_tensor *tg_module_forward(tg_tape *tp, tg_module *m, tg_tensor *x);
+
+/* train(true) / eval (train(false)) for the whole tree; what a forward reads. */
+TG_API int tg_module_train(tg_module *m, bool training);
+TG_API bool tg_module_is_training(const tg_module *m);
+/* Fast paths for the whole tree: modules with two interchangeable paths
+ * (MultiHeadAttention, CausalAttention: the book's composition or one fused
+ * attention node) take the fused one when this is set. */
+TG_API int tg_module_set_fused(tg_module *m, bool fused);
+TG_API bool tg_module_is_fused(const tg_module *m);
+/* The generator that modules drawing random numbers (Dropout, the fused
+ * attention's dropout) use, for the whole tree (NULL = default generator). */
+TG_API int tg_module_set_generator(tg_module *m, tg_generator *g);
+TG_API tg_generator *tg_module_generator(const tg_module *m);
+
+/* Converts every float parameter and buffer (and existing gradients) to dt,
+ * in place: the tensors keep their identity (an optimizer holding them keeps
+ * working), their new storage lives in tp. Views taken earlier still see the
+ * old storage. */
+TG_API int tg_module_to_dtype(tg_tape *tp, tg_module *m, tg_dtype dt);
+
+/* PyTorch's print(model): "Linear(in_features=3, out_features=2, bias=False)"
+ * and the indented "(name): Child(...)" tree. Written as snprintf writes:
+ * returns the full length (call with NULL, 0 to size a buffer); negative
+ * status on error. tg_module_print writes it and a newline to f. */
+TG_API int tg_module_repr(const tg_module *m, char *buf, size_t size);
+TG_API int tg_module_print(FILE *f, const tg_module *m);
+
+/* ---- containers ------------------------------------------------------------------- */
+
+/* nn.Sequential: children "0", "1", ...; forward feeds each child's output
+ * to the next (one input). nn.ModuleList: the same children, no forward.
+ * n may be 0; tg_module_append adds one more child named by its position. */
+TG_API tg_module *tg_sequential_new(tg_tape *tp, int n, tg_module *const *children);
+TG_API tg_module *tg_module_list_new(tg_tape *tp, int n, tg_module *const *children);
+TG_API int tg_module_append(tg_module *m, tg_module *child);
+
+/* ---- built-in modules ---------------------------------------------------------------- */
+
+/* nn.Linear: weight (out, in), bias (out); y = x W^T + b. */
+TG_API tg_module *tg_linear_new(tg_tape *tp, int64_t in_features, int64_t out_features, bool bias);
+/* nn.Dropout(p): zeroes with probability p in training mode, identity in eval. */
+TG_API tg_module *tg_dropout_new(tg_tape *tp, double p);
+/* The five attention modules of chapter 3, forward as the book writes them
+ * (src/nn/attention.c quotes each line). */
+TG_API tg_module *tg_self_attention_v1_new(tg_tape *tp, int64_t d_in, int64_t d_out);
+TG_API tg_module *tg_self_attention_v2_new(tg_tape *tp, int64_t d_in, int64_t d_out, bool qkv_bias);
+TG_API tg_module *tg_causal_attention_new(tg_tape *tp, int64_t d_in, int64_t d_out, int64_t context_length,
+                                          double dropout, bool qkv_bias);
+TG_API tg_module *tg_mha_wrapper_new(tg_tape *tp, int64_t d_in, int64_t d_out, int64_t context_length,
+                                     double dropout, int64_t num_heads, bool qkv_bias);
+TG_API tg_module *tg_mha_new(tg_tape *tp, int64_t d_in, int64_t d_out, int64_t context_length, double dropout,
+                             int64_t num_heads, bool qkv_bias);
+
+/* ---- walking the tree ------------------------------------------------------------------- */
 
 /* Parameters / state_dict entries with PyTorch's dotted names
- * ("heads.1.W_key.weight"), in PyTorch's order. Arrays and names live in tp. */
+ * ("heads.1.W_key.weight"), in PyTorch's order. Arrays and names live in tp.
+ * named_parameters lists a tensor registered twice (tied weights, a shared
+ * child) once, under its first name, as PyTorch does; state_dict lists every
+ * key, as PyTorch's does (a tied tensor under each of its names). */
 typedef struct {
     int n;
     const char **names;
     tg_tensor **tensors;
 } tg_named_list;
-int tg_module_named_parameters(tg_tape *tp, const tg_module *m, tg_named_list *out);
-int tg_module_state_dict(tg_tape *tp, const tg_module *m, tg_named_list *out);
+TG_API int tg_module_named_parameters(tg_tape *tp, const tg_module *m, tg_named_list *out);
+TG_API int tg_module_state_dict(tg_tape *tp, const tg_module *m, tg_named_list *out);
 /* Sets every parameter's .grad to zeros (kept allocated). */
-void tg_module_zero_grad(tg_module *m);
+TG_API int tg_module_zero_grad(tg_module *m);
 
 /* state_dict in safetensors, interchangeable with PyTorch's keys. Save is
  * atomic (temporary file + rename). Load checks every key, dtype and shape
  * and names the first mismatch (missing, unexpected, or mis-shaped key);
  * on error the module is unchanged. */
-int tg_module_save(const tg_module *m, const char *path);
-int tg_module_load(tg_module *m, const char *path);
+TG_API int tg_module_save(const tg_module *m, const char *path);
+TG_API int tg_module_load(tg_module *m, const char *path);
+
+/* Finite differences on every parameter of m that requires grad and every
+ * float input (they must be float64: convert the module with
+ * tg_module_to_dtype(tp, m, TG_F64)); the output is m's forward on the n
+ * inputs. Integer inputs (ids) are passed through. The forward must be a
+ * function of its inputs: a forward that draws random numbers (dropout in
+ * training mode) is refused. res->message names the worst element by its
+ * parameter name ("W_query.weight[4]") or "input i". Tolerances as
+ * tg_gradcheck. */
+TG_API int tg_gradcheck_module(tg_module *m, int n, tg_tensor *const *inputs, double eps, double atol, double rtol,
+                               tg_gradcheck_result *res);
 
 /* ---- SGD, as torch.optim.SGD ----------------------------------------------- */
 
@@ -112,15 +198,16 @@ typedef struct {
 
 typedef struct tg_sgd tg_sgd;
 
-/* An optimizer over every parameter of m (or the n given params). Its
- * momentum buffers live in tp. NULL with an error on invalid options
- * (lr < 0, momentum < 0, weight_decay < 0, nesterov without momentum or with
+/* An optimizer over every parameter of m (named_parameters: a tied tensor is
+ * updated once) or the n given params (duplicates dropped). Its momentum
+ * buffers live in tp. NULL with an error on invalid options (lr < 0,
+ * momentum < 0, weight_decay < 0, nesterov without momentum or with
  * dampening). */
-tg_sgd *tg_sgd_new(tg_tape *tp, tg_module *m, tg_sgd_options opt);
-tg_sgd *tg_sgd_new_params(tg_tape *tp, int n, tg_tensor *const *params, tg_sgd_options opt);
-void tg_sgd_zero_grad(tg_sgd *opt);
+TG_API tg_sgd *tg_sgd_new(tg_tape *tp, tg_module *m, tg_sgd_options opt);
+TG_API tg_sgd *tg_sgd_new_params(tg_tape *tp, int n, tg_tensor *const *params, tg_sgd_options opt);
+TG_API void tg_sgd_zero_grad(tg_sgd *opt);
 /* One update; parameters without a gradient are skipped. */
-int tg_sgd_step(tg_sgd *opt);
+TG_API int tg_sgd_step(tg_sgd *opt);
 
 #ifdef __cplusplus
 }

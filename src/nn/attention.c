@@ -1,154 +1,45 @@
 /* The attention modules of chapter 3, forward exactly as the book writes them
- * (SPEC.md), including the causal mask buffer PyTorch keeps in state_dict. */
+ * (tools/reference/book.py holds the PyTorch originals), including the causal
+ * mask buffer PyTorch keeps in state_dict. Each is a module type with its own
+ * state and registered children, as a user's module is. */
 #include "nn_internal.h"
 
 #include <math.h>
+#include <stdio.h>
 
-static tg_module *linear_child(tg_tape *tp, tg_module *m, const char *name, int64_t in, int64_t out, bool bias)
+/* What every attention module keeps: its sizes (context_length 0 = no mask). */
+typedef struct {
+    int64_t d_in, d_out, context_length, num_heads;
+    double dropout;
+} attn_state;
+
+static const attn_state *cfg(tg_module *m) { return tg_module_state(m); }
+static tg_module *child(tg_module *m, const char *name) { return tg_module_get_submodule(m, name); }
+
+/* The input checks all five share: rank, last dim, dtype, token count. */
+static bool check_input(tg_module *m, int n, tg_tensor *const *in, int rank)
 {
-    tg_module *c = tg_linear_new(tp, in, out, bias);
-    return tg__module_add_child(m, name, c) ? c : NULL;
-}
-
-/* W_query, W_key, W_value as Linear(d_in, d_out, bias), in that order. */
-static bool qkv_linears(tg_tape *tp, tg_module *m, bool bias)
-{
-    return linear_child(tp, m, "W_query", m->d_in, m->d_out, bias) &&
-           linear_child(tp, m, "W_key", m->d_in, m->d_out, bias) &&
-           linear_child(tp, m, "W_value", m->d_in, m->d_out, bias);
-}
-
-static tg_module *attention_new(tg_tape *tp, tg_module_kind kind, const char *name, int64_t d_in, int64_t d_out)
-{
-    if (!tg__check_size(name, "d_in", d_in) || !tg__check_size(name, "d_out", d_out)) return NULL;
-    tg_module *m = tg__module_new(tp, kind, name);
-    if (!m) return NULL;
-    m->d_in = d_in;
-    m->d_out = d_out;
-    return m;
-}
-
-tg_module *tg_self_attention_v1_new(tg_tape *tp, int64_t d_in, int64_t d_out)
-{
-    tg_module *m = attention_new(tp, TG_MODULE_SA_V1, "SelfAttention_v1", d_in, d_out);
-    if (!m) return NULL;
-    int64_t shape[2] = {d_in, d_out};
-    static const char *names[3] = {"W_query", "W_key", "W_value"};
-    for (int i = 0; i < 3; i++) {
-        /* nn.Parameter(torch.rand(d_in, d_out)) */
-        tg_tensor *w = tg_parameter_new(tp, TG_F32, 2, shape);
-        if (!w || tg_uniform_(w, 0.0, 1.0, NULL) != TG_OK || !tg__module_add_param(m, names[i], w)) return NULL;
-    }
-    return m;
-}
-
-tg_module *tg_self_attention_v2_new(tg_tape *tp, int64_t d_in, int64_t d_out, bool qkv_bias)
-{
-    tg_module *m = attention_new(tp, TG_MODULE_SA_V2, "SelfAttention_v2", d_in, d_out);
-    if (!m) return NULL;
-    m->qkv_bias = qkv_bias;
-    return qkv_linears(tp, m, qkv_bias) ? m : NULL;
-}
-
-/* register_buffer('mask', torch.triu(torch.ones(context_length, context_length), diagonal=1)) */
-static bool causal_mask(tg_tape *tp, tg_module *m)
-{
-    int64_t s[2] = {m->context_length, m->context_length};
-    tg_tensor *ones = tg_ones(tp, TG_F32, 2, s);
-    return ones && tg__module_add_buffer(m, "mask", tg_triu(tp, ones, 1));
-}
-
-static bool check_common(const char *name, int64_t context_length, double dropout)
-{
-    return tg__check_size(name, "context_length", context_length) && tg__check_dropout(name, dropout);
-}
-
-tg_module *tg_causal_attention_new(tg_tape *tp, int64_t d_in, int64_t d_out, int64_t context_length,
-                                   double dropout, bool qkv_bias)
-{
-    if (!check_common("CausalAttention", context_length, dropout)) return NULL;
-    if (context_length > 65536) return tg_error("CausalAttention: context_length %lld is too large", (long long)context_length);
-    tg_module *m = attention_new(tp, TG_MODULE_CAUSAL, "CausalAttention", d_in, d_out);
-    if (!m) return NULL;
-    m->context_length = context_length;
-    m->dropout = dropout;
-    m->qkv_bias = qkv_bias;
-    if (!qkv_linears(tp, m, qkv_bias)) return NULL;
-    if (!tg__module_add_child(m, "dropout", tg_dropout_new(tp, dropout))) return NULL;
-    return causal_mask(tp, m) ? m : NULL;
-}
-
-static const char *index_name(tg_tape *tp, int64_t i)
-{
-    char *s = tg_tape_alloc(tp, 24, false);
-    if (s) snprintf(s, 24, "%lld", (long long)i);
-    return s;
-}
-
-tg_module *tg_mha_wrapper_new(tg_tape *tp, int64_t d_in, int64_t d_out, int64_t context_length, double dropout,
-                              int64_t num_heads, bool qkv_bias)
-{
-    const char *name = "MultiHeadAttentionWrapper";
-    if (!check_common(name, context_length, dropout) || !tg__check_size(name, "num_heads", num_heads)) return NULL;
-    if (num_heads > TG_MODULE_MAX_CHILDREN)
-        return tg_error("%s: at most %d heads, got %lld", name, TG_MODULE_MAX_CHILDREN, (long long)num_heads);
-    tg_module *m = attention_new(tp, TG_MODULE_MHA_WRAPPER, name, d_in, d_out);
-    tg_module *list = m ? tg__module_new(tp, TG_MODULE_LIST, "ModuleList") : NULL;
-    if (!list || !tg__module_add_child(m, "heads", list)) return NULL;
-    m->context_length = context_length;
-    m->dropout = dropout;
-    m->num_heads = num_heads;
-    m->qkv_bias = qkv_bias;
-    for (int64_t h = 0; h < num_heads; h++) {
-        tg_module *head = tg_causal_attention_new(tp, d_in, d_out, context_length, dropout, qkv_bias);
-        if (!tg__module_add_child(list, index_name(tp, h), head)) return NULL;
-    }
-    return m;
-}
-
-tg_module *tg_mha_new(tg_tape *tp, int64_t d_in, int64_t d_out, int64_t context_length, double dropout,
-                      int64_t num_heads, bool qkv_bias)
-{
-    const char *name = "MultiHeadAttention";
-    if (!check_common(name, context_length, dropout) || !tg__check_size(name, "num_heads", num_heads)) return NULL;
-    if (!tg__check_size(name, "d_out", d_out)) return NULL;
-    if (d_out % num_heads != 0)
-        return tg_error("%s: d_out (%lld) must be divisible by num_heads (%lld)", name, (long long)d_out,
-                        (long long)num_heads);
-    if (context_length > 65536) return tg_error("%s: context_length %lld is too large", name, (long long)context_length);
-    tg_module *m = attention_new(tp, TG_MODULE_MHA, name, d_in, d_out);
-    if (!m) return NULL;
-    m->context_length = context_length;
-    m->dropout = dropout;
-    m->num_heads = num_heads;
-    m->qkv_bias = qkv_bias;
-    if (!qkv_linears(tp, m, qkv_bias)) return NULL;
-    if (!linear_child(tp, m, "out_proj", d_out, d_out, true)) return NULL;
-    if (!tg__module_add_child(m, "dropout", tg_dropout_new(tp, dropout))) return NULL;
-    return causal_mask(tp, m) ? m : NULL;
-}
-
-/* ---- forward ---------------------------------------------------------------------------------- */
-
-static bool check_input(const tg_module *m, const tg_tensor *x, int rank)
-{
-    char s[64];
-    if (x->ndim != rank || x->shape[rank - 1] != m->d_in) {
-        tg_error("%s: input must be %s with d_in=%lld, got %s", m->type_name,
-                 rank == 2 ? "(tokens, d_in)" : "(batch, tokens, d_in)", (long long)m->d_in, tg_shape_str(x, s, 64));
+    if (!tg__check_ninputs(m, n, 1)) return false;
+    const attn_state *s = cfg(m);
+    const tg_tensor *x = in[0];
+    const char *name = tg_module_type_name(m);
+    char sh[64];
+    if (x->ndim != rank || x->shape[rank - 1] != s->d_in) {
+        tg_error("%s: input must be %s with d_in=%lld, got %s", name,
+                 rank == 2 ? "(tokens, d_in)" : "(batch, tokens, d_in)", (long long)s->d_in, tg_shape_str(x, sh, 64));
         return false;
     }
     if (!tg__is_float(x->dtype)) {
-        tg_error("%s: input must be float32 or float64, got %s", m->type_name, tg_dtype_name(x->dtype));
+        tg_error("%s: input must be float32 or float64, got %s", name, tg_dtype_name(x->dtype));
         return false;
     }
-    if (m->context_length && x->shape[rank - 2] > m->context_length) {
-        tg_error("%s: %lld tokens exceed context_length %lld", m->type_name, (long long)x->shape[rank - 2],
-                 (long long)m->context_length);
+    if (s->context_length && x->shape[rank - 2] > s->context_length) {
+        tg_error("%s: %lld tokens exceed context_length %lld", name, (long long)x->shape[rank - 2],
+                 (long long)s->context_length);
         return false;
     }
     if (x->shape[rank - 2] == 0) {
-        tg_error("%s: input has no tokens", m->type_name);
+        tg_error("%s: input has no tokens", name);
         return false;
     }
     return true;
@@ -157,7 +48,7 @@ static bool check_input(const tg_module *m, const tg_tensor *x, int rank)
 /* mask.bool()[:T, :T] */
 static tg_tensor *mask_bool(tg_tape *tp, tg_module *m, int64_t T)
 {
-    tg_tensor *mk = m->buffers[0];
+    tg_tensor *mk = tg_module_get_buffer(m, "mask");
     return tg_compare_scalar(tp, tg_narrow(tp, tg_narrow(tp, mk, 0, 0, T), 1, 0, T), 0.0, TG_CMP_NE);
 }
 
@@ -177,78 +68,206 @@ static tg_tensor *keys_T(tg_tape *tp, tg_tensor *k)
     return tg_permute(tp, k, perm);
 }
 
-static tg_tensor *sa_v1_forward(tg_tape *tp, tg_module *m, tg_tensor *x)
+/* A module of `type` with its sizes checked and stored. */
+static tg_module *attention_new(tg_tape *tp, const tg_module_type *type, attn_state s)
 {
-    /* keys = x @ W_key; queries = x @ W_query; values = x @ W_value */
-    tg_tensor *k = tg_matmul(tp, x, m->params[1]);
-    tg_tensor *q = tg_matmul(tp, x, m->params[0]);
-    tg_tensor *v = tg_matmul(tp, x, m->params[2]);
+    const char *name = type->name;
+    if (!tg__check_size(name, "d_in", s.d_in) || !tg__check_size(name, "d_out", s.d_out)) return NULL;
+    if (s.context_length || s.dropout) {
+        if (!tg__check_size(name, "context_length", s.context_length) || !tg__check_dropout(name, s.dropout))
+            return NULL;
+        if (s.context_length > 65536)
+            return tg_error("%s: context_length %lld is too large", name, (long long)s.context_length);
+    }
+    tg_module *m = tg_module_new(tp, type, sizeof s);
+    if (m) *(attn_state *)tg_module_state(m) = s;
+    return m;
+}
+
+/* W_query, W_key, W_value as Linear(d_in, d_out, bias), in that order. */
+static bool qkv_linears(tg_tape *tp, tg_module *m, bool bias)
+{
+    const attn_state *s = cfg(m);
+    static const char *const names[3] = {"W_query", "W_key", "W_value"};
+    for (int i = 0; i < 3; i++)
+        if (tg_module_add_module(m, names[i], tg_linear_new(tp, s->d_in, s->d_out, bias)) != TG_OK) return false;
+    return true;
+}
+
+/* self.dropout = nn.Dropout(dropout)
+ * self.register_buffer('mask', torch.triu(torch.ones(context_length, context_length), diagonal=1)) */
+static bool dropout_and_mask(tg_tape *tp, tg_module *m)
+{
+    const attn_state *s = cfg(m);
+    if (tg_module_add_module(m, "dropout", tg_dropout_new(tp, s->dropout)) != TG_OK) return false;
+    int64_t shape[2] = {s->context_length, s->context_length};
+    tg_tensor *ones = tg_ones(tp, TG_F32, 2, shape);
+    return ones && tg_module_register_buffer(m, "mask", tg_triu(tp, ones, 1), true) == TG_OK;
+}
+
+/* ---- SelfAttention_v1 ------------------------------------------------------------------------ */
+
+static tg_tensor *sa_v1_forward(tg_tape *tp, tg_module *m, int n, tg_tensor *const *in)
+{
+    if (!check_input(m, n, in, 2)) return NULL;
+    tg_tensor *x = in[0];
+    tg_tensor *k = tg_matmul(tp, x, tg_module_get_parameter(m, "W_key")); /* keys = x @ self.W_key */
+    tg_tensor *q = tg_matmul(tp, x, tg_module_get_parameter(m, "W_query"));
+    tg_tensor *v = tg_matmul(tp, x, tg_module_get_parameter(m, "W_value"));
     tg_tensor *s = tg_matmul(tp, q, keys_T(tp, k)); /* attn_scores = queries @ keys.T */
-    return attend(tp, NULL, s, v, m->d_out);
+    return attend(tp, NULL, s, v, cfg(m)->d_out);
 }
 
-static tg_tensor *sa_v2_forward(tg_tape *tp, tg_module *m, tg_tensor *x)
+static const tg_module_type sa_v1_type = {"SelfAttention_v1", sa_v1_forward, NULL};
+
+tg_module *tg_self_attention_v1_new(tg_tape *tp, int64_t d_in, int64_t d_out)
 {
-    tg_tensor *k = tg_module_forward(tp, m->children[1], x);
-    tg_tensor *q = tg_module_forward(tp, m->children[0], x);
-    tg_tensor *v = tg_module_forward(tp, m->children[2], x);
+    tg_module *m = attention_new(tp, &sa_v1_type, (attn_state){.d_in = d_in, .d_out = d_out});
+    if (!m) return NULL;
+    int64_t shape[2] = {d_in, d_out};
+    static const char *const names[3] = {"W_query", "W_key", "W_value"};
+    for (int i = 0; i < 3; i++) {
+        /* nn.Parameter(torch.rand(d_in, d_out)) */
+        tg_tensor *w = tg_parameter_new(tp, TG_F32, 2, shape);
+        if (!w || tg_uniform_(w, 0.0, 1.0, NULL) != TG_OK || tg_module_register_parameter(m, names[i], w) != TG_OK)
+            return NULL;
+    }
+    return m;
+}
+
+/* ---- SelfAttention_v2 ------------------------------------------------------------------------- */
+
+static tg_tensor *sa_v2_forward(tg_tape *tp, tg_module *m, int n, tg_tensor *const *in)
+{
+    if (!check_input(m, n, in, 2)) return NULL;
+    tg_tensor *x = in[0];
+    tg_tensor *k = tg_module_forward(tp, child(m, "W_key"), x); /* keys = self.W_key(x) */
+    tg_tensor *q = tg_module_forward(tp, child(m, "W_query"), x);
+    tg_tensor *v = tg_module_forward(tp, child(m, "W_value"), x);
     tg_tensor *s = tg_matmul(tp, q, keys_T(tp, k));
-    return attend(tp, NULL, s, v, m->d_out);
+    return attend(tp, NULL, s, v, cfg(m)->d_out);
 }
 
-static tg_tensor *causal_forward(tg_tape *tp, tg_module *m, tg_tensor *x)
+static const tg_module_type sa_v2_type = {"SelfAttention_v2", sa_v2_forward, NULL};
+
+tg_module *tg_self_attention_v2_new(tg_tape *tp, int64_t d_in, int64_t d_out, bool qkv_bias)
 {
+    tg_module *m = attention_new(tp, &sa_v2_type, (attn_state){.d_in = d_in, .d_out = d_out});
+    return m && qkv_linears(tp, m, qkv_bias) ? m : NULL;
+}
+
+/* ---- CausalAttention -------------------------------------------------------------------------------- */
+
+static tg_tensor *causal_forward(tg_tape *tp, tg_module *m, int n, tg_tensor *const *in)
+{
+    if (!check_input(m, n, in, 3)) return NULL;
+    tg_tensor *x = in[0];
     int64_t T = x->shape[1];
-    tg_tensor *k = tg_module_forward(tp, m->children[1], x); /* (b, T, d_out) */
-    tg_tensor *q = tg_module_forward(tp, m->children[0], x);
-    tg_tensor *v = tg_module_forward(tp, m->children[2], x);
-    if (m->fused) /* one node, no (b, T, T) tensor kept for backward */
-        return tg_scaled_dot_product_attention(tp, q, k, v, true, m->training ? m->dropout : 0.0, m->gen);
+    tg_tensor *k = tg_module_forward(tp, child(m, "W_key"), x); /* (b, T, d_out) */
+    tg_tensor *q = tg_module_forward(tp, child(m, "W_query"), x);
+    tg_tensor *v = tg_module_forward(tp, child(m, "W_value"), x);
+    double p = tg_module_is_training(m) ? cfg(m)->dropout : 0.0;
+    if (tg_module_is_fused(m)) /* one node, no (b, T, T) tensor kept for backward */
+        return tg_scaled_dot_product_attention(tp, q, k, v, true, p, tg_module_generator(m));
     tg_tensor *s = tg_matmul(tp, q, tg_transpose(tp, k, 1, 2)); /* (b, T, T) */
     s = tg_masked_fill(tp, s, mask_bool(tp, m, T), -INFINITY);
-    return attend(tp, m->children[3], s, v, m->d_out);
+    return attend(tp, child(m, "dropout"), s, v, cfg(m)->d_out);
 }
 
-static tg_tensor *wrapper_forward(tg_tape *tp, tg_module *m, tg_tensor *x)
+static const tg_module_type causal_type = {"CausalAttention", causal_forward, NULL};
+
+tg_module *tg_causal_attention_new(tg_tape *tp, int64_t d_in, int64_t d_out, int64_t context_length,
+                                   double dropout, bool qkv_bias)
 {
-    tg_module *heads = m->children[0];
-    tg_tensor *outs[TG_MODULE_MAX_CHILDREN];
-    for (int h = 0; h < heads->nchildren; h++) outs[h] = causal_forward(tp, heads->children[h], x);
-    return tg_cat(tp, heads->nchildren, outs, -1); /* (b, T, num_heads * d_out) */
+    attn_state s = {.d_in = d_in, .d_out = d_out, .context_length = context_length, .dropout = dropout};
+    if (!tg__check_size(causal_type.name, "context_length", context_length)) return NULL;
+    tg_module *m = attention_new(tp, &causal_type, s);
+    return m && qkv_linears(tp, m, qkv_bias) && dropout_and_mask(tp, m) ? m : NULL;
 }
 
-static tg_tensor *mha_forward(tg_tape *tp, tg_module *m, tg_tensor *x)
+/* ---- MultiHeadAttentionWrapper -------------------------------------------------------------------------- */
+
+/* forward: torch.cat([head(x) for head in self.heads], dim=-1) */
+static tg_tensor *wrapper_forward(tg_tape *tp, tg_module *m, int n, tg_tensor *const *in)
 {
-    int64_t b = x->shape[0], T = x->shape[1], h = m->num_heads, hd = m->d_out / m->num_heads;
-    int64_t split[4] = {b, T, h, hd}, merged[3] = {b, T, m->d_out};
-    tg_tensor *k = tg_module_forward(tp, m->children[1], x); /* (b, T, d_out) */
-    tg_tensor *q = tg_module_forward(tp, m->children[0], x);
-    tg_tensor *v = tg_module_forward(tp, m->children[2], x);
+    if (!check_input(m, n, in, 3)) return NULL;
+    tg_module *heads = child(m, "heads");
+    int h = tg_module_num_children(heads);
+    tg_tensor **outs = tg_tape_alloc(tp, sizeof *outs * (size_t)h, false);
+    if (!outs) return NULL;
+    for (int i = 0; i < h; i++) outs[i] = tg_module_forward(tp, tg_module_child(heads, i), in[0]);
+    return tg_cat(tp, h, outs, -1); /* (b, T, num_heads * d_out) */
+}
+
+static const tg_module_type wrapper_type = {"MultiHeadAttentionWrapper", wrapper_forward, NULL};
+
+/* One module per head: more than this is a mistake, not a model. */
+#define MAX_WRAPPER_HEADS 4096
+
+tg_module *tg_mha_wrapper_new(tg_tape *tp, int64_t d_in, int64_t d_out, int64_t context_length, double dropout,
+                              int64_t num_heads, bool qkv_bias)
+{
+    const char *name = wrapper_type.name;
+    if (!tg__check_size(name, "context_length", context_length) || !tg__check_size(name, "num_heads", num_heads))
+        return NULL;
+    if (num_heads > MAX_WRAPPER_HEADS)
+        return tg_error("%s: %lld heads (one module each) is more than %d", name, (long long)num_heads,
+                        MAX_WRAPPER_HEADS);
+    attn_state s = {d_in, d_out, context_length, num_heads, dropout};
+    tg_module *m = attention_new(tp, &wrapper_type, s);
+    tg_module *heads = m ? tg_module_list_new(tp, 0, NULL) : NULL;
+    if (!heads || tg_module_add_module(m, "heads", heads) != TG_OK) return NULL;
+    for (int64_t h = 0; h < num_heads; h++)
+        if (tg_module_append(heads, tg_causal_attention_new(tp, d_in, d_out, context_length, dropout, qkv_bias)) !=
+            TG_OK)
+            return NULL;
+    return m;
+}
+
+/* ---- MultiHeadAttention --------------------------------------------------------------------------------- */
+
+static tg_tensor *mha_forward(tg_tape *tp, tg_module *m, int n, tg_tensor *const *in)
+{
+    if (!check_input(m, n, in, 3)) return NULL;
+    const attn_state *c = cfg(m);
+    tg_tensor *x = in[0];
+    int64_t b = x->shape[0], T = x->shape[1], h = c->num_heads, hd = c->d_out / c->num_heads;
+    int64_t split[4] = {b, T, h, hd}, merged[3] = {b, T, c->d_out};
+    tg_tensor *k = tg_module_forward(tp, child(m, "W_key"), x); /* (b, T, d_out) */
+    tg_tensor *q = tg_module_forward(tp, child(m, "W_query"), x);
+    tg_tensor *v = tg_module_forward(tp, child(m, "W_value"), x);
     k = tg_transpose(tp, tg_view(tp, k, 4, split), 1, 2); /* (b, h, T, hd) */
     q = tg_transpose(tp, tg_view(tp, q, 4, split), 1, 2);
     v = tg_transpose(tp, tg_view(tp, v, 4, split), 1, 2);
     tg_tensor *ctx;
-    if (m->fused) {
-        double p = m->training ? m->dropout : 0.0;
-        ctx = tg_scaled_dot_product_attention(tp, q, k, v, true, p, m->gen);
+    if (tg_module_is_fused(m)) {
+        double p = tg_module_is_training(m) ? c->dropout : 0.0;
+        ctx = tg_scaled_dot_product_attention(tp, q, k, v, true, p, tg_module_generator(m));
     } else {
         tg_tensor *s = tg_matmul(tp, q, tg_transpose(tp, k, 2, 3)); /* (b, h, T, T) */
         s = tg_masked_fill(tp, s, mask_bool(tp, m, T), -INFINITY);
-        ctx = attend(tp, m->children[4], s, v, hd);
+        ctx = attend(tp, child(m, "dropout"), s, v, hd);
     }
     ctx = tg_transpose(tp, ctx, 1, 2); /* (b, T, h, hd) */
     ctx = tg_view(tp, tg_contiguous(tp, ctx), 3, merged);
-    return tg_module_forward(tp, m->children[3], ctx); /* out_proj */
+    return tg_module_forward(tp, child(m, "out_proj"), ctx);
 }
 
-tg_tensor *tg__attention_forward(tg_tape *tp, tg_module *m, tg_tensor *x)
+static const tg_module_type mha_type = {"MultiHeadAttention", mha_forward, NULL};
+
+tg_module *tg_mha_new(tg_tape *tp, int64_t d_in, int64_t d_out, int64_t context_length, double dropout,
+                      int64_t num_heads, bool qkv_bias)
 {
-    switch (m->kind) {
-    case TG_MODULE_SA_V1: return check_input(m, x, 2) ? sa_v1_forward(tp, m, x) : NULL;
-    case TG_MODULE_SA_V2: return check_input(m, x, 2) ? sa_v2_forward(tp, m, x) : NULL;
-    case TG_MODULE_CAUSAL: return check_input(m, x, 3) ? causal_forward(tp, m, x) : NULL;
-    case TG_MODULE_MHA_WRAPPER: return check_input(m, x, 3) ? wrapper_forward(tp, m, x) : NULL;
-    case TG_MODULE_MHA: return check_input(m, x, 3) ? mha_forward(tp, m, x) : NULL;
-    default: return tg_error("%s: a container module has no forward", m->type_name);
-    }
+    const char *name = mha_type.name;
+    if (!tg__check_size(name, "context_length", context_length) || !tg__check_dropout(name, dropout) ||
+        !tg__check_size(name, "num_heads", num_heads) || !tg__check_size(name, "d_out", d_out))
+        return NULL;
+    if (d_out % num_heads != 0)
+        return tg_error("%s: d_out (%lld) must be divisible by num_heads (%lld)", name, (long long)d_out,
+                        (long long)num_heads);
+    attn_state s = {d_in, d_out, context_length, num_heads, dropout};
+    tg_module *m = attention_new(tp, &mha_type, s);
+    if (!m || !qkv_linears(tp, m, qkv_bias)) return NULL;
+    if (tg_module_add_module(m, "out_proj", tg_linear_new(tp, d_out, d_out, true)) != TG_OK) return NULL;
+    return dropout_and_mask(tp, m) ? m : NULL;
 }

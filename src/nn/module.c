@@ -1,8 +1,13 @@
-/* Parameters, the module tree (names, train/eval, dtype), Linear and Dropout. */
+/* The open module system: module objects, registration of parameters,
+ * buffers and children, look-ups by dotted name, train/eval and the other
+ * tree-wide settings, dtype conversion and the tree walkers (named_parameters,
+ * state_dict). Nothing here knows a module type by name: Linear, the
+ * attention modules and a user's own modules all come through this door. */
 #include "nn_internal.h"
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 tg_tensor *tg_parameter_new(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape)
 {
@@ -14,43 +19,7 @@ tg_tensor *tg_parameter_new(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *s
     return p;
 }
 
-tg_module *tg__module_new(tg_tape *tp, tg_module_kind kind, const char *type_name)
-{
-    tg_module *m = tg_tape_alloc(tp, sizeof *m, true);
-    if (!m) return NULL;
-    m->kind = kind;
-    m->type_name = type_name;
-    m->training = true;
-    return m;
-}
-
-bool tg__module_add_param(tg_module *m, const char *name, tg_tensor *p)
-{
-    if (!p || m->nparams >= TG_MODULE_MAX_PARAMS) return false;
-    m->param_names[m->nparams] = name;
-    m->params[m->nparams++] = p;
-    return true;
-}
-
-bool tg__module_add_buffer(tg_module *m, const char *name, tg_tensor *b)
-{
-    if (!b || m->nbuffers >= TG_MODULE_MAX_BUFFERS) return false;
-    m->buffer_names[m->nbuffers] = name;
-    m->buffers[m->nbuffers++] = b;
-    return true;
-}
-
-bool tg__module_add_child(tg_module *m, const char *name, tg_module *c)
-{
-    if (!c) return false;
-    if (m->nchildren >= TG_MODULE_MAX_CHILDREN) {
-        tg_error("module: more than %d children", TG_MODULE_MAX_CHILDREN);
-        return false;
-    }
-    m->child_names[m->nchildren] = name;
-    m->children[m->nchildren++] = c;
-    return true;
-}
+/* ---- checks shared by the built-in modules ----------------------------------------------------- */
 
 bool tg__check_size(const char *op, const char *what, int64_t v)
 {
@@ -74,165 +43,523 @@ bool tg__check_dropout(const char *op, double p)
     return true;
 }
 
-/* ---- Linear ---------------------------------------------------------------------------- */
-
-/* nn.Linear.reset_parameters: kaiming_uniform_(weight, a=sqrt(5)) then bias
- * from uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)); the bound arithmetic is
- * torch/nn/init.py's, in double, so the bounds are bit-identical. */
-tg_module *tg_linear_new(tg_tape *tp, int64_t in_features, int64_t out_features, bool bias)
+bool tg__check_ninputs(const tg_module *m, int n, int want)
 {
-    if (!tg__check_size("Linear", "in_features", in_features) ||
-        !tg__check_size("Linear", "out_features", out_features))
-        return NULL;
-    tg_module *m = tg__module_new(tp, TG_MODULE_LINEAR, "Linear");
+    if (n == want) return true;
+    tg_error("%s: expected %d input%s, got %d", m->type->name, want, want == 1 ? "" : "s", n);
+    return false;
+}
+
+void tg__py_float(char *buf, size_t size, double v)
+{
+    /* repr(float): the shortest digits that read back as v; positional
+     * notation for exponents in [-4, 16), with ".0" on whole numbers. */
+    if (isnan(v)) {
+        snprintf(buf, size, "nan");
+        return;
+    }
+    if (isinf(v)) {
+        snprintf(buf, size, v > 0 ? "inf" : "-inf");
+        return;
+    }
+    char digits[40];
+    int prec = 1;
+    for (; prec < 17; prec++) {
+        snprintf(digits, sizeof digits, "%.*e", prec - 1, v);
+        if (strtod(digits, NULL) == v) break;
+    }
+    snprintf(digits, sizeof digits, "%.*e", prec - 1, v);
+    int exp10 = atoi(strchr(digits, 'e') + 1);
+    if (exp10 < -4 || exp10 >= 16) {
+        /* d.ddde-05: Python keeps at least two exponent digits, drops a bare ".0" */
+        char mant[32];
+        size_t ml = (size_t)(strchr(digits, 'e') - digits);
+        memcpy(mant, digits, ml);
+        mant[ml] = '\0';
+        snprintf(buf, size, "%se%c%02d", mant, exp10 < 0 ? '-' : '+', abs(exp10));
+        return;
+    }
+    int decimals = prec - 1 - exp10;
+    if (decimals < 1) decimals = 1;
+    snprintf(buf, size, "%.*f", decimals, v);
+}
+
+/* ---- the module object ------------------------------------------------------------------------- */
+
+tg_module *tg_module_new(tg_tape *tp, const tg_module_type *type, size_t state_size)
+{
+    if (!tp) return tg_error("module: NULL tape");
+    if (!type || !type->name || !type->name[0]) return tg_error("module: a module type needs a name");
+    tg_module *m = tg_tape_alloc(tp, sizeof *m, true);
     if (!m) return NULL;
-    m->d_in = in_features;
-    m->d_out = out_features;
-    m->qkv_bias = bias;
-    int64_t ws[2] = {out_features, in_features}, bs[1] = {out_features};
-    tg_tensor *w = tg_parameter_new(tp, TG_F32, 2, ws);
-    if (!tg__module_add_param(m, "weight", w)) return NULL;
-    double a = sqrt(5.0);
-    double gain = sqrt(2.0 / (1 + a * a));
-    double std = gain / sqrt((double)in_features);
-    double bound = sqrt(3.0) * std;
-    if (tg_uniform_(w, -bound, bound, NULL) != TG_OK) return NULL;
-    if (bias) {
-        tg_tensor *b = tg_parameter_new(tp, TG_F32, 1, bs);
-        if (!tg__module_add_param(m, "bias", b)) return NULL;
-        double bb = 1.0 / sqrt((double)in_features);
-        if (tg_uniform_(b, -bb, bb, NULL) != TG_OK) return NULL;
+    m->type = type;
+    m->tape = tp;
+    m->training = true;
+    if (state_size) {
+        m->state = tg_tape_alloc(tp, state_size, true);
+        if (!m->state) return NULL;
     }
     return m;
 }
 
-tg_module *tg_dropout_new(tg_tape *tp, double p)
+void *tg_module_state(tg_module *m) { return m ? m->state : tg_error("module_state: NULL module"); }
+const void *tg_module_state_const(const tg_module *m)
 {
-    if (!tg__check_dropout("Dropout", p)) return NULL;
-    tg_module *m = tg__module_new(tp, TG_MODULE_DROPOUT, "Dropout");
-    if (m) m->dropout = p;
-    return m;
+    return m ? m->state : tg_error("module_state: NULL module");
+}
+const tg_module_type *tg_module_get_type(const tg_module *m) { return m ? m->type : NULL; }
+const char *tg_module_type_name(const tg_module *m) { return m ? m->type->name : NULL; }
+tg_tape *tg_module_tape(const tg_module *m) { return m ? m->tape : NULL; }
+
+/* ---- registration -------------------------------------------------------------------------------- */
+
+static int find(const tg__entries *e, const char *name)
+{
+    for (int i = 0; i < e->n; i++)
+        if (strcmp(e->items[i].name, name) == 0) return i;
+    return -1;
 }
 
-tg_tensor *tg__linear_forward(tg_tape *tp, tg_module *m, tg_tensor *x)
-{
-    return tg_linear(tp, x, m->params[0], m->nparams > 1 ? m->params[1] : NULL);
-}
+static const char *const kind_names[3] = {"parameter", "buffer", "module"};
 
-tg_tensor *tg__dropout_forward(tg_tape *tp, tg_module *m, tg_tensor *x)
+/* Adds (or replaces, same kind and name) an entry, after the checks every
+ * kind shares: a valid name not taken by another kind. */
+static int put(tg_module *m, int kind, const char *name, void *ptr, bool persistent)
 {
-    if (!m->training || m->dropout == 0) return x;
-    return tg_dropout(tp, x, m->dropout, m->gen);
-}
-
-/* ---- the tree ---------------------------------------------------------------------------- */
-
-tg_tensor *tg_module_forward(tg_tape *tp, tg_module *m, tg_tensor *x)
-{
-    if (!m) return tg_error("forward: NULL module");
-    if (!x) return tg__error_null_input(m->type_name);
-    switch (m->kind) {
-    case TG_MODULE_LINEAR: return tg__linear_forward(tp, m, x);
-    case TG_MODULE_DROPOUT: return tg__dropout_forward(tp, m, x);
-    default: return tg__attention_forward(tp, m, x);
+    tg__entries *all[3] = {&m->params, &m->buffers, &m->children};
+    const char *what = kind_names[kind];
+    if (!name) return tg_error_status(TG_EINVAL, "%s: register %s: NULL name", m->type->name, what);
+    if (!name[0]) return tg_error_status(TG_EINVAL, "%s: register %s: empty name", m->type->name, what);
+    if (strchr(name, '.'))
+        return tg_error_status(TG_EINVAL, "%s: register %s: name '%s' must not contain \".\"", m->type->name, what,
+                               name);
+    for (int k = 0; k < 3; k++)
+        if (k != kind && find(all[k], name) >= 0)
+            return tg_error_status(TG_EINVAL, "%s: register %s: attribute '%s' already exists as a %s",
+                                   m->type->name, what, name, kind_names[k]);
+    tg__entries *e = all[kind];
+    int i = find(e, name);
+    if (i >= 0) { /* assignment to an existing attribute */
+        e->items[i].ptr = ptr;
+        e->items[i].persistent = persistent;
+        return TG_OK;
     }
-}
-
-void tg_module_train(tg_module *m, bool training)
-{
-    if (!m) return;
-    m->training = training;
-    for (int i = 0; i < m->nchildren; i++) tg_module_train(m->children[i], training);
-}
-
-void tg_module_set_fused(tg_module *m, bool fused)
-{
-    if (!m) return;
-    m->fused = fused;
-    for (int i = 0; i < m->nchildren; i++) tg_module_set_fused(m->children[i], fused);
-}
-
-void tg_module_set_generator(tg_module *m, tg_generator *g)
-{
-    if (!m) return;
-    m->gen = g;
-    for (int i = 0; i < m->nchildren; i++) tg_module_set_generator(m->children[i], g);
-}
-
-int tg_module_to_dtype(tg_tape *tp, tg_module *m, tg_dtype dt)
-{
-    if (!m) return tg_error_status(TG_EINVAL, "to_dtype: NULL module");
-    if (!tg__is_float(dt)) return tg_error_status(TG_EINVAL, "to_dtype: modules hold float32 or float64 only");
-    for (int i = 0; i < m->nparams; i++) {
-        tg_tensor *p = tg_to_dtype(tp, m->params[i], dt);
-        if (!p) return TG_ENOMEM;
-        p->requires_grad = true;
-        p->is_param = true;
-        m->params[i] = p;
+    if (e->n == e->cap) {
+        int cap = e->cap ? 2 * e->cap : 4;
+        tg__entry *items = tg_tape_alloc(m->tape, sizeof *items * (size_t)cap, false);
+        if (!items) return TG_ENOMEM;
+        if (e->n) memcpy(items, e->items, sizeof *items * (size_t)e->n);
+        e->items = items;
+        e->cap = cap;
     }
-    for (int i = 0; i < m->nbuffers; i++) {
-        tg_tensor *b = tg_to_dtype(tp, m->buffers[i], dt);
-        if (!b) return TG_ENOMEM;
-        m->buffers[i] = b;
-    }
-    for (int i = 0; i < m->nchildren; i++) {
-        int s = tg_module_to_dtype(tp, m->children[i], dt);
-        if (s) return s;
-    }
+    size_t len = strlen(name) + 1;
+    char *copy = tg_tape_alloc(m->tape, len, false);
+    if (!copy) return TG_ENOMEM;
+    memcpy(copy, name, len);
+    e->items[e->n++] = (tg__entry){copy, ptr, persistent};
     return TG_OK;
 }
 
-/* Walks the tree in PyTorch's order (own params, own buffers, then children),
- * collecting dotted names. count-only when out arrays are NULL. */
-static int walk(tg_tape *tp, const tg_module *m, const char *prefix, bool buffers, tg_named_list *out, int k)
+int tg_module_register_parameter(tg_module *m, const char *name, tg_tensor *p)
 {
-    for (int pass = 0; pass < (buffers ? 2 : 1); pass++) {
-        int n = pass ? m->nbuffers : m->nparams;
-        for (int i = 0; i < n; i++) {
-            if (out->names) {
-                const char *nm = pass ? m->buffer_names[i] : m->param_names[i];
-                size_t len = strlen(prefix) + strlen(nm) + 1;
-                char *full = tg_tape_alloc(tp, len, false);
-                if (!full) return -1;
-                snprintf(full, len, "%s%s", prefix, nm);
-                out->names[k] = full;
-                out->tensors[k] = pass ? m->buffers[i] : m->params[i];
-            }
-            k++;
+    if (!m) return tg_error_status(TG_EINVAL, "register_parameter: NULL module");
+    if (!p) {
+        tg__error_null_input("register_parameter");
+        return TG_EINVAL;
+    }
+    if (!tg__is_float(p->dtype))
+        return tg_error_status(TG_EINVAL, "%s: parameter '%s' must be float32 or float64, got %s", m->type->name,
+                               name ? name : "(null)", tg_dtype_name(p->dtype));
+    if (p->grad_fn)
+        return tg_error_status(TG_EINVAL, "%s: cannot register a non-leaf tensor as parameter '%s' (%s); "
+                               "parameters must be created explicitly", m->type->name, name ? name : "(null)",
+                               tg_grad_fn_name(p));
+    int st = put(m, 0, name, p, true);
+    if (st == TG_OK && !p->is_param) {
+        p->is_param = true;
+        p->requires_grad = true;
+    }
+    return st;
+}
+
+int tg_module_register_buffer(tg_module *m, const char *name, tg_tensor *b, bool persistent)
+{
+    if (!m) return tg_error_status(TG_EINVAL, "register_buffer: NULL module");
+    if (!b) {
+        tg__error_null_input("register_buffer");
+        return TG_EINVAL;
+    }
+    return put(m, 1, name, b, persistent);
+}
+
+/* Is target m itself or inside m's tree? */
+static bool contains(const tg_module *m, const tg_module *target)
+{
+    if (m == target) return true;
+    for (int i = 0; i < m->children.n; i++)
+        if (contains(m->children.items[i].ptr, target)) return true;
+    return false;
+}
+
+int tg_module_add_module(tg_module *m, const char *name, tg_module *child)
+{
+    if (!m) return tg_error_status(TG_EINVAL, "add_module: NULL module");
+    if (!child) {
+        tg__error_null_input("add_module");
+        return TG_EINVAL;
+    }
+    if (contains(child, m))
+        return tg_error_status(TG_EINVAL, "%s: add_module '%s': the %s is %s, which would make a cycle",
+                               m->type->name, name ? name : "(null)", child->type->name,
+                               child == m ? "the module itself" : "an ancestor of it");
+    return put(m, 2, name, child, true);
+}
+
+/* ---- look-ups ------------------------------------------------------------------------------------ */
+
+/* The child of m named by the next component of *path (advancing past it and
+ * its dot); NULL with an error naming the component. */
+static tg_module *step(const char *op, const tg_module *m, const char **path)
+{
+    const char *dot = strchr(*path, '.');
+    size_t len = dot ? (size_t)(dot - *path) : strlen(*path);
+    for (int i = 0; i < m->children.n; i++) {
+        const char *nm = m->children.items[i].name;
+        if (strlen(nm) == len && strncmp(nm, *path, len) == 0) {
+            *path += len + (dot ? 1 : 0);
+            return m->children.items[i].ptr;
         }
     }
-    for (int c = 0; c < m->nchildren; c++) {
-        char sub[256];
-        snprintf(sub, sizeof sub, "%s%s.", prefix, m->child_names[c]);
-        k = walk(tp, m->children[c], sub, buffers, out, k);
-        if (k < 0) return -1;
-    }
-    return k;
+    return tg_error("%s: %s has no submodule `%.*s`", op, m->type->name, (int)len, *path);
 }
 
-static int collect(tg_tape *tp, const tg_module *m, bool buffers, tg_named_list *out)
+/* The module holding the last component of dotted and that component. */
+static const tg_module *owner(const char *op, const tg_module *m, const char *dotted, const char **leaf)
 {
-    if (!m || !out) return tg_error_status(TG_EINVAL, "named_parameters: NULL argument");
-    tg_named_list count = {0, NULL, NULL};
-    int n = walk(tp, m, "", buffers, &count, 0);
-    out->n = n;
-    out->names = tg_tape_alloc(tp, sizeof *out->names * (size_t)(n ? n : 1), false);
-    out->tensors = tg_tape_alloc(tp, sizeof *out->tensors * (size_t)(n ? n : 1), false);
-    if (!out->names || !out->tensors) return TG_ENOMEM;
-    if (walk(tp, m, "", buffers, out, 0) < 0) return TG_ENOMEM;
+    if (!m) return tg_error("%s: NULL module", op);
+    if (!dotted) return tg_error("%s: NULL name", op);
+    const char *last = strrchr(dotted, '.');
+    *leaf = last ? last + 1 : dotted;
+    const char *path = dotted;
+    while (m && path < *leaf) m = step(op, m, &path);
+    return m;
+}
+
+tg_module *tg_module_get_submodule(const tg_module *m, const char *dotted_name)
+{
+    if (!m) return tg_error("get_submodule: NULL module");
+    if (!dotted_name) return tg_error("get_submodule: NULL name");
+    const char *path = dotted_name;
+    tg_module *cur = (tg_module *)m;
+    while (cur && *path) cur = step("get_submodule", cur, &path);
+    return cur;
+}
+
+static tg_tensor *get_tensor(const char *op, const char *what, const tg_module *m, const char *dotted, int kind)
+{
+    const char *leaf = NULL;
+    const tg_module *o = owner(op, m, dotted, &leaf);
+    if (!o) return NULL;
+    const tg__entries *e = kind == 0 ? &o->params : &o->buffers;
+    int i = find(e, leaf);
+    if (i < 0) return tg_error("%s: %s has no %s `%s`", op, o->type->name, what, leaf);
+    return e->items[i].ptr;
+}
+
+tg_tensor *tg_module_get_parameter(const tg_module *m, const char *dotted_name)
+{
+    return get_tensor("get_parameter", "parameter", m, dotted_name, 0);
+}
+
+tg_tensor *tg_module_get_buffer(const tg_module *m, const char *dotted_name)
+{
+    return get_tensor("get_buffer", "buffer", m, dotted_name, 1);
+}
+
+int tg_module_num_children(const tg_module *m) { return m ? m->children.n : 0; }
+
+static bool child_index(const tg_module *m, int i)
+{
+    if (!m) return tg_error("child: NULL module"), false;
+    if (i < 0 || i >= m->children.n)
+        return tg_error("child: index %d is out of range for %s with %d children", i, m->type->name,
+                        m->children.n), false;
+    return true;
+}
+
+tg_module *tg_module_child(const tg_module *m, int i)
+{
+    return child_index(m, i) ? m->children.items[i].ptr : NULL;
+}
+
+const char *tg_module_child_name(const tg_module *m, int i)
+{
+    return child_index(m, i) ? m->children.items[i].name : NULL;
+}
+
+/* ---- forward ---------------------------------------------------------------------------------------- */
+
+tg_tensor *tg_module_call(tg_tape *tp, tg_module *m, int n, tg_tensor *const *inputs)
+{
+    if (!m) return tg_error("forward: NULL module");
+    const char *name = m->type->name;
+    if (n < 0 || (n > 0 && !inputs)) return tg_error("%s: bad input list (%d inputs)", name, n);
+    for (int i = 0; i < n; i++)
+        if (!inputs[i]) return tg__error_null_input(name);
+    if (!m->type->forward) return tg_error("%s: this module has no forward (a container: call its children)", name);
+    bool had_error = tg_last_error()[0] != '\0';
+    tg_tensor *y = m->type->forward(tp, m, n, inputs);
+    if (!y && !had_error && !tg_last_error()[0]) tg_error("%s: forward returned NULL without an error", name);
+    return y;
+}
+
+tg_tensor *tg_module_forward(tg_tape *tp, tg_module *m, tg_tensor *x) { return tg_module_call(tp, m, 1, &x); }
+
+/* ---- tree-wide settings ------------------------------------------------------------------------------- */
+
+typedef enum { SET_TRAINING, SET_FUSED, SET_GENERATOR } setting;
+
+static void set_tree(tg_module *m, setting what, bool flag, tg_generator *g)
+{
+    switch (what) {
+    case SET_TRAINING: m->training = flag; break;
+    case SET_FUSED: m->fused = flag; break;
+    case SET_GENERATOR: m->gen = g; break;
+    }
+    for (int i = 0; i < m->children.n; i++) set_tree(m->children.items[i].ptr, what, flag, g);
+}
+
+int tg_module_train(tg_module *m, bool training)
+{
+    if (!m) return tg_error_status(TG_EINVAL, "train: NULL module");
+    set_tree(m, SET_TRAINING, training, NULL);
     return TG_OK;
+}
+
+int tg_module_set_fused(tg_module *m, bool fused)
+{
+    if (!m) return tg_error_status(TG_EINVAL, "set_fused: NULL module");
+    set_tree(m, SET_FUSED, fused, NULL);
+    return TG_OK;
+}
+
+int tg_module_set_generator(tg_module *m, tg_generator *g)
+{
+    if (!m) return tg_error_status(TG_EINVAL, "set_generator: NULL module");
+    set_tree(m, SET_GENERATOR, false, g);
+    return TG_OK;
+}
+
+bool tg_module_is_training(const tg_module *m) { return m && m->training; }
+bool tg_module_is_fused(const tg_module *m) { return m && m->fused; }
+tg_generator *tg_module_generator(const tg_module *m) { return m ? m->gen : NULL; }
+
+/* ---- walking the tree ------------------------------------------------------------------------------------ */
+
+/* A set of pointers (open addressing), malloc'd for the length of a walk. */
+typedef struct {
+    const void **slots;
+    size_t cap, n;
+} ptr_set;
+
+static size_t ptr_hash(const void *p, size_t cap)
+{
+    uint64_t h = (uint64_t)(uintptr_t)p * 0x9E3779B97F4A7C15ull;
+    return (size_t)(h >> 17) & (cap - 1);
+}
+
+/* Adds p; 1 if it was new, 0 if already there, -1 out of memory. */
+static int ptr_set_add(ptr_set *s, const void *p)
+{
+    if (2 * (s->n + 1) > s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 64;
+        const void **slots = calloc(cap, sizeof *slots);
+        if (!slots) return -1;
+        for (size_t i = 0; i < s->cap; i++) {
+            if (!s->slots[i]) continue;
+            size_t j = ptr_hash(s->slots[i], cap);
+            while (slots[j]) j = (j + 1) & (cap - 1);
+            slots[j] = s->slots[i];
+        }
+        free(s->slots);
+        s->slots = slots;
+        s->cap = cap;
+    }
+    size_t j = ptr_hash(p, s->cap);
+    while (s->slots[j]) {
+        if (s->slots[j] == p) return 0;
+        j = (j + 1) & (s->cap - 1);
+    }
+    s->slots[j] = p;
+    s->n++;
+    return 1;
+}
+
+typedef struct {
+    tg_tape *tp;           /* where names and the result arrays go */
+    bool dedup;            /* named_parameters: each module and tensor once */
+    bool params, buffers;  /* what to list */
+    bool all_buffers;      /* non-persistent buffers too */
+    ptr_set modules, tensors;
+    tg_tensor **tensors_out;
+    const char **names_out;
+    int n, cap;            /* in the malloc'd arrays above */
+    int status;
+} walker;
+
+static void emit(walker *w, const char *prefix, const char *name, tg_tensor *t)
+{
+    if (w->status) return;
+    if (w->dedup) {
+        int fresh = ptr_set_add(&w->tensors, t);
+        if (fresh <= 0) {
+            if (fresh < 0) w->status = tg_error_status(TG_ENOMEM, "named_parameters: out of memory");
+            return;
+        }
+    }
+    if (w->n == w->cap) {
+        int cap = w->cap ? 2 * w->cap : 32;
+        tg_tensor **t2 = realloc(w->tensors_out, sizeof *t2 * (size_t)cap);
+        if (t2) w->tensors_out = t2;
+        const char **n2 = t2 ? realloc(w->names_out, sizeof *n2 * (size_t)cap) : NULL;
+        if (!n2) {
+            w->status = tg_error_status(TG_ENOMEM, "named_parameters: out of memory");
+            return;
+        }
+        w->names_out = n2;
+        w->cap = cap;
+    }
+    size_t len = strlen(prefix) + strlen(name) + 1;
+    char *full = tg_tape_alloc(w->tp, len, false);
+    if (!full) {
+        w->status = TG_ENOMEM;
+        return;
+    }
+    snprintf(full, len, "%s%s", prefix, name);
+    w->names_out[w->n] = full;
+    w->tensors_out[w->n++] = t;
+}
+
+/* PyTorch's order: own parameters, own (persistent) buffers, then each child. */
+static void walk(walker *w, const tg_module *m, const char *prefix)
+{
+    if (w->status) return;
+    if (w->dedup) {
+        int fresh = ptr_set_add(&w->modules, m);
+        if (fresh <= 0) {
+            if (fresh < 0) w->status = tg_error_status(TG_ENOMEM, "named_parameters: out of memory");
+            return;
+        }
+    }
+    if (w->params)
+        for (int i = 0; i < m->params.n; i++) emit(w, prefix, m->params.items[i].name, m->params.items[i].ptr);
+    if (w->buffers)
+        for (int i = 0; i < m->buffers.n; i++)
+            if (w->all_buffers || m->buffers.items[i].persistent)
+                emit(w, prefix, m->buffers.items[i].name, m->buffers.items[i].ptr);
+    for (int c = 0; c < m->children.n && !w->status; c++) {
+        const char *cn = m->children.items[c].name;
+        size_t len = strlen(prefix) + strlen(cn) + 2;
+        char *sub = malloc(len);
+        if (!sub) {
+            w->status = tg_error_status(TG_ENOMEM, "named_parameters: out of memory");
+            return;
+        }
+        snprintf(sub, len, "%s%s.", prefix, cn);
+        walk(w, m->children.items[c].ptr, sub);
+        free(sub);
+    }
+}
+
+/* Runs the walk and moves the result into out (arrays in tp). */
+static int collect(walker *w, const char *op, const tg_module *m, tg_named_list *out)
+{
+    if (!out) return tg_error_status(TG_EINVAL, "%s: NULL result", op);
+    out->n = 0;
+    out->names = NULL;
+    out->tensors = NULL;
+    if (!m) return tg_error_status(TG_EINVAL, "%s: NULL module", op);
+    if (!w->tp) return tg_error_status(TG_EINVAL, "%s: NULL tape", op);
+    walk(w, m, "");
+    if (!w->status) {
+        size_t cnt = (size_t)(w->n ? w->n : 1);
+        out->names = tg_tape_alloc(w->tp, sizeof *out->names * cnt, false);
+        out->tensors = tg_tape_alloc(w->tp, sizeof *out->tensors * cnt, false);
+        if (!out->names || !out->tensors) {
+            w->status = TG_ENOMEM;
+        } else {
+            if (w->n) {
+                memcpy(out->names, w->names_out, sizeof *out->names * (size_t)w->n);
+                memcpy(out->tensors, w->tensors_out, sizeof *out->tensors * (size_t)w->n);
+            }
+            out->n = w->n;
+        }
+    }
+    free(w->modules.slots);
+    free(w->tensors.slots);
+    free(w->names_out);
+    free(w->tensors_out);
+    return w->status;
 }
 
 int tg_module_named_parameters(tg_tape *tp, const tg_module *m, tg_named_list *out)
 {
-    return collect(tp, m, false, out);
+    walker w = {.tp = tp, .dedup = true, .params = true};
+    return collect(&w, "named_parameters", m, out);
 }
 
-int tg_module_state_dict(tg_tape *tp, const tg_module *m, tg_named_list *out) { return collect(tp, m, true, out); }
-
-void tg_module_zero_grad(tg_module *m)
+int tg_module_state_dict(tg_tape *tp, const tg_module *m, tg_named_list *out)
 {
-    if (!m) return;
-    for (int i = 0; i < m->nparams; i++) tg_zero_grad(m->params[i]);
-    for (int i = 0; i < m->nchildren; i++) tg_module_zero_grad(m->children[i]);
+    walker w = {.tp = tp, .params = true, .buffers = true};
+    return collect(&w, "state_dict", m, out);
+}
+
+int tg_module_zero_grad(tg_module *m)
+{
+    if (!m) return tg_error_status(TG_EINVAL, "zero_grad: NULL module");
+    for (int i = 0; i < m->params.n; i++) tg_zero_grad(m->params.items[i].ptr);
+    for (int i = 0; i < m->children.n; i++) tg_module_zero_grad(m->children.items[i].ptr);
+    return TG_OK;
+}
+
+/* ---- dtype ----------------------------------------------------------------------------------------------- */
+
+int tg_module_to_dtype(tg_tape *tp, tg_module *m, tg_dtype dt)
+{
+    if (!m) return tg_error_status(TG_EINVAL, "to_dtype: NULL module");
+    if (!tp) return tg_error_status(TG_EINVAL, "to_dtype: NULL tape");
+    if (!tg__is_float(dt)) return tg_error_status(TG_EINVAL, "to_dtype: modules hold float32 or float64 only");
+    /* Every distinct float tensor of the tree (parameters and all buffers). */
+    tg_tape *scratch = tg_tape_new();
+    if (!scratch) return TG_ENOMEM;
+    walker w = {.tp = scratch, .dedup = true, .params = true, .buffers = true, .all_buffers = true};
+    tg_named_list all;
+    int st = collect(&w, "to_dtype", m, &all);
+    /* Convert everything first, then switch: a failure leaves the module as it was. */
+    tg_tensor **vals = NULL, **grads = NULL;
+    if (st == TG_OK) {
+        size_t cnt = (size_t)(all.n ? all.n : 1);
+        vals = tg_tape_alloc(scratch, sizeof *vals * cnt, true);
+        grads = tg_tape_alloc(scratch, sizeof *grads * cnt, true);
+        if (!vals || !grads) st = TG_ENOMEM;
+    }
+    for (int i = 0; st == TG_OK && i < all.n; i++) {
+        tg_tensor *t = all.tensors[i];
+        if (!tg__is_float(t->dtype) || t->dtype == dt) continue;
+        vals[i] = tg_to_dtype(tp, t, dt);
+        if (t->grad) grads[i] = tg_to_dtype(tp, t->grad, dt);
+        if (!vals[i] || (t->grad && !grads[i])) st = TG_ENOMEM;
+    }
+    for (int i = 0; st == TG_OK && i < all.n; i++) {
+        tg_tensor *t = all.tensors[i], *v = vals[i];
+        if (!v) continue;
+        t->dtype = dt;
+        t->data = v->data;
+        t->offset = v->offset;
+        memcpy(t->stride, v->stride, sizeof t->stride);
+        t->tape = tp;
+        if (t->grad) t->grad = grads[i];
+    }
+    tg_tape_free(scratch);
+    return st;
 }

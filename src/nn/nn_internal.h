@@ -1,20 +1,37 @@
-/* Private to src/nn. */
+/* Private to src/nn: the module struct behind the opaque tg_module, and the
+ * checks the built-in modules share. */
 #ifndef TG_NN_INTERNAL_H
 #define TG_NN_INTERNAL_H
 
 #include "internal.h"
 
-tg_module *tg__module_new(tg_tape *tp, tg_module_kind kind, const char *type_name);
-bool tg__module_add_param(tg_module *m, const char *name, tg_tensor *p);
-bool tg__module_add_buffer(tg_module *m, const char *name, tg_tensor *b);
-bool tg__module_add_child(tg_module *m, const char *name, tg_module *c);
+/* A named entry of a module: a parameter, a buffer or a child. */
+typedef struct {
+    const char *name;
+    void *ptr; /* tg_tensor * or tg_module * */
+    bool persistent;
+} tg__entry;
+
+typedef struct {
+    int n, cap;
+    tg__entry *items; /* in the module's tape; grows by doubling */
+} tg__entries;
+
+struct tg_module {
+    const tg_module_type *type;
+    tg_tape *tape;
+    void *state;
+    bool training, fused;
+    tg_generator *gen;
+    tg__entries params, buffers, children;
+};
+
 /* Configuration checks: record an error naming op and return false. */
 bool tg__check_size(const char *op, const char *what, int64_t v);
 bool tg__check_dropout(const char *op, double p);
-
-tg_tensor *tg__linear_forward(tg_tape *tp, tg_module *m, tg_tensor *x);
-tg_tensor *tg__dropout_forward(tg_tape *tp, tg_module *m, tg_tensor *x);
-/* The five attention modules (src/nn/attention.c). */
-tg_tensor *tg__attention_forward(tg_tape *tp, tg_module *m, tg_tensor *x);
+/* Checks that a module got exactly `want` inputs. */
+bool tg__check_ninputs(const tg_module *m, int n, int want);
+/* v as Python's repr(float) writes it ("0.0", "0.1", "1e-05"). */
+void tg__py_float(char *buf, size_t size, double v);
 
 #endif

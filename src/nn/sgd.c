@@ -33,12 +33,16 @@ tg_sgd *tg_sgd_new_params(tg_tape *tp, int n, tg_tensor *const *params, tg_sgd_o
     if (!s) return NULL;
     s->tp = tp;
     s->opt = o;
-    s->n = n;
     s->params = tg_tape_alloc(tp, sizeof *s->params * (size_t)(n ? n : 1), false);
     s->bufs = tg_tape_alloc(tp, sizeof *s->bufs * (size_t)(n ? n : 1), true);
     s->scratch = tg_tape_alloc(tp, sizeof *s->scratch * (size_t)(n ? n : 1), true);
     if (!s->params || !s->bufs || !s->scratch) return NULL;
-    for (int i = 0; i < n; i++) s->params[i] = params[i];
+    /* A tensor listed twice (tied weights) is one parameter: updated once. */
+    for (int i = 0; i < n; i++) {
+        bool dup = false;
+        for (int j = 0; j < s->n && !dup; j++) dup = s->params[j] == params[i];
+        if (!dup) s->params[s->n++] = params[i];
+    }
     return s;
 }
 
@@ -66,6 +70,13 @@ int tg_sgd_step(tg_sgd *s)
         tg_tensor *p = s->params[i], *g = p->grad;
         if (!g) continue;
         tg_tensor *d = g;
+        /* The module was converted (tg_module_to_dtype) since the last step:
+         * the state follows the parameter's dtype. */
+        if (s->bufs[i] && s->bufs[i]->dtype != p->dtype && !(s->bufs[i] = tg_to_dtype(s->tp, s->bufs[i], p->dtype))) {
+            status = TG_ENOMEM;
+            break;
+        }
+        if (s->scratch[i] && s->scratch[i]->dtype != g->dtype) s->scratch[i] = NULL;
         if (o->weight_decay != 0 || (o->momentum != 0 && o->nesterov)) {
             if (!s->scratch[i]) s->scratch[i] = tg_empty_like(s->tp, g);
             d = s->scratch[i];

@@ -86,7 +86,9 @@ static void forward_backward(tg_module *m, bool is_batched)
         tg_tensor *xs[2] = {x, x};
         x = tg_stack(work_tp, 2, xs, 0);
     }
-    if (m->params[0] && m->params[0]->dtype == TG_F64) x = tg_to_dtype(work_tp, x, TG_F64);
+    tg_named_list params;
+    if (tg_module_named_parameters(work_tp, m, &params) == TG_OK && params.n && params.tensors[0]->dtype == TG_F64)
+        x = tg_to_dtype(work_tp, x, TG_F64);
     CHECK(x);
     tg_module_zero_grad(m);
     tg_tensor *y = tg_module_forward(work_tp, m, x);
