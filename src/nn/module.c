@@ -160,13 +160,22 @@ static int put(tg_module *m, int kind, const char *name, void *ptr, bool persist
     return TG_OK;
 }
 
-int tg_module_register_parameter(tg_module *m, const char *name, tg_tensor *p)
+/* A NULL module is an error; a NULL item most likely follows an earlier
+ * failure (a constructor that returned NULL), whose message is kept. */
+static int check_args(const char *op, const tg_module *m, const void *item)
 {
-    if (!m) return tg_error_status(TG_EINVAL, "register_parameter: NULL module");
-    if (!p) {
-        tg__error_null_input("register_parameter");
+    if (!m) return tg_error_status(TG_EINVAL, "%s: NULL module", op);
+    if (!item) {
+        tg__error_null_input(op);
         return TG_EINVAL;
     }
+    return TG_OK;
+}
+
+int tg_module_register_parameter(tg_module *m, const char *name, tg_tensor *p)
+{
+    int st = check_args("register_parameter", m, p);
+    if (st) return st;
     if (!tg__is_float(p->dtype))
         return tg_error_status(TG_EINVAL, "%s: parameter '%s' must be float32 or float64, got %s", m->type->name,
                                name ? name : "(null)", tg_dtype_name(p->dtype));
@@ -174,7 +183,7 @@ int tg_module_register_parameter(tg_module *m, const char *name, tg_tensor *p)
         return tg_error_status(TG_EINVAL, "%s: cannot register a non-leaf tensor as parameter '%s' (%s); "
                                "parameters must be created explicitly", m->type->name, name ? name : "(null)",
                                tg_grad_fn_name(p));
-    int st = put(m, 0, name, p, true);
+    st = put(m, 0, name, p, true);
     if (st == TG_OK && !p->is_param) {
         p->is_param = true;
         p->requires_grad = true;
@@ -184,12 +193,8 @@ int tg_module_register_parameter(tg_module *m, const char *name, tg_tensor *p)
 
 int tg_module_register_buffer(tg_module *m, const char *name, tg_tensor *b, bool persistent)
 {
-    if (!m) return tg_error_status(TG_EINVAL, "register_buffer: NULL module");
-    if (!b) {
-        tg__error_null_input("register_buffer");
-        return TG_EINVAL;
-    }
-    return put(m, 1, name, b, persistent);
+    int st = check_args("register_buffer", m, b);
+    return st ? st : put(m, 1, name, b, persistent);
 }
 
 /* Is target m itself or inside m's tree? */
@@ -203,11 +208,8 @@ static bool contains(const tg_module *m, const tg_module *target)
 
 int tg_module_add_module(tg_module *m, const char *name, tg_module *child)
 {
-    if (!m) return tg_error_status(TG_EINVAL, "add_module: NULL module");
-    if (!child) {
-        tg__error_null_input("add_module");
-        return TG_EINVAL;
-    }
+    int st = check_args("add_module", m, child);
+    if (st) return st;
     if (contains(child, m))
         return tg_error_status(TG_EINVAL, "%s: add_module '%s': the %s is %s, which would make a cycle",
                                m->type->name, name ? name : "(null)", child->type->name,

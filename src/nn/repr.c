@@ -9,37 +9,10 @@
 #include <limits.h>
 #include <stdlib.h>
 
-typedef struct {
-    char *s;
-    size_t n, cap;
-    int status;
-} text;
-
-static void put(text *t, const char *s, size_t len)
+static void newline(tg__strbuf *t, int indent)
 {
-    if (t->status) return;
-    if (t->n + len + 1 > t->cap) {
-        size_t cap = t->cap ? t->cap : 256;
-        while (cap < t->n + len + 1) cap *= 2;
-        char *s2 = realloc(t->s, cap);
-        if (!s2) {
-            t->status = tg_error_status(TG_ENOMEM, "repr: out of memory");
-            return;
-        }
-        t->s = s2;
-        t->cap = cap;
-    }
-    memcpy(t->s + t->n, s, len);
-    t->n += len;
-    t->s[t->n] = '\0';
-}
-
-static void puts_(text *t, const char *s) { put(t, s, strlen(s)); }
-
-static void newline(text *t, int indent)
-{
-    puts_(t, "\n");
-    for (int i = 0; i < indent && !t->status; i++) put(t, " ", 1);
+    tg__sb_puts(t, "\n");
+    tg__sb_spaces(t, indent);
 }
 
 /* The module's extra_repr text, malloc'd ("" when the type has none). */
@@ -70,53 +43,53 @@ static char *extra_text(const tg_module *m, int *status)
     return s;
 }
 
-static void render(text *t, const tg_module *m, int indent)
+static void render(tg__strbuf *t, const tg_module *m, int indent, int *status)
 {
-    if (t->status) return;
-    char *extra = extra_text(m, &t->status);
+    if (*status) return;
+    char *extra = extra_text(m, status);
     if (!extra) return;
-    puts_(t, m->type->name);
-    puts_(t, "(");
+    tg__sb_puts(t, m->type->name);
+    tg__sb_puts(t, "(");
     bool one_line = extra[0] && !strchr(extra, '\n') && m->children.n == 0;
     if (one_line) {
-        puts_(t, extra);
+        tg__sb_puts(t, extra);
     } else if (extra[0] || m->children.n) {
         /* extra_repr.split('\n'), then the children */
         for (const char *line = extra; extra[0] && line;) {
             const char *end = strchr(line, '\n');
             newline(t, indent + 2);
-            put(t, line, end ? (size_t)(end - line) : strlen(line));
+            tg__sb_putn(t, line, end ? (size_t)(end - line) : strlen(line));
             line = end ? end + 1 : NULL;
         }
         for (int i = 0; i < m->children.n; i++) {
             newline(t, indent + 2);
-            puts_(t, "(");
-            puts_(t, m->children.items[i].name);
-            puts_(t, "): ");
-            render(t, m->children.items[i].ptr, indent + 2);
+            tg__sb_puts(t, "(");
+            tg__sb_puts(t, m->children.items[i].name);
+            tg__sb_puts(t, "): ");
+            render(t, m->children.items[i].ptr, indent + 2, status);
         }
         newline(t, indent);
     }
-    puts_(t, ")");
+    tg__sb_puts(t, ")");
     free(extra);
 }
 
 /* The whole text, malloc'd; NULL with *status set on error. */
 static char *repr_text(const tg_module *m, size_t *len, int *status)
 {
-    text t = {0};
+    tg__strbuf t = {0};
     if (!m) {
         *status = tg_error_status(TG_EINVAL, "repr: NULL module");
         return NULL;
     }
-    render(&t, m, 0);
-    if (!t.status && t.n > INT_MAX) t.status = tg_error_status(TG_EINVAL, "repr: text too long");
-    if (t.status) {
+    render(&t, m, 0, status);
+    if (!*status && t.failed) *status = tg_error_status(TG_ENOMEM, "repr: out of memory");
+    if (!*status && t.len > INT_MAX) *status = tg_error_status(TG_EINVAL, "repr: text too long");
+    if (*status) {
         free(t.s);
-        *status = t.status;
         return NULL;
     }
-    *len = t.n;
+    *len = t.len;
     return t.s;
 }
 

@@ -106,4 +106,14 @@ static inline const char *tg__node_head_name(const tg_node *n)
     return n ? ((const tg_node_head *)(const void *)n)->name : NULL;
 }
 
+/* ---- a growing string (src/tensor/strbuf.c): printing and module reprs ---- */
+typedef struct {
+    char *s; /* malloc'd, NUL-terminated; the owner frees it */
+    size_t len, cap;
+    bool failed; /* an allocation failed: later appends do nothing */
+} tg__strbuf;
+void tg__sb_putn(tg__strbuf *b, const char *s, size_t n);
+void tg__sb_puts(tg__strbuf *b, const char *s);
+void tg__sb_spaces(tg__strbuf *b, int n);
+
 #endif

@@ -11,40 +11,6 @@
 #define P_EDGEITEMS 3
 #define P_LINEWIDTH 80
 
-/* ---- a growing string ------------------------------------------------------------ */
-
-typedef struct {
-    char *s;
-    size_t len, cap;
-    bool failed;
-} sbuf;
-
-static void sb_putn(sbuf *b, const char *s, size_t n)
-{
-    if (b->failed) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->s, cap);
-        if (!p) {
-            b->failed = true;
-            return;
-        }
-        b->s = p;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->len, s, n);
-    b->len += n;
-    b->s[b->len] = '\0';
-}
-
-static void sb_puts(sbuf *b, const char *s) { sb_putn(b, s, strlen(s)); }
-
-static void sb_spaces(sbuf *b, int n)
-{
-    for (int i = 0; i < n; i++) sb_putn(b, " ", 1);
-}
-
 /* ---- element access --------------------------------------------------------------- */
 
 static double load(const tg_tensor *x, int64_t off)
@@ -156,7 +122,7 @@ static void formatter_init(formatter *f, const tg_tensor *x, bool summarize)
 }
 
 /* One element, padded on the left to the formatter's width. */
-static void format_value(sbuf *b, const formatter *f, const tg_tensor *x, int64_t off)
+static void format_value(tg__strbuf *b, const formatter *f, const tg_tensor *x, int64_t off)
 {
     char buf[512];
     int n;
@@ -181,13 +147,13 @@ static void format_value(sbuf *b, const formatter *f, const tg_tensor *x, int64_
     }
     if (n < 0) n = 0;
     if ((size_t)n >= sizeof buf) n = (int)sizeof buf - 1;
-    sb_spaces(b, f->max_width - n);
-    sb_putn(b, buf, (size_t)n);
+    tg__sb_spaces(b, f->max_width - n);
+    tg__sb_putn(b, buf, (size_t)n);
 }
 
 /* ---- layout (_vector_str, _tensor_str_with_formatter) ---------------------------------- */
 
-static void vector_str(sbuf *b, const formatter *f, const tg_tensor *x, int64_t off, int indent,
+static void vector_str(tg__strbuf *b, const formatter *f, const tg_tensor *x, int64_t off, int indent,
                        bool summarize)
 {
     int element_length = f->max_width + 2;
@@ -197,27 +163,27 @@ static void vector_str(sbuf *b, const formatter *f, const tg_tensor *x, int64_t 
     bool cut = summarize && n > 2 * P_EDGEITEMS;
     int64_t items = cut ? 2 * P_EDGEITEMS + 1 : n;
 
-    sb_puts(b, "[");
+    tg__sb_puts(b, "[");
     for (int64_t k = 0; k < items; k++) {
         if (k > 0) {
             if (k % per_line == 0) {
-                sb_puts(b, ",\n");
-                sb_spaces(b, indent + 1);
+                tg__sb_puts(b, ",\n");
+                tg__sb_spaces(b, indent + 1);
             } else {
-                sb_puts(b, ", ");
+                tg__sb_puts(b, ", ");
             }
         }
         if (cut && k == P_EDGEITEMS) {
-            sb_puts(b, " ...");
+            tg__sb_puts(b, " ...");
             continue;
         }
         int64_t i = cut && k > P_EDGEITEMS ? n - (items - k) : k;
         format_value(b, f, x, off + i * stride);
     }
-    sb_puts(b, "]");
+    tg__sb_puts(b, "]");
 }
 
-static void tensor_str(sbuf *b, const formatter *f, const tg_tensor *x, int dim, int64_t off, int indent,
+static void tensor_str(tg__strbuf *b, const formatter *f, const tg_tensor *x, int dim, int64_t off, int indent,
                        bool summarize)
 {
     if (dim == x->ndim - 1) {
@@ -229,38 +195,38 @@ static void tensor_str(sbuf *b, const formatter *f, const tg_tensor *x, int dim,
     int64_t items = cut ? 2 * P_EDGEITEMS + 1 : n;
     int rest = x->ndim - dim; /* dims of each slice, plus one */
 
-    sb_puts(b, "[");
+    tg__sb_puts(b, "[");
     for (int64_t k = 0; k < items; k++) {
         if (k > 0) {
-            sb_puts(b, ",");
-            for (int j = 0; j < rest - 1; j++) sb_puts(b, "\n");
-            sb_spaces(b, indent + 1);
+            tg__sb_puts(b, ",");
+            for (int j = 0; j < rest - 1; j++) tg__sb_puts(b, "\n");
+            tg__sb_spaces(b, indent + 1);
         }
         if (cut && k == P_EDGEITEMS) {
-            sb_puts(b, "...");
+            tg__sb_puts(b, "...");
             continue;
         }
         int64_t i = cut && k > P_EDGEITEMS ? n - (items - k) : k;
         tensor_str(b, f, x, dim + 1, off + i * x->stride[dim], indent + 1, summarize);
     }
-    sb_puts(b, "]");
+    tg__sb_puts(b, "]");
 }
 
 /* _add_suffixes: each suffix goes on the current line unless it would pass the
  * line width, then on a new line indented under the opening parenthesis. */
-static void add_suffix(sbuf *b, const char *suffix, int indent)
+static void add_suffix(tg__strbuf *b, const char *suffix, int indent)
 {
     if (b->failed) return;
     /* PyTorch's len - rfind("\n") + 1 counts two more than the line holds. */
     const char *nl = strrchr(b->s, '\n');
     size_t last_line_len = nl ? b->len - (size_t)(nl - b->s) + 1 : b->len + 2;
     if (last_line_len + strlen(suffix) + 2 > P_LINEWIDTH) {
-        sb_puts(b, ",\n");
-        sb_spaces(b, indent);
+        tg__sb_puts(b, ",\n");
+        tg__sb_spaces(b, indent);
     } else {
-        sb_puts(b, ", ");
+        tg__sb_puts(b, ", ");
     }
-    sb_puts(b, suffix);
+    tg__sb_puts(b, suffix);
 }
 
 char *tg_format(const tg_tensor *x)
@@ -273,8 +239,8 @@ char *tg_format(const tg_tensor *x)
 
     const char *prefix = "tensor(";
     int indent = (int)strlen(prefix);
-    sbuf b = {0};
-    sb_puts(&b, prefix);
+    tg__strbuf b = {0};
+    tg__sb_puts(&b, prefix);
 
     /* Suffixes in PyTorch's order: size and dtype, then autograd state. Only
      * two of them can occur at once here, so a small array does. */
@@ -285,7 +251,7 @@ char *tg_format(const tg_tensor *x)
     snprintf(dtype_suffix, sizeof dtype_suffix, "dtype=torch.%s", tg_dtype_name(x->dtype));
 
     if (numel == 0) {
-        sb_puts(&b, "[]");
+        tg__sb_puts(&b, "[]");
         if (x->ndim != 1) {
             /* str(tuple(shape)): "(2, 0)" */
             size_t k = (size_t)snprintf(suffix[nsuffix], sizeof suffix[0], "size=(");
@@ -316,7 +282,7 @@ char *tg_format(const tg_tensor *x)
         snprintf(suffix[nsuffix++], sizeof suffix[0], "requires_grad=True");
 
     for (int i = 0; i < nsuffix; i++) add_suffix(&b, suffix[i], indent);
-    sb_puts(&b, ")");
+    tg__sb_puts(&b, ")");
     if (b.failed) {
         free(b.s);
         return tg_error("format: out of memory");
