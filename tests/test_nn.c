@@ -687,7 +687,7 @@ static void test_state_dict_pytorch_file(void **state) {
     tu_assert_ok(m);
     if (tg_module_load(m, path) != TG_OK) fail_msg("load st_linear.safetensors: %s", tg_last_error());
     assert_same_state(tp, m, want);
-    /* and SPEC.md's figures for seed 123, Linear(3,2) */
+    /* and PyTorch 1.13's figures for seed 123, Linear(3,2) */
     static const float w[6] = {-0.23542964f, 0.01912448f, -0.28674594f, 0.21772662f, -0.49193421f, 0.42322308f};
     static const float b[2] = {-0.41964141f, -0.45901766f};
     int64_t ws[2] = {2, 3}, bs[1] = {2};

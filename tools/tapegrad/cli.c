@@ -1,4 +1,4 @@
-/* tapegrad: the command-line tool (SPEC.md, "The command-line tool"):
+/* tapegrad: the command-line tool (README.md, "The command line"):
  * dispatch to the subcommands and the shared error line. main() is in
  * tapegrad.c and only forwards to tg_cli_main, so that a fuzzer or a test can
  * run the whole command line in-process and get the exit status back. */

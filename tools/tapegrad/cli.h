@@ -12,7 +12,7 @@
 
 #include "args.h"
 
-/* Exit statuses, as SPEC.md fixes them. */
+/* Exit statuses (README.md, "The command line"). */
 enum {
     TG_CLI_OK = 0,
     TG_CLI_FAIL = 1,  /* gradcheck FAIL, training diverged */
