@@ -1,7 +1,7 @@
 /* tapegrad bench: median time of one training step (forward, MSE against
  * zeros, backward) of an attention module, GFLOP/s by the FLOP count that
- * README.md ("Performance") gives, and peak RSS. Medians, because a single slow step (page faults, another
- * process) should not move the figure. */
+ * README.md ("Performance") gives, and peak RSS. Medians, because a single
+ * slow step (page faults, another process) should not move the figure. */
 #include "cli.h"
 
 #include <math.h>
