@@ -117,7 +117,7 @@ static int check_gradients(void)
         tg_tensor *in[16];
         in[0] = tg_rand(model, TG_F64, 3, shape, NULL);
         int np = in[0] && tg_requires_grad_(in[0], true) == TG_OK ? block_parameters(model, &b, in + 1, 15) : -1;
-        tg_gradcheck_result res;
+        tg_gradcheck_result res = {0}; /* max_err_per_input: NULL */
         if (np > 0 && tg_gradcheck(gc_block, in, np + 1, &b, 0, 0, 0, &res) == TG_OK) {
             printf("gradcheck of the block (input and %d parameters, float64): %s\n  %s\n", np,
                    res.passed ? "PASS" : "FAIL", res.message);

@@ -258,7 +258,8 @@ static void gradcheck_module_(tg_tape *model, tg_module *m, int ndim, const int6
     tu_assert_ok(x);
     assert_int_equal(tg_requires_grad_(x, true), TG_OK);
     inputs[params.n] = x;
-    tg_gradcheck_result res;
+    double max_err[16];
+    tg_gradcheck_result res = {.max_err_per_input = max_err};
     int st = tg_gradcheck(gc_forward, inputs, params.n + 1, m, 0, 0, 0, &res);
     if (st != TG_OK) {
         print_error("%s: gradcheck error: %s\n", what, tg_last_error());

@@ -202,7 +202,7 @@ static void run_gradcheck(int nd, const int64_t *shape, int nin, gc_ctx ctx, con
     tg_generator *g = tg_generator_new(5);
     tg_tensor *in[3];
     for (int i = 0; i < nin; i++) in[i] = leaf(tp, TG_F64, nd, shape, g);
-    tg_gradcheck_result r;
+    tg_gradcheck_result r = {0}; /* max_err_per_input: NULL */
     assert_int_equal(tg_gradcheck(gc_fn, in, nin, &ctx, 0, 0, 0, &r), TG_OK);
     if (!r.passed) fail_msg("%s: %s", what, r.message);
     tg_generator_free(g);

@@ -849,7 +849,7 @@ static void test_edges(void **state)
 
     /* gradcheck needs an input that requires grad */
     tg_tensor *in[1] = {tg_ones(tp, TG_F64, 1, SH(3))};
-    tg_gradcheck_result res;
+    tg_gradcheck_result res = {0};
     assert_int_not_equal(tg_gradcheck(gc_sum, in, 1, NULL, 0, 0, 0, &res), TG_OK);
     assert_non_null(strstr(res.message, "no input requires grad"));
     tg_tape_free(tp);

@@ -173,10 +173,9 @@ static int run_gradcheck(tg_tape *tp, tg_module *m, tg_tensor *x)
     bool passed = true;
     for (int start = 0; start < n; start += 16) {
         int cnt = n - start < 16 ? n - start : 16;
-        tg_gradcheck_result res;
+        tg_gradcheck_result res = {.max_err_per_input = err + start};
         if (tg_gradcheck(gc_fn, all + start, cnt, &c, 0, 0, 0, &res) != TG_OK)
             return tg_cli_lib_error(CMD, "gradcheck");
-        for (int i = 0; i < cnt; i++) err[start + i] = res.max_err_per_input[i];
         if (!res.passed) passed = false;
     }
     for (int i = 0; i < n; i++) printf("%s: max abs error %.3e\n", names[i], err[i]);
