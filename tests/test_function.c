@@ -492,6 +492,23 @@ static tg_tensor *mask_forward(tg_fn_ctx *ctx, tg_tape *tp, int n, tg_tensor *co
 
 static const tg_function mask_fn = {"MaskBackward0", mask_forward, pass_through_backward};
 
+/* returns a tensor of another, longer-lived tape (no gradient flows to x) */
+static tg_tensor *other_tape_constant;
+
+static tg_tensor *constant_forward(tg_fn_ctx *ctx, tg_tape *tp, int n, tg_tensor *const *in)
+{
+    (void)ctx, (void)tp, (void)n, (void)in;
+    return other_tape_constant;
+}
+
+static int no_grad_backward(tg_fn_ctx *ctx, tg_tape *tp, const tg_tensor *gy, tg_tensor **gx)
+{
+    (void)ctx, (void)tp, (void)gy, (void)gx;
+    return TG_OK;
+}
+
+static const tg_function constant_fn = {"ConstantBackward0", constant_forward, no_grad_backward};
+
 /* a transposed view of the input: a non-contiguous output */
 static tg_tensor *transpose_forward(tg_fn_ctx *ctx, tg_tape *tp, int n, tg_tensor *const *in)
 {
@@ -546,6 +563,21 @@ static void test_identity_and_outputs(void **state)
     assert_int_equal(mask->dtype, TG_BOOL);
     assert_null(mask->grad_fn);
     assert_false(mask->requires_grad);
+    /* an output from another tape: the node goes on a view in this tape, the
+     * other tape's tensor is left as it was */
+    tg_tape *model = tg_tape_new();
+    other_tape_constant = tg_full(model, TG_F64, 1, SH(2), 4.0);
+    tg_tensor *k = tg_function_apply(tp, &constant_fn, 1, &x);
+    tu_assert_ok(k);
+    assert_ptr_not_equal(k, other_tape_constant);
+    assert_ptr_equal(k->tape, tp);
+    assert_string_equal(tg_grad_fn_name(k), "ConstantBackward0");
+    assert_null(other_tape_constant->grad_fn);
+    assert_false(other_tape_constant->requires_grad);
+    tg_zero_grad(x);
+    assert_int_equal(tg_backward(tg_sum(tp, k), NULL, false), TG_OK);
+    tu_assert_close(x->grad, tg_zeros(tp, TG_F64, 2, SH(2, 3)), 0, 0, "no gradient returned");
+    tg_tape_free(model);
     /* a non-contiguous output: backward still gets a contiguous gradient of its shape */
     tg_tensor *t = tg_function_apply(tp, &transpose_fn, 1, &x);
     tu_assert_ok(t);

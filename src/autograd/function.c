@@ -112,9 +112,9 @@ tg_tensor *tg_function_apply(tg_tape *tp, const tg_function *f, int n, tg_tensor
     for (int i = 0; i < n; i++) any |= tg__needs_grad(inputs[i]);
     if (!grad_mode || !any || !tg__is_float(out->dtype)) return out;
     /* The node must not replace the grad_fn of a tensor that has a history of
-     * its own (an input returned as is, a leaf, another op's output): it goes
-     * on a new view of it. */
-    bool alias = out->grad_fn || out->requires_grad;
+     * its own (an input returned as is, a leaf, another op's output), nor
+     * outlive a tensor of another tape: it goes on a new view of it in tp. */
+    bool alias = out->grad_fn || out->requires_grad || out->tape != tp;
     for (int i = 0; i < n && !alias; i++) alias = out == inputs[i];
     if (alias && !(out = tg__alias(tp, out))) return NULL;
     tg_node *node;
