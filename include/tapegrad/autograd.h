@@ -196,7 +196,8 @@ typedef struct {
     int64_t worst_index;      /* flat index in that input */
     double analytic, numeric; /* the two derivatives at the worst element */
     double max_abs_err;       /* |analytic - numeric| at the worst element */
-    double *max_err_per_input; /* in: NULL, or an array of n doubles that receives each input's largest |analytic - numeric| */
+    /* in: NULL, or an array of n doubles that receives each input's largest |analytic - numeric| */
+    double *max_err_per_input;
     char message[256];
 } tg_gradcheck_result;
 

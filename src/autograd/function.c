@@ -46,7 +46,8 @@ int tg_fn_save_for_backward(tg_fn_ctx *ctx, int n, tg_tensor *const *tensors)
     if (n < 0 || (n > 0 && !tensors))
         return tg_error_status(TG_EINVAL, "%s: save_for_backward: bad tensor list (n = %d)", name, n);
     for (int i = 0; i < n; i++)
-        if (!tensors[i]) return tg_error_status(TG_EINVAL, "%s: save_for_backward: NULL tensor at position %d", name, i);
+        if (!tensors[i])
+            return tg_error_status(TG_EINVAL, "%s: save_for_backward: NULL tensor at position %d", name, i);
     tg_tensor **s = NULL;
     if (n > 0) {
         s = tg_tape_alloc(ctx->tape, sizeof *s * (size_t)n, false);
@@ -170,7 +171,8 @@ int tg__function_backward(tg_node *n)
         tg_tensor *x = n->in[i], *g = gi[i];
         if (!g || !tg__needs_grad(x)) continue;
         if (g->dtype != x->dtype)
-            return tg_error_status(TG_EINVAL, "%s returned an invalid gradient at index %d - expected dtype %s but got %s",
+            return tg_error_status(TG_EINVAL,
+                                   "%s returned an invalid gradient at index %d - expected dtype %s but got %s",
                                    f->name, i, tg_dtype_name(x->dtype), tg_dtype_name(g->dtype));
         if (!expandable_to(x, g)) {
             char gs[160], xs[160];

@@ -189,8 +189,8 @@ tg_tensor *tg_narrow(tg_tape *tp, tg_tensor *x, int dim, int64_t start, int64_t 
     for (int i = 0; i < x->ndim; i++) s[i] = x->shape[i];
     s[d] = length;
     tg_node *n;
-    tg_tensor *out = tg__record(tp, TG_OP_NARROW, make_view(tp, x, x->ndim, s, x->stride, x->offset + start * x->stride[d]),
-                                1, &x, 0, NULL, &n);
+    tg_tensor *v = make_view(tp, x, x->ndim, s, x->stride, x->offset + start * x->stride[d]);
+    tg_tensor *out = tg__record(tp, TG_OP_NARROW, v, 1, &x, 0, NULL, &n);
     if (n) {
         n->iarg[0] = d;
         n->iarg[1] = start;
@@ -233,8 +233,8 @@ tg_tensor *tg_select(tg_tape *tp, tg_tensor *x, int dim, int64_t index)
         j++;
     }
     tg_node *n;
-    tg_tensor *out = tg__record(tp, TG_OP_SELECT, make_view(tp, x, x->ndim - 1, s, st, x->offset + index * x->stride[d]),
-                                1, &x, 0, NULL, &n);
+    tg_tensor *v = make_view(tp, x, x->ndim - 1, s, st, x->offset + index * x->stride[d]);
+    tg_tensor *out = tg__record(tp, TG_OP_SELECT, v, 1, &x, 0, NULL, &n);
     if (n) {
         n->iarg[0] = d;
         n->iarg[1] = index;

@@ -437,7 +437,8 @@ int tg_set(tg_tensor *x, const int64_t *idx, double v)
     bool ok = true;
     if (x->dtype == TG_U8) ok = v > -1.0 && v < 256.0;
     if (x->dtype == TG_I64) ok = v >= -0x1p63 && v < 0x1p63;
-    if (!ok) return tg_error_status(TG_EINVAL, "set: value %g cannot be stored in a %s tensor", v, tg_dtype_name(x->dtype));
+    if (!ok)
+        return tg_error_status(TG_EINVAL, "set: value %g cannot be stored in a %s tensor", v, tg_dtype_name(x->dtype));
     store(x, off, v);
     return TG_OK;
 }
