@@ -641,6 +641,142 @@ static void test_node_names(void **state)
     tg_tape_free(model);
 }
 
+/* ---- (e) backward follows the graph across tapes ---------------------------------------------------- */
+
+/* The same leaves' gradients, element by element. */
+static void check_same_grad_(const tg_tensor *got, const tg_tensor *want, const char *what, const char *file,
+                             int line)
+{
+    if (!got || !want) {
+        print_error("%s: gradient %s is NULL\n", what, got ? "wanted" : "got");
+        _fail(file, line);
+        return;
+    }
+    tu_assert_close_(got, want, 0, 1e-12, what, file, line);
+}
+#define check_same_grad(got, want, what) check_same_grad_((got), (want), (what), __FILE__, __LINE__)
+
+/* y = tanh(x @ w) recorded in tb; z = sum(y * exp(y)) + sum(w) in tc. */
+static tg_tensor *chain_graph(tg_tape *tb, tg_tape *tc, tg_tensor *x, tg_tensor *w, tg_tensor **y_out)
+{
+    tg_tensor *y = tg_tanh(tb, tg_matmul(tb, x, w));
+    if (y_out) *y_out = y;
+    return tg_add(tc, tg_sum(tc, tg_mul(tc, y, tg_exp(tc, y))), tg_sum(tc, w));
+}
+
+static void test_backward_across_tapes(void **state)
+{
+    (void)state;
+    tg_tape *ta = tg_tape_new(), *tb = tg_tape_new(), *tc = tg_tape_new(), *one = tg_tape_new();
+    tg_tensor *x = leaf(ta, 2, SH(2, 3), -0.5, 0.2), *w = leaf(ta, 2, SH(3, 2), 0.3, -0.1);
+    tg_tensor *x1 = leaf(one, 2, SH(2, 3), -0.5, 0.2), *w1 = leaf(one, 2, SH(3, 2), 0.3, -0.1);
+
+    /* reference: the whole graph in one tape */
+    assert_int_equal(tg_backward(chain_graph(one, one, x1, w1, NULL), NULL, false), TG_OK);
+    /* x in A, y = f(x) in B, z = g(y) in C */
+    tg_tensor *y;
+    tg_tensor *z = chain_graph(tb, tc, x, w, &y);
+    tu_assert_ok(z);
+    assert_int_equal(tg_backward(z, NULL, true), TG_OK);
+    check_same_grad(x->grad, x1->grad, "two tapes: dx");
+    check_same_grad(w->grad, w1->grad, "two tapes: dw");
+    /* retained: a second backward through the same nodes starts from zero and the leaves accumulate */
+    assert_int_equal(tg_backward(z, NULL, false), TG_OK);
+    assert_int_equal(tg_backward(chain_graph(one, one, x1, w1, NULL), NULL, false), TG_OK);
+    check_same_grad(x->grad, x1->grad, "two tapes, twice: dx");
+    /* released across tapes: z again, or a new graph in another tape reusing y (in B), errors */
+    tu_assert_status_error(tg_backward(z, NULL, false), "second time");
+    tg_tensor *z2 = tg_sum(ta, tg_exp(ta, y));
+    tu_assert_status_error(tg_backward(z2, NULL, false), "second time", "TanhBackward0");
+    check_same_grad(x->grad, x1->grad, "dx unchanged by the failed backwards");
+
+    /* three tapes, each op in the next one: t = x @ w (B), u = tanh(t) (C), v = sum(u * u) (A) */
+    tg_zero_grad(x), tg_zero_grad(w), tg_zero_grad(x1), tg_zero_grad(w1);
+    tg_tensor *t = tg_matmul(tb, x, w);
+    tg_tensor *u = tg_tanh(tc, t);
+    tg_tensor *v = tg_sum(ta, tg_mul(ta, u, u));
+    tg_tensor *u1 = tg_tanh(one, tg_matmul(one, x1, w1));
+    tg_tensor *v1 = tg_sum(one, tg_mul(one, u1, u1));
+    assert_int_equal(tg_backward(v, NULL, false), TG_OK);
+    assert_int_equal(tg_backward(v1, NULL, false), TG_OK);
+    check_same_grad(x->grad, x1->grad, "three tapes: dx");
+    check_same_grad(w->grad, w1->grad, "three tapes: dw");
+
+    /* a diamond across tapes, recorded out of topological order within a tape:
+     * a = exp(x) (B), b = 2 a (C), c = tanh(a) + b (B, after b), d = sum(b * c) (C) */
+    tg_zero_grad(x), tg_zero_grad(x1);
+    tg_tensor *a = tg_exp(tb, x);
+    tg_tensor *b = tg_mul_scalar(tc, a, 2);
+    tg_tensor *c = tg_add(tb, tg_tanh(tb, a), b);
+    tg_tensor *d = tg_sum(tc, tg_mul(tc, b, c));
+    tg_tensor *a1 = tg_exp(one, x1), *b1 = tg_mul_scalar(one, a1, 2);
+    tg_tensor *d1 = tg_sum(one, tg_mul(one, b1, tg_add(one, tg_tanh(one, a1), b1)));
+    assert_int_equal(tg_backward(d, NULL, false), TG_OK);
+    assert_int_equal(tg_backward(d1, NULL, false), TG_OK);
+    check_same_grad(x->grad, x1->grad, "diamond across tapes: dx");
+    /* by hand: d = sum(2a (tanh a + 2a)); dd/da = 2 tanh a + 2a (1 - tanh^2 a) + 8a; da/dx = a */
+    for (int64_t i = 0; i < 6; i++) {
+        double av = exp(tg_item_at(x, i)), th = tanh(av);
+        double want = (2 * th + 2 * av * (1 - th * th) + 8 * av) * av;
+        assert_true(fabs(tg_item_at(x->grad, i) - want) < 1e-12 * fabs(want) + 1e-12);
+    }
+    /* the scratch of the traversal went in the root's tape, and nothing else changed tapes */
+    tg_tape_free(one);
+    tg_tape_free(tc);
+    tg_tape_free(tb);
+    tg_tape_free(ta);
+}
+
+/* A chain far deeper than the C stack would allow a recursive walk. */
+static void test_deep_chain(void **state)
+{
+    (void)state;
+    enum { DEPTH = 200000 };
+    tg_tape *tp = tg_tape_new(), *step = tg_tape_new();
+    tg_tensor *x = leaf(tp, 0, NULL, 0.5, 0);
+    tg_tensor *y = x;
+    for (int i = 0; i < DEPTH; i++) y = tg_add(step, y, x);
+    tu_assert_ok(y);
+    assert_int_equal(tg_backward(y, NULL, false), TG_OK);
+    assert_true(tg_item(x->grad) == DEPTH + 1);
+    printf("deep chain: %d adds, step tape %zu MiB\n", DEPTH, tg_tape_reserved(step) >> 20);
+    tg_tape_free(step);
+    tg_tape_free(tp);
+}
+
+/* ---- (f) backward's status and the error message ---------------------------------------------------- */
+
+static void test_backward_status(void **state)
+{
+    (void)state;
+    tg_tape *model = tg_tape_new(), *step = tg_tape_new();
+    tg_tensor *x = leaf(model, 1, SH(3), 1, 1);
+
+    /* an error recorded before a successful backward stays readable */
+    tg_error("an earlier failure: %d", 42);
+    tg_tensor *l = tg_sum(step, tg_mul(step, x, x));
+    assert_int_equal(tg_backward(l, NULL, false), TG_OK);
+    assert_string_equal(tg_last_error(), "an earlier failure: 42");
+    tg_clear_error();
+    assert_int_equal(tg_backward(tg_sum(step, tg_exp(step, x)), NULL, false), TG_OK);
+    assert_string_equal(tg_last_error(), "");
+
+    /* an allocation that fails during backward: TG_ENOMEM with the tape's message */
+    tg_tape_reset(step);
+    tg_tensor *big = leaf(model, 1, SH(100000), 0, 1e-5);
+    tg_tensor *y = tg_exp(step, big);
+    tg_tensor *s = tg_sum(step, y);
+    tu_assert_ok(s);
+    tg_tape_set_limit(step, tg_tape_reserved(step));
+    int st = tg_backward(s, NULL, false);
+    printf("backward over the limit: %s\n", tg_last_error());
+    assert_int_equal(st, TG_ENOMEM);
+    assert_non_null(strstr(tg_last_error(), "memory limit"));
+    assert_null(big->grad);
+    tg_tape_free(step);
+    tg_tape_free(model);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -651,6 +787,9 @@ int main(void)
         cmocka_unit_test(test_grad_through_views),
         cmocka_unit_test(test_reuse_and_broadcast),
         cmocka_unit_test(test_node_names),
+        cmocka_unit_test(test_backward_across_tapes),
+        cmocka_unit_test(test_deep_chain),
+        cmocka_unit_test(test_backward_status),
     };
     return cmocka_run_group_tests_name("autograd", tests, NULL, NULL);
 }

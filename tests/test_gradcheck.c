@@ -2,16 +2,14 @@
  * case, random f64 inputs from a seeded generator (some transposed or sliced,
  * so non-contiguous; some used twice), each through tg_gradcheck with
  * PyTorch's default tolerances. Plus: gradcheck catches a deliberately wrong
- * backward, and rejects f32 inputs that require grad. */
+ * backward (a user function), reports the right worst element on a pass and on
+ * a failure, takes any number of inputs, and rejects f32 inputs that require
+ * grad. */
 #include "testutil.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-
-/* Internal op exported by the library for this test: y = x * x with a backward
- * that is off by a factor of 2. */
-extern tg_tensor *tg__test_wrong_square(tg_tape *tp, tg_tensor *x);
 
 #define SH(...) ((const int64_t[]){__VA_ARGS__})
 
@@ -454,10 +452,28 @@ static void test_gradcheck_table(void **state)
 
 /* ---- gradcheck catches a wrong backward ---------------------------------------------------------- */
 
+/* y = x * x with a backward that is off by a factor of 2: dx = dy * x. */
+static tg_tensor *wrong_square_forward(tg_fn_ctx *ctx, tg_tape *tp, int n, tg_tensor *const *in)
+{
+    (void)n;
+    if (tg_fn_save_for_backward(ctx, 1, in) != TG_OK) return NULL;
+    return tg_mul(tp, in[0], in[0]);
+}
+
+static int wrong_square_backward(tg_fn_ctx *ctx, tg_tape *tp, const tg_tensor *gy, tg_tensor **gx)
+{
+    gx[0] = tg_mul(tp, (tg_tensor *)gy, tg_fn_saved(ctx, 0));
+    return gx[0] ? TG_OK : TG_ENOMEM;
+}
+
+static const tg_function wrong_square = {"WrongBackward0", wrong_square_forward, wrong_square_backward};
+
+static tg_tensor *tg_wrong_square(tg_tape *tp, tg_tensor *x) { return tg_function_apply(tp, &wrong_square, 1, &x); }
+
 static tg_tensor *gf_wrong(tg_tape *tp, tg_tensor *const *in, int n, void *ctx)
 {
     (void)n, (void)ctx;
-    return tg__test_wrong_square(tp, in[0]);
+    return tg_wrong_square(tp, in[0]);
 }
 
 static void test_wrong_backward_is_caught(void **state)
@@ -468,13 +484,15 @@ static void test_wrong_backward_is_caught(void **state)
     in_spec spec = I2(P, 3, 4);
     tg_tensor *x = make_input(tp, &spec, g);
     /* the forward itself is right */
-    tg_tensor *y = tg__test_wrong_square(tp, x);
+    tg_tensor *y = tg_wrong_square(tp, x);
     assert_non_null(y);
     for (int64_t i = 0; i < 12; i++) assert_true(tg_item_at(y, i) == tg_item_at(x, i) * tg_item_at(x, i));
     assert_string_equal(tg_grad_fn_name(y), "WrongBackward0");
 
+    double per_input[1] = {-1};
+    tg_gradcheck_options opts = {.max_err_per_input = per_input};
     tg_gradcheck_result res;
-    assert_int_equal(tg_gradcheck(gf_wrong, &x, 1, NULL, 0, 0, 0, &res), TG_OK);
+    assert_int_equal(tg_gradcheck_ex(gf_wrong, &x, 1, NULL, &opts, &res), TG_OK);
     printf("wrong backward: %s\n", res.message);
     assert_false(res.passed);
     assert_int_equal(res.worst_input, 0);
@@ -482,17 +500,159 @@ static void test_wrong_backward_is_caught(void **state)
     assert_true(fabs(res.numeric) > 0.5);
     assert_true(fabs(res.analytic - res.numeric / 2) <= 1e-6 * fabs(res.numeric));
     assert_true(fabs(res.max_abs_err - fabs(res.numeric / 2)) <= 1e-6 * fabs(res.numeric));
-    assert_true(res.max_err_per_input[0] >= res.max_abs_err);
+    assert_true(per_input[0] >= res.max_abs_err);
     assert_non_null(strstr(res.message, "fail"));
     /* numeric = 2 x w at the worst element, w in [0.5, 1.5) */
     double xv = tg_item_at(x, res.worst_index);
     assert_true(res.numeric >= 2 * xv * 0.5 - 1e-6 && res.numeric <= 2 * xv * 1.5 + 1e-6);
     /* the right op, x*x through mul, passes on the same input */
-    assert_int_equal(tg_gradcheck(gf_self_mul, &x, 1, NULL, 0, 0, 0, &res), TG_OK);
+    assert_int_equal(tg_gradcheck_ex(gf_self_mul, &x, 1, NULL, &opts, &res), TG_OK);
     assert_true(res.passed);
+    assert_true(per_input[0] < 1e-6);
     /* so does the wrong one with a tolerance loose enough to hide it */
     assert_int_equal(tg_gradcheck(gf_wrong, &x, 1, NULL, 0, 10.0, 0, &res), TG_OK);
     assert_true(res.passed);
+    tg_generator_free(g);
+    tg_tape_free(tp);
+}
+
+/* ---- the worst element reported ---------------------------------------------------------------- */
+
+/* y = x * c (c, e: constants of x's shape) with a backward that adds e to the
+ * true gradient: at element i, analytic - numeric = e[i] exactly, so the test
+ * chooses each element's error and tolerance (atol + rtol |w[i] c[i]|). */
+static tg_tensor *offset_forward(tg_fn_ctx *ctx, tg_tape *tp, int n, tg_tensor *const *in)
+{
+    (void)n;
+    if (tg_fn_save_for_backward(ctx, 2, in + 1) != TG_OK) return NULL;
+    return tg_mul(tp, in[0], in[1]);
+}
+
+static int offset_backward(tg_fn_ctx *ctx, tg_tape *tp, const tg_tensor *gy, tg_tensor **gx)
+{
+    gx[0] = tg_add(tp, tg_mul(tp, (tg_tensor *)gy, tg_fn_saved(ctx, 0)), tg_fn_saved(ctx, 1));
+    return gx[0] ? TG_OK : TG_ENOMEM;
+}
+
+static const tg_function offset_fn = {"OffsetBackward0", offset_forward, offset_backward};
+
+static tg_tensor *gf_offset(tg_tape *tp, tg_tensor *const *in, int n, void *ctx)
+{
+    (void)ctx;
+    return tg_function_apply(tp, &offset_fn, n, in);
+}
+
+static void test_worst_element(void **state)
+{
+    (void)state;
+    tg_tape *tp = tg_tape_new();
+    tg_tensor *in[3] = {
+        tg_from_f64(tp, 1, SH(3), (const double[]){1, 2, 3}),
+        tg_from_f64(tp, 1, SH(3), (const double[]){1000, 0, 1}),
+        NULL,
+    };
+    assert_int_equal(tg_requires_grad_(in[0], true), TG_OK);
+    double per_input[3] = {-1, -1, -1};
+    tg_gradcheck_options opts = {.max_err_per_input = per_input};
+    tg_gradcheck_result res;
+
+    /* A pass: element 0 has the largest error (1e-4, far inside its tolerance
+     * of about 1); element 1 is closer to its own (5e-6 of 1e-5) but smaller.
+     * The report names element 0. */
+    in[2] = tg_from_f64(tp, 1, SH(3), (const double[]){1e-4, 5e-6, 0});
+    assert_int_equal(tg_gradcheck_ex(gf_offset, in, 3, NULL, &opts, &res), TG_OK);
+    printf("pass: %s\n", res.message);
+    assert_true(res.passed);
+    assert_int_equal(res.worst_input, 0);
+    assert_int_equal(res.worst_index, 0);
+    assert_true(fabs(res.max_abs_err - 1e-4) < 1e-6);
+    assert_true(fabs(res.analytic - res.numeric - 1e-4) < 1e-6);
+    assert_true(fabs(per_input[0] - 1e-4) < 1e-6);
+    assert_true(per_input[1] == 0 && per_input[2] == 0); /* no grad: written as 0 */
+    assert_non_null(strstr(res.message, "passed"));
+    assert_non_null(strstr(res.message, "index 0"));
+
+    /* A failure: element 0 still has the largest error (0.5, inside its
+     * tolerance), element 1 a smaller one (1e-3) a hundred times its tolerance
+     * of 1e-5. The report names element 1, the one that fails. */
+    in[2] = tg_from_f64(tp, 1, SH(3), (const double[]){0.5, 1e-3, 0});
+    assert_int_equal(tg_gradcheck_ex(gf_offset, in, 3, NULL, &opts, &res), TG_OK);
+    printf("fail: %s\n", res.message);
+    assert_false(res.passed);
+    assert_int_equal(res.worst_input, 0);
+    assert_int_equal(res.worst_index, 1);
+    assert_true(fabs(res.max_abs_err - 1e-3) < 1e-6);
+    assert_true(fabs(res.numeric) < 1e-6);
+    assert_true(fabs(per_input[0] - 0.5) < 1e-6); /* the input's largest error all the same */
+    assert_non_null(strstr(res.message, "failed"));
+
+    /* Ties: the first element wins. */
+    in[2] = tg_from_f64(tp, 1, SH(3), (const double[]){0, 2e-3, 2e-3});
+    tg_tensor *c = in[1];
+    in[1] = tg_from_f64(tp, 1, SH(3), (const double[]){0, 0, 0});
+    assert_int_equal(tg_gradcheck_ex(gf_offset, in, 3, NULL, &opts, &res), TG_OK);
+    assert_false(res.passed);
+    assert_int_equal(res.worst_index, 1);
+    assert_int_equal(tg_gradcheck(gf_offset, in, 3, NULL, 0, 1.0, 0, &res), TG_OK);
+    assert_true(res.passed);
+    assert_int_equal(res.worst_index, 1);
+    in[1] = c;
+    tg_tape_free(tp);
+}
+
+/* ---- any number of inputs --------------------------------------------------------------------- */
+
+/* sum over i of (i + 1) * x_i * x_i, every x_i of shape (2) */
+static tg_tensor *gf_many(tg_tape *tp, tg_tensor *const *in, int n, void *ctx)
+{
+    (void)ctx;
+    tg_tensor *acc = NULL;
+    for (int i = 0; i < n; i++) {
+        tg_tensor *t = tg_mul_scalar(tp, tg_mul(tp, in[i], in[i]), i + 1.0);
+        acc = acc ? tg_add(tp, acc, t) : t;
+    }
+    return acc;
+}
+
+static tg_tensor *gf_many_wrong(tg_tape *tp, tg_tensor *const *in, int n, void *ctx)
+{
+    (void)ctx;
+    /* input 17 goes through the wrong square */
+    return tg_add(tp, gf_many(tp, in, n, NULL), tg_wrong_square(tp, in[17]));
+}
+
+static void test_many_inputs(void **state)
+{
+    (void)state;
+    enum { NIN = 20 };
+    tg_tape *tp = tg_tape_new();
+    tg_generator *g = tg_generator_new(77);
+    tg_tensor *in[NIN];
+    for (int i = 0; i < NIN; i++) {
+        in[i] = tg_randn(tp, TG_F64, 1, SH(2), g);
+        assert_non_null(in[i]);
+        if (i != 3) assert_int_equal(tg_requires_grad_(in[i], true), TG_OK); /* input 3: a constant */
+    }
+    double per_input[NIN];
+    for (int i = 0; i < NIN; i++) per_input[i] = -1;
+    tg_gradcheck_options opts = {.max_err_per_input = per_input};
+    tg_gradcheck_result res;
+    assert_int_equal(tg_gradcheck_ex(gf_many, in, NIN, NULL, &opts, &res), TG_OK);
+    printf("20 inputs: %s\n", res.message);
+    assert_true(res.passed);
+    for (int i = 0; i < NIN; i++) assert_true(per_input[i] >= 0 && per_input[i] < 1e-6);
+    assert_true(per_input[3] == 0);
+    for (int i = 0; i < NIN; i++) assert_null(in[i]->grad);
+    /* a wrong backward on input 17 is found there */
+    assert_int_equal(tg_gradcheck_ex(gf_many_wrong, in, NIN, NULL, &opts, &res), TG_OK);
+    assert_false(res.passed);
+    assert_int_equal(res.worst_input, 17);
+    for (int i = 0; i < NIN; i++) assert_true(i == 17 ? per_input[i] > 0.1 : per_input[i] < 1e-6);
+    /* without the per-input array, from a result struct full of garbage */
+    tg_gradcheck_result res2;
+    memset(&res2, 0xA5, sizeof res2);
+    assert_int_equal(tg_gradcheck(gf_many, in, NIN, NULL, 0, 0, 0, &res2), TG_OK);
+    assert_true(res2.passed);
     tg_generator_free(g);
     tg_tape_free(tp);
 }
@@ -505,7 +665,7 @@ static void test_gradcheck_rejects_bad_inputs(void **state)
     tg_tape *tp = tg_tape_new();
     tg_tensor *f = tg_ones(tp, TG_F32, 2, SH(2, 3));
     assert_int_equal(tg_requires_grad_(f, true), TG_OK);
-    tg_gradcheck_result res;
+    tg_gradcheck_result res = {0};
     tu_assert_status_error(tg_gradcheck(gf_exp, &f, 1, NULL, 0, 0, 0, &res), "gradcheck", "float32", "float64");
     tg_tensor *d = tg_ones(tp, TG_F64, 2, SH(2, 3));
     assert_int_equal(tg_requires_grad_(d, true), TG_OK);
@@ -532,6 +692,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gradcheck_table),
         cmocka_unit_test(test_wrong_backward_is_caught),
+        cmocka_unit_test(test_worst_element),
+        cmocka_unit_test(test_many_inputs),
         cmocka_unit_test(test_gradcheck_rejects_bad_inputs),
     };
     return cmocka_run_group_tests_name("gradcheck", tests, NULL, NULL);

@@ -849,7 +849,7 @@ static void test_edges(void **state)
 
     /* gradcheck needs an input that requires grad */
     tg_tensor *in[1] = {tg_ones(tp, TG_F64, 1, SH(3))};
-    tg_gradcheck_result res;
+    tg_gradcheck_result res = {0};
     assert_int_not_equal(tg_gradcheck(gc_sum, in, 1, NULL, 0, 0, 0, &res), TG_OK);
     assert_non_null(strstr(res.message, "no input requires grad"));
     tg_tape_free(tp);
@@ -1020,6 +1020,94 @@ static void test_parallel_paths(void **state)
 
 /* ---- tape limit, reset, reuse --------------------------------------------------------------------- */
 
+/* tg_get / tg_set / tg_item_at check every index: out of range or negative
+ * gives NAN or TG_EINVAL with a message naming the op, the index and the
+ * shape, and writes nothing (a neighbouring tensor keeps its data; under ASan
+ * any stray access would also be reported). */
+static void test_element_access_checks(void **state)
+{
+    (void)state;
+    tg_tape *tp = tg_tape_new();
+    tg_tensor *x = tg_zeros(tp, TG_F32, 2, SH(2, 3));
+    tg_tensor *nb = tg_full(tp, TG_F32, 2, SH(2, 3), 7.0); /* the next tensor in the tape */
+    assert_non_null(x);
+    assert_non_null(nb);
+    const double sevens[6] = {7, 7, 7, 7, 7, 7};
+
+    /* in range */
+    assert_int_equal(tg_set(x, SH(1, 2), 4.5), TG_OK);
+    assert_true(tg_get(x, SH(1, 2)) == 4.5);
+    assert_true(tg_item_at(x, 5) == 4.5);
+
+    /* get */
+    tg_clear_error();
+    assert_true(isnan(tg_get(x, SH(0, 5))));
+    assert_string_equal(tg_last_error(), "get: index 5 is out of bounds for dimension 1 with size 3 (shape (2,3))");
+    assert_true(isnan(tg_get(x, SH(2, 0))));
+    assert_non_null(strstr(tg_last_error(), "index 2 is out of bounds for dimension 0 with size 2"));
+    assert_true(isnan(tg_get(x, SH(-1, 0))));
+    assert_non_null(strstr(tg_last_error(), "get: index -1 is out of bounds for dimension 0"));
+    assert_true(isnan(tg_get(x, SH(1, 3)))); /* flat offset 6: the neighbour's first element */
+    assert_true(isnan(tg_get(x, NULL)));
+    assert_non_null(strstr(tg_last_error(), "get: NULL index"));
+    tg_clear_error();
+    assert_true(isnan(tg_get(NULL, SH(0))));
+    assert_non_null(strstr(tg_last_error(), "get"));
+
+    /* set: nothing is written anywhere */
+    tu_assert_status_error(tg_set(x, SH(1, 3), 99), "set: index 3 is out of bounds for dimension 1 with size 3",
+                           "(2,3)");
+    tu_assert_status_error(tg_set(x, SH(2, 0), 99), "set", "index 2", "dimension 0");
+    tu_assert_status_error(tg_set(x, SH(5, 5), 99), "set", "index 5");
+    tu_assert_status_error(tg_set(x, SH(0, -1), 99), "set", "index -1", "dimension 1");
+    tu_assert_status_error(tg_set(x, SH(-1, 0), 99), "set", "index -1");
+    tu_assert_status_error(tg_set(x, SH(0, 1LL << 40), 99), "set", "out of bounds");
+    tu_assert_status_error(tg_set(x, NULL, 99), "set", "NULL index");
+    tu_assert_status_error(tg_set(NULL, SH(0), 99), "set");
+    check_vals(nb, 2, SH(2, 3), sevens, 0);
+    check_vals(x, 2, SH(2, 3), DV(0, 0, 0, 0, 0, 4.5), 0);
+
+    /* item_at */
+    tg_clear_error();
+    assert_true(isnan(tg_item_at(x, 6)));
+    assert_string_equal(tg_last_error(), "item_at: index 6 is out of bounds for 6 elements (shape (2,3))");
+    assert_true(isnan(tg_item_at(x, -1)));
+    assert_non_null(strstr(tg_last_error(), "item_at: index -1"));
+    assert_true(isnan(tg_item_at(NULL, 0)));
+
+    /* views: the index is checked against the view's shape, not the storage */
+    tg_tensor *row = tg_select(tp, x, 0, 0); /* (3), storage of 6 */
+    assert_true(isnan(tg_get(row, SH(3))));
+    tu_assert_status_error(tg_set(row, SH(4), 1), "set", "index 4", "size 3");
+    assert_true(isnan(tg_item_at(tg_t(tp, x), 6)));
+    check_vals(x, 2, SH(2, 3), DV(0, 0, 0, 0, 0, 4.5), 0);
+
+    /* 0-dim: no index needed; an empty tensor has no element */
+    tg_tensor *s = tg_scalar(tp, TG_F64, 3.0);
+    assert_true(tg_get(s, NULL) == 3.0);
+    assert_int_equal(tg_set(s, NULL, 4.0), TG_OK);
+    assert_true(tg_item_at(s, 0) == 4.0);
+    assert_true(isnan(tg_item_at(s, 1)));
+    tg_tensor *e = tg_zeros(tp, TG_F32, 2, SH(2, 0));
+    assert_true(isnan(tg_get(e, SH(0, 0))));
+    assert_non_null(strstr(tg_last_error(), "size 0"));
+    assert_true(isnan(tg_item_at(e, 0)));
+
+    /* integer dtypes: values they cannot hold are refused, not converted */
+    tg_tensor *u = tg_zeros(tp, TG_U8, 1, SH(2));
+    tg_tensor *i64 = tg_zeros(tp, TG_I64, 1, SH(2));
+    assert_int_equal(tg_set(u, SH(0), 255), TG_OK);
+    tu_assert_status_error(tg_set(u, SH(1), 256), "set", "uint8");
+    tu_assert_status_error(tg_set(u, SH(1), NAN), "set");
+    tu_assert_status_error(tg_set(i64, SH(1), 1e19), "set", "int64");
+    tu_assert_status_error(tg_set(i64, SH(1), NAN), "set");
+    check_vals(u, 1, SH(2), DV(255, 0), 0);
+    check_vals(i64, 1, SH(2), DV(0, 0), 0);
+    tu_assert_null_error(tg_arange(tp, TG_U8, -3, 3, 1), "set", "-3");
+    check_vals(nb, 2, SH(2, 3), sevens, 0);
+    tg_tape_free(tp);
+}
+
 static void test_tape_limit(void **state)
 {
     (void)state;
@@ -1103,6 +1191,7 @@ int main(void)
         cmocka_unit_test(test_softmax_extremes),
         cmocka_unit_test(test_parallel_paths),
         cmocka_unit_test(test_tape_limit),
+        cmocka_unit_test(test_element_access_checks),
     };
     return cmocka_run_group_tests_name("tensor", tests, NULL, NULL);
 }

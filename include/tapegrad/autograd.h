@@ -36,11 +36,47 @@ const char *tg_grad_fn_name(const tg_tensor *x);
 bool tg_is_leaf(const tg_tensor *x);
 
 /* Reverse-mode backward from root. grad may be NULL for a 1-element root (the
- * gradient is 1); otherwise it must have root's shape. Gradients accumulate
- * (+=) into the .grad of leaves that require grad; leaf gradients live in the
- * leaf's own tape. Unless retain_graph is true, the graph's saved tensors are
- * released and a second backward through it is an error. */
+ * gradient is 1); otherwise it must have root's shape. Follows the graph from
+ * root through every node's inputs, whatever tape each node was recorded in,
+ * in topological order. Gradients accumulate (+=) into the .grad of leaves
+ * that require grad; leaf gradients live in the leaf's own tape. Unless
+ * retain_graph is true, the graph's saved tensors are released and a second
+ * backward through it is an error. Returns TG_OK, or the status of the first
+ * node whose backward failed (TG_ENOMEM when an allocation failed, or what a
+ * user function's backward returned) with its message in tg_last_error();
+ * a successful backward leaves tg_last_error() as it was. */
 int tg_backward(tg_tensor *root, const tg_tensor *grad, bool retain_graph);
+
+/* ---- user functions (torch.autograd.Function) --------------------------- */
+
+/* A function with its own forward and backward, recorded as one node. The
+ * context carries what forward saves for backward; it lives in the tape given
+ * to tg_function_apply. */
+typedef struct tg_fn_ctx tg_fn_ctx;
+typedef struct tg_function {
+    const char *name;                                   /* its grad_fn name: "SiluBackward0" */
+    /* The output from n inputs, computed in tp with grad recording off; NULL
+     * (with tg_error) on failure. */
+    tg_tensor *(*forward)(tg_fn_ctx *ctx, tg_tape *tp, int n, tg_tensor *const *inputs);
+    /* From grad_output (contiguous, the output's shape), sets grad_inputs[i]
+     * (n entries, NULL on entry; NULL = no gradient) to d(root)/d(inputs[i]),
+     * of the input's dtype and shape or a shape the input broadcasts to (it is
+     * then summed down). Temporaries go in tp. Runs with grad recording off.
+     * Returns TG_OK or an error status (which stops tg_backward). */
+    int (*backward)(tg_fn_ctx *ctx, tg_tape *tp, const tg_tensor *grad_output, tg_tensor **grad_inputs);
+} tg_function;
+
+/* Runs f->forward on the inputs and, if grad mode is on and an input requires
+ * grad, records one node named f->name for the (float) output. If forward
+ * returns an input, or any tensor that already has a grad_fn or requires
+ * grad, the node goes on a new view of it. NULL with an error if f, its name,
+ * forward or backward, n < 0 or an input is NULL, or if forward fails. */
+tg_tensor *tg_function_apply(tg_tape *tp, const tg_function *f, int n, tg_tensor *const *inputs);
+/* In forward: keeps n tensors for backward (replacing any saved before). */
+int tg_fn_save_for_backward(tg_fn_ctx *ctx, int n, tg_tensor *const *tensors);
+/* In backward: the i-th saved tensor; NULL with an error if i is out of range. */
+tg_tensor *tg_fn_saved(const tg_fn_ctx *ctx, int i);
+void *tg_fn_data(tg_fn_ctx *ctx, size_t size);  /* scratch for non-tensor state, zeroed */
 
 /* ---- elementwise (PyTorch broadcasting; same float dtype) --------------- */
 
@@ -160,17 +196,28 @@ typedef struct {
     int64_t worst_index;      /* flat index in that input */
     double analytic, numeric; /* the two derivatives at the worst element */
     double max_abs_err;       /* |analytic - numeric| at the worst element */
-    double max_err_per_input[16];
     char message[256];
 } tg_gradcheck_result;
 
 /* Central differences in float64 over every element of every input requiring
- * grad (inputs must be TG_F64 leaves). Compares d(sum(out * w))/d(input) for a
- * fixed random weighting w against backward. A pair fails when |a - n| >
- * atol + rtol * |n|. eps/atol/rtol <= 0 take PyTorch's defaults (1e-6, 1e-5,
- * 1e-3). Returns TG_OK (see res->passed) or an error status. */
+ * grad (inputs must be TG_F64 leaves; any number of them). Compares
+ * d(sum(out * w))/d(input) for a fixed random weighting w against backward. A
+ * pair fails when |a - n| > atol + rtol * |n|. eps/atol/rtol <= 0 take
+ * PyTorch's defaults (1e-6, 1e-5, 1e-3). The worst element reported is, on a
+ * pass, the one with the largest |a - n|, and on a failure the one furthest
+ * past atol + rtol * |n| (the first on ties). res is output only. Returns
+ * TG_OK (see res->passed) or an error status. */
 int tg_gradcheck(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n, void *ctx, double eps,
                  double atol, double rtol, tg_gradcheck_result *res);
+
+/* The same with options: tolerances as above, and optionally each input's
+ * largest |analytic - numeric| (max_err_per_input: NULL, or n doubles). */
+typedef struct {
+    double eps, atol, rtol;
+    double *max_err_per_input;
+} tg_gradcheck_options;
+int tg_gradcheck_ex(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n, void *ctx, const tg_gradcheck_options *opt,
+                    tg_gradcheck_result *res);
 
 #ifdef __cplusplus
 }

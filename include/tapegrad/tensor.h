@@ -133,10 +133,16 @@ bool tg_is_contiguous(const tg_tensor *x);
 bool tg_same_shape(const tg_tensor *a, const tg_tensor *b);
 /* "(2,6,3)" into buf; returns buf. */
 char *tg_shape_str(const tg_tensor *x, char *buf, size_t n);
-/* Element at a multi-index (ndim entries; NULL for 0-dim) as double. */
+/* Element at a multi-index (ndim entries, each in [0, shape[d]); NULL for
+ * 0-dim) as double; NAN with an error naming the index and the shape if x or
+ * idx is NULL or an index is out of range. */
 double tg_get(const tg_tensor *x, const int64_t *idx);
-void tg_set(tg_tensor *x, const int64_t *idx, double v);
-/* Element at a flat row-major position (0 <= i < numel) as double. */
+/* Stores v (converted to x's dtype) at a multi-index, checked as tg_get.
+ * Returns TG_OK, or TG_EINVAL with an error (nothing written); for integer and
+ * bool dtypes also when v is NaN or outside the dtype's range. */
+int tg_set(tg_tensor *x, const int64_t *idx, double v);
+/* Element at a flat row-major position (0 <= i < numel) as double; NAN with
+ * an error if out of range. */
 double tg_item_at(const tg_tensor *x, int64_t i);
 /* The single value of a 1-element tensor. */
 double tg_item(const tg_tensor *x);

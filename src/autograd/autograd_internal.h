@@ -1,5 +1,4 @@
-/* Private to src/autograd (and src/nn for the fused paths): nodes, recording,
- * gradient accumulation. */
+/* Private to src/autograd: nodes, recording, gradient accumulation. */
 #ifndef TG_AUTOGRAD_INTERNAL_H
 #define TG_AUTOGRAD_INTERNAL_H
 
@@ -12,8 +11,10 @@ typedef enum {
     TG_OP_COUNT
 } tg_op_id;
 
-/* Backward: n->grad holds d(root)/d(n->out); add into the inputs' gradients. */
-typedef void (*tg_backward_fn)(tg_node *n);
+/* Backward: n->grad holds d(root)/d(n->out); add into the inputs' gradients.
+ * Returns TG_OK, or an error status with its message recorded (TG_ENOMEM when
+ * an allocation failed: the tape's message says which). */
+typedef int (*tg_backward_fn)(tg_node *n);
 
 typedef struct {
     const char *name;
@@ -22,52 +23,56 @@ typedef struct {
 
 extern const tg_op_def tg_ops[TG_OP_COUNT];
 
-#define TG_NODE_MAX_SAVED 4
 #define TG_NODE_MAX_IARGS (2 * TG_MAX_DIMS + 4)
 
 struct tg_node {
     tg_node_head head; /* first: the tensor layer reads the name through it */
     tg_op_id op;
+    int nin, nsaved;
     tg_tape *tape;
-    tg_tensor *out;  /* header of the output (shape, dtype) */
-    tg_tensor *grad; /* d(root)/d(out), filled during backward */
-    tg_tensor **in;  /* inputs (backward skips those that need no grad) */
-    int nin;
-    tg_tensor *saved[TG_NODE_MAX_SAVED];
+    tg_tensor *out;     /* header of the output (shape, dtype) */
+    tg_tensor *grad;    /* d(root)/d(out), filled during backward */
+    tg_tensor **in;     /* inputs (backward skips those that need no grad) */
+    tg_tensor **saved;  /* what backward reads (nsaved entries) */
     int64_t iarg[TG_NODE_MAX_IARGS];
     double darg[4];
-    tg_generator *gen;
-    tg_node *prev; /* previous node recorded in the same tape */
+    tg_fn_ctx *fn;      /* user functions (TG_OP_FUNCTION): the context */
+    uint64_t epoch;     /* the backward pass that last reached this node */
     bool released;
 };
 
 /* Declarations of every backward function named in ops.def. */
-#define TG_OP(id, name, fn) void fn(tg_node *n);
+#define TG_OP(id, name, fn) int fn(tg_node *n);
 #include "ops.def"
 #undef TG_OP
 
 /* True if t takes part in autograd (requires grad). */
 static inline bool tg__needs_grad(const tg_tensor *t) { return t && t->requires_grad; }
 
-/* Records a node for out if grad mode is on and any input needs grad; marks out
- * as requiring grad.  Returns the
- * node (to fill saved/iarg), or NULL if nothing was recorded (not an error);
- * *err is set on allocation failure. */
-tg_node *tg__record(tg_tape *tp, tg_op_id op, tg_tensor *out, int nin, tg_tensor *const *in,
-                    bool *err);
+/* The one recording path of every op. If grad mode is on and any of the nin
+ * inputs requires grad, records a node of kind op in tp for out (marking out
+ * as requiring grad, with the node as its grad_fn) that keeps the inputs and
+ * the nsaved tensors in saved for backward. Returns out, or NULL if out is
+ * NULL (an earlier failure, its message kept) or the node could not be
+ * allocated (message recorded). If node is not NULL, *node receives the node
+ * (to store integer/double arguments in iarg/darg), or NULL when nothing was
+ * recorded. */
+tg_tensor *tg__record(tg_tape *tp, tg_op_id op, tg_tensor *out, int nin, tg_tensor *const *in, int nsaved,
+                      tg_tensor *const *saved, tg_node **node);
 
 /* The gradient buffer of t (contiguous, t's shape): a leaf's .grad in the
  * leaf's tape or the producing node's grad. *fresh is set when the buffer was
  * just created and holds garbage (kernels then overwrite instead of add);
  * with zero=true a fresh buffer is zeroed and *fresh is false. NULL if t needs
- * no grad or on allocation failure. */
+ * no grad or on allocation failure (callers check tg__needs_grad first, so
+ * NULL means TG_ENOMEM). */
 tg_tensor *tg__grad_buf(tg_tensor *t, bool *fresh, bool zero);
 /* Adds g into t's gradient, summing over broadcast dims when g's shape is
- * t's broadcast to more dims. No-op if t needs no grad. */
-void tg__accum(tg_tensor *t, const tg_tensor *g);
+ * t's broadcast to more dims. No-op if t needs no grad. TG_OK or TG_ENOMEM. */
+int tg__accum(tg_tensor *t, const tg_tensor *g);
 /* Same, when g is owned by the caller and dead afterwards (a temporary, or a
  * finished node's gradient): a non-leaf may adopt g without a copy. */
-void tg__accum_owned(tg_node *n, tg_tensor *t, const tg_tensor *g);
+int tg__accum_owned(tg_node *n, tg_tensor *t, const tg_tensor *g);
 /* Tape in which backward temporaries of n are made. */
 static inline tg_tape *tg__btape(const tg_node *n) { return n->tape; }
 /* A result tensor header of shape like x with dtype dt in tp. */

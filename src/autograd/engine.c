@@ -1,8 +1,10 @@
 /* The autograd engine: the op table, recording nodes on the tape, gradient
- * buffers, and backward() as a reverse walk over the tape. */
+ * buffers, and backward() as a walk over the graph in topological order. */
 #include "autograd_internal.h"
 
 #include <math.h>
+#include <stdatomic.h>
+#include <stdint.h>
 
 const tg_op_def tg_ops[TG_OP_COUNT] = {
 #define TG_OP(id, name, fn) [TG_OP_##id] = {name, fn},
@@ -70,31 +72,33 @@ tg_tensor *tg__new_like(tg_tape *tp, const tg_tensor *x) { return tg_empty(tp, x
 
 /* ---- recording ------------------------------------------------------------------ */
 
-tg_node *tg__record(tg_tape *tp, tg_op_id op, tg_tensor *out, int nin, tg_tensor *const *in, bool *err)
+tg_tensor *tg__record(tg_tape *tp, tg_op_id op, tg_tensor *out, int nin, tg_tensor *const *in, int nsaved,
+                      tg_tensor *const *saved, tg_node **node)
 {
-    *err = false;
-    if (grad_disabled) return NULL;
+    if (node) *node = NULL;
+    if (!out) return NULL;
+    if (grad_disabled) return out;
     bool any = false;
     for (int i = 0; i < nin; i++) any |= tg__needs_grad(in[i]);
-    if (!any) return NULL;
-    tg_node *n = tg_tape_alloc(tp, sizeof *n, true);
-    tg_tensor **ins = n ? tg_tape_alloc(tp, sizeof *ins * (size_t)(nin > 0 ? nin : 1), false) : NULL;
-    if (!n || !ins) {
-        *err = true;
-        return NULL;
-    }
-    for (int i = 0; i < nin; i++) ins[i] = in[i];
+    if (!any) return out;
+    /* One block: the node, then its inputs, then its saved tensors. */
+    size_t size = sizeof(tg_node) + sizeof(tg_tensor *) * ((size_t)nin + (size_t)nsaved);
+    tg_node *n = tg_tape_alloc(tp, size, true);
+    if (!n) return NULL;
+    n->in = (tg_tensor **)(void *)(n + 1);
+    n->saved = n->in + nin;
+    for (int i = 0; i < nin; i++) n->in[i] = in[i];
+    for (int i = 0; i < nsaved; i++) n->saved[i] = saved[i];
     n->head.name = tg_ops[op].name;
     n->op = op;
     n->tape = tp;
     n->out = out;
-    n->in = ins;
     n->nin = nin;
-    n->prev = tg__tape_last_node(tp);
-    tg__tape_set_last_node(tp, n);
+    n->nsaved = nsaved;
     out->grad_fn = n;
     out->requires_grad = true;
-    return n;
+    if (node) *node = n;
+    return out;
 }
 
 /* ---- gradient buffers ------------------------------------------------------------ */
@@ -118,19 +122,19 @@ tg_tensor *tg__grad_buf(tg_tensor *t, bool *fresh, bool zero)
     return *slot;
 }
 
-void tg__accum(tg_tensor *t, const tg_tensor *g)
+int tg__accum(tg_tensor *t, const tg_tensor *g)
 {
-    if (!tg__needs_grad(t) || !g) return;
+    if (!tg__needs_grad(t) || !g) return TG_OK;
     bool fresh;
     bool same = tg_same_shape(t, g);
     tg_tensor *buf = tg__grad_buf(t, &fresh, !same);
-    if (!buf) return;
+    if (!buf) return TG_ENOMEM;
     if (same) {
         if (fresh)
             tg_k_copy(buf, g);
         else
             tg_k_axpy(buf, g, 1.0);
-        return;
+        return TG_OK;
     }
     /* g has t's shape broadcast: sum the extra leading dims and the dims where
      * t has size 1, viewing buf with g's rank. */
@@ -142,27 +146,89 @@ void tg__accum(tg_tensor *t, const tg_tensor *g)
     }
     tg__contiguous_strides(view.ndim, view.shape, view.stride);
     tg_tensor *tmp = tg_empty(g->tape ? g->tape : buf->tape, buf->dtype, view.ndim, view.shape);
-    if (!tmp) return;
+    if (!tmp) return TG_ENOMEM;
     tg_k_sum_to(tmp, g);
     tg_k_axpy(&view, tmp, 1.0);
+    return TG_OK;
 }
 
-void tg__accum_owned(tg_node *n, tg_tensor *t, const tg_tensor *g)
+int tg__accum_owned(tg_node *n, tg_tensor *t, const tg_tensor *g)
 {
-    if (!tg__needs_grad(t) || !g) return;
+    if (!tg__needs_grad(t) || !g) return TG_OK;
     /* A non-leaf's first gradient can simply be g: nothing else reads or
      * writes g after this, so adopt it instead of copying. Leaves keep their
      * own buffer (it must outlive the step tape). */
     if (t->grad_fn && !t->grad_fn->grad && tg_same_shape(t, g) && t->dtype == g->dtype && tg_is_contiguous(g)) {
         tg_tensor *h = tg__alias(n->tape, g);
-        if (!h) return;
+        if (!h) return TG_ENOMEM;
         t->grad_fn->grad = h;
-        return;
+        return TG_OK;
     }
-    tg__accum(t, g);
+    return tg__accum(t, g);
 }
 
 /* ---- backward ---------------------------------------------------------------------- */
+
+/* Each backward pass takes a new number; a node reached by the pass carries it,
+ * so "visited" needs no pass over old nodes to clear marks. */
+static atomic_uint_fast64_t backward_epoch;
+
+typedef struct {
+    tg_node *n;
+    int next; /* the next input of n to look at */
+} dfs_frame;
+
+/* Grows a scratch array in tp to twice its capacity (the old block stays in
+ * the tape until it is reset). NULL on failure, with the tape's message. */
+static void *grow(tg_tape *tp, void *old, size_t *cap, size_t elem)
+{
+    size_t nc = *cap ? *cap * 2 : 256;
+    if (nc > SIZE_MAX / 2 / elem) return tg_error("backward: graph too large");
+    void *p = tg_tape_alloc(tp, nc * elem, false);
+    if (!p) return NULL;
+    if (old) memcpy(p, old, *cap * elem);
+    *cap = nc;
+    return p;
+}
+
+/* The nodes reachable from rn through inputs that require grad, whatever tape
+ * each was recorded in, in post-order (an iterative depth-first search: graphs
+ * may be far deeper than the C stack). Reversed, that is a topological order:
+ * a node comes before every node it reads from. Every node found has its
+ * gradient reset (a previous backward's is stale). Scratch lives in rn's tape,
+ * so a step loop that resets that tape allocates nothing after its first step. */
+static int collect(tg_node *rn, tg_node ***order_out, size_t *count)
+{
+    tg_tape *tp = rn->tape;
+    uint64_t e = (uint64_t)atomic_fetch_add(&backward_epoch, 1) + 1;
+    size_t scap = 0, ocap = 0, sp = 0, no = 0;
+    dfs_frame *stack = grow(tp, NULL, &scap, sizeof *stack);
+    tg_node **order = stack ? grow(tp, NULL, &ocap, sizeof *order) : NULL;
+    if (!order) return TG_ENOMEM;
+    rn->epoch = e;
+    rn->grad = NULL;
+    stack[sp++] = (dfs_frame){rn, 0};
+    while (sp > 0) {
+        dfs_frame *f = &stack[sp - 1];
+        tg_node *n = f->n;
+        if (f->next < n->nin) {
+            tg_tensor *t = n->in[f->next++];
+            tg_node *c = tg__needs_grad(t) ? t->grad_fn : NULL;
+            if (!c || c->epoch == e) continue;
+            c->epoch = e;
+            c->grad = NULL;
+            if (sp == scap && !(stack = grow(tp, stack, &scap, sizeof *stack))) return TG_ENOMEM;
+            stack[sp++] = (dfs_frame){c, 0};
+        } else {
+            sp--;
+            if (no == ocap && !(order = grow(tp, order, &ocap, sizeof *order))) return TG_ENOMEM;
+            order[no++] = n;
+        }
+    }
+    *order_out = order;
+    *count = no;
+    return TG_OK;
+}
 
 int tg_backward(tg_tensor *root, const tg_tensor *grad, bool retain_graph)
 {
@@ -184,32 +250,28 @@ int tg_backward(tg_tensor *root, const tg_tensor *grad, bool retain_graph)
     tg_tape *tp = rn ? rn->tape : root->tape;
     tg_tensor *seed = grad ? (tg_tensor *)grad : tg_ones(tp, root->dtype, root->ndim, root->shape);
     if (!seed) return TG_ENOMEM;
-    if (!rn) {
-        tg__accum(root, seed);
-        return TG_OK;
-    }
+    if (!rn) return tg__accum(root, seed);
     if (rn->released)
         return tg_error_status(TG_ESTATE, "backward: trying to backward through the graph a second "
                                           "time; pass retain_graph=true the first time");
-    /* Gradients of the previous backward through this tape start from zero. */
-    for (tg_node *n = tg__tape_last_node(tp); n; n = n->prev) n->grad = NULL;
+    tg_node **order;
+    size_t count;
+    int status = collect(rn, &order, &count);
+    if (status != TG_OK) return status;
     bool prev = tg_set_grad_enabled(false);
-    tg_clear_error();
-    tg__accum(root, seed);
-    int status = TG_OK;
-    for (tg_node *n = rn; n; n = n->prev) {
-        if (!n->grad) continue;
+    status = tg__accum(root, seed);
+    /* order[count - 1] is the root; every node comes after the nodes that read it. */
+    for (size_t k = count; k-- > 0 && status == TG_OK;) {
+        tg_node *n = order[k];
+        if (!n->grad) continue; /* reached, but no gradient flowed into it */
         if (n->released) {
             status = tg_error_status(TG_ESTATE, "backward: trying to backward through the graph a "
                                                 "second time (node %s); pass retain_graph=true the "
-                                                "first time", tg_ops[n->op].name);
+                                                "first time", n->head.name);
             break;
         }
-        tg_ops[n->op].backward(n);
-        if (tg_last_error()[0]) {
-            status = TG_ENOMEM;
-            break;
-        }
+        status = tg_ops[n->op].backward(n);
+        if (status != TG_OK) break;
         if (!retain_graph) n->released = true;
         n->grad = NULL; /* dropped: nothing reads it again */
     }

@@ -6,24 +6,25 @@
 
 /* Computes x op y (broadcast) and adds it into t's gradient; writes straight
  * into a fresh gradient buffer when the shapes allow. */
-static void accum_binary(tg_node *n, tg_tensor *t, const tg_tensor *x, const tg_tensor *y, tg_binop op)
+static int accum_binary(tg_node *n, tg_tensor *t, const tg_tensor *x, const tg_tensor *y, tg_binop op)
 {
-    if (!tg__needs_grad(t)) return;
+    if (!tg__needs_grad(t)) return TG_OK;
     int64_t shape[TG_MAX_DIMS];
     int nd = tg__broadcast_shape("backward", x->ndim, x->shape, y->ndim, y->shape, shape);
+    if (nd < 0) return TG_EINVAL;
     tg_tensor *tmp = tg_empty(tg__btape(n), x->dtype, nd, shape);
-    if (!tmp) return;
+    if (!tmp) return TG_ENOMEM;
     tg_k_binary(tmp, x, y, op);
-    tg__accum_owned(n, t, tmp);
+    return tg__accum_owned(n, t, tmp);
 }
 
-static void accum_scaled(tg_node *n, tg_tensor *t, const tg_tensor *g, double s, tg_binop op)
+static int accum_scaled(tg_node *n, tg_tensor *t, const tg_tensor *g, double s, tg_binop op)
 {
-    if (!tg__needs_grad(t)) return;
+    if (!tg__needs_grad(t)) return TG_OK;
     tg_tensor *tmp = tg__new_like(tg__btape(n), g);
-    if (!tmp) return;
+    if (!tmp) return TG_ENOMEM;
     tg_k_binary_scalar(tmp, g, s, op, false);
-    tg__accum_owned(n, t, tmp);
+    return tg__accum_owned(n, t, tmp);
 }
 
 /* ---- binary tensor ops --------------------------------------------------------------- */
@@ -41,15 +42,8 @@ static tg_tensor *binary(tg_tape *tp, const char *name, tg_op_id id, tg_binop bo
     tg_tensor *out = tg_empty(tp, a->dtype, nd, shape);
     if (!out) return NULL;
     tg_k_binary(out, a, b, bop);
-    bool err;
     tg_tensor *in[2] = {a, b};
-    tg_node *n = tg__record(tp, id, out, 2, in, &err);
-    if (err) return NULL;
-    if (n) {
-        n->saved[0] = a;
-        n->saved[1] = b;
-    }
-    return out;
+    return tg__record(tp, id, out, 2, in, 2, in, NULL);
 }
 
 tg_tensor *tg_add(tg_tape *tp, tg_tensor *a, tg_tensor *b) { return binary(tp, "add", TG_OP_ADD, TG_BIN_ADD, a, b); }
@@ -58,41 +52,40 @@ tg_tensor *tg_mul(tg_tape *tp, tg_tensor *a, tg_tensor *b) { return binary(tp, "
 tg_tensor *tg_div(tg_tape *tp, tg_tensor *a, tg_tensor *b) { return binary(tp, "div", TG_OP_DIV, TG_BIN_DIV, a, b); }
 
 /* forward: y = a + b; so da = dy, db = dy (summed over broadcast dims) */
-void tg__add_backward(tg_node *n)
+int tg__add_backward(tg_node *n)
 {
-    tg__accum(n->in[0], n->grad);
-    tg__accum(n->in[1], n->grad);
+    int st = tg__accum(n->in[0], n->grad);
+    return st ? st : tg__accum(n->in[1], n->grad);
 }
 
 /* forward: y = a - b; so da = dy, db = -dy */
-void tg__sub_backward(tg_node *n)
+int tg__sub_backward(tg_node *n)
 {
-    tg__accum(n->in[0], n->grad);
-    accum_scaled(n, n->in[1], n->grad, -1.0, TG_BIN_MUL);
+    int st = tg__accum(n->in[0], n->grad);
+    return st ? st : accum_scaled(n, n->in[1], n->grad, -1.0, TG_BIN_MUL);
 }
 
 /* forward: y = a * b; so da = dy * b, db = dy * a */
-void tg__mul_backward(tg_node *n)
+int tg__mul_backward(tg_node *n)
 {
-    accum_binary(n, n->in[0], n->grad, n->saved[1], TG_BIN_MUL);
-    accum_binary(n, n->in[1], n->grad, n->saved[0], TG_BIN_MUL);
+    int st = accum_binary(n, n->in[0], n->grad, n->saved[1], TG_BIN_MUL);
+    return st ? st : accum_binary(n, n->in[1], n->grad, n->saved[0], TG_BIN_MUL);
 }
 
 /* forward: y = a / b; so da = dy / b, db = -dy * a / b^2 */
-void tg__div_backward(tg_node *n)
+int tg__div_backward(tg_node *n)
 {
-    accum_binary(n, n->in[0], n->grad, n->saved[1], TG_BIN_DIV);
-    if (tg__needs_grad(n->in[1])) {
-        tg_tape *tp = tg__btape(n);
-        const tg_tensor *a = n->saved[0], *b = n->saved[1];
-        tg_tensor *t = tg__new_like(tp, n->grad);
-        if (!t) return;
-        tg_k_binary(t, n->grad, a, TG_BIN_MUL);
-        tg_k_binary(t, t, b, TG_BIN_DIV);
-        tg_k_binary(t, t, b, TG_BIN_DIV);
-        tg_k_binary_scalar(t, t, -1.0, TG_BIN_MUL, false);
-        tg__accum(n->in[1], t);
-    }
+    int st = accum_binary(n, n->in[0], n->grad, n->saved[1], TG_BIN_DIV);
+    if (st || !tg__needs_grad(n->in[1])) return st;
+    tg_tape *tp = tg__btape(n);
+    const tg_tensor *a = n->saved[0], *b = n->saved[1];
+    tg_tensor *t = tg__new_like(tp, n->grad);
+    if (!t) return TG_ENOMEM;
+    tg_k_binary(t, n->grad, a, TG_BIN_MUL);
+    tg_k_binary(t, t, b, TG_BIN_DIV);
+    tg_k_binary(t, t, b, TG_BIN_DIV);
+    tg_k_binary_scalar(t, t, -1.0, TG_BIN_MUL, false);
+    return tg__accum(n->in[1], t);
 }
 
 /* ---- tensor-scalar ops ------------------------------------------------------------------ */
@@ -105,14 +98,9 @@ static tg_tensor *scalar_op(tg_tape *tp, const char *name, tg_op_id id, tg_binop
     tg_tensor *out = tg__new_like(tp, a);
     if (!out) return NULL;
     tg_k_binary_scalar(out, a, s, bop, rev);
-    bool err;
-    tg_node *n = tg__record(tp, id, out, 1, &a, &err);
-    if (err) return NULL;
-    if (n) {
-        n->saved[0] = a;
-        n->saved[1] = out;
-        n->darg[0] = s;
-    }
+    tg_node *n;
+    out = tg__record(tp, id, out, 1, &a, 1, &a, &n);
+    if (n) n->darg[0] = s;
     return out;
 }
 
@@ -142,31 +130,28 @@ tg_tensor *tg_pow_scalar(tg_tape *tp, tg_tensor *a, double e)
 }
 
 /* forward: y = a + s (or a - s); so da = dy */
-void tg__add_scalar_backward(tg_node *n) { tg__accum(n->in[0], n->grad); }
+int tg__add_scalar_backward(tg_node *n) { return tg__accum(n->in[0], n->grad); }
 
 /* forward: y = s - a; so da = -dy */
-void tg__rsub_backward(tg_node *n) { accum_scaled(n, n->in[0], n->grad, -1.0, TG_BIN_MUL); }
+int tg__rsub_backward(tg_node *n) { return accum_scaled(n, n->in[0], n->grad, -1.0, TG_BIN_MUL); }
 
 /* forward: y = a * s (or a / s); so da = dy * s (or dy / s) */
-void tg__mul_scalar_backward(tg_node *n)
+int tg__mul_scalar_backward(tg_node *n)
 {
-    accum_scaled(n, n->in[0], n->grad, n->darg[0], n->op == TG_OP_DIV_SCALAR ? TG_BIN_DIV : TG_BIN_MUL);
+    return accum_scaled(n, n->in[0], n->grad, n->darg[0], n->op == TG_OP_DIV_SCALAR ? TG_BIN_DIV : TG_BIN_MUL);
 }
 
 /* forward: y = a^p; so da = dy * p * a^(p-1) */
-void tg__pow_scalar_backward(tg_node *n)
+int tg__pow_scalar_backward(tg_node *n)
 {
     double p = n->darg[0];
-    if (p == 0) {
-        accum_scaled(n, n->in[0], n->grad, 0.0, TG_BIN_MUL);
-        return;
-    }
+    if (p == 0) return accum_scaled(n, n->in[0], n->grad, 0.0, TG_BIN_MUL);
     tg_tensor *t = tg__new_like(tg__btape(n), n->saved[0]);
-    if (!t) return;
+    if (!t) return TG_ENOMEM;
     tg_k_binary_scalar(t, n->saved[0], p - 1.0, TG_BIN_POW, false);
     tg_k_binary_scalar(t, t, p, TG_BIN_MUL, false);
     tg_k_binary(t, t, n->grad, TG_BIN_MUL);
-    tg__accum(n->in[0], t);
+    return tg__accum(n->in[0], t);
 }
 
 /* ---- unary ops ------------------------------------------------------------------------------ */
@@ -178,14 +163,8 @@ static tg_tensor *unary(tg_tape *tp, const char *name, tg_op_id id, tg_unop uop,
     tg_tensor *out = tg__new_like(tp, a);
     if (!out) return NULL;
     tg_k_unary(out, a, uop);
-    bool err;
-    tg_node *n = tg__record(tp, id, out, 1, &a, &err);
-    if (err) return NULL;
-    if (n) {
-        n->saved[0] = a;
-        n->saved[1] = out;
-    }
-    return out;
+    tg_tensor *saved[2] = {a, out};
+    return tg__record(tp, id, out, 1, &a, 2, saved, NULL);
 }
 
 tg_tensor *tg_neg(tg_tape *tp, tg_tensor *a) { return unary(tp, "neg", TG_OP_NEG, TG_UN_NEG, a); }
@@ -197,57 +176,57 @@ tg_tensor *tg_relu(tg_tape *tp, tg_tensor *a) { return unary(tp, "relu", TG_OP_R
 tg_tensor *tg_gelu(tg_tape *tp, tg_tensor *a) { return unary(tp, "gelu", TG_OP_GELU, TG_UN_GELU, a); }
 
 /* forward: y = -a; so da = -dy */
-void tg__neg_backward(tg_node *n) { accum_scaled(n, n->in[0], n->grad, -1.0, TG_BIN_MUL); }
+int tg__neg_backward(tg_node *n) { return accum_scaled(n, n->in[0], n->grad, -1.0, TG_BIN_MUL); }
 
 /* forward: y = exp(a); so da = dy * y */
-void tg__exp_backward(tg_node *n) { accum_binary(n, n->in[0], n->grad, n->saved[1], TG_BIN_MUL); }
+int tg__exp_backward(tg_node *n) { return accum_binary(n, n->in[0], n->grad, n->saved[1], TG_BIN_MUL); }
 
 /* forward: y = log(a); so da = dy / a */
-void tg__log_backward(tg_node *n) { accum_binary(n, n->in[0], n->grad, n->saved[0], TG_BIN_DIV); }
+int tg__log_backward(tg_node *n) { return accum_binary(n, n->in[0], n->grad, n->saved[0], TG_BIN_DIV); }
 
 /* forward: y = sqrt(a); so da = dy / (2 y) */
-void tg__sqrt_backward(tg_node *n)
+int tg__sqrt_backward(tg_node *n)
 {
     tg_tensor *t = tg__new_like(tg__btape(n), n->grad);
-    if (!t) return;
+    if (!t) return TG_ENOMEM;
     tg_k_binary(t, n->grad, n->saved[1], TG_BIN_DIV);
     tg_k_binary_scalar(t, t, 2.0, TG_BIN_DIV, false);
-    tg__accum(n->in[0], t);
+    return tg__accum(n->in[0], t);
 }
 
 /* forward: y = tanh(a); so da = dy * (1 - y^2) */
-void tg__tanh_backward(tg_node *n)
+int tg__tanh_backward(tg_node *n)
 {
     tg_tensor *t = tg__new_like(tg__btape(n), n->grad);
-    if (!t) return;
+    if (!t) return TG_ENOMEM;
     tg_k_binary(t, n->saved[1], n->saved[1], TG_BIN_MUL);
     tg_k_binary_scalar(t, t, 1.0, TG_BIN_SUB, true);
     tg_k_binary(t, t, n->grad, TG_BIN_MUL);
-    tg__accum(n->in[0], t);
+    return tg__accum(n->in[0], t);
 }
 
 /* forward: y = max(a, 0); so da = dy * (y > 0) */
-void tg__relu_backward(tg_node *n)
+int tg__relu_backward(tg_node *n)
 {
     tg_tape *tp = tg__btape(n);
     tg_tensor *mask = tg_empty(tp, TG_BOOL, n->saved[1]->ndim, n->saved[1]->shape);
     tg_tensor *zero = tg_scalar(tp, n->grad->dtype, 0.0);
     tg_tensor *t = tg__new_like(tp, n->grad);
-    if (!mask || !zero || !t) return;
+    if (!mask || !zero || !t) return TG_ENOMEM;
     tg_k_compare(mask, n->saved[1], zero, TG_CMP_GT);
     tg_k_where(t, mask, n->grad, zero);
-    tg__accum(n->in[0], t);
+    return tg__accum(n->in[0], t);
 }
 
 /* forward: y = a/2 (1 + tanh(k (a + c a^3))), k = sqrt(2/pi), c = 0.044715;
  * so da = dy (1/2 (1 + t) + a/2 (1 - t^2) k (1 + 3 c a^2)), t = tanh(...) */
-void tg__gelu_backward(tg_node *n)
+int tg__gelu_backward(tg_node *n)
 {
     tg_tape *tp = tg__btape(n);
     const tg_tensor *a = n->saved[0];
     tg_tensor *t = tg_empty(tp, TG_F64, a->ndim, a->shape);
     tg_tensor *g = tg_empty(tp, TG_F64, a->ndim, a->shape);
-    if (!t || !g) return;
+    if (!t || !g) return TG_ENOMEM;
     tg_k_copy(t, a);
     tg_k_copy(g, n->grad);
     double *x = t->data, *d = g->data;
@@ -258,9 +237,9 @@ void tg__gelu_backward(tg_node *n)
         x[i] = d[i] * (0.5 * (1 + th) + 0.5 * v * (1 - th * th) * k * (1 + 3 * c * v * v));
     }
     tg_tensor *r = tg__new_like(tp, n->grad);
-    if (!r) return;
+    if (!r) return TG_ENOMEM;
     tg_k_copy(r, t);
-    tg__accum(n->in[0], r);
+    return tg__accum(n->in[0], r);
 }
 
 /* ---- comparisons, where, masked_fill ------------------------------------------------------- */
@@ -302,34 +281,30 @@ tg_tensor *tg_where(tg_tape *tp, const tg_tensor *cond, tg_tensor *a, tg_tensor 
     tg_tensor *out = tg_empty(tp, a->dtype, nd, shape);
     if (!out) return NULL;
     tg_k_where(out, cond, a, b);
-    bool err;
-    tg_tensor *in[2] = {a, b};
-    tg_node *n = tg__record(tp, TG_OP_WHERE, out, 2, in, &err);
-    if (err) return NULL;
-    if (n) n->saved[0] = (tg_tensor *)cond;
-    return out;
+    tg_tensor *in[2] = {a, b}, *saved[1] = {(tg_tensor *)cond};
+    return tg__record(tp, TG_OP_WHERE, out, 2, in, 1, saved, NULL);
 }
 
 /* dy where cond (or where !cond), zero elsewhere, added into t's gradient. */
-static void accum_masked(tg_node *n, tg_tensor *t, const tg_tensor *cond, bool keep_true)
+static int accum_masked(tg_node *n, tg_tensor *t, const tg_tensor *cond, bool keep_true)
 {
-    if (!tg__needs_grad(t)) return;
+    if (!tg__needs_grad(t)) return TG_OK;
     tg_tape *tp = tg__btape(n);
     tg_tensor *zero = tg_scalar(tp, n->grad->dtype, 0.0);
     tg_tensor *r = tg__new_like(tp, n->grad);
-    if (!zero || !r) return;
+    if (!zero || !r) return TG_ENOMEM;
     if (keep_true)
         tg_k_where(r, cond, n->grad, zero);
     else
         tg_k_where(r, cond, zero, n->grad);
-    tg__accum_owned(n, t, r);
+    return tg__accum_owned(n, t, r);
 }
 
 /* forward: y = where(c, a, b); so da = where(c, dy, 0), db = where(c, 0, dy) */
-void tg__where_backward(tg_node *n)
+int tg__where_backward(tg_node *n)
 {
-    accum_masked(n, n->in[0], n->saved[0], true);
-    accum_masked(n, n->in[1], n->saved[0], false);
+    int st = accum_masked(n, n->in[0], n->saved[0], true);
+    return st ? st : accum_masked(n, n->in[1], n->saved[0], false);
 }
 
 tg_tensor *tg_masked_fill(tg_tape *tp, tg_tensor *x, const tg_tensor *mask, double value)
@@ -350,15 +325,12 @@ tg_tensor *tg_masked_fill(tg_tape *tp, tg_tensor *x, const tg_tensor *mask, doub
     tg_tensor *fill = tg_scalar(tp, x->dtype, value);
     if (!out || !fill) return NULL;
     tg_k_where(out, mask, fill, x);
-    bool err;
-    tg_node *n = tg__record(tp, TG_OP_MASKED_FILL, out, 1, &x, &err);
-    if (err) return NULL;
-    if (n) n->saved[0] = (tg_tensor *)mask;
-    return out;
+    tg_tensor *saved[1] = {(tg_tensor *)mask};
+    return tg__record(tp, TG_OP_MASKED_FILL, out, 1, &x, 1, saved, NULL);
 }
 
 /* forward: y = masked_fill(x, mask, v); so dx = where(mask, 0, dy) */
-void tg__masked_fill_backward(tg_node *n) { accum_masked(n, n->in[0], n->saved[0], false); }
+int tg__masked_fill_backward(tg_node *n) { return accum_masked(n, n->in[0], n->saved[0], false); }
 
 /* ---- dropout ------------------------------------------------------------------------------------ */
 
@@ -383,32 +355,8 @@ tg_tensor *tg_dropout(tg_tape *tp, tg_tensor *x, double p, tg_generator *g)
     tg_tensor *out = tg__new_like(tp, x);
     if (!out) return NULL;
     tg_k_binary(out, x, m, TG_BIN_MUL);
-    bool err;
-    tg_node *n = tg__record(tp, TG_OP_DROPOUT, out, 1, &x, &err);
-    if (err) return NULL;
-    if (n) n->saved[0] = m;
-    return out;
+    return tg__record(tp, TG_OP_DROPOUT, out, 1, &x, 1, &m, NULL);
 }
 
 /* forward: y = x * m; so dx = dy * m */
-void tg__dropout_backward(tg_node *n) { accum_binary(n, n->in[0], n->grad, n->saved[0], TG_BIN_MUL); }
-
-/* ---- a deliberately wrong op, for the gradcheck test ---------------------------------------------- */
-
-/* forward: y = x * x (via the mul kernel); the "backward" claims dx = dy * x,
- * half the true 2 x dy. Reached only through tg__test_wrong_square. */
-tg_tensor *tg__test_wrong_square(tg_tape *tp, tg_tensor *x);
-tg_tensor *tg__test_wrong_square(tg_tape *tp, tg_tensor *x)
-{
-    if (!x) return tg__error_null_input("wrong_square");
-    tg_tensor *out = tg__new_like(tp, x);
-    if (!out) return NULL;
-    tg_k_binary(out, x, x, TG_BIN_MUL);
-    bool err;
-    tg_node *n = tg__record(tp, TG_OP_TEST_WRONG, out, 1, &x, &err);
-    if (err) return NULL;
-    if (n) n->saved[0] = x;
-    return out;
-}
-
-void tg__test_wrong_backward(tg_node *n) { accum_binary(n, n->in[0], n->grad, n->saved[0], TG_BIN_MUL); }
+int tg__dropout_backward(tg_node *n) { return accum_binary(n, n->in[0], n->grad, n->saved[0], TG_BIN_MUL); }

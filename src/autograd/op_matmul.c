@@ -100,13 +100,10 @@ static tg_tensor *product(tg_tape *tp, const char *op, tg_op_id id, tg_tensor *a
     } else {
         tg_k_gemm(&cp, &ap, false, &bp, false, 1.0, 0.0);
     }
-    bool err;
     tg_tensor *in[2] = {a, b};
-    tg_node *n = tg__record(tp, id, out, 2, in, &err);
-    if (err) return NULL;
+    tg_node *n;
+    out = tg__record(tp, id, out, 2, in, 2, in, &n);
     if (n) {
-        n->saved[0] = a;
-        n->saved[1] = b;
         n->iarg[0] = nb;
         for (int d = 0; d < nb; d++) n->iarg[1 + d] = bshape[d];
     }
@@ -149,30 +146,30 @@ tg_tensor *tg_bmm(tg_tape *tp, tg_tensor *a, tg_tensor *b)
 
 /* dst += op(x) @ op(y) into t's gradient seen as a batch like `like`; when t
  * was broadcast over the batch, through a temporary that is then summed. */
-static void grad_product(tg_node *n, tg_tensor *t, const tg_tensor *like, bool exact, const tg_tensor *x, bool tx,
-                         const tg_tensor *y, bool ty)
+static int grad_product(tg_node *n, tg_tensor *t, const tg_tensor *like, bool exact, const tg_tensor *x, bool tx,
+                        const tg_tensor *y, bool ty)
 {
-    if (!tg__needs_grad(t)) return;
+    if (!tg__needs_grad(t)) return TG_OK;
     if (exact) {
         bool fresh;
         tg_tensor *buf = tg__grad_buf(t, &fresh, false);
-        if (!buf) return;
+        if (!buf) return TG_ENOMEM;
         tg_tensor v = *buf;
         v.ndim = like->ndim;
         for (int d = 0; d < like->ndim; d++) v.shape[d] = like->shape[d];
         tg__contiguous_strides(v.ndim, v.shape, v.stride);
         tg_k_gemm(&v, x, tx, y, ty, 1.0, fresh ? 0.0 : 1.0);
-        return;
+        return TG_OK;
     }
     tg_tensor *tmp = tg_empty(tg__btape(n), like->dtype, like->ndim, like->shape);
-    if (!tmp) return;
+    if (!tmp) return TG_ENOMEM;
     tg_k_gemm(tmp, x, tx, y, ty, 1.0, 0.0);
-    tg__accum(t, tmp);
+    return tg__accum(t, tmp);
 }
 
 /* forward: c = a @ b (batched, broadcast); so da = dc @ b^T, db = a^T @ dc
  * (each summed over the batch dims its operand was broadcast along) */
-void tg__matmul_backward(tg_node *n)
+int tg__matmul_backward(tg_node *n)
 {
     tg_tensor *a = n->in[0], *b = n->in[1];
     const tg_tensor *as = n->saved[0], *bs = n->saved[1];
@@ -195,12 +192,11 @@ void tg__matmul_backward(tg_node *n)
         tg_tensor b2 = bp;
         b2.ndim = 2, b2.shape[0] = bp.shape[nb], b2.shape[1] = bp.shape[nb + 1];
         b2.stride[0] = bp.stride[nb], b2.stride[1] = bp.stride[nb + 1];
-        grad_product(n, a, &a2, true, &g2, false, &b2, true);
-        grad_product(n, b, &b2, true, &a2, true, &g2, false);
-        return;
+        int st = grad_product(n, a, &a2, true, &g2, false, &b2, true);
+        return st ? st : grad_product(n, b, &b2, true, &a2, true, &g2, false);
     }
-    grad_product(n, a, &ap, batch_exact(as, nb, bshape), &gp, false, &bp, true);
-    grad_product(n, b, &bp, batch_exact(bs, nb, bshape), &ap, true, &gp, false);
+    int st = grad_product(n, a, &ap, batch_exact(as, nb, bshape), &gp, false, &bp, true);
+    return st ? st : grad_product(n, b, &bp, batch_exact(bs, nb, bshape), &ap, true, &gp, false);
 }
 
 /* ---- linear -------------------------------------------------------------------------------------- */
@@ -243,39 +239,36 @@ tg_tensor *tg_linear(tg_tape *tp, tg_tensor *x, tg_tensor *w, tg_tensor *b)
         id = b ? TG_OP_ADDMM : TG_OP_LINEAR_MM;
     else
         id = b ? (x->ndim == 3 && tg_is_contiguous(x) ? TG_OP_LINEAR_VIEW : TG_OP_LINEAR_ADD) : TG_OP_LINEAR_ND;
-    bool err;
     tg_tensor *ins[3] = {xs, w, b};
-    tg_node *n = tg__record(tp, id, out, b ? 3 : 2, ins, &err);
-    if (err) return NULL;
-    if (n) {
-        n->saved[0] = xs;
-        n->saved[1] = w;
-    }
-    return out;
+    return tg__record(tp, id, out, b ? 3 : 2, ins, 2, ins, NULL);
 }
 
 /* forward: y = x W^T + b (x folded to (R, in)); so dx = dy W, dW = dy^T x,
  * db = sum of dy over rows */
-void tg__linear_backward(tg_node *n)
+int tg__linear_backward(tg_node *n)
 {
     tg_tensor *x = n->in[0], *w = n->in[1], *b = n->nin > 2 ? n->in[2] : NULL;
     tg_tensor x2, g2;
-    if (!fold_rows(n->saved[0], &x2) || !fold_rows(n->grad, &g2)) return;
-    grad_product(n, x, &x2, true, &g2, false, n->saved[1], false);
-    grad_product(n, w, n->saved[1], true, &g2, true, &x2, false);
+    /* both fold: the forward folded x (or its clone), and n->grad is contiguous */
+    if (!fold_rows(n->saved[0], &x2) || !fold_rows(n->grad, &g2))
+        return tg_error_status(TG_ESTATE, "%s: cannot fold the input or gradient into rows", n->head.name);
+    int st = grad_product(n, x, &x2, true, &g2, false, n->saved[1], false);
+    if (!st) st = grad_product(n, w, n->saved[1], true, &g2, true, &x2, false);
+    if (st) return st;
     if (tg__needs_grad(b)) {
         bool fresh;
         tg_tensor *buf = tg__grad_buf(b, &fresh, false);
-        if (!buf) return;
+        if (!buf) return TG_ENOMEM;
         tg_tensor acc = *buf; /* (1, out) keepdim view */
         acc.ndim = 2, acc.shape[0] = 1, acc.shape[1] = buf->shape[0], acc.stride[0] = buf->shape[0], acc.stride[1] = 1;
         if (fresh) {
             tg_k_sum_to(&acc, &g2);
         } else {
             tg_tensor *t = tg_empty(tg__btape(n), buf->dtype, 2, acc.shape);
-            if (!t) return;
+            if (!t) return TG_ENOMEM;
             tg_k_sum_to(t, &g2);
             tg_k_axpy(&acc, t, 1.0);
         }
     }
+    return TG_OK;
 }

@@ -39,33 +39,27 @@ tg_tensor *tg_mse_loss(tg_tape *tp, tg_tensor *input, tg_tensor *target, tg_redu
     tg_k_binary(diff, input, target, TG_BIN_SUB);
     tg_k_binary(sq, diff, diff, TG_BIN_MUL);
     tg_tensor *out = reduce_loss(tp, sq, r, tg_numel(input));
-    if (!out) return NULL;
-    bool err;
     tg_tensor *in[2] = {input, target};
-    tg_node *n = tg__record(tp, TG_OP_MSE_LOSS, out, 2, in, &err);
-    if (err) return NULL;
-    if (n) {
-        n->saved[0] = diff;
-        n->iarg[0] = r;
-    }
+    tg_node *n;
+    out = tg__record(tp, TG_OP_MSE_LOSS, out, 2, in, 1, &diff, &n);
+    if (n) n->iarg[0] = r;
     return out;
 }
 
 /* forward: l = reduce((x - t)^2); so dx = 2 (x - t) dl (/ numel for mean), dt = -dx */
-void tg__mse_loss_backward(tg_node *n)
+int tg__mse_loss_backward(tg_node *n)
 {
     const tg_tensor *diff = n->saved[0];
     tg_tensor *gx = tg__new_like(tg__btape(n), diff);
-    if (!gx) return;
+    if (!gx) return TG_ENOMEM;
     tg_reduction r = (tg_reduction)n->iarg[0];
     tg_k_binary(gx, diff, n->grad, TG_BIN_MUL); /* dl broadcasts (0-dim for mean/sum) */
     double scale = r == TG_REDUCE_MEAN ? 2.0 / (double)tg_numel(diff) : 2.0;
     tg_k_binary_scalar(gx, gx, scale, TG_BIN_MUL, false);
-    tg__accum(n->in[0], gx);
-    if (tg__needs_grad(n->in[1])) {
-        tg_k_binary_scalar(gx, gx, -1.0, TG_BIN_MUL, false);
-        tg__accum(n->in[1], gx);
-    }
+    int st = tg__accum(n->in[0], gx);
+    if (st || !tg__needs_grad(n->in[1])) return st;
+    tg_k_binary_scalar(gx, gx, -1.0, TG_BIN_MUL, false);
+    return tg__accum(n->in[1], gx);
 }
 
 tg_tensor *tg_cross_entropy(tg_tape *tp, tg_tensor *logits, const tg_tensor *target, tg_reduction r)
@@ -96,27 +90,22 @@ tg_tensor *tg_cross_entropy(tg_tape *tp, tg_tensor *logits, const tg_tensor *tar
         tg_set(elem, e, -tg_get(lsm, idx));
     }
     tg_tensor *out = reduce_loss(tp, elem, r, N);
-    if (!out) return NULL;
-    bool err;
-    tg_node *n = tg__record(tp, TG_OP_CROSS_ENTROPY, out, 1, &logits, &err);
-    if (err) return NULL;
-    if (n) {
-        n->saved[0] = lsm;
-        n->saved[1] = (tg_tensor *)target;
-        n->iarg[0] = r;
-    }
+    tg_tensor *saved[2] = {lsm, (tg_tensor *)target};
+    tg_node *n;
+    out = tg__record(tp, TG_OP_CROSS_ENTROPY, out, 1, &logits, 2, saved, &n);
+    if (n) n->iarg[0] = r;
     return out;
 }
 
 /* forward: l = reduce(-log_softmax(x)[i, t_i]); so dx_i = (softmax(x_i) - onehot(t_i)) dl_i
  * (dl_i = dl / N for mean) */
-void tg__cross_entropy_backward(tg_node *n)
+int tg__cross_entropy_backward(tg_node *n)
 {
     const tg_tensor *lsm = n->saved[0], *target = n->saved[1];
     tg_reduction r = (tg_reduction)n->iarg[0];
     int64_t N = lsm->shape[0], C = lsm->shape[1];
     tg_tensor *gx = tg__new_like(tg__btape(n), lsm);
-    if (!gx) return;
+    if (!gx) return TG_ENOMEM;
     tg_k_unary(gx, lsm, TG_UN_EXP);
     for (int64_t i = 0; i < N; i++) {
         int64_t idx[2] = {i, (int64_t)tg_item_at(target, i)};
@@ -127,5 +116,5 @@ void tg__cross_entropy_backward(tg_node *n)
             tg_set(gx, p, tg_get(gx, p) * g);
         }
     }
-    tg__accum(n->in[0], gx);
+    return tg__accum(n->in[0], gx);
 }

@@ -52,9 +52,8 @@ static tg_tensor *reduce(tg_tape *tp, const char *op, tg_op_id id, tg_tensor *x,
     for (int d = 0; d < x->ndim; d++)
         if (reduced[d]) count *= x->shape[d];
     if (mean) tg_k_binary_scalar(out, out, (double)count, TG_BIN_DIV, false);
-    bool err;
-    tg_node *n = tg__record(tp, id, out, 1, &x, &err);
-    if (err) return NULL;
+    tg_node *n;
+    out = tg__record(tp, id, out, 1, &x, 0, NULL, &n);
     if (n) {
         for (int d = 0; d < x->ndim; d++) n->iarg[d] = kshape[d];
         n->darg[0] = mean ? 1.0 / (double)count : 1.0;
@@ -74,7 +73,7 @@ tg_tensor *tg_mean_dims(tg_tape *tp, tg_tensor *x, int ndims, const int *dims, b
 }
 
 /* forward: y = sum(x, dims) (or mean); so dx = expand(dy, x.shape) (/ count) */
-void tg__sum_backward(tg_node *n)
+int tg__sum_backward(tg_node *n)
 {
     tg_tensor *x = n->in[0];
     tg_tensor g = *n->grad; /* seen with keepdim shape, broadcast to x */
@@ -83,13 +82,14 @@ void tg__sum_backward(tg_node *n)
     tg__contiguous_strides(g.ndim, g.shape, g.stride);
     bool fresh;
     tg_tensor *buf = tg__grad_buf(x, &fresh, false);
-    if (!buf) return;
+    if (!buf) return TG_ENOMEM;
     if (fresh) {
         tg_k_copy(buf, &g);
         if (n->darg[0] != 1.0) tg_k_binary_scalar(buf, buf, n->darg[0], TG_BIN_MUL, false);
     } else {
         tg_k_axpy(buf, &g, n->darg[0]);
     }
+    return TG_OK;
 }
 
 tg_tensor *tg_max_dim(tg_tape *tp, tg_tensor *x, int dim, bool keepdim, tg_tensor **indices)
@@ -117,24 +117,20 @@ tg_tensor *tg_max_dim(tg_tape *tp, tg_tensor *x, int dim, bool keepdim, tg_tenso
         tg_k_copy(out, x), tg_k_fill(idx, 0);
     else
         tg_k_max_dim(&ko, &ki, x, d);
-    bool err;
-    tg_node *n = tg__record(tp, TG_OP_MAX_DIM, out, 1, &x, &err);
-    if (err) return NULL;
-    if (n) {
-        n->saved[0] = idx;
-        n->iarg[0] = x->ndim ? d : -1;
-    }
-    if (indices) *indices = idx;
+    tg_node *n;
+    out = tg__record(tp, TG_OP_MAX_DIM, out, 1, &x, 1, &idx, &n);
+    if (n) n->iarg[0] = x->ndim ? d : -1;
+    if (indices && out) *indices = idx;
     return out;
 }
 
 /* forward: y = max(x, dim); so dx[argmax] += dy (zero elsewhere) */
-void tg__max_dim_backward(tg_node *n)
+int tg__max_dim_backward(tg_node *n)
 {
     tg_tensor *x = n->in[0];
     bool fresh;
     tg_tensor *buf = tg__grad_buf(x, &fresh, true);
-    if (!buf) return;
+    if (!buf) return TG_ENOMEM;
     int d = (int)n->iarg[0];
     const tg_tensor *idx = n->saved[0];
     int64_t cnt = tg_numel(idx);
@@ -150,6 +146,7 @@ void tg__max_dim_backward(tg_node *n)
         if (d >= 0) pos[d] = (int64_t)tg_item_at(idx, i);
         tg_set(buf, pos, tg_get(buf, pos) + g);
     }
+    return TG_OK;
 }
 
 tg_tensor *tg_max(tg_tape *tp, tg_tensor *x)
@@ -164,22 +161,20 @@ tg_tensor *tg_max(tg_tape *tp, tg_tensor *x)
         if (v > best || isnan(v)) best = v;
     }
     tg_tensor *out = tg_scalar(tp, x->dtype, best);
-    if (!out) return NULL;
-    bool err;
-    tg_node *n = tg__record(tp, TG_OP_MAX_ALL, out, 1, &x, &err);
-    if (err) return NULL;
-    if (n) n->saved[0] = x, n->darg[0] = best;
+    tg_node *n;
+    out = tg__record(tp, TG_OP_MAX_ALL, out, 1, &x, 1, &x, &n);
+    if (n) n->darg[0] = best;
     return out;
 }
 
 /* forward: y = max(x); so dx = dy / k at each of the k maximal elements
  * (PyTorch's evenly_distribute_backward) */
-void tg__max_all_backward(tg_node *n)
+int tg__max_all_backward(tg_node *n)
 {
     tg_tensor *x = n->in[0];
     bool fresh;
     tg_tensor *buf = tg__grad_buf(x, &fresh, true);
-    if (!buf) return;
+    if (!buf) return TG_ENOMEM;
     const tg_tensor *xs = n->saved[0];
     double best = n->darg[0], g = tg_item(n->grad);
     int64_t cnt = tg_numel(xs), k = 0;
@@ -198,6 +193,7 @@ void tg__max_all_backward(tg_node *n)
                 ((double *)buf->data)[i] += g / (double)k;
         }
     }
+    return TG_OK;
 }
 
 /* ---- softmax ------------------------------------------------------------------------------------- */
@@ -211,13 +207,9 @@ static tg_tensor *softmax(tg_tape *tp, const char *op, tg_op_id id, tg_tensor *x
     tg_tensor *out = tg__new_like(tp, x);
     if (!out) return NULL;
     tg_k_softmax(out, x, d, log);
-    bool err;
-    tg_node *n = tg__record(tp, id, out, 1, &x, &err);
-    if (err) return NULL;
-    if (n) {
-        n->saved[0] = out;
-        n->iarg[0] = d;
-    }
+    tg_node *n;
+    out = tg__record(tp, id, out, 1, &x, 1, &out, &n);
+    if (n) n->iarg[0] = d;
     return out;
 }
 
@@ -229,19 +221,20 @@ tg_tensor *tg_log_softmax(tg_tape *tp, tg_tensor *x, int dim)
 
 /* forward: y = softmax(x); so dx = y * (dy - sum(dy * y))
  * forward: y = log_softmax(x); so dx = dy - exp(y) * sum(dy) */
-void tg__softmax_backward(tg_node *n)
+int tg__softmax_backward(tg_node *n)
 {
     tg_tensor *x = n->in[0];
     bool fresh;
     tg_tensor *buf = tg__grad_buf(x, &fresh, false);
-    if (!buf) return;
+    if (!buf) return TG_ENOMEM;
     bool log = n->op == TG_OP_LOG_SOFTMAX;
     if (fresh) {
         tg_k_softmax_backward(buf, n->saved[0], n->grad, (int)n->iarg[0], log);
     } else {
         tg_tensor *t = tg__new_like(tg__btape(n), buf);
-        if (!t) return;
+        if (!t) return TG_ENOMEM;
         tg_k_softmax_backward(t, n->saved[0], n->grad, (int)n->iarg[0], log);
         tg_k_axpy(buf, t, 1.0);
     }
+    return TG_OK;
 }

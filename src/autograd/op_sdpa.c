@@ -390,16 +390,11 @@ tg_tensor *tg_scaled_dot_product_attention(tg_tape *tp, tg_tensor *q, tg_tensor 
         if (!qq || !kk || !vv) return NULL;
         if (!sdpa_forward(tp, out, lse, qq, kk, vv, causal, &d)) return tg_error(OP ": out of memory");
     }
-    bool err;
-    tg_tensor *in[3] = {q, k, v};
-    tg_node *n = tg__record(tp, TG_OP_SDPA, out, 3, in, &err);
-    if (err) return NULL;
+    /* the output itself is n->out */
+    tg_tensor *in[3] = {q, k, v}, *saved[4] = {qq, kk, vv, lse};
+    tg_node *n;
+    out = tg__record(tp, TG_OP_SDPA, out, 3, in, 4, saved, &n);
     if (n) {
-        /* the output itself is n->out */
-        n->saved[0] = qq;
-        n->saved[1] = kk;
-        n->saved[2] = vv;
-        n->saved[3] = lse;
         n->iarg[0] = causal;
         memcpy(&n->iarg[1], &seed, sizeof seed);
         n->darg[0] = dropout_p;
@@ -424,13 +419,13 @@ static bool same_grad_slot(const tg_tensor *a, const tg_tensor *b)
     return a->grad_fn ? a->grad_fn == b->grad_fn : a == b;
 }
 
-static bool grad_dest(tg_node *n, int i, gdest_t *g)
+static int grad_dest(tg_node *n, int i, gdest_t *g)
 {
     g->buf = NULL;
     g->tmp = false;
     g->beta = 1.0;
     tg_tensor *t = n->in[i];
-    if (!tg__needs_grad(t)) return true;
+    if (!tg__needs_grad(t)) return TG_OK;
     /* q, k, v being one tensor (one gradient slot: the same leaf, or outputs
      * of the same node): only its first use writes straight into the slot;
      * the others go through temporaries, added afterwards, because the
@@ -441,19 +436,19 @@ static bool grad_dest(tg_node *n, int i, gdest_t *g)
         g->buf = tg_empty(tg__btape(n), t->dtype, t->ndim, t->shape);
         g->tmp = true;
         g->beta = 0.0;
-        return g->buf != NULL;
+        return g->buf ? TG_OK : TG_ENOMEM;
     }
     bool fresh;
     g->buf = tg__grad_buf(t, &fresh, false);
     g->beta = fresh ? 0.0 : 1.0;
-    return g->buf != NULL;
+    return g->buf ? TG_OK : TG_ENOMEM;
 }
 
 /* forward: O = (P o Z) V, P = softmax(scale Q K^T [+ causal mask]);
  * so with dP = dO V^T and D = rowsum(dO o O):
  *   dV = (P o Z)^T dO,  dS = P o (dP o Z - D),
  *   dQ = scale dS K,    dK = scale dS^T Q. */
-void tg__sdpa_backward(tg_node *n)
+int tg__sdpa_backward(tg_node *n)
 {
     const tg_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2], *lse = n->saved[3];
     const tg_tensor *o = n->out;
@@ -464,17 +459,20 @@ void tg__sdpa_backward(tg_node *n)
     dropout_t d = make_dropout(n->darg[0], seed);
 
     gdest_t gq, gk, gv;
-    if (!grad_dest(n, 0, &gq) || !grad_dest(n, 1, &gk) || !grad_dest(n, 2, &gv)) return;
+    int st = grad_dest(n, 0, &gq);
+    if (!st) st = grad_dest(n, 1, &gk);
+    if (!st) st = grad_dest(n, 2, &gv);
+    if (st) return st;
     int nd = q->ndim;
     int64_t T = q->shape[nd - 2], hd = q->shape[nd - 1];
     int64_t numel = tg_numel(q);
     if (numel == 0) {
         /* nothing to compute; the gradients exist, empty */
-        return;
+        return TG_OK;
     }
     if (!tg_is_contiguous(go)) {
         tg_tensor *c = tg__new_like(tg__btape(n), go);
-        if (!c) return;
+        if (!c) return TG_ENOMEM;
         tg_k_copy(c, go);
         go = c;
     }
@@ -489,10 +487,7 @@ void tg__sdpa_backward(tg_node *n)
     int64_t per = 2 * BR * T + T;
     int nth = threads_for(BH, BH * T * T * hd);
     char *scratch = tg_tape_alloc(tg__btape(n), (size_t)nth * (size_t)per * es, false);
-    if (!scratch) {
-        tg_error(OP " backward: out of memory");
-        return;
-    }
+    if (!scratch) return TG_ENOMEM; /* the tape's message says how much */
     const char *obase = o->data, *gobase = go->data, *lbase = lse->data;
     char *dqb = gq.buf ? gq.buf->data : NULL, *dkb = gk.buf ? gk.buf->data : NULL;
     char *dvb = gv.buf ? gv.buf->data : NULL;
@@ -537,7 +532,8 @@ void tg__sdpa_backward(tg_node *n)
             bk = bv = 1.0;
         }
     }
-    if (gq.tmp) tg__accum(n->in[0], gq.buf);
-    if (gk.tmp) tg__accum(n->in[1], gk.buf);
-    if (gv.tmp) tg__accum(n->in[2], gv.buf);
+    if (gq.tmp) st = tg__accum(n->in[0], gq.buf);
+    if (!st && gk.tmp) st = tg__accum(n->in[1], gk.buf);
+    if (!st && gv.tmp) st = tg__accum(n->in[2], gv.buf);
+    return st;
 }

@@ -18,14 +18,6 @@ static tg_tensor *make_view(tg_tape *tp, const tg_tensor *x, int ndim, const int
     return v;
 }
 
-static tg_tensor *finish(tg_tape *tp, tg_op_id id, tg_tensor *out, tg_tensor *x)
-{
-    if (!out) return NULL;
-    bool err;
-    tg__record(tp, id, out, 1, &x, &err);
-    return err ? NULL : out;
-}
-
 /* The node's gradient seen with shape like the input (both contiguous). */
 static tg_tensor grad_as_input_shape(const tg_node *n, const tg_tensor *x)
 {
@@ -47,7 +39,7 @@ tg_tensor *tg_view(tg_tape *tp, tg_tensor *x, int ndim, const int64_t *shape)
     if (!tg__view_strides(x, ndim, s, st))
         return tg_error("view: size is not compatible with input tensor's size and stride (at least one "
                         "dimension spans across two contiguous subspaces); use reshape instead");
-    return finish(tp, TG_OP_VIEW, make_view(tp, x, ndim, s, st, x->offset), x);
+    return tg__record(tp, TG_OP_VIEW, make_view(tp, x, ndim, s, st, x->offset), 1, &x, 0, NULL, NULL);
 }
 
 tg_tensor *tg_reshape(tg_tape *tp, tg_tensor *x, int ndim, const int64_t *shape)
@@ -57,7 +49,7 @@ tg_tensor *tg_reshape(tg_tape *tp, tg_tensor *x, int ndim, const int64_t *shape)
     int64_t s[TG_MAX_DIMS], st[TG_MAX_DIMS];
     if (!tg__infer_shape("reshape", tg_numel(x), ndim, shape, s)) return NULL;
     if (tg__view_strides(x, ndim, s, st))
-        return finish(tp, TG_OP_RESHAPE_ALIAS, make_view(tp, x, ndim, s, st, x->offset), x);
+        return tg__record(tp, TG_OP_RESHAPE_ALIAS, make_view(tp, x, ndim, s, st, x->offset), 1, &x, 0, NULL, NULL);
     /* Not viewable: copy, then view the copy (clone + _unsafe_view in PyTorch). */
     tg_tensor *c = tg__new_like(tp, x);
     if (!c) return NULL;
@@ -65,14 +57,14 @@ tg_tensor *tg_reshape(tg_tape *tp, tg_tensor *x, int ndim, const int64_t *shape)
     c->ndim = ndim;
     for (int d = 0; d < ndim; d++) c->shape[d] = s[d];
     tg__contiguous_strides(ndim, s, c->stride);
-    return finish(tp, TG_OP_UNSAFE_VIEW, c, x);
+    return tg__record(tp, TG_OP_UNSAFE_VIEW, c, 1, &x, 0, NULL, NULL);
 }
 
 /* forward: y = view(x, shape); so dx = view(dy, x.shape) */
-void tg__view_backward(tg_node *n)
+int tg__view_backward(tg_node *n)
 {
     tg_tensor g = grad_as_input_shape(n, n->in[0]);
-    tg__accum_owned(n, n->in[0], &g);
+    return tg__accum_owned(n, n->in[0], &g);
 }
 
 tg_tensor *tg_unsqueeze(tg_tape *tp, tg_tensor *x, int dim)
@@ -92,7 +84,7 @@ tg_tensor *tg_unsqueeze(tg_tape *tp, tg_tensor *x, int dim)
             j++;
         }
     }
-    return finish(tp, TG_OP_UNSQUEEZE, make_view(tp, x, x->ndim + 1, s, st, x->offset), x);
+    return tg__record(tp, TG_OP_UNSQUEEZE, make_view(tp, x, x->ndim + 1, s, st, x->offset), 1, &x, 0, NULL, NULL);
 }
 
 static tg_tensor *squeeze(tg_tape *tp, tg_tensor *x, int dim, bool all)
@@ -109,7 +101,8 @@ static tg_tensor *squeeze(tg_tape *tp, tg_tensor *x, int dim, bool all)
         st[nd] = x->stride[i];
         nd++;
     }
-    return finish(tp, all ? TG_OP_SQUEEZE_ALL : TG_OP_SQUEEZE_DIM, make_view(tp, x, nd, s, st, x->offset), x);
+    return tg__record(tp, all ? TG_OP_SQUEEZE_ALL : TG_OP_SQUEEZE_DIM, make_view(tp, x, nd, s, st, x->offset), 1,
+                      &x, 0, NULL, NULL);
 }
 
 tg_tensor *tg_squeeze(tg_tape *tp, tg_tensor *x, int dim) { return squeeze(tp, x, dim, false); }
@@ -130,9 +123,10 @@ static tg_tensor *permute(tg_tape *tp, const char *op, tg_op_id id, tg_tensor *x
         s[i] = x->shape[p[i]];
         st[i] = x->stride[p[i]];
     }
-    tg_tensor *out = finish(tp, id, make_view(tp, x, x->ndim, s, st, x->offset), x);
-    if (out && out->grad_fn)
-        for (int i = 0; i < x->ndim; i++) out->grad_fn->iarg[i] = p[i];
+    tg_node *n;
+    tg_tensor *out = tg__record(tp, id, make_view(tp, x, x->ndim, s, st, x->offset), 1, &x, 0, NULL, &n);
+    if (n)
+        for (int i = 0; i < x->ndim; i++) n->iarg[i] = p[i];
     return out;
 }
 
@@ -167,7 +161,7 @@ tg_tensor *tg_t(tg_tape *tp, tg_tensor *x)
 }
 
 /* forward: y = permute(x, p); so dx = permute(dy, inverse(p)) */
-void tg__permute_backward(tg_node *n)
+int tg__permute_backward(tg_node *n)
 {
     tg_tensor *x = n->in[0];
     tg_tensor g = *n->grad;
@@ -176,7 +170,7 @@ void tg__permute_backward(tg_node *n)
         g.shape[p] = n->grad->shape[i];
         g.stride[p] = n->grad->stride[i];
     }
-    tg__accum(x, &g);
+    return tg__accum(x, &g);
 }
 
 /* ---- narrow, select ---------------------------------------------------------------------------- */
@@ -194,27 +188,30 @@ tg_tensor *tg_narrow(tg_tape *tp, tg_tensor *x, int dim, int64_t start, int64_t 
     int64_t s[TG_MAX_DIMS];
     for (int i = 0; i < x->ndim; i++) s[i] = x->shape[i];
     s[d] = length;
-    tg_tensor *out = finish(tp, TG_OP_NARROW, make_view(tp, x, x->ndim, s, x->stride, x->offset + start * x->stride[d]), x);
-    if (out && out->grad_fn) {
-        out->grad_fn->iarg[0] = d;
-        out->grad_fn->iarg[1] = start;
-        out->grad_fn->iarg[2] = length;
+    tg_node *n;
+    tg_tensor *v = make_view(tp, x, x->ndim, s, x->stride, x->offset + start * x->stride[d]);
+    tg_tensor *out = tg__record(tp, TG_OP_NARROW, v, 1, &x, 0, NULL, &n);
+    if (n) {
+        n->iarg[0] = d;
+        n->iarg[1] = start;
+        n->iarg[2] = length;
     }
     return out;
 }
 
 /* forward: y = x[.., start:start+len, ..]; so dx = zeros; dx[.., start:start+len, ..] += dy */
-void tg__narrow_backward(tg_node *n)
+int tg__narrow_backward(tg_node *n)
 {
     tg_tensor *x = n->in[0];
     bool fresh;
     tg_tensor *buf = tg__grad_buf(x, &fresh, true);
-    if (!buf) return;
+    if (!buf) return TG_ENOMEM;
     int d = (int)n->iarg[0];
     tg_tensor v = *buf;
     v.shape[d] = n->iarg[2];
     v.offset = buf->offset + n->iarg[1] * buf->stride[d];
     tg_k_axpy(&v, n->grad, 1.0);
+    return TG_OK;
 }
 
 tg_tensor *tg_select(tg_tape *tp, tg_tensor *x, int dim, int64_t index)
@@ -235,21 +232,23 @@ tg_tensor *tg_select(tg_tape *tp, tg_tensor *x, int dim, int64_t index)
         st[j] = x->stride[i];
         j++;
     }
-    tg_tensor *out = finish(tp, TG_OP_SELECT, make_view(tp, x, x->ndim - 1, s, st, x->offset + index * x->stride[d]), x);
-    if (out && out->grad_fn) {
-        out->grad_fn->iarg[0] = d;
-        out->grad_fn->iarg[1] = index;
+    tg_node *n;
+    tg_tensor *v = make_view(tp, x, x->ndim - 1, s, st, x->offset + index * x->stride[d]);
+    tg_tensor *out = tg__record(tp, TG_OP_SELECT, v, 1, &x, 0, NULL, &n);
+    if (n) {
+        n->iarg[0] = d;
+        n->iarg[1] = index;
     }
     return out;
 }
 
 /* forward: y = x[.., i, ..]; so dx = zeros; dx[.., i, ..] += dy */
-void tg__select_backward(tg_node *n)
+int tg__select_backward(tg_node *n)
 {
     tg_tensor *x = n->in[0];
     bool fresh;
     tg_tensor *buf = tg__grad_buf(x, &fresh, true);
-    if (!buf) return;
+    if (!buf) return TG_ENOMEM;
     int d = (int)n->iarg[0];
     tg_tensor v = *buf;
     v.offset = buf->offset + n->iarg[1] * buf->stride[d];
@@ -259,6 +258,7 @@ void tg__select_backward(tg_node *n)
     }
     v.ndim = buf->ndim - 1;
     tg_k_axpy(&v, n->grad, 1.0);
+    return TG_OK;
 }
 
 /* ---- expand ---------------------------------------------------------------------------------------- */
@@ -289,11 +289,11 @@ tg_tensor *tg_expand(tg_tape *tp, tg_tensor *x, int ndim, const int64_t *shape)
         }
     }
     if (!tg__check_shape("expand", ndim, s, NULL)) return NULL;
-    return finish(tp, TG_OP_EXPAND, make_view(tp, x, ndim, s, st, x->offset), x);
+    return tg__record(tp, TG_OP_EXPAND, make_view(tp, x, ndim, s, st, x->offset), 1, &x, 0, NULL, NULL);
 }
 
 /* forward: y = expand(x, shape); so dx = sum of dy over the expanded dims */
-void tg__expand_backward(tg_node *n) { tg__accum(n->in[0], n->grad); }
+int tg__expand_backward(tg_node *n) { return tg__accum(n->in[0], n->grad); }
 
 /* ---- contiguous, clone ------------------------------------------------------------------------------ */
 
@@ -303,7 +303,7 @@ tg_tensor *tg_clone(tg_tape *tp, tg_tensor *x)
     tg_tensor *out = tg__new_like(tp, x);
     if (!out) return NULL;
     tg_k_copy(out, x);
-    return finish(tp, TG_OP_CLONE, out, x);
+    return tg__record(tp, TG_OP_CLONE, out, 1, &x, 0, NULL, NULL);
 }
 
 tg_tensor *tg_contiguous(tg_tape *tp, tg_tensor *x)
@@ -313,7 +313,7 @@ tg_tensor *tg_contiguous(tg_tape *tp, tg_tensor *x)
 }
 
 /* forward: y = clone(x); so dx = dy */
-void tg__clone_backward(tg_node *n) { tg__accum_owned(n, n->in[0], n->grad); }
+int tg__clone_backward(tg_node *n) { return tg__accum_owned(n, n->in[0], n->grad); }
 
 /* ---- cat, stack -------------------------------------------------------------------------------------- */
 
@@ -370,9 +370,8 @@ static tg_tensor *cat(tg_tape *tp, const char *op, int n, tg_tensor *const *xs, 
         tg_k_copy(&v, xs[i]);
         pos += len;
     }
-    bool err;
-    tg_node *node = tg__record(tp, stack ? TG_OP_STACK : TG_OP_CAT, out, n, xs, &err);
-    if (err) return NULL;
+    tg_node *node;
+    out = tg__record(tp, stack ? TG_OP_STACK : TG_OP_CAT, out, n, xs, 0, NULL, &node);
     if (node) node->iarg[0] = d;
     return out;
 }
@@ -382,7 +381,7 @@ tg_tensor *tg_stack(tg_tape *tp, int n, tg_tensor *const *xs, int dim) { return 
 
 /* forward: y = cat(xs, d); so dxs[i] = dy narrowed to xs[i]'s span along d
  * forward: y = stack(xs, d); so dxs[i] = dy selected at i along d */
-void tg__cat_backward(tg_node *n)
+int tg__cat_backward(tg_node *n)
 {
     int d = (int)n->iarg[0];
     bool stack = n->op == TG_OP_STACK;
@@ -404,7 +403,9 @@ void tg__cat_backward(tg_node *n)
             v.shape[d] = len;
             v.offset = g->offset + pos * g->stride[d];
         }
-        tg__accum(n->in[i], &v);
+        int st = tg__accum(n->in[i], &v);
+        if (st) return st;
         pos += len;
     }
+    return TG_OK;
 }

@@ -90,10 +90,7 @@ void tg_k_softmax_backward(tg_tensor *dx, const tg_tensor *y, const tg_tensor *d
 void tg_k_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
                double beta);
 
-/* ---- tape internals used by autograd ---------------------------------------- */
-/* The most recently recorded node of the tape (nodes link backwards). */
-tg_node *tg__tape_last_node(const tg_tape *tp);
-void tg__tape_set_last_node(tg_tape *tp, tg_node *n);
+/* ---- graph nodes, as the tensor layer sees them ------------------------------- */
 /* The head of every graph node: the part the tensor layer may read (to print
  * grad_fn=<...>). src/autograd's struct tg_node begins with it, so a node
  * pointer converts to a pointer to its head (C11 6.7.2.1p15). */

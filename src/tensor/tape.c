@@ -27,7 +27,6 @@ struct tg_tape {
     size_t used;      /* bytes handed out since reset */
     size_t reserved;  /* bytes held in chunks */
     size_t limit;     /* 0 = no limit */
-    tg_node *last_node;
 };
 
 /* ---- errors ------------------------------------------------------------------ */
@@ -120,7 +119,6 @@ void tg_tape_reset(tg_tape *tp)
 {
     if (!tp) return;
     tp->used = 0;
-    tp->last_node = NULL;
     if (tp->chunks && tp->chunks->next) {
         /* Merge: one chunk holding what the last round needed. */
         size_t total = tp->reserved;
@@ -175,6 +173,3 @@ have:;
     if (zero) memset(p, 0, nbytes);
     return p;
 }
-
-tg_node *tg__tape_last_node(const tg_tape *tp) { return tp->last_node; }
-void tg__tape_set_last_node(tg_tape *tp, tg_node *n) { tp->last_node = n; }

@@ -262,7 +262,8 @@ tg_tensor *tg_arange(tg_tape *tp, tg_dtype dt, double start, double end, double 
     int64_t shape[1] = {(int64_t)n};
     tg_tensor *t = tg_empty(tp, dt, 1, shape);
     if (!t) return NULL;
-    for (int64_t i = 0; i < shape[0]; i++) tg_set(t, &i, start + (double)i * step);
+    for (int64_t i = 0; i < shape[0]; i++)
+        if (tg_set(t, &i, start + (double)i * step) != TG_OK) return NULL; /* a value the dtype cannot hold */
     return t;
 }
 
@@ -392,31 +393,85 @@ static void store(tg_tensor *x, int64_t off, double v)
     }
 }
 
+/* Checks that x (any known dtype) and idx name an element; its offset in *off.
+ * False with an error naming op, the index and the shape otherwise. */
+static bool elem_offset(const char *op, const tg_tensor *x, const int64_t *idx, int64_t *off)
+{
+    if (!x) {
+        tg__error_null_input(op);
+        return false;
+    }
+    if ((unsigned)x->dtype >= TG_DTYPE_COUNT) {
+        tg_error("%s: unknown dtype %d", op, (int)x->dtype);
+        return false;
+    }
+    if (x->ndim > 0 && !idx) {
+        tg_error("%s: NULL index for a %d-dim tensor", op, x->ndim);
+        return false;
+    }
+    int64_t o = x->offset;
+    for (int d = 0; d < x->ndim; d++) {
+        if (idx[d] < 0 || idx[d] >= x->shape[d]) {
+            char sh[64];
+            tg_error("%s: index %lld is out of bounds for dimension %d with size %lld (shape %s)", op,
+                     (long long)idx[d], d, (long long)x->shape[d], tg_shape_str(x, sh, sizeof sh));
+            return false;
+        }
+        o += idx[d] * x->stride[d];
+    }
+    *off = o;
+    return true;
+}
+
 double tg_get(const tg_tensor *x, const int64_t *idx)
 {
-    if (!x) return NAN;
-    int64_t off = x->offset;
-    for (int i = 0; i < x->ndim; i++) off += idx[i] * x->stride[i];
-    return load(x, off);
+    int64_t off;
+    return elem_offset("get", x, idx, &off) ? load(x, off) : NAN;
 }
 
-void tg_set(tg_tensor *x, const int64_t *idx, double v)
+int tg_set(tg_tensor *x, const int64_t *idx, double v)
 {
-    if (!x) return;
-    int64_t off = x->offset;
-    for (int i = 0; i < x->ndim; i++) off += idx[i] * x->stride[i];
+    int64_t off;
+    if (!elem_offset("set", x, idx, &off)) return TG_EINVAL;
+    /* converting NaN or an out-of-range value to an integer type is undefined */
+    bool ok = true;
+    if (x->dtype == TG_U8) ok = v > -1.0 && v < 256.0;
+    if (x->dtype == TG_I64) ok = v >= -0x1p63 && v < 0x1p63;
+    if (!ok)
+        return tg_error_status(TG_EINVAL, "set: value %g cannot be stored in a %s tensor", v, tg_dtype_name(x->dtype));
     store(x, off, v);
+    return TG_OK;
 }
 
-double tg_item_at(const tg_tensor *x, int64_t i)
+/* The element at flat row-major position i, unchecked (0 <= i < numel). */
+static double load_at(const tg_tensor *x, int64_t i)
 {
-    if (!x || i < 0 || i >= tg_numel(x)) return NAN;
     int64_t off = x->offset;
     for (int d = x->ndim - 1; d >= 0; d--) {
         off += (i % x->shape[d]) * x->stride[d];
         i /= x->shape[d];
     }
     return load(x, off);
+}
+
+double tg_item_at(const tg_tensor *x, int64_t i)
+{
+    if (!x) {
+        tg__error_null_input("item_at");
+        return NAN;
+    }
+    if ((unsigned)x->dtype >= TG_DTYPE_COUNT) {
+        tg_error("item_at: unknown dtype %d", (int)x->dtype);
+        return NAN;
+    }
+    int64_t n = tg_numel(x);
+    if (i < 0 || i >= n) {
+        char sh[64];
+        tg_error("item_at: index %lld is out of bounds for %lld elements (shape %s)", (long long)i, (long long)n,
+                 tg_shape_str(x, sh, sizeof sh));
+        return NAN;
+    }
+    return load_at(x, i);
 }
 
 double tg_item(const tg_tensor *x)
@@ -436,7 +491,7 @@ int tg_copy_to_f32(const tg_tensor *x, float *dst)
         memcpy(dst, tg__ptr(x, x->offset), (size_t)n * 4);
         return TG_OK;
     }
-    for (int64_t i = 0; i < n; i++) dst[i] = (float)tg_item_at(x, i);
+    for (int64_t i = 0; i < n; i++) dst[i] = (float)load_at(x, i);
     return TG_OK;
 }
 
@@ -444,7 +499,7 @@ int tg_copy_to_f64(const tg_tensor *x, double *dst)
 {
     if (!x || !dst) return tg_error_status(TG_EINVAL, "copy_to_f64: NULL argument");
     int64_t n = tg_numel(x);
-    for (int64_t i = 0; i < n; i++) dst[i] = tg_item_at(x, i);
+    for (int64_t i = 0; i < n; i++) dst[i] = load_at(x, i);
     return TG_OK;
 }
 

@@ -170,15 +170,10 @@ static int run_gradcheck(tg_tape *tp, tg_module *m, tg_tensor *x)
     all[n - 1] = x64;
     names[n - 1] = "input";
     gc_ctx c = {m, x64};
-    bool passed = true;
-    for (int start = 0; start < n; start += 16) {
-        int cnt = n - start < 16 ? n - start : 16;
-        tg_gradcheck_result res;
-        if (tg_gradcheck(gc_fn, all + start, cnt, &c, 0, 0, 0, &res) != TG_OK)
-            return tg_cli_lib_error(CMD, "gradcheck");
-        for (int i = 0; i < cnt; i++) err[start + i] = res.max_err_per_input[i];
-        if (!res.passed) passed = false;
-    }
+    tg_gradcheck_options opts = {.max_err_per_input = err};
+    tg_gradcheck_result res;
+    if (tg_gradcheck_ex(gc_fn, all, n, &c, &opts, &res) != TG_OK) return tg_cli_lib_error(CMD, "gradcheck");
+    bool passed = res.passed;
     for (int i = 0; i < n; i++) printf("%s: max abs error %.3e\n", names[i], err[i]);
     printf("gradcheck: %s\n", passed ? "PASS" : "FAIL");
     return passed ? TG_CLI_OK : TG_CLI_FAIL;
