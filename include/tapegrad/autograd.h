@@ -21,19 +21,19 @@ extern "C" {
 
 /* ---- grad mode, leaves ------------------------------------------------- */
 
-bool tg_is_grad_enabled(void);
+TG_API bool tg_is_grad_enabled(void);
 /* Sets grad mode on this thread; returns the previous mode (torch.no_grad). */
-bool tg_set_grad_enabled(bool enabled);
+TG_API bool tg_set_grad_enabled(bool enabled);
 /* Marks a leaf as requiring grad; error for non-float dtypes or non-leaves. */
-int tg_requires_grad_(tg_tensor *x, bool requires_grad);
+TG_API int tg_requires_grad_(tg_tensor *x, bool requires_grad);
 /* A view of x sharing storage, cut from the graph. */
-tg_tensor *tg_detach(tg_tape *tp, tg_tensor *x);
+TG_API tg_tensor *tg_detach(tg_tape *tp, tg_tensor *x);
 /* x->grad = zeros (kept allocated), as optimizer.zero_grad(set_to_none=False). */
-void tg_zero_grad(tg_tensor *x);
+TG_API void tg_zero_grad(tg_tensor *x);
 /* The node name of x's grad_fn ("MmBackward0"), or NULL for leaves. */
-const char *tg_grad_fn_name(const tg_tensor *x);
+TG_API const char *tg_grad_fn_name(const tg_tensor *x);
 /* A leaf x is one with no grad_fn. */
-bool tg_is_leaf(const tg_tensor *x);
+TG_API bool tg_is_leaf(const tg_tensor *x);
 
 /* Reverse-mode backward from root. grad may be NULL for a 1-element root (the
  * gradient is 1); otherwise it must have root's shape. Follows the graph from
@@ -45,7 +45,7 @@ bool tg_is_leaf(const tg_tensor *x);
  * node whose backward failed (TG_ENOMEM when an allocation failed, or what a
  * user function's backward returned) with its message in tg_last_error();
  * a successful backward leaves tg_last_error() as it was. */
-int tg_backward(tg_tensor *root, const tg_tensor *grad, bool retain_graph);
+TG_API int tg_backward(tg_tensor *root, const tg_tensor *grad, bool retain_graph);
 
 /* ---- user functions (torch.autograd.Function) --------------------------- */
 
@@ -71,118 +71,118 @@ typedef struct tg_function {
  * returns an input, or any tensor that already has a grad_fn or requires
  * grad, the node goes on a new view of it. NULL with an error if f, its name,
  * forward or backward, n < 0 or an input is NULL, or if forward fails. */
-tg_tensor *tg_function_apply(tg_tape *tp, const tg_function *f, int n, tg_tensor *const *inputs);
+TG_API tg_tensor *tg_function_apply(tg_tape *tp, const tg_function *f, int n, tg_tensor *const *inputs);
 /* In forward: keeps n tensors for backward (replacing any saved before). */
-int tg_fn_save_for_backward(tg_fn_ctx *ctx, int n, tg_tensor *const *tensors);
+TG_API int tg_fn_save_for_backward(tg_fn_ctx *ctx, int n, tg_tensor *const *tensors);
 /* In backward: the i-th saved tensor; NULL with an error if i is out of range. */
-tg_tensor *tg_fn_saved(const tg_fn_ctx *ctx, int i);
-void *tg_fn_data(tg_fn_ctx *ctx, size_t size);  /* scratch for non-tensor state, zeroed */
+TG_API tg_tensor *tg_fn_saved(const tg_fn_ctx *ctx, int i);
+TG_API void *tg_fn_data(tg_fn_ctx *ctx, size_t size);  /* scratch for non-tensor state, zeroed */
 
 /* ---- elementwise (PyTorch broadcasting; same float dtype) --------------- */
 
-tg_tensor *tg_add(tg_tape *tp, tg_tensor *a, tg_tensor *b);
-tg_tensor *tg_sub(tg_tape *tp, tg_tensor *a, tg_tensor *b);
-tg_tensor *tg_mul(tg_tape *tp, tg_tensor *a, tg_tensor *b);
-tg_tensor *tg_div(tg_tape *tp, tg_tensor *a, tg_tensor *b);
-tg_tensor *tg_add_scalar(tg_tape *tp, tg_tensor *a, double s);
-tg_tensor *tg_sub_scalar(tg_tape *tp, tg_tensor *a, double s);
-tg_tensor *tg_rsub_scalar(tg_tape *tp, tg_tensor *a, double s); /* s - a */
-tg_tensor *tg_mul_scalar(tg_tape *tp, tg_tensor *a, double s);
-tg_tensor *tg_div_scalar(tg_tape *tp, tg_tensor *a, double s);
-tg_tensor *tg_pow_scalar(tg_tape *tp, tg_tensor *a, double exponent);
-tg_tensor *tg_neg(tg_tape *tp, tg_tensor *a);
-tg_tensor *tg_exp(tg_tape *tp, tg_tensor *a);
-tg_tensor *tg_log(tg_tape *tp, tg_tensor *a);
-tg_tensor *tg_sqrt(tg_tape *tp, tg_tensor *a);
-tg_tensor *tg_tanh(tg_tape *tp, tg_tensor *a);
-tg_tensor *tg_relu(tg_tape *tp, tg_tensor *a);
-tg_tensor *tg_gelu(tg_tape *tp, tg_tensor *a); /* tanh approximation */
+TG_API tg_tensor *tg_add(tg_tape *tp, tg_tensor *a, tg_tensor *b);
+TG_API tg_tensor *tg_sub(tg_tape *tp, tg_tensor *a, tg_tensor *b);
+TG_API tg_tensor *tg_mul(tg_tape *tp, tg_tensor *a, tg_tensor *b);
+TG_API tg_tensor *tg_div(tg_tape *tp, tg_tensor *a, tg_tensor *b);
+TG_API tg_tensor *tg_add_scalar(tg_tape *tp, tg_tensor *a, double s);
+TG_API tg_tensor *tg_sub_scalar(tg_tape *tp, tg_tensor *a, double s);
+TG_API tg_tensor *tg_rsub_scalar(tg_tape *tp, tg_tensor *a, double s); /* s - a */
+TG_API tg_tensor *tg_mul_scalar(tg_tape *tp, tg_tensor *a, double s);
+TG_API tg_tensor *tg_div_scalar(tg_tape *tp, tg_tensor *a, double s);
+TG_API tg_tensor *tg_pow_scalar(tg_tape *tp, tg_tensor *a, double exponent);
+TG_API tg_tensor *tg_neg(tg_tape *tp, tg_tensor *a);
+TG_API tg_tensor *tg_exp(tg_tape *tp, tg_tensor *a);
+TG_API tg_tensor *tg_log(tg_tape *tp, tg_tensor *a);
+TG_API tg_tensor *tg_sqrt(tg_tape *tp, tg_tensor *a);
+TG_API tg_tensor *tg_tanh(tg_tape *tp, tg_tensor *a);
+TG_API tg_tensor *tg_relu(tg_tape *tp, tg_tensor *a);
+TG_API tg_tensor *tg_gelu(tg_tape *tp, tg_tensor *a); /* tanh approximation */
 
 /* Comparisons give TG_BOOL masks (never recorded). */
 typedef enum { TG_CMP_EQ, TG_CMP_NE, TG_CMP_LT, TG_CMP_LE, TG_CMP_GT, TG_CMP_GE } tg_cmp;
-tg_tensor *tg_compare(tg_tape *tp, const tg_tensor *a, const tg_tensor *b, tg_cmp op);
-tg_tensor *tg_compare_scalar(tg_tape *tp, const tg_tensor *a, double s, tg_cmp op);
+TG_API tg_tensor *tg_compare(tg_tape *tp, const tg_tensor *a, const tg_tensor *b, tg_cmp op);
+TG_API tg_tensor *tg_compare_scalar(tg_tape *tp, const tg_tensor *a, double s, tg_cmp op);
 /* cond ? a : b with broadcasting; cond is TG_BOOL. */
-tg_tensor *tg_where(tg_tape *tp, const tg_tensor *cond, tg_tensor *a, tg_tensor *b);
+TG_API tg_tensor *tg_where(tg_tape *tp, const tg_tensor *cond, tg_tensor *a, tg_tensor *b);
 /* x with value where mask (TG_BOOL, broadcastable to x) is true. */
-tg_tensor *tg_masked_fill(tg_tape *tp, tg_tensor *x, const tg_tensor *mask, double value);
+TG_API tg_tensor *tg_masked_fill(tg_tape *tp, tg_tensor *x, const tg_tensor *mask, double value);
 
 /* ---- reductions (dims may be negative; ndims 0 = all dims) -------------- */
 
-tg_tensor *tg_sum(tg_tape *tp, tg_tensor *x);  /* all elements: SumBackward0 */
-tg_tensor *tg_mean(tg_tape *tp, tg_tensor *x); /* MeanBackward0 */
-tg_tensor *tg_sum_dims(tg_tape *tp, tg_tensor *x, int ndims, const int *dims, bool keepdim);
-tg_tensor *tg_mean_dims(tg_tape *tp, tg_tensor *x, int ndims, const int *dims, bool keepdim);
+TG_API tg_tensor *tg_sum(tg_tape *tp, tg_tensor *x);  /* all elements: SumBackward0 */
+TG_API tg_tensor *tg_mean(tg_tape *tp, tg_tensor *x); /* MeanBackward0 */
+TG_API tg_tensor *tg_sum_dims(tg_tape *tp, tg_tensor *x, int ndims, const int *dims, bool keepdim);
+TG_API tg_tensor *tg_mean_dims(tg_tape *tp, tg_tensor *x, int ndims, const int *dims, bool keepdim);
 /* Max over one dim: values (recorded, MaxBackward0) and, if indices is not
  * NULL, TG_I64 indices. */
-tg_tensor *tg_max_dim(tg_tape *tp, tg_tensor *x, int dim, bool keepdim, tg_tensor **indices);
-tg_tensor *tg_max(tg_tape *tp, tg_tensor *x); /* all elements: MaxBackward1 */
+TG_API tg_tensor *tg_max_dim(tg_tape *tp, tg_tensor *x, int dim, bool keepdim, tg_tensor **indices);
+TG_API tg_tensor *tg_max(tg_tape *tp, tg_tensor *x); /* all elements: MaxBackward1 */
 
 /* ---- softmax ------------------------------------------------------------- */
 
-tg_tensor *tg_softmax(tg_tape *tp, tg_tensor *x, int dim);
-tg_tensor *tg_log_softmax(tg_tape *tp, tg_tensor *x, int dim);
+TG_API tg_tensor *tg_softmax(tg_tape *tp, tg_tensor *x, int dim);
+TG_API tg_tensor *tg_log_softmax(tg_tape *tp, tg_tensor *x, int dim);
 
 /* ---- matrix products ----------------------------------------------------- */
 
 /* torch.matmul: 1-D, 2-D and batched N-D with broadcast batch dims. */
-tg_tensor *tg_matmul(tg_tape *tp, tg_tensor *a, tg_tensor *b);
-tg_tensor *tg_mm(tg_tape *tp, tg_tensor *a, tg_tensor *b);  /* 2-D only */
-tg_tensor *tg_bmm(tg_tape *tp, tg_tensor *a, tg_tensor *b); /* 3-D only, same batch */
+TG_API tg_tensor *tg_matmul(tg_tape *tp, tg_tensor *a, tg_tensor *b);
+TG_API tg_tensor *tg_mm(tg_tape *tp, tg_tensor *a, tg_tensor *b);  /* 2-D only */
+TG_API tg_tensor *tg_bmm(tg_tape *tp, tg_tensor *a, tg_tensor *b); /* 3-D only, same batch */
 /* F.linear: x (..., in) @ w(out, in)^T + b(out) (b may be NULL). */
-tg_tensor *tg_linear(tg_tape *tp, tg_tensor *x, tg_tensor *w, tg_tensor *b);
+TG_API tg_tensor *tg_linear(tg_tape *tp, tg_tensor *x, tg_tensor *w, tg_tensor *b);
 
 /* ---- shape and views ------------------------------------------------------ */
 
 /* A -1 in shape is inferred. view errors if the layout cannot be viewed. */
-tg_tensor *tg_view(tg_tape *tp, tg_tensor *x, int ndim, const int64_t *shape);
+TG_API tg_tensor *tg_view(tg_tape *tp, tg_tensor *x, int ndim, const int64_t *shape);
 /* A view when possible, else a copy (as torch.reshape). */
-tg_tensor *tg_reshape(tg_tape *tp, tg_tensor *x, int ndim, const int64_t *shape);
-tg_tensor *tg_transpose(tg_tape *tp, tg_tensor *x, int d0, int d1);
-tg_tensor *tg_t(tg_tape *tp, tg_tensor *x); /* 2-D transpose, TBackward0 */
-tg_tensor *tg_permute(tg_tape *tp, tg_tensor *x, const int *perm);
+TG_API tg_tensor *tg_reshape(tg_tape *tp, tg_tensor *x, int ndim, const int64_t *shape);
+TG_API tg_tensor *tg_transpose(tg_tape *tp, tg_tensor *x, int d0, int d1);
+TG_API tg_tensor *tg_t(tg_tape *tp, tg_tensor *x); /* 2-D transpose, TBackward0 */
+TG_API tg_tensor *tg_permute(tg_tape *tp, tg_tensor *x, const int *perm);
 /* x[..., start:start+length, ...] along dim (torch.narrow). */
-tg_tensor *tg_narrow(tg_tape *tp, tg_tensor *x, int dim, int64_t start, int64_t length);
+TG_API tg_tensor *tg_narrow(tg_tape *tp, tg_tensor *x, int dim, int64_t start, int64_t length);
 /* x[..., index, ...] (dim removed). */
-tg_tensor *tg_select(tg_tape *tp, tg_tensor *x, int dim, int64_t index);
-tg_tensor *tg_unsqueeze(tg_tape *tp, tg_tensor *x, int dim);
-tg_tensor *tg_squeeze(tg_tape *tp, tg_tensor *x, int dim); /* dim < -ndim.. : see docs */
-tg_tensor *tg_squeeze_all(tg_tape *tp, tg_tensor *x);
+TG_API tg_tensor *tg_select(tg_tape *tp, tg_tensor *x, int dim, int64_t index);
+TG_API tg_tensor *tg_unsqueeze(tg_tape *tp, tg_tensor *x, int dim);
+TG_API tg_tensor *tg_squeeze(tg_tape *tp, tg_tensor *x, int dim); /* dim < -ndim.. : see docs */
+TG_API tg_tensor *tg_squeeze_all(tg_tape *tp, tg_tensor *x);
 /* Broadcast view to shape (-1 keeps a dim). */
-tg_tensor *tg_expand(tg_tape *tp, tg_tensor *x, int ndim, const int64_t *shape);
+TG_API tg_tensor *tg_expand(tg_tape *tp, tg_tensor *x, int ndim, const int64_t *shape);
 /* x itself if contiguous, else a contiguous copy (CloneBackward0). */
-tg_tensor *tg_contiguous(tg_tape *tp, tg_tensor *x);
-tg_tensor *tg_clone(tg_tape *tp, tg_tensor *x);
-tg_tensor *tg_cat(tg_tape *tp, int n, tg_tensor *const *xs, int dim);
-tg_tensor *tg_stack(tg_tape *tp, int n, tg_tensor *const *xs, int dim);
+TG_API tg_tensor *tg_contiguous(tg_tape *tp, tg_tensor *x);
+TG_API tg_tensor *tg_clone(tg_tape *tp, tg_tensor *x);
+TG_API tg_tensor *tg_cat(tg_tape *tp, int n, tg_tensor *const *xs, int dim);
+TG_API tg_tensor *tg_stack(tg_tape *tp, int n, tg_tensor *const *xs, int dim);
 
 /* ---- in-place, never recorded (error if x requires grad in grad mode) ---- */
 
-int tg_copy_(tg_tensor *dst, const tg_tensor *src); /* broadcasting copy */
-int tg_fill_(tg_tensor *x, double value);
+TG_API int tg_copy_(tg_tensor *dst, const tg_tensor *src); /* broadcasting copy */
+TG_API int tg_fill_(tg_tensor *x, double value);
 /* x += alpha * y (same shape). */
-int tg_add_(tg_tensor *x, const tg_tensor *y, double alpha);
-int tg_mul_scalar_(tg_tensor *x, double s);
+TG_API int tg_add_(tg_tensor *x, const tg_tensor *y, double alpha);
+TG_API int tg_mul_scalar_(tg_tensor *x, double s);
 
 /* ---- losses -------------------------------------------------------------- */
 
 typedef enum { TG_REDUCE_MEAN, TG_REDUCE_SUM, TG_REDUCE_NONE } tg_reduction;
-tg_tensor *tg_mse_loss(tg_tape *tp, tg_tensor *input, tg_tensor *target, tg_reduction r);
+TG_API tg_tensor *tg_mse_loss(tg_tape *tp, tg_tensor *input, tg_tensor *target, tg_reduction r);
 /* logits (N, C), target TG_I64 class indices (N). */
-tg_tensor *tg_cross_entropy(tg_tape *tp, tg_tensor *logits, const tg_tensor *target, tg_reduction r);
+TG_API tg_tensor *tg_cross_entropy(tg_tape *tp, tg_tensor *logits, const tg_tensor *target, tg_reduction r);
 
 /* ---- dropout --------------------------------------------------------------- */
 
 /* Training-mode dropout: zero with probability p, scale survivors by 1/(1-p)
  * (MulBackward0). p = 0 returns x. g NULL = default generator. */
-tg_tensor *tg_dropout(tg_tape *tp, tg_tensor *x, double p, tg_generator *g);
+TG_API tg_tensor *tg_dropout(tg_tape *tp, tg_tensor *x, double p, tg_generator *g);
 
 /* ---- fused attention -------------------------------------------------------- */
 
 /* softmax(q k^T / sqrt(hd) [+ causal mask]) v, dropout p on the weights, in
  * one node (ScaledDotProductAttentionBackward0) that keeps only the per-row
  * log-sum-exp. q, k, v: (..., T, hd) of the same shape. */
-tg_tensor *tg_scaled_dot_product_attention(tg_tape *tp, tg_tensor *q, tg_tensor *k, tg_tensor *v,
+TG_API tg_tensor *tg_scaled_dot_product_attention(tg_tape *tp, tg_tensor *q, tg_tensor *k, tg_tensor *v,
                                            bool causal, double dropout_p, tg_generator *g);
 
 /* ---- gradcheck ----------------------------------------------------------------- */
@@ -207,7 +207,7 @@ typedef struct {
  * pass, the one with the largest |a - n|, and on a failure the one furthest
  * past atol + rtol * |n| (the first on ties). res is output only. Returns
  * TG_OK (see res->passed) or an error status. */
-int tg_gradcheck(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n, void *ctx, double eps,
+TG_API int tg_gradcheck(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n, void *ctx, double eps,
                  double atol, double rtol, tg_gradcheck_result *res);
 
 /* The same with options: tolerances as above, and optionally each input's
@@ -216,7 +216,7 @@ typedef struct {
     double eps, atol, rtol;
     double *max_err_per_input;
 } tg_gradcheck_options;
-int tg_gradcheck_ex(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n, void *ctx, const tg_gradcheck_options *opt,
+TG_API int tg_gradcheck_ex(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n, void *ctx, const tg_gradcheck_options *opt,
                     tg_gradcheck_result *res);
 
 #ifdef __cplusplus

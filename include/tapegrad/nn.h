@@ -33,10 +33,6 @@
 
 #include "autograd.h"
 
-#ifndef TG_API
-#define TG_API
-#endif
-
 #ifdef __cplusplus
 extern "C" {
 #endif

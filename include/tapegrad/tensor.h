@@ -13,6 +13,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* Marks the public API. Empty for users; the library's build defines it to
+ * export exactly these declarations from the shared library (meson.build). */
+#ifndef TG_API
+#define TG_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -47,7 +53,7 @@ typedef enum {
 /* A status code's description ("malformed file"); "unknown status" for any
  * other value. Static storage. The message of the error itself, naming what
  * was wrong, is tg_last_error(). */
-const char *tg_status_str(int status);
+TG_API const char *tg_status_str(int status);
 
 typedef struct tg_tape tg_tape;
 typedef struct tg_node tg_node;
@@ -72,115 +78,115 @@ typedef struct tg_tensor {
 /* ---- errors ---------------------------------------------------------- */
 
 /* The message of the last error on this thread ("" if none). */
-const char *tg_last_error(void);
-void tg_clear_error(void);
+TG_API const char *tg_last_error(void);
+TG_API void tg_clear_error(void);
 /* Records a printf-style message as the last error; returns NULL for chaining. */
-void *tg_error(const char *fmt, ...);
+TG_API void *tg_error(const char *fmt, ...);
 /* Same, returning the status code given (TG_EINVAL, ...). */
-int tg_error_status(int status, const char *fmt, ...);
+TG_API int tg_error_status(int status, const char *fmt, ...);
 
 /* ---- tapes ----------------------------------------------------------- */
 
 /* A new empty tape; NULL if out of memory. Free with tg_tape_free. */
-tg_tape *tg_tape_new(void);
-void tg_tape_free(tg_tape *tp);
+TG_API tg_tape *tg_tape_new(void);
+TG_API void tg_tape_free(tg_tape *tp);
 /* Drops every tensor and node in the tape at once and keeps its memory: after
  * a reset, recording the same computation again allocates nothing. */
-void tg_tape_reset(tg_tape *tp);
+TG_API void tg_tape_reset(tg_tape *tp);
 /* Bytes handed out since the last reset / bytes held from the system. */
-size_t tg_tape_used(const tg_tape *tp);
-size_t tg_tape_reserved(const tg_tape *tp);
+TG_API size_t tg_tape_used(const tg_tape *tp);
+TG_API size_t tg_tape_reserved(const tg_tape *tp);
 /* Caps the memory a tape may hold (0 = no cap). Allocations past it fail with
  * an error, as out of memory does. */
-void tg_tape_set_limit(tg_tape *tp, size_t max_bytes);
+TG_API void tg_tape_set_limit(tg_tape *tp, size_t max_bytes);
 /* Raw 64-byte aligned memory that lives as long as the tape's contents; NULL on
  * failure (with an error recorded). Zeroed if zero is true. */
-void *tg_tape_alloc(tg_tape *tp, size_t nbytes, bool zero);
+TG_API void *tg_tape_alloc(tg_tape *tp, size_t nbytes, bool zero);
 
 /* ---- dtypes ---------------------------------------------------------- */
 
-size_t tg_dtype_size(tg_dtype dt);
-const char *tg_dtype_name(tg_dtype dt); /* "float32", "float64", "bool", ... */
+TG_API size_t tg_dtype_size(tg_dtype dt);
+TG_API const char *tg_dtype_name(tg_dtype dt); /* "float32", "float64", "bool", ... */
 
 /* ---- creation (results live in tp, contiguous) ------------------------ */
 
-tg_tensor *tg_empty(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape);
-tg_tensor *tg_zeros(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape);
-tg_tensor *tg_ones(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape);
-tg_tensor *tg_full(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape, double value);
+TG_API tg_tensor *tg_empty(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape);
+TG_API tg_tensor *tg_zeros(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape);
+TG_API tg_tensor *tg_ones(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape);
+TG_API tg_tensor *tg_full(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape, double value);
 /* Copies numel elements of type dt from src (row-major). */
-tg_tensor *tg_from_data(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape, const void *src);
+TG_API tg_tensor *tg_from_data(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape, const void *src);
 /* Convenience: from float / double arrays. */
-tg_tensor *tg_from_f32(tg_tape *tp, int ndim, const int64_t *shape, const float *src);
-tg_tensor *tg_from_f64(tg_tape *tp, int ndim, const int64_t *shape, const double *src);
-tg_tensor *tg_scalar(tg_tape *tp, tg_dtype dt, double value); /* 0-dim */
+TG_API tg_tensor *tg_from_f32(tg_tape *tp, int ndim, const int64_t *shape, const float *src);
+TG_API tg_tensor *tg_from_f64(tg_tape *tp, int ndim, const int64_t *shape, const double *src);
+TG_API tg_tensor *tg_scalar(tg_tape *tp, tg_dtype dt, double value); /* 0-dim */
 /* [start, end) by step, 1-D. */
-tg_tensor *tg_arange(tg_tape *tp, tg_dtype dt, double start, double end, double step);
-tg_tensor *tg_eye(tg_tape *tp, tg_dtype dt, int64_t n, int64_t m);
+TG_API tg_tensor *tg_arange(tg_tape *tp, tg_dtype dt, double start, double end, double step);
+TG_API tg_tensor *tg_eye(tg_tape *tp, tg_dtype dt, int64_t n, int64_t m);
 /* Upper/lower triangle of a 2-D (or batched) tensor, as torch.triu/tril. */
-tg_tensor *tg_triu(tg_tape *tp, const tg_tensor *x, int64_t diagonal);
-tg_tensor *tg_tril(tg_tape *tp, const tg_tensor *x, int64_t diagonal);
+TG_API tg_tensor *tg_triu(tg_tape *tp, const tg_tensor *x, int64_t diagonal);
+TG_API tg_tensor *tg_tril(tg_tape *tp, const tg_tensor *x, int64_t diagonal);
 /* Same shape and dtype as x, uninitialised / zeros. */
-tg_tensor *tg_empty_like(tg_tape *tp, const tg_tensor *x);
-tg_tensor *tg_zeros_like(tg_tape *tp, const tg_tensor *x);
+TG_API tg_tensor *tg_empty_like(tg_tape *tp, const tg_tensor *x);
+TG_API tg_tensor *tg_zeros_like(tg_tape *tp, const tg_tensor *x);
 /* Contiguous copy with a new dtype (never recorded on the tape as an op). */
-tg_tensor *tg_to_dtype(tg_tape *tp, const tg_tensor *x, tg_dtype dt);
+TG_API tg_tensor *tg_to_dtype(tg_tape *tp, const tg_tensor *x, tg_dtype dt);
 
 /* ---- inspection ------------------------------------------------------ */
 
-int64_t tg_numel(const tg_tensor *x);
-bool tg_is_contiguous(const tg_tensor *x);
-bool tg_same_shape(const tg_tensor *a, const tg_tensor *b);
+TG_API int64_t tg_numel(const tg_tensor *x);
+TG_API bool tg_is_contiguous(const tg_tensor *x);
+TG_API bool tg_same_shape(const tg_tensor *a, const tg_tensor *b);
 /* "(2,6,3)" into buf; returns buf. */
-char *tg_shape_str(const tg_tensor *x, char *buf, size_t n);
+TG_API char *tg_shape_str(const tg_tensor *x, char *buf, size_t n);
 /* Element at a multi-index (ndim entries, each in [0, shape[d]); NULL for
  * 0-dim) as double; NAN with an error naming the index and the shape if x or
  * idx is NULL or an index is out of range. */
-double tg_get(const tg_tensor *x, const int64_t *idx);
+TG_API double tg_get(const tg_tensor *x, const int64_t *idx);
 /* Stores v (converted to x's dtype) at a multi-index, checked as tg_get.
  * Returns TG_OK, or TG_EINVAL with an error (nothing written); for integer and
  * bool dtypes also when v is NaN or outside the dtype's range. */
-int tg_set(tg_tensor *x, const int64_t *idx, double v);
+TG_API int tg_set(tg_tensor *x, const int64_t *idx, double v);
 /* Element at a flat row-major position (0 <= i < numel) as double; NAN with
  * an error if out of range. */
-double tg_item_at(const tg_tensor *x, int64_t i);
+TG_API double tg_item_at(const tg_tensor *x, int64_t i);
 /* The single value of a 1-element tensor. */
-double tg_item(const tg_tensor *x);
+TG_API double tg_item(const tg_tensor *x);
 /* Copies all elements in row-major order into dst as float/double. */
-int tg_copy_to_f32(const tg_tensor *x, float *dst);
-int tg_copy_to_f64(const tg_tensor *x, double *dst);
+TG_API int tg_copy_to_f32(const tg_tensor *x, float *dst);
+TG_API int tg_copy_to_f64(const tg_tensor *x, double *dst);
 /* Pointer to the first element, for contiguous tensors (NULL otherwise). */
-void *tg_data_ptr(const tg_tensor *x);
+TG_API void *tg_data_ptr(const tg_tensor *x);
 
 /* ---- generators (torch.Generator compatible) ------------------------- */
 
 /* A Mersenne Twister seeded as torch.manual_seed(seed) seeds it. */
-tg_generator *tg_generator_new(uint64_t seed);
-void tg_generator_free(tg_generator *g);
-void tg_generator_seed(tg_generator *g, uint64_t seed);
+TG_API tg_generator *tg_generator_new(uint64_t seed);
+TG_API void tg_generator_free(tg_generator *g);
+TG_API void tg_generator_seed(tg_generator *g, uint64_t seed);
 /* The process-wide default generator (torch's default CPU generator). */
-tg_generator *tg_default_generator(void);
+TG_API tg_generator *tg_default_generator(void);
 /* torch.manual_seed(seed): reseeds the default generator. */
-void tg_manual_seed(uint64_t seed);
-uint32_t tg_generator_random(tg_generator *g);   /* one 32-bit draw */
-uint64_t tg_generator_random64(tg_generator *g); /* one 64-bit draw (two 32-bit) */
+TG_API void tg_manual_seed(uint64_t seed);
+TG_API uint32_t tg_generator_random(tg_generator *g);   /* one 32-bit draw */
+TG_API uint64_t tg_generator_random64(tg_generator *g); /* one 64-bit draw (two 32-bit) */
 
 /* In-place fills drawing exactly as PyTorch's CPU kernels do (g NULL = default).
  * x must be contiguous f32 or f64. Return TG_OK or an error status. */
-int tg_uniform_(tg_tensor *x, double from, double to, tg_generator *g);
-int tg_normal_(tg_tensor *x, double mean, double std, tg_generator *g);
+TG_API int tg_uniform_(tg_tensor *x, double from, double to, tg_generator *g);
+TG_API int tg_normal_(tg_tensor *x, double mean, double std, tg_generator *g);
 /* torch.rand / torch.randn. */
-tg_tensor *tg_rand(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape, tg_generator *g);
-tg_tensor *tg_randn(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape, tg_generator *g);
+TG_API tg_tensor *tg_rand(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape, tg_generator *g);
+TG_API tg_tensor *tg_randn(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape, tg_generator *g);
 
 /* ---- printing ---------------------------------------------------------- */
 
 /* Formats x exactly as PyTorch's default print does ("tensor([...])",
  * with ", grad_fn=<Name>" or ", requires_grad=True" as PyTorch adds them).
  * Returns a malloc'd string the caller frees, or NULL on error. */
-char *tg_format(const tg_tensor *x);
+TG_API char *tg_format(const tg_tensor *x);
 /* Writes tg_format(x) and a newline to f. Returns TG_OK or an error status. */
-int tg_print(FILE *f, const tg_tensor *x);
+TG_API int tg_print(FILE *f, const tg_tensor *x);
 
 /* ---- safetensors --------------------------------------------------------- */
 
@@ -192,7 +198,7 @@ typedef struct {
 /* Writes n tensors to path in the safetensors format (names must be unique).
  * Writes to a temporary file and renames it, so a failed save leaves no broken
  * file. Returns TG_OK or an error status with a message. */
-int tg_safetensors_save(const char *path, const tg_named_tensor *tensors, int n);
+TG_API int tg_safetensors_save(const char *path, const tg_named_tensor *tensors, int n);
 
 /* A loaded file: names and tensors in file order, all living in the tape given
  * to tg_safetensors_load. */
@@ -206,11 +212,11 @@ typedef struct {
  * duplicate names, dtypes, shapes, offsets contiguous and in bounds, byte
  * lengths). On success fills *out (memory in tp) and returns TG_OK; otherwise
  * an error status whose message names the problem. */
-int tg_safetensors_load(tg_tape *tp, const char *path, tg_safetensors *out);
+TG_API int tg_safetensors_load(tg_tape *tp, const char *path, tg_safetensors *out);
 /* Same, from a memory buffer. */
-int tg_safetensors_parse(tg_tape *tp, const uint8_t *buf, size_t len, tg_safetensors *out);
+TG_API int tg_safetensors_parse(tg_tape *tp, const uint8_t *buf, size_t len, tg_safetensors *out);
 /* The tensor named name, or NULL. */
-tg_tensor *tg_safetensors_get(const tg_safetensors *st, const char *name);
+TG_API tg_tensor *tg_safetensors_get(const tg_safetensors *st, const char *name);
 
 #ifdef __cplusplus
 }
