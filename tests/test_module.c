@@ -523,6 +523,13 @@ static tg_tensor *pick_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *c
 }
 static const tg_module_type pick_type = {"Pick", pick_forward, NULL};
 
+static tg_tensor *silent_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *const *in)
+{
+    (void)tp, (void)self, (void)n, (void)in;
+    return NULL; /* fails without saying why */
+}
+static const tg_module_type silent_type = {"Silent", silent_forward, NULL};
+
 static void test_inputs_buffers_containers(void **state)
 {
     (void)state;
@@ -543,6 +550,15 @@ static void test_inputs_buffers_containers(void **state)
     /* built-in modules take one input */
     tg_module *lin = tg_linear_new(tp, 2, 2, true);
     EXPECT_NULL(tg_module_call(tp, lin, 2, (tg_tensor *[]){table, table}), "Linear: expected 1 input, got 2");
+    /* a forward that fails silently gets a message, even after an unrelated earlier error */
+    tg_module *silent = tg_module_new(tp, &silent_type, 0);
+    tg_error("an earlier, unrelated error");
+    assert_null(tg_module_forward(tp, silent, table));
+    assert_string_equal(tg_last_error(), "Silent: forward returned NULL without an error");
+    /* a forward that succeeds leaves an earlier message alone */
+    tg_error("an earlier, unrelated error");
+    tu_assert_ok(tg_module_forward(tp, lin, table));
+    assert_string_equal(tg_last_error(), "an earlier, unrelated error");
     /* a container has no forward */
     tg_module *list = tg_module_list_new(tp, 1, &lin);
     EXPECT_NULL(tg_module_forward(tp, list, table), "ModuleList", "no forward");

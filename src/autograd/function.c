@@ -16,27 +16,6 @@ struct tg_fn_ctx {
     size_t data_size;
 };
 
-/* Keeps the current error message aside: a user callback starts with none, so
- * the engine can tell whether it recorded one, and a callback that succeeds
- * leaves the caller's message as it was. */
-typedef struct {
-    char msg[512];
-} saved_error;
-
-static void error_push(saved_error *e)
-{
-    snprintf(e->msg, sizeof e->msg, "%s", tg_last_error());
-    tg_clear_error();
-}
-
-static void error_restore(const saved_error *e)
-{
-    if (e->msg[0])
-        tg_error("%s", e->msg);
-    else
-        tg_clear_error();
-}
-
 /* ---- the context ------------------------------------------------------------------------ */
 
 int tg_fn_save_for_backward(tg_fn_ctx *ctx, int n, tg_tensor *const *tensors)
@@ -98,8 +77,8 @@ tg_tensor *tg_function_apply(tg_tape *tp, const tg_function *f, int n, tg_tensor
     ctx->f = f;
     ctx->tape = tp;
 
-    saved_error before;
-    error_push(&before);
+    tg__saved_error before;
+    tg__error_push(&before);
     bool grad_mode = tg_set_grad_enabled(false);
     tg_tensor *out = f->forward(ctx, tp, n, inputs);
     tg_set_grad_enabled(grad_mode);
@@ -107,7 +86,7 @@ tg_tensor *tg_function_apply(tg_tape *tp, const tg_function *f, int n, tg_tensor
         if (!tg_last_error()[0]) tg_error("%s: forward returned NULL", f->name);
         return NULL;
     }
-    error_restore(&before);
+    tg__error_restore(&before);
 
     bool any = false;
     for (int i = 0; i < n; i++) any |= tg__needs_grad(inputs[i]);
@@ -159,14 +138,14 @@ int tg__function_backward(tg_node *n)
     const tg_function *f = ctx->f;
     tg_tensor **gi = tg_tape_alloc(n->tape, sizeof *gi * (size_t)(n->nin > 0 ? n->nin : 1), true);
     if (!gi) return TG_ENOMEM;
-    saved_error before;
-    error_push(&before);
+    tg__saved_error before;
+    tg__error_push(&before);
     int st = f->backward(ctx, n->tape, n->grad, gi);
     if (st != TG_OK) {
         if (!tg_last_error()[0]) tg_error("%s: backward returned %s", f->name, tg_status_str(st));
         return st;
     }
-    error_restore(&before);
+    tg__error_restore(&before);
     for (int i = 0; i < n->nin; i++) {
         tg_tensor *x = n->in[i], *g = gi[i];
         if (!g || !tg__needs_grad(x)) continue;

@@ -309,9 +309,14 @@ tg_tensor *tg_module_call(tg_tape *tp, tg_module *m, int n, tg_tensor *const *in
     for (int i = 0; i < n; i++)
         if (!inputs[i]) return tg__error_null_input(name);
     if (!m->type->forward) return tg_error("%s: this module has no forward (a container: call its children)", name);
-    bool had_error = tg_last_error()[0] != '\0';
+    tg__saved_error before;
+    tg__error_push(&before);
     tg_tensor *y = m->type->forward(tp, m, n, inputs);
-    if (!y && !had_error && !tg_last_error()[0]) tg_error("%s: forward returned NULL without an error", name);
+    if (!y) {
+        if (!tg_last_error()[0]) tg_error("%s: forward returned NULL without an error", name);
+        return NULL;
+    }
+    tg__error_restore(&before);
     return y;
 }
 

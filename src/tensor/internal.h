@@ -37,6 +37,15 @@ int tg_error_status(int status, const char *fmt, ...) __attribute__((format(prin
  * is most likely downstream of an earlier failure, whose message names the
  * real problem. Returns NULL. */
 void *tg__error_null_input(const char *op);
+/* Keeps the current error message aside while a user callback runs (a
+ * module's forward, a function's forward or backward): the callback starts
+ * with none, so the caller can tell whether it recorded one, and one that
+ * succeeds leaves the earlier message as it was. */
+typedef struct {
+    char msg[512];
+} tg__saved_error;
+void tg__error_push(tg__saved_error *e);
+void tg__error_restore(const tg__saved_error *e);
 void tg__contiguous_strides(int ndim, const int64_t *shape, int64_t *stride);
 /* Normalises a possibly negative dim; -1 and an error if out of range. */
 int tg__wrap_dim(const char *op, int dim, int ndim);

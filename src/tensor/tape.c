@@ -53,6 +53,14 @@ void *tg__error_null_input(const char *op)
     return NULL;
 }
 
+void tg__error_push(tg__saved_error *e)
+{
+    memcpy(e->msg, tg__errbuf, sizeof e->msg);
+    tg__errbuf[0] = '\0';
+}
+
+void tg__error_restore(const tg__saved_error *e) { memcpy(tg__errbuf, e->msg, sizeof e->msg); }
+
 const char *tg_status_str(int status)
 {
     switch (status) {
