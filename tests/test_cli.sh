@@ -1,6 +1,7 @@
 #!/bin/sh
-# End-to-end checks of the tapegrad command line against SPEC.md: the book's
-# figures, --json, --gradcheck, --save/--load, train, bench, and a table of bad
+# End-to-end checks of the tapegrad command line (README.md, "The command
+# line"): the book's figures (as in tools/reference/modules.py, FIGURES),
+# --json, --gradcheck, --save/--load, train, bench, and a table of bad
 # arguments that must each give exit status 2 and exactly one line on stderr.
 #
 #   tests/test_cli.sh build/tools/tapegrad
@@ -29,7 +30,7 @@ expect_contains() {
     fi
 }
 
-# ---- the SPEC's figures ------------------------------------------------------
+# ---- the book's figures ------------------------------------------------------
 expect_contains "sa-v1 seed 123" "tensor([[0.2996, 0.8053]," "$TG" attention --module sa-v1
 expect_contains "sa-v1 row 2" "[0.3061, 0.8210]," "$TG" attention --module sa-v1
 expect_contains "sa-v2 seed 123" "tensor([[-0.5337, -0.1051]," "$TG" attention --module sa-v2

@@ -1,5 +1,6 @@
 """tests/ref/autograd.json: grad_fn names, values and gradients along the
-book's attention computations, step by step, on the book input of SPEC.md.
+book's attention computations, step by step, on the book's 6x3 input (BOOK in
+tools/reference/book.py).
 
 Each chain: {"name", "dtype", "leaves": {name: {"tensor", "requires_grad"}},
 "steps": [{"name", "op", "inputs": [names], "args": {...}, "grad_fn", "output"}],

@@ -1,4 +1,5 @@
-"""The book's chapter-3 modules in PyTorch, exactly as SPEC.md describes them.
+"""The book's chapter-3 modules in PyTorch, as the book's code defines them (the
+C constructors and state_dict keys that match them: README.md, "Modules").
 
 Shared by the reference generator (tools/reference/modules.py, sgd.py),
 tools/check_torch_interop.py and bench/compare_torch.py. No generate(): the

@@ -1,4 +1,5 @@
-"""tests/ref/modules.json: the five attention modules of chapter 3 (SPEC.md),
+"""tests/ref/modules.json: the five attention modules of chapter 3
+(tools/reference/book.py),
 built after torch.manual_seed(seed), run in eval mode, with gradients of
 output.sum() for every parameter and the input.
 
@@ -13,8 +14,9 @@ num_heads * d_out); for mha, d_out is the total (head_dim = d_out / heads).
 
 The grid (module x seed {123, 42, 7} x size {(3,2), (4,6), (8,8)}, crossed
 with heads {1, 2}, context {T, T+3}, qkv_bias, book/random inputs with batch
-1 and 3) is subsampled to a fixed list; SPEC.md's seed figures are the
-first cases (names starting "spec_").
+1 and 3) is subsampled to a fixed list. The first cases (names starting
+"spec_") are the book's printed outputs for its seeds (FIGURES below), which
+tests/test_cli.sh also checks on the command line.
 """
 import torch
 
@@ -95,8 +97,8 @@ def case(name, module, seed, d_in, d_out, heads=0, ctx_extra=0, bias=False, kind
     }
 
 
-# SPEC.md's figures: (case, first two rows of the output's first batch).
-SPEC_FIGURES = [
+# The book's printed outputs: (case, first two rows of the output's first batch).
+FIGURES = [
     (case("spec_sa_v1", "sa_v1", 123, 3, 2, kind="book"), [[0.2996, 0.8053], [0.3061, 0.8210]]),
     (case("spec_sa_v2", "sa_v2", 123, 3, 2, kind="book"), [[-0.5337, -0.1051], [-0.5323, -0.1080]]),
     (case("spec_causal", "causal", 42, 3, 2, kind="book"), [[0.4429, 0.1077], [0.4656, 0.2597]]),
@@ -145,13 +147,13 @@ def grid():
 
 def generate(outdir):
     out = []
-    for c, rows in SPEC_FIGURES:
+    for c, rows in FIGURES:
         rec, y = run(c)
         first = y[0] if c["module"] in BATCHED else y
         got = first[:len(rows)].detach()
         want = torch.tensor(rows)
         if not torch.allclose(got, want, atol=6e-5, rtol=0):
-            raise RuntimeError("%s: %s differs from SPEC.md's %s" % (c["name"], got.tolist(), rows))
+            raise RuntimeError("%s: %s differs from the book's %s" % (c["name"], got.tolist(), rows))
         out.append(rec)
     for c in grid():
         out.append(run(c)[0])

@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Checks the installed library as a user of it sees it: a fresh build with
+# the given meson options (tests off unless an option names them), installed
+# with `meson install` into a temporary prefix, then
+#   (a) tapegrad.pc: its Libs.private holds no absolute path, and
+#       `pkg-config --static --libs tapegrad` names no directory outside the
+#       prefix (system directories pkg-config drops are fine);
+#   (b) every examples/*.c source is installed under <datadir>/tapegrad/examples/;
+#   (c) every installed example compiles outside the source tree with
+#         cc -std=c11 -Wall -Wextra -Werror FILE.c $(pkg-config --cflags --libs tapegrad) -lm
+#       (-lm for the examples' own <math.h> calls, plus an rpath to the
+#       prefix's lib directory) and, unless listed in
+#       SKIP_RUN below, runs within RUN_TIMEOUT s with exit status 0;
+#   (d) the dynamic symbols libtapegrad.so defines are exactly public API:
+#       each must be declared in the installed headers (an identifier
+#       tg_[a-z0-9_]+ followed by `(` outside comments and #define lines),
+#       and none may start with tg__ or tg_k_ (private by convention);
+#   (e) libtapegrad.a links statically with `pkg-config --static --libs
+#       tapegrad` (Libs.private is complete) and that program runs.
+# Every step runs; the offending names are printed. Exit status 0 if all
+# passed, 1 if any failed, 2 if the build or install itself failed.
+#
+#   tools/check_install.sh [MESON_OPTION...]    e.g. -Dnative=false
+#
+# Environment: CC (cc), KEEP=1 keeps the temporary directory.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CC=${CC:-cc}
+RUN_TIMEOUT=120
+# Installed examples that are compiled but not run (ones that need arguments
+# or input files); none so far.
+SKIP_RUN=()
+# Linked statically against libtapegrad.a in step (e).
+STATIC_EXAMPLE=train_toy
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/tapegrad-install.XXXXXX")
+if [ "${KEEP:-0}" = 1 ]; then trap 'echo "kept $TMP"' EXIT; else trap 'rm -rf "$TMP"' EXIT; fi
+BUILD=$TMP/build
+PREFIX=$TMP/prefix
+
+opts=("$@")
+case " $* " in *" -Dtests="*) ;; *) opts=(-Dtests=disabled "${opts[@]}") ;; esac
+
+echo "=== check_install: configure, build, install (meson options: ${opts[*]}) ==="
+t0=$SECONDS
+tools/meson-setup.sh "$BUILD" --prefix="$PREFIX" "${opts[@]}" >"$TMP/setup.log" 2>&1 \
+  || { tail -n 30 "$TMP/setup.log"; exit 2; }
+ninja -C "$BUILD" >"$TMP/build.log" 2>&1 || { tail -n 30 "$TMP/build.log"; exit 2; }
+meson install -C "$BUILD" --no-rebuild >"$TMP/install.log" 2>&1 || { tail -n 30 "$TMP/install.log"; exit 2; }
+echo "  built and installed into a temporary prefix in $((SECONDS - t0)) s"
+
+pc=$(find "$PREFIX" -name tapegrad.pc -path '*/pkgconfig/*' | head -n1)
+so=$(find "$PREFIX" -name libtapegrad.so | head -n1)
+ar=$(find "$PREFIX" -name libtapegrad.a | head -n1)
+if [ -z "$pc" ] || [ -z "$so" ] || [ -z "$ar" ]; then
+  echo "  FAIL: installed files missing (tapegrad.pc: ${pc:-none}, libtapegrad.so: ${so:-none}, libtapegrad.a: ${ar:-none})"
+  exit 1
+fi
+LIBDIR=$(dirname "$so")
+PKG_CONFIG_PATH=$(dirname "$pc")
+export PKG_CONFIG_PATH
+failed=()
+pass() { echo "  ok    $*"; }
+fail() { echo "  FAIL  $*"; failed+=("${1%%:*}"); }
+indent() { sed 's/^/        /'; }
+
+# Absolute paths among pkg-config flags: -L/x, -I/x, -Wl,...,/x, -R/x, /x.
+absolute() { tr ' ' '\n' | grep -E '^(-[LIR])?/|^-Wl,(.*,)?/' || true; }
+
+echo "=== check_install: (a) tapegrad.pc ==="
+libs_private=$(sed -nE 's/^Libs\.private:[[:space:]]*//p' "$pc")
+bad=$(absolute <<<"$libs_private")
+if [ -z "$bad" ]; then pass "(a) Libs.private: $libs_private"
+else fail "(a) Libs.private has absolute paths:" ; indent <<<"$bad"; fi
+static_libs=$(pkg-config --static --libs tapegrad)
+bad=$(absolute <<<"$static_libs" | grep -vE "^(-[LIR]|-Wl,(.*,)?)?$PREFIX(/|$)" || true)
+if [ -z "$bad" ]; then pass "(a) pkg-config --static --libs: ${static_libs//$PREFIX/<prefix>}"
+else fail "(a) pkg-config --static --libs names directories outside the prefix:"; indent <<<"$bad"; fi
+
+echo "=== check_install: (b) installed examples ==="
+exdir=$(find "$PREFIX" -type d -path '*/tapegrad/examples' | head -n1)
+missing=()
+for f in examples/*.c; do
+  [ -n "$exdir" ] && [ -f "$exdir/$(basename "$f")" ] || missing+=("$(basename "$f")")
+done
+if [ -n "$exdir" ] && [ ${#missing[@]} -eq 0 ]; then
+  pass "(b) ${exdir#"$PREFIX"/}: $(cd "$exdir" && echo *.c)"
+else
+  fail "(b) examples not installed under <datadir>/tapegrad/examples: ${missing[*]}"
+fi
+
+echo "=== check_install: (c) examples built outside the source tree and run ==="
+work=$TMP/examples
+mkdir -p "$work"
+read -r -a pc_flags <<<"$(pkg-config --cflags --libs tapegrad)"
+for src in "${exdir:-/nonexistent}"/*.c; do
+  [ -f "$src" ] || continue
+  name=$(basename "$src" .c)
+  cp "$src" "$work/"
+  if ! (cd "$work" && "$CC" -std=c11 -Wall -Wextra -Werror "$name.c" -o "$name" "${pc_flags[@]}" \
+          -lm -Wl,-rpath,"$LIBDIR") >"$work/$name.cc.log" 2>&1; then
+    fail "(c) $name: does not compile:"; head -n 20 "$work/$name.cc.log" | indent
+    continue
+  fi
+  if [[ " ${SKIP_RUN[*]} " == *" $name "* ]]; then pass "(c) $name: compiles (not run: SKIP_RUN)"; continue; fi
+  t0=$SECONDS rc=0
+  (cd "$work" && timeout "$RUN_TIMEOUT" "./$name") >"$work/$name.out" 2>&1 || rc=$?
+  if [ "$rc" -eq 0 ]; then pass "(c) $name: compiles, runs, exit 0 in $((SECONDS - t0)) s"
+  else fail "(c) $name: exit status $rc after $((SECONDS - t0)) s (124: timeout):"; tail -n 10 "$work/$name.out" | indent; fi
+done
+
+echo "=== check_install: (d) exported symbols of ${so#"$PREFIX"/} ==="
+# Every identifier the installed headers declare as tg_...( (comments and
+# #define lines removed first).
+find "$PREFIX" -path '*/include/tapegrad.h' -o -path '*/include/tapegrad/*.h' | sort >"$TMP/headers"
+python3 - "$TMP/headers" >"$TMP/declared" <<'EOF'
+import re, sys
+names = set()
+for path in open(sys.argv[1]).read().split():
+    text = open(path).read()
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    text = re.sub(r"//[^\n]*", " ", text)
+    text = re.sub(r"^[ \t]*#[ \t]*define(.*\\\n)*.*$", " ", text, flags=re.M)
+    names.update(re.findall(r"\b(tg_[a-z0-9_]+)\s*\(", text))
+print("\n".join(sorted(names)))
+EOF
+# Defined dynamic symbols that are functions or data (not the linker's own).
+nm -D --defined-only "$so" | awk '$2 ~ /^[TDBRVWiu]$/ { print $3 }' \
+  | grep -vxE '_init|_fini|_edata|_end|__bss_start' | sort -u >"$TMP/exported"
+undeclared=$(comm -23 "$TMP/exported" "$TMP/declared")
+private=$(grep -E '^tg_(_|k_)' "$TMP/exported" || true)
+n_exp=$(wc -l <"$TMP/exported")
+n_dec=$(wc -l <"$TMP/declared")
+if [ -z "$undeclared" ] && [ -z "$private" ]; then
+  pass "(d) $n_exp exported symbols, all declared in the installed headers ($n_dec declarations)"
+else
+  n_und=$(grep -c . <<<"$undeclared" || true)
+  n_priv=$(grep -c . <<<"$private" || true)
+  fail "(d) $n_exp exported symbols: $n_und not declared in the installed headers, $n_priv named tg__*/tg_k_*:"
+  indent <<<"$undeclared"
+  [ "$n_priv" -eq 0 ] || { echo "      of which tg__*/tg_k_*:"; indent <<<"$private"; }
+fi
+
+echo "=== check_install: (e) static link of $STATIC_EXAMPLE with pkg-config --static ==="
+read -r -a static_flags <<<"$(pkg-config --cflags --static --libs tapegrad | sed 's/\(^\| \)-ltapegrad\( \|$\)/\1-l:libtapegrad.a\2/')"
+if ! (cd "$work" && "$CC" -std=c11 -Wall -Wextra -Werror "$STATIC_EXAMPLE.c" -o "$STATIC_EXAMPLE-static" \
+        "${static_flags[@]}" -lm) >"$work/static.log" 2>&1; then
+  fail "(e) $STATIC_EXAMPLE does not link against libtapegrad.a:"; head -n 20 "$work/static.log" | indent
+elif ldd "$work/$STATIC_EXAMPLE-static" | grep -q libtapegrad; then
+  fail "(e) $STATIC_EXAMPLE-static still loads libtapegrad.so"
+elif ! (cd "$work" && timeout "$RUN_TIMEOUT" "./$STATIC_EXAMPLE-static") >"$work/static.out" 2>&1; then
+  fail "(e) $STATIC_EXAMPLE-static does not run:"; tail -n 10 "$work/static.out" | indent
+else
+  pass "(e) $STATIC_EXAMPLE linked against libtapegrad.a (${static_flags[*]//$PREFIX/<prefix>}) runs"
+fi
+
+if [ ${#failed[@]} -eq 0 ]; then echo "=== check_install: all passed ($((SECONDS)) s) ==="; exit 0; fi
+echo "=== check_install: FAILED: ${failed[*]} ($((SECONDS)) s) ==="
+exit 1
