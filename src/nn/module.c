@@ -414,16 +414,19 @@ typedef struct {
     int status;
 } walker;
 
+/* Whether to list p: always without dedup, else only the first time. */
+static bool first_visit(walker *w, ptr_set *seen, const void *p)
+{
+    if (!w->dedup) return true;
+    int fresh = ptr_set_add(seen, p);
+    if (fresh < 0) w->status = tg_error_status(TG_ENOMEM, "named_parameters: out of memory");
+    return fresh > 0;
+}
+
 static void emit(walker *w, const char *prefix, const char *name, tg_tensor *t)
 {
     if (w->status) return;
-    if (w->dedup) {
-        int fresh = ptr_set_add(&w->tensors, t);
-        if (fresh <= 0) {
-            if (fresh < 0) w->status = tg_error_status(TG_ENOMEM, "named_parameters: out of memory");
-            return;
-        }
-    }
+    if (!first_visit(w, &w->tensors, t)) return;
     if (w->n == w->cap) {
         int cap = w->cap ? 2 * w->cap : 32;
         tg_tensor **t2 = realloc(w->tensors_out, sizeof *t2 * (size_t)cap);
@@ -451,13 +454,7 @@ static void emit(walker *w, const char *prefix, const char *name, tg_tensor *t)
 static void walk(walker *w, const tg_module *m, const char *prefix)
 {
     if (w->status) return;
-    if (w->dedup) {
-        int fresh = ptr_set_add(&w->modules, m);
-        if (fresh <= 0) {
-            if (fresh < 0) w->status = tg_error_status(TG_ENOMEM, "named_parameters: out of memory");
-            return;
-        }
-    }
+    if (!first_visit(w, &w->modules, m)) return;
     if (w->params)
         for (int i = 0; i < m->params.n; i++) emit(w, prefix, m->params.items[i].name, m->params.items[i].ptr);
     if (w->buffers)
