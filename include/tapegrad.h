@@ -37,5 +37,6 @@
 #include "tapegrad/tensor.h"
 #include "tapegrad/autograd.h"
 #include "tapegrad/nn.h"
+#include "tapegrad/gpt.h"
 
 #endif

@@ -213,3 +213,9 @@ void tu_assert_ok_(const void *ptr, const char *file, int line) {
         _fail(file, line);
     }
 }
+
+const char *tu_ref_path(char *buf, size_t size, const char *file)
+{
+    snprintf(buf, size, "%s/%s", TG_REF_DIR, file);
+    return buf;
+}

@@ -15,6 +15,8 @@
 /* Parses tests/ref/<file> (directory from the TG_REF_DIR compile definition);
  * fails the test if it cannot. Caller json_decref()s. */
 json_t *tu_load_ref(const char *file);
+/* The path of tests/ref/<file> in buf. */
+const char *tu_ref_path(char *buf, size_t size, const char *file);
 
 /* A tensor in tp from {"shape": [...], "dtype": "float32"|"float64"|"bool"|"int64",
  * "data": [...]} (data row-major; "inf", "-inf", "nan" strings allowed).

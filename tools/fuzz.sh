@@ -53,7 +53,7 @@ usage() {
   exit 2
 }
 
-ALL_TARGETS=(fuzz_safetensors fuzz_module_load fuzz_cli fuzz_cli_args fuzz_input_spec)
+ALL_TARGETS=(fuzz_safetensors fuzz_module_load fuzz_hf_load fuzz_cli fuzz_cli_args fuzz_input_spec)
 # --ci executions per target (the initial pass over the seed corpus included).
 # Measured on 2 cores, ASan+UBSan debug build: fuzz_cli runs whole commands
 # (~20 s to load its corpus, then a few hundred exec/s), the parsers run at
@@ -61,6 +61,7 @@ ALL_TARGETS=(fuzz_safetensors fuzz_module_load fuzz_cli fuzz_cli_args fuzz_input
 declare -A CI_RUNS=(
   [fuzz_safetensors]=2000000
   [fuzz_module_load]=200000
+  [fuzz_hf_load]=50000
   [fuzz_cli]=20000
   [fuzz_cli_args]=2000000
   [fuzz_input_spec]=2000000
@@ -106,7 +107,7 @@ target_args() {
   case $t in
     fuzz_cli) echo -close_fd_mask=2 -max_len=512 ;;
     fuzz_cli_args) echo "-dict=$ROOT/tests/fuzz/fuzz_cli.dict" -max_len=1024 ;;
-    fuzz_module_load) echo "-dict=$ROOT/tests/fuzz/fuzz_safetensors.dict" ;;
+    fuzz_module_load|fuzz_hf_load) echo "-dict=$ROOT/tests/fuzz/fuzz_safetensors.dict" ;;
   esac
 }
 

@@ -117,6 +117,16 @@ TG_API tg_tensor *tg_mean_dims(tg_tape *tp, tg_tensor *x, int ndims, const int *
  * NULL, TG_I64 indices. */
 TG_API tg_tensor *tg_max_dim(tg_tape *tp, tg_tensor *x, int dim, bool keepdim, tg_tensor **indices);
 TG_API tg_tensor *tg_max(tg_tape *tp, tg_tensor *x); /* all elements: MaxBackward1 */
+/* x.var(dim, unbiased, keepdim) (VarBackward0): biased divides by N, unbiased
+ * by N - 1 (nan when that is 0, as PyTorch). */
+TG_API tg_tensor *tg_var(tg_tape *tp, tg_tensor *x, int dim, bool unbiased, bool keepdim);
+/* torch.argmax(x, dim, keepdim): TG_I64, the first index of the maximum (NaN
+ * counts as the maximum); not differentiable. */
+TG_API tg_tensor *tg_argmax(tg_tape *tp, const tg_tensor *x, int dim, bool keepdim);
+/* torch.topk(x, k, dim, largest, sorted): *values (TopkBackward0) and TG_I64
+ * *indices, sorted (largest first when largest), ties by index. 0 <= k <= size. */
+TG_API int tg_topk(tg_tape *tp, tg_tensor *x, int64_t k, int dim, bool largest, bool sorted, tg_tensor **values,
+                   tg_tensor **indices);
 
 /* ---- softmax ------------------------------------------------------------- */
 
@@ -171,10 +181,20 @@ TG_API tg_tensor *tg_mse_loss(tg_tape *tp, tg_tensor *input, tg_tensor *target, 
 /* logits (N, C), target TG_I64 class indices (N). */
 TG_API tg_tensor *tg_cross_entropy(tg_tape *tp, tg_tensor *logits, const tg_tensor *target, tg_reduction r);
 
+/* ---- GPT building blocks ----------------------------------------------------- */
+
+/* F.embedding(ids, weight): weight (num, dim), ids TG_I64 of any shape ->
+ * ids.shape + (dim) (EmbeddingBackward0: a scatter-add into weight). */
+TG_API tg_tensor *tg_embedding(tg_tape *tp, tg_tensor *weight, const tg_tensor *ids);
+/* The book's LayerNorm over the last dim in one node (NativeLayerNormBackward0):
+ * scale * (x - mean) / sqrt(var_biased + eps) + shift; scale, shift (D). */
+TG_API tg_tensor *tg_layer_norm(tg_tape *tp, tg_tensor *x, tg_tensor *scale, tg_tensor *shift, double eps);
+
 /* ---- dropout --------------------------------------------------------------- */
 
-/* Training-mode dropout: zero with probability p, scale survivors by 1/(1-p)
- * (MulBackward0). p = 0 returns x. g NULL = default generator. */
+/* Training-mode dropout as PyTorch draws it: mask = bernoulli_(1 - p) from g
+ * (tg_bernoulli_), then x * (mask / (1 - p)) (MulBackward0). p = 0 returns x.
+ * g NULL = default generator. */
 TG_API tg_tensor *tg_dropout(tg_tape *tp, tg_tensor *x, double p, tg_generator *g);
 
 /* ---- fused attention -------------------------------------------------------- */

@@ -175,6 +175,15 @@ TG_API uint64_t tg_generator_random64(tg_generator *g); /* one 64-bit draw (two 
  * x must be contiguous f32 or f64. Return TG_OK or an error status. */
 TG_API int tg_uniform_(tg_tensor *x, double from, double to, tg_generator *g);
 TG_API int tg_normal_(tg_tensor *x, double mean, double std, tg_generator *g);
+/* x.bernoulli_(p): 1 where a float64 uniform is < p, else 0. */
+TG_API int tg_bernoulli_(tg_tensor *x, double p, tg_generator *g);
+/* torch.multinomial(probs, num_samples, replacement) on 1-D or 2-D
+ * probabilities (not necessarily normalised): TG_I64 (.., num_samples),
+ * drawn as PyTorch's CPU kernel draws (exponential_ then the largest
+ * probs / q), so a seeded draw equals PyTorch's. More than one sample with
+ * replacement is refused. */
+TG_API tg_tensor *tg_multinomial(tg_tape *tp, const tg_tensor *probs, int64_t num_samples, bool replacement,
+                                 tg_generator *g);
 /* torch.rand / torch.randn. */
 TG_API tg_tensor *tg_rand(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape, tg_generator *g);
 TG_API tg_tensor *tg_randn(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape, tg_generator *g);

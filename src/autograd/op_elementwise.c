@@ -340,17 +340,19 @@ tg_tensor *tg_dropout(tg_tape *tp, tg_tensor *x, double p, tg_generator *g)
     if (!(p >= 0 && p < 1)) return tg_error("dropout: probability %g is outside [0, 1)", p);
     if (!tg__check_float("dropout", x)) return NULL;
     if (p == 0) return x;
-    /* The scaled keep-mask m (0 or 1/(1-p)) is the only thing saved. */
+    /* PyTorch's CPU dropout (aten's _dropout_impl): noise = empty_like(x)
+     * .bernoulli_(1 - p); noise.div_(1 - p) (in x's dtype); x * noise. The
+     * scaled keep-mask is the only thing saved. */
     tg_tensor *m = tg__new_like(tp, x);
-    if (!m || tg_uniform_(m, 0.0, 1.0, g) != TG_OK) return NULL;
-    double scale = 1.0 / (1.0 - p);
+    double q = 1.0 - p;
+    if (!m || tg_bernoulli_(m, q, g) != TG_OK) return NULL;
     int64_t cnt = tg_numel(m);
     if (m->dtype == TG_F32) {
-        float *d = m->data, fp = (float)p, fs = (float)scale;
-        for (int64_t i = 0; i < cnt; i++) d[i] = d[i] < fp ? 0.0f : fs;
+        float *d = m->data, fq = (float)q;
+        for (int64_t i = 0; i < cnt; i++) d[i] = d[i] / fq;
     } else {
         double *d = m->data;
-        for (int64_t i = 0; i < cnt; i++) d[i] = d[i] < p ? 0.0 : scale;
+        for (int64_t i = 0; i < cnt; i++) d[i] = d[i] / q;
     }
     tg_tensor *out = tg__new_like(tp, x);
     if (!out) return NULL;

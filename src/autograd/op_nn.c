@@ -118,3 +118,187 @@ int tg__cross_entropy_backward(tg_node *n)
     }
     return tg__accum(n->in[0], gx);
 }
+
+/* ---- embedding ------------------------------------------------------------------------------------ */
+
+tg_tensor *tg_embedding(tg_tape *tp, tg_tensor *weight, const tg_tensor *ids)
+{
+    char sw[64];
+    if (!weight || !ids) return tg__error_null_input("embedding");
+    if (!tg__check_float("embedding", weight)) return NULL;
+    if (weight->ndim != 2)
+        return tg_error("embedding: weight must be (num_embeddings, embedding_dim), got %s",
+                        tg_shape_str(weight, sw, sizeof sw));
+    if (ids->dtype != TG_I64) return tg_error("embedding: ids must be int64, got %s", tg_dtype_name(ids->dtype));
+    if (ids->ndim >= TG_MAX_DIMS) return tg_error("embedding: ids have too many dims (%d)", ids->ndim);
+    int64_t num = weight->shape[0], dim = weight->shape[1], cnt = tg_numel(ids);
+    /* the ids, flat and checked, are what backward keeps */
+    tg_tensor *flat = tg_empty(tp, TG_I64, 1, &cnt);
+    if (!flat) return NULL;
+    int64_t *id = (int64_t *)flat->data;
+    for (int64_t i = 0; i < cnt; i++) {
+        id[i] = (int64_t)tg_item_at(ids, i);
+        if (id[i] < 0 || id[i] >= num)
+            return tg_error("embedding: id %lld at position %lld is out of range for %lld embeddings", (long long)id[i],
+                            (long long)i, (long long)num);
+    }
+    int64_t shape[TG_MAX_DIMS];
+    for (int d = 0; d < ids->ndim; d++) shape[d] = ids->shape[d];
+    shape[ids->ndim] = dim;
+    tg_tensor *out = tg_empty(tp, weight->dtype, ids->ndim + 1, shape);
+    tg_tensor *w = weight;
+    if (out && !tg_is_contiguous(weight)) {
+        w = tg__new_like(tp, weight);
+        if (w) tg_k_copy(w, weight);
+    }
+    if (!out || !w) return NULL;
+    size_t es = tg_dtype_size(weight->dtype), row = (size_t)dim * es;
+    const char *src = tg__ptr(w, w->offset);
+    char *dst = tg__ptr(out, out->offset);
+    for (int64_t i = 0; i < cnt; i++) memcpy(dst + (size_t)i * row, src + (size_t)id[i] * row, row);
+    return tg__record(tp, TG_OP_EMBEDDING, out, 1, &weight, 1, &flat, NULL);
+}
+
+/* forward: y[i] = weight[ids[i]]; so dweight[ids[i]] += dy[i] (a scatter-add) */
+int tg__embedding_backward(tg_node *n)
+{
+    tg_tensor *w = n->in[0];
+    const tg_tensor *flat = n->saved[0];
+    const tg_tensor *g = n->grad;
+    if (!tg_is_contiguous(g)) {
+        tg_tensor *c = tg__new_like(tg__btape(n), g);
+        if (!c) return TG_ENOMEM;
+        tg_k_copy(c, g);
+        g = c;
+    }
+    bool fresh;
+    tg_tensor *buf = tg__grad_buf(w, &fresh, true);
+    if (!buf) return TG_ENOMEM;
+    int64_t cnt = flat->shape[0], dim = w->shape[1];
+    const int64_t *id = (const int64_t *)flat->data + flat->offset;
+    if (buf->dtype == TG_F32) {
+        float *b = (float *)buf->data + buf->offset;
+        const float *gy = (const float *)g->data + g->offset;
+        for (int64_t i = 0; i < cnt; i++)
+            for (int64_t k = 0; k < dim; k++) b[id[i] * dim + k] += gy[i * dim + k];
+    } else {
+        double *b = (double *)buf->data + buf->offset;
+        const double *gy = (const double *)g->data + g->offset;
+        for (int64_t i = 0; i < cnt; i++)
+            for (int64_t k = 0; k < dim; k++) b[id[i] * dim + k] += gy[i * dim + k];
+    }
+    return TG_OK;
+}
+
+/* ---- fused LayerNorm (the book's: scale * (x - mean) / sqrt(var + eps) + shift) ------------------------ */
+
+/* Row r of a dense float tensor as doubles: x[r * D + k]. */
+static inline double ld(const tg_tensor *t, int64_t k)
+{
+    return t->dtype == TG_F32 ? (double)((const float *)t->data)[t->offset + k] : ((const double *)t->data)[t->offset + k];
+}
+
+static const tg_tensor *dense_copy(tg_tape *tp, const tg_tensor *x)
+{
+    if (tg_is_contiguous(x)) return x;
+    tg_tensor *c = tg__new_like(tp, x);
+    if (c) tg_k_copy(c, x);
+    return c;
+}
+
+tg_tensor *tg_layer_norm(tg_tape *tp, tg_tensor *x, tg_tensor *scale, tg_tensor *shift, double eps)
+{
+    char sx[64], ss[64], sb[64];
+    if (!x || !scale || !shift) return tg__error_null_input("layer_norm");
+    if (!tg__check_float("layer_norm", x) || !tg__check_same_dtype("layer_norm", x, scale) ||
+        !tg__check_same_dtype("layer_norm", x, shift))
+        return NULL;
+    int64_t D = x->ndim ? x->shape[x->ndim - 1] : 0;
+    if (D == 0 || scale->ndim != 1 || shift->ndim != 1 || scale->shape[0] != D || shift->shape[0] != D)
+        return tg_error("layer_norm: input %s needs scale and shift of shape (%lld), got %s and %s",
+                        tg_shape_str(x, sx, 64), (long long)D, tg_shape_str(scale, ss, 64), tg_shape_str(shift, sb, 64));
+    if (!(eps >= 0)) return tg_error("layer_norm: eps must be >= 0, got %g", eps);
+    int64_t rows = tg_numel(x) / D;
+    const tg_tensor *xd = dense_copy(tp, x), *gd = dense_copy(tp, scale), *bd = dense_copy(tp, shift);
+    tg_tensor *out = tg__new_like(tp, x);
+    tg_tensor *stats = tg_empty(tp, TG_F64, 1, (int64_t[]){2 * rows}); /* mean, rstd per row */
+    if (!xd || !gd || !bd || !out || !stats) return NULL;
+    double *st = stats->data;
+#pragma omp parallel for if (rows * D > TG_PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        double sum = 0, m2 = 0;
+        for (int64_t k = 0; k < D; k++) sum += ld(xd, r * D + k);
+        double mean = sum / (double)D;
+        for (int64_t k = 0; k < D; k++) {
+            double dv = ld(xd, r * D + k) - mean;
+            m2 += dv * dv;
+        }
+        double rstd = 1.0 / sqrt(m2 / (double)D + eps);
+        st[2 * r] = mean, st[2 * r + 1] = rstd;
+        for (int64_t k = 0; k < D; k++) {
+            double y = (ld(xd, r * D + k) - mean) * rstd * ld(gd, k) + ld(bd, k);
+            if (out->dtype == TG_F32)
+                ((float *)out->data)[r * D + k] = (float)y;
+            else
+                ((double *)out->data)[r * D + k] = y;
+        }
+    }
+    tg_tensor *in[3] = {x, scale, shift}, *saved[3] = {(tg_tensor *)xd, (tg_tensor *)gd, stats};
+    return tg__record(tp, TG_OP_LAYER_NORM, out, 3, in, 3, saved, NULL);
+}
+
+/* forward: y = scale * xhat + shift, xhat = (x - mean) * rstd; so
+ *   dshift = sum_rows dy, dscale = sum_rows dy * xhat,
+ *   dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy * scale */
+int tg__layer_norm_backward(tg_node *n)
+{
+    const tg_tensor *x = n->saved[0], *scale = n->saved[1];
+    const double *st = n->saved[2]->data;
+    int64_t D = x->shape[x->ndim - 1], rows = tg_numel(x) / D;
+    tg_tape *bt = tg__btape(n);
+    const tg_tensor *g = dense_copy(bt, n->grad);
+    if (!g) return TG_ENOMEM;
+    int st_ok = TG_OK;
+    if (tg__needs_grad(n->in[0])) {
+        tg_tensor *gx = tg__new_like(bt, x);
+        if (!gx) return TG_ENOMEM;
+#pragma omp parallel for if (rows * D > TG_PAR_MIN) schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            double mean = st[2 * r], rstd = st[2 * r + 1], a = 0, b = 0;
+            for (int64_t k = 0; k < D; k++) {
+                double dxh = ld(g, r * D + k) * ld(scale, k), xh = (ld(x, r * D + k) - mean) * rstd;
+                a += dxh, b += dxh * xh;
+            }
+            a /= (double)D, b /= (double)D;
+            for (int64_t k = 0; k < D; k++) {
+                double dxh = ld(g, r * D + k) * ld(scale, k), xh = (ld(x, r * D + k) - mean) * rstd;
+                double v = rstd * (dxh - a - xh * b);
+                if (gx->dtype == TG_F32)
+                    ((float *)gx->data)[r * D + k] = (float)v;
+                else
+                    ((double *)gx->data)[r * D + k] = v;
+            }
+        }
+        st_ok = tg__accum_owned(n, n->in[0], gx);
+    }
+    if (st_ok != TG_OK || (!tg__needs_grad(n->in[1]) && !tg__needs_grad(n->in[2]))) return st_ok;
+    double *acc = tg_tape_alloc(bt, sizeof(double) * 2 * (size_t)D, true); /* dscale, dshift */
+    tg_tensor *gs = tg__new_like(bt, scale), *gb = tg__new_like(bt, scale);
+    if (!acc || !gs || !gb) return TG_ENOMEM;
+    for (int64_t r = 0; r < rows; r++) {
+        double mean = st[2 * r], rstd = st[2 * r + 1];
+        for (int64_t k = 0; k < D; k++) {
+            double gy = ld(g, r * D + k);
+            acc[k] += gy * (ld(x, r * D + k) - mean) * rstd;
+            acc[D + k] += gy;
+        }
+    }
+    for (int64_t k = 0; k < D; k++) {
+        if (gs->dtype == TG_F32)
+            ((float *)gs->data)[k] = (float)acc[k], ((float *)gb->data)[k] = (float)acc[D + k];
+        else
+            ((double *)gs->data)[k] = acc[k], ((double *)gb->data)[k] = acc[D + k];
+    }
+    st_ok = tg__accum_owned(n, n->in[1], gs);
+    return st_ok != TG_OK ? st_ok : tg__accum_owned(n, n->in[2], gb);
+}

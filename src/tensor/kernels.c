@@ -232,8 +232,10 @@ void tg_k_binary(tg_tensor *out, const tg_tensor *a, const tg_tensor *b, tg_bino
             for (int64_t i = 0; i < n; i++) o[i * so] = x[i * sa] / k;                    \
             return;                                                                       \
         case TG_BIN_POW:                                                                  \
-            if (c->s == 2.0)                                                              \
+            if (c->s == 2.0) /* PyTorch's pow kernel multiplies for 2 and 3 */            \
                 for (int64_t i = 0; i < n; i++) o[i * so] = x[i * sa] * x[i * sa];        \
+            else if (c->s == 3.0)                                                         \
+                for (int64_t i = 0; i < n; i++) o[i * so] = x[i * sa] * x[i * sa] * x[i * sa]; \
             else                                                                          \
                 for (int64_t i = 0; i < n; i++) o[i * so] = POWF(x[i * sa], k);           \
             return;                                                                       \

@@ -381,3 +381,112 @@ tg_tensor *tg_randn(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape, tg
 {
     return random_tensor("randn", tp, dt, ndim, shape, g, true);
 }
+
+/* ---- bernoulli_ and multinomial --------------------------------------------------------- */
+
+/* x.bernoulli_(p): templates::cpu::bernoulli_kernel, serially, one float64
+ * uniform (random64, 53 bits) per element: 1 when u < p. */
+int tg_bernoulli_(tg_tensor *x, double p, tg_generator *g)
+{
+    int st = check_fill_target("bernoulli_", x);
+    if (st != TG_OK) return st;
+    if (!(p >= 0 && p <= 1)) return tg_error_status(TG_EINVAL, "bernoulli_: p must be in [0, 1], got %g", p);
+    g = pick(g);
+    int64_t n = tg_numel(x);
+    if (x->dtype == TG_F32) {
+        float *d = tg_data_ptr(x);
+        for (int64_t i = 0; i < n; i++) d[i] = uniform_f64(g, 0.0, 1.0) < p ? 1.0f : 0.0f;
+    } else {
+        double *d = tg_data_ptr(x);
+        for (int64_t i = 0; i < n; i++) d[i] = uniform_f64(g, 0.0, 1.0) < p ? 1.0 : 0.0;
+    }
+    return TG_OK;
+}
+
+/* order[0..n) sorted by key descending, ties by index (a stable merge sort:
+ * the indices start in increasing order). */
+static void sort_desc(int64_t *order, int64_t n, const double *key)
+{
+    if (n < 2) return;
+    int64_t h = n / 2;
+    sort_desc(order, h, key);
+    sort_desc(order + h, n - h, key);
+    int64_t *tmp = malloc(sizeof(int64_t) * (size_t)n);
+    if (!tmp) { /* insertion sort in place, slower but needs no memory */
+        for (int64_t i = 1; i < n; i++)
+            for (int64_t j = i; j > 0 && key[order[j]] > key[order[j - 1]]; j--) {
+                int64_t t = order[j];
+                order[j] = order[j - 1], order[j - 1] = t;
+            }
+        return;
+    }
+    int64_t i = 0, j = h, k = 0;
+    while (i < h && j < n) tmp[k++] = key[order[j]] > key[order[i]] ? order[j++] : order[i++];
+    while (i < h) tmp[k++] = order[i++];
+    while (j < n) tmp[k++] = order[j++];
+    memcpy(order, tmp, sizeof(int64_t) * (size_t)n);
+    free(tmp);
+}
+
+/* torch.multinomial(probs, n, replacement) for the path PyTorch takes without
+ * replacement or for one sample (aten's multinomial, "the algorithm is from
+ * gumbel softmax"): q = empty_like(probs).exponential_(1), one draw per
+ * element in row-major order, q_i = (float)(-log(1 - u_i)) with u_i the
+ * float64 uniform; the samples are the indices of the largest probs / q
+ * (the first index of the maximum for one sample). */
+tg_tensor *tg_multinomial(tg_tape *tp, const tg_tensor *probs, int64_t num_samples, bool replacement, tg_generator *g)
+{
+    char sh[64];
+    if (!probs) return tg__error_null_input("multinomial");
+    if (!tg__is_float(probs->dtype))
+        return tg_error("multinomial: probabilities must be float32 or float64, got %s", tg_dtype_name(probs->dtype));
+    if (probs->ndim != 1 && probs->ndim != 2)
+        return tg_error("multinomial: probabilities must be 1-D or 2-D, got %s", tg_shape_str(probs, sh, sizeof sh));
+    int64_t rows = probs->ndim == 2 ? probs->shape[0] : 1, n = probs->shape[probs->ndim - 1];
+    if (n == 0) return tg_error("multinomial: no categories");
+    if (num_samples <= 0) return tg_error("multinomial: num_samples must be positive, got %lld", (long long)num_samples);
+    if (!replacement && num_samples > n)
+        return tg_error("multinomial: cannot take %lld samples from %lld categories without replacement",
+                        (long long)num_samples, (long long)n);
+    if (replacement && num_samples > 1)
+        return tg_error("multinomial: more than one sample with replacement is not supported");
+    for (int64_t r = 0; r < rows; r++) {
+        double sum = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double p = tg_item_at(probs, r * n + i);
+            if (!(p >= 0) || isinf(p))
+                return tg_error("multinomial: probability tensor contains either inf, nan or element < 0");
+            sum += p;
+        }
+        if (sum == 0) return tg_error("multinomial: invalid distribution (sum of probabilities <= 0) in row %lld", (long long)r);
+    }
+    int64_t oshape[2] = {rows, num_samples};
+    tg_tensor *out = tg_empty(tp, TG_I64, probs->ndim, probs->ndim == 2 ? oshape : oshape + 1);
+    double *ratio = out ? tg_tape_alloc(tp, sizeof(double) * (size_t)(rows * n), false) : NULL;
+    if (!ratio) return NULL;
+    g = pick(g);
+    bool f32 = probs->dtype == TG_F32;
+    for (int64_t k = 0; k < rows * n; k++) {
+        double q = -log(1.0 - uniform_f64(g, 0.0, 1.0));
+        double p = tg_item_at(probs, k);
+        ratio[k] = f32 ? (double)((float)p / (float)q) : p / q; /* at::div_out(q, self, q) */
+    }
+    int64_t *o = (int64_t *)out->data;
+    int64_t *order = num_samples > 1 ? tg_tape_alloc(tp, sizeof(int64_t) * (size_t)n, false) : NULL;
+    if (num_samples > 1 && !order) return NULL;
+    for (int64_t r = 0; r < rows; r++) {
+        const double *row = ratio + r * n;
+        if (num_samples == 1) { /* argmax: the first index of the maximum */
+            int64_t best = 0;
+            for (int64_t i = 1; i < n; i++)
+                if (row[i] > row[best]) best = i;
+            o[r] = best;
+            continue;
+        }
+        /* topk(probs / q, num_samples): largest first, ties by index */
+        for (int64_t i = 0; i < n; i++) order[i] = i;
+        sort_desc(order, n, row);
+        memcpy(o + r * num_samples, order, sizeof(int64_t) * (size_t)num_samples);
+    }
+    return out;
+}

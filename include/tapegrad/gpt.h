@@ -1,0 +1,93 @@
+/* tapegrad/gpt.h: the book's GPT (chapter 4) on the module system, and
+ * generation (chapter 5's generate(), with a KV cache).
+ *
+ * Every module here is built with the public module API of tapegrad/nn.h, as
+ * a user's own module is; state_dict keys, print(model) text, construction
+ * order and initial weights equal PyTorch's (README.md, "GPT-2"). */
+#ifndef TAPEGRAD_GPT_H
+#define TAPEGRAD_GPT_H
+
+#include "tapegrad/nn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The book's configuration dict. GPT_CONFIG_124M is
+ * {50257, 1024, 768, 12, 12, 0.1, false}. */
+typedef struct {
+    int64_t vocab_size, context_length, emb_dim, n_heads, n_layers;
+    double drop_rate;
+    bool qkv_bias;
+} tg_gpt_config;
+
+/* "gpt2-small" (124M), "gpt2-medium" (355M), "gpt2-large" (774M),
+ * "gpt2-xl" (1558M): the sizes of the book's chapter 5, drop_rate 0.1,
+ * qkv_bias false. TG_EINVAL for another name. */
+TG_API int tg_gpt_config_preset(const char *name, tg_gpt_config *out);
+/* TG_OK, or TG_EINVAL naming the first bad field: sizes <= 0, emb_dim not
+ * divisible by n_heads, drop_rate outside [0, 1), context_length above
+ * 65536, or a model whose parameters alone need more memory than the
+ * machine has. */
+TG_API int tg_gpt_config_check(const tg_gpt_config *cfg);
+/* Parameters of a model of this configuration (out_head included), without
+ * building it; -1 on a bad configuration. */
+TG_API int64_t tg_gpt_config_num_parameters(const tg_gpt_config *cfg);
+
+/* nn.Embedding(num, dim): weight (num, dim) initialised normal_(0, 1) from
+ * the default generator; forward takes int64 ids of any shape. */
+TG_API tg_module *tg_embedding_new(tg_tape *tp, int64_t num_embeddings, int64_t embedding_dim);
+/* The book's LayerNorm(emb_dim): scale = ones, shift = zeros, eps 1e-5, over
+ * the last dim. Composed (MeanBackward1, VarBackward0, SqrtBackward0, ...) or
+ * fused (one NativeLayerNormBackward0 node) as tg_module_set_fused selects. */
+TG_API tg_module *tg_layer_norm_new(tg_tape *tp, int64_t emb_dim);
+/* The book's GELU (tanh approximation); fused: one GeluBackward0 node. */
+TG_API tg_module *tg_gelu_new(tg_tape *tp);
+/* FeedForward(cfg): layers = Sequential(Linear(d, 4d), GELU(), Linear(4d, d)). */
+TG_API tg_module *tg_feed_forward_new(tg_tape *tp, const tg_gpt_config *cfg);
+/* TransformerBlock(cfg): att, ff, norm1, norm2, drop_shortcut (in this order);
+ * x = drop_shortcut(att(norm1(x))) + x; x = drop_shortcut(ff(norm2(x))) + x. */
+TG_API tg_module *tg_transformer_block_new(tg_tape *tp, const tg_gpt_config *cfg);
+/* GPTModel(cfg): tok_emb, pos_emb, drop_emb, trf_blocks, final_norm, out_head.
+ * Forward on int64 ids (B, T), T <= context_length: logits (B, T, vocab).
+ * Built after tg_manual_seed(s), every weight equals PyTorch's after
+ * torch.manual_seed(s). */
+TG_API tg_module *tg_gpt_new(tg_tape *tp, const tg_gpt_config *cfg);
+/* The configuration a GPTModel was built with (TG_EINVAL for another module). */
+TG_API int tg_gpt_get_config(const tg_module *gpt, tg_gpt_config *out);
+
+/* Every parameter's element count, each tensor once (sum(p.numel() for p in
+ * model.parameters())). */
+TG_API int64_t tg_module_num_parameters(const tg_module *m);
+
+/* Loads a Hugging Face GPT-2 model.safetensors (wte, wpe, h.N.ln_1, attn.c_attn
+ * with q/k/v fused and Conv1D weights stored (in, out), attn.c_proj, ln_2,
+ * mlp.c_fc, mlp.c_proj, ln_f; an optional "transformer." prefix; attn.bias
+ * buffers ignored) into gpt as the book's load_weights_into_gpt does: out_head
+ * takes wte's values. The model must have qkv_bias and the file's sizes;
+ * every key and shape is checked first, and on error the model is unchanged. */
+TG_API int tg_gpt_load_hf(tg_module *gpt, const char *path);
+
+/* ---- generation (chapter 5's generate()) ---------------------------------------- */
+
+typedef struct {
+    int64_t max_new_tokens;
+    double temperature;  /* 0: greedy (argmax); > 0: softmax(logits / T), multinomial */
+    int64_t top_k;       /* 0: off; else logits below the k-th largest become -inf */
+    int64_t eos_id;      /* stop before appending this id; -1: none */
+    bool no_kv_cache;    /* false (the default): one position per new token */
+    tg_generator *generator; /* multinomial's draws; NULL: the default generator */
+} tg_generate_options;
+
+/* Runs gpt in eval mode without recording (its mode is restored afterwards),
+ * from the prompt ids (n_prompt >= 1); out receives the prompt followed by
+ * the new ids (room for n_prompt + max_new_tokens) and *n_out their count.
+ * The window is cropped to the last context_length ids as the book crops it;
+ * the KV cache gives the same ids as recomputing, past the context too. */
+TG_API int tg_gpt_generate(tg_module *gpt, const int64_t *prompt, int64_t n_prompt, const tg_generate_options *opt,
+                           int64_t *out, int64_t *n_out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,334 @@
+/* The book's GPT of chapter 4 (tools/reference/gpt_book.py holds the PyTorch
+ * original): Embedding, LayerNorm, GELU, FeedForward, TransformerBlock and
+ * GPTModel, each a module type written with the public module API, with
+ * PyTorch's class names, state_dict keys, construction order and init. */
+#include "nn_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tapegrad/gpt.h"
+
+/* ---- configuration ---------------------------------------------------------------------- */
+
+static const struct {
+    const char *name;
+    int64_t emb, layers, heads;
+} presets[] = {
+    {"gpt2-small", 768, 12, 12},
+    {"gpt2-medium", 1024, 24, 16},
+    {"gpt2-large", 1280, 36, 20},
+    {"gpt2-xl", 1600, 48, 25},
+};
+
+int tg_gpt_config_preset(const char *name, tg_gpt_config *out)
+{
+    if (!name || !out) return tg_error_status(TG_EINVAL, "gpt_config_preset: NULL argument");
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+        if (strcmp(name, presets[i].name) == 0) {
+            *out = (tg_gpt_config){50257, 1024, presets[i].emb, presets[i].heads, presets[i].layers, 0.1, false};
+            return TG_OK;
+        }
+    return tg_error_status(TG_EINVAL,
+                           "unknown GPT configuration '%.100s' (expected gpt2-small, gpt2-medium, gpt2-large or gpt2-xl)",
+                           name);
+}
+
+/* Counted in double: a configuration too large for int64 must still be
+ * refused with a message, not overflow. */
+static double params_of(const tg_gpt_config *c)
+{
+    double V = (double)c->vocab_size, C = (double)c->context_length, d = (double)c->emb_dim;
+    double att = 4 * d * d + d + (c->qkv_bias ? 3 * d : 0);
+    double ff = 8 * d * d + 5 * d;
+    return V * d + C * d + (double)c->n_layers * (att + ff + 4 * d) + 2 * d + V * d;
+}
+
+#define GPT_MAX_CONTEXT 65536
+
+int tg_gpt_config_check(const tg_gpt_config *c)
+{
+    if (!c) return tg_error_status(TG_EINVAL, "GPTModel: NULL configuration");
+    const struct {
+        const char *name;
+        int64_t v;
+    } sizes[] = {{"vocab_size", c->vocab_size}, {"context_length", c->context_length}, {"emb_dim", c->emb_dim},
+                 {"n_heads", c->n_heads},       {"n_layers", c->n_layers}};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (sizes[i].v <= 0)
+            return tg_error_status(TG_EINVAL, "GPTModel: %s must be positive, got %lld", sizes[i].name,
+                                   (long long)sizes[i].v);
+    if (c->emb_dim % c->n_heads != 0)
+        return tg_error_status(TG_EINVAL, "GPTModel: emb_dim (%lld) must be divisible by n_heads (%lld)",
+                               (long long)c->emb_dim, (long long)c->n_heads);
+    if (!(c->drop_rate >= 0 && c->drop_rate < 1))
+        return tg_error_status(TG_EINVAL, "GPTModel: drop_rate %g is outside [0, 1)", c->drop_rate);
+    if (c->context_length > GPT_MAX_CONTEXT)
+        return tg_error_status(TG_EINVAL, "GPTModel: context_length %lld is above %d", (long long)c->context_length,
+                               GPT_MAX_CONTEXT);
+    if (c->vocab_size > INT32_MAX || c->emb_dim > INT32_MAX || c->n_layers > INT32_MAX)
+        return tg_error_status(TG_EINVAL, "GPTModel: sizes above 2^31 are not supported");
+    /* float32 weights and every block's (context, context) mask buffer */
+    double bytes = 4.0 * params_of(c) + 4.0 * (double)c->n_layers * (double)c->context_length * (double)c->context_length;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    double mem = pages > 0 && page > 0 ? (double)pages * (double)page : 1e18;
+    if (bytes > mem)
+        return tg_error_status(TG_EINVAL, "GPTModel: the weights alone need %.1f GiB, more than this machine's %.1f GiB",
+                               bytes / (1 << 30), mem / (1 << 30));
+    return TG_OK;
+}
+
+int64_t tg_gpt_config_num_parameters(const tg_gpt_config *c)
+{
+    if (tg_gpt_config_check(c) != TG_OK) return -1;
+    return (int64_t)params_of(c);
+}
+
+int64_t tg_module_num_parameters(const tg_module *m)
+{
+    if (!m) {
+        tg_error("num_parameters: NULL module");
+        return -1;
+    }
+    tg_tape *tp = tg_tape_new();
+    tg_named_list ps;
+    int64_t n = -1;
+    if (tp && tg_module_named_parameters(tp, m, &ps) == TG_OK) {
+        n = 0;
+        for (int i = 0; i < ps.n; i++) n += tg_numel(ps.tensors[i]);
+    }
+    tg_tape_free(tp);
+    return n;
+}
+
+/* ---- Embedding ---------------------------------------------------------------------------- */
+
+typedef struct {
+    int64_t num, dim;
+} embedding_state;
+
+/* forward: F.embedding(ids, self.weight) */
+static tg_tensor *embedding_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *const *x)
+{
+    if (!tg__check_ninputs(self, n, 1)) return NULL;
+    return tg_embedding(tp, tg_module_get_parameter(self, "weight"), x[0]);
+}
+
+static int embedding_extra_repr(const tg_module *self, char *buf, size_t size)
+{
+    const embedding_state *s = tg_module_state_const(self);
+    return snprintf(buf, size, "%lld, %lld", (long long)s->num, (long long)s->dim);
+}
+
+static const tg_module_type embedding_type = {"Embedding", embedding_forward, embedding_extra_repr};
+
+/* nn.Embedding.reset_parameters: init.normal_(self.weight) */
+tg_module *tg_embedding_new(tg_tape *tp, int64_t num, int64_t dim)
+{
+    if (!tg__check_size("Embedding", "num_embeddings", num) || !tg__check_size("Embedding", "embedding_dim", dim))
+        return NULL;
+    tg_module *m = tg_module_new(tp, &embedding_type, sizeof(embedding_state));
+    if (!m) return NULL;
+    *(embedding_state *)tg_module_state(m) = (embedding_state){num, dim};
+    int64_t shape[2] = {num, dim};
+    tg_tensor *w = tg_parameter_new(tp, TG_F32, 2, shape);
+    if (!w || tg_normal_(w, 0.0, 1.0, NULL) != TG_OK || tg_module_register_parameter(m, "weight", w) != TG_OK)
+        return NULL;
+    return m;
+}
+
+/* ---- LayerNorm (the book's) ------------------------------------------------------------------ */
+
+typedef struct {
+    int64_t dim;
+    double eps;
+} layer_norm_state;
+
+static bool check_last_dim(tg_module *m, const tg_tensor *x, int64_t dim)
+{
+    char sh[64];
+    if (x->ndim < 1 || x->shape[x->ndim - 1] != dim) {
+        tg_error("%s: input's last dim must be %lld, got %s", tg_module_type_name(m), (long long)dim,
+                 tg_shape_str(x, sh, sizeof sh));
+        return false;
+    }
+    return true;
+}
+
+static tg_tensor *layer_norm_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *const *in)
+{
+    if (!tg__check_ninputs(self, n, 1)) return NULL;
+    const layer_norm_state *s = tg_module_state(self);
+    tg_tensor *x = in[0];
+    if (!check_last_dim(self, x, s->dim)) return NULL;
+    tg_tensor *scale = tg_module_get_parameter(self, "scale"), *shift = tg_module_get_parameter(self, "shift");
+    if (tg_module_is_fused(self)) return tg_layer_norm(tp, x, scale, shift, s->eps);
+    static const int last[1] = {-1};
+    tg_tensor *mean = tg_mean_dims(tp, x, 1, last, true); /* mean = x.mean(dim=-1, keepdim=True) */
+    tg_tensor *var = tg_var(tp, x, -1, false, true);      /* var = x.var(dim=-1, keepdim=True, unbiased=False) */
+    /* norm_x = (x - mean) / torch.sqrt(var + self.eps) */
+    tg_tensor *norm = tg_div(tp, tg_sub(tp, x, mean), tg_sqrt(tp, tg_add_scalar(tp, var, s->eps)));
+    return tg_add(tp, tg_mul(tp, scale, norm), shift); /* self.scale * norm_x + self.shift */
+}
+
+static const tg_module_type layer_norm_type = {"LayerNorm", layer_norm_forward, NULL};
+
+tg_module *tg_layer_norm_new(tg_tape *tp, int64_t dim)
+{
+    if (!tg__check_size("LayerNorm", "emb_dim", dim)) return NULL;
+    tg_module *m = tg_module_new(tp, &layer_norm_type, sizeof(layer_norm_state));
+    if (!m) return NULL;
+    *(layer_norm_state *)tg_module_state(m) = (layer_norm_state){dim, 1e-5};
+    int64_t shape[1] = {dim};
+    tg_tensor *scale = tg_parameter_new(tp, TG_F32, 1, shape), *shift = tg_parameter_new(tp, TG_F32, 1, shape);
+    if (!scale || !shift) return NULL;
+    tg_k_fill(scale, 1.0); /* torch.ones(emb_dim) */
+    if (tg_module_register_parameter(m, "scale", scale) != TG_OK ||
+        tg_module_register_parameter(m, "shift", shift) != TG_OK)
+        return NULL;
+    return m;
+}
+
+/* ---- GELU (the book's) ------------------------------------------------------------------------ */
+
+/* forward: 0.5 * x * (1 + torch.tanh(torch.sqrt(torch.tensor(2.0 / torch.pi)) *
+ *                                    (x + 0.044715 * torch.pow(x, 3))))
+ * torch.tensor(2.0 / torch.pi) is float32, and so is its sqrt, whatever x's dtype. */
+static tg_tensor *gelu_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *const *in)
+{
+    if (!tg__check_ninputs(self, n, 1)) return NULL;
+    tg_tensor *x = in[0];
+    if (tg_module_is_fused(self)) return tg_gelu(tp, x);
+    const double c = (double)sqrtf((float)(2.0 / 3.141592653589793));
+    tg_tensor *inner = tg_add(tp, x, tg_mul_scalar(tp, tg_pow_scalar(tp, x, 3.0), 0.044715));
+    tg_tensor *t = tg_add_scalar(tp, tg_tanh(tp, tg_mul_scalar(tp, inner, c)), 1.0);
+    return tg_mul(tp, tg_mul_scalar(tp, x, 0.5), t);
+}
+
+static const tg_module_type gelu_type = {"GELU", gelu_forward, NULL};
+
+tg_module *tg_gelu_new(tg_tape *tp) { return tg_module_new(tp, &gelu_type, 0); }
+
+/* ---- FeedForward ------------------------------------------------------------------------------ */
+
+/* forward: self.layers(x) */
+static tg_tensor *feed_forward_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *const *in)
+{
+    if (!tg__check_ninputs(self, n, 1)) return NULL;
+    return tg_module_forward(tp, tg_module_get_submodule(self, "layers"), in[0]);
+}
+
+static const tg_module_type feed_forward_type = {"FeedForward", feed_forward_forward, NULL};
+
+static bool check_cfg(const tg_gpt_config *cfg) { return tg_gpt_config_check(cfg) == TG_OK; }
+
+tg_module *tg_feed_forward_new(tg_tape *tp, const tg_gpt_config *cfg)
+{
+    if (!check_cfg(cfg)) return NULL;
+    int64_t d = cfg->emb_dim;
+    tg_module *m = tg_module_new(tp, &feed_forward_type, 0);
+    if (!m) return NULL;
+    tg_module *up = tg_linear_new(tp, d, 4 * d, true);
+    tg_module *act = up ? tg_gelu_new(tp) : NULL;
+    tg_module *down = act ? tg_linear_new(tp, 4 * d, d, true) : NULL;
+    if (!down) return NULL;
+    tg_module *layers[3] = {up, act, down};
+    return tg_module_add_module(m, "layers", tg_sequential_new(tp, 3, layers)) == TG_OK ? m : NULL;
+}
+
+/* ---- TransformerBlock ------------------------------------------------------------------------- */
+
+static tg_tensor *block_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *const *in)
+{
+    if (!tg__check_ninputs(self, n, 1)) return NULL;
+    tg_module *drop = tg_module_get_submodule(self, "drop_shortcut");
+    tg_tensor *x = in[0];
+    tg_tensor *shortcut = x;
+    x = tg_module_forward(tp, tg_module_get_submodule(self, "norm1"), x);
+    x = x ? tg_module_forward(tp, tg_module_get_submodule(self, "att"), x) : NULL;
+    x = x ? tg_module_forward(tp, drop, x) : NULL;
+    x = tg_add(tp, x, shortcut); /* x = x + shortcut */
+    shortcut = x;
+    x = x ? tg_module_forward(tp, tg_module_get_submodule(self, "norm2"), x) : NULL;
+    x = x ? tg_module_forward(tp, tg_module_get_submodule(self, "ff"), x) : NULL;
+    x = x ? tg_module_forward(tp, drop, x) : NULL;
+    return tg_add(tp, x, shortcut);
+}
+
+static const tg_module_type block_type = {"TransformerBlock", block_forward, NULL};
+
+tg_module *tg_transformer_block_new(tg_tape *tp, const tg_gpt_config *cfg)
+{
+    if (!check_cfg(cfg)) return NULL;
+    tg_module *m = tg_module_new(tp, &block_type, 0);
+    if (!m) return NULL;
+    int64_t d = cfg->emb_dim;
+    if (tg_module_add_module(m, "att", tg_mha_new(tp, d, d, cfg->context_length, cfg->drop_rate, cfg->n_heads,
+                                                  cfg->qkv_bias)) != TG_OK ||
+        tg_module_add_module(m, "ff", tg_feed_forward_new(tp, cfg)) != TG_OK ||
+        tg_module_add_module(m, "norm1", tg_layer_norm_new(tp, d)) != TG_OK ||
+        tg_module_add_module(m, "norm2", tg_layer_norm_new(tp, d)) != TG_OK ||
+        tg_module_add_module(m, "drop_shortcut", tg_dropout_new(tp, cfg->drop_rate)) != TG_OK)
+        return NULL;
+    return m;
+}
+
+/* ---- GPTModel --------------------------------------------------------------------------------- */
+
+static tg_tensor *gpt_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *const *in)
+{
+    if (!tg__check_ninputs(self, n, 1)) return NULL;
+    const tg_gpt_config *c = tg_module_state(self);
+    const tg_tensor *ids = in[0];
+    char sh[64];
+    if (ids->ndim != 2 || ids->dtype != TG_I64)
+        return tg_error("GPTModel: input must be int64 ids of shape (batch, tokens), got %s %s",
+                        tg_dtype_name(ids->dtype), tg_shape_str(ids, sh, sizeof sh));
+    int64_t T = ids->shape[1];
+    if (T == 0 || ids->shape[0] == 0) return tg_error("GPTModel: input %s has no tokens", tg_shape_str(ids, sh, sizeof sh));
+    if (T > c->context_length)
+        return tg_error("GPTModel: %lld tokens exceed context_length %lld", (long long)T, (long long)c->context_length);
+    tg_tensor *tok = tg_module_forward(tp, tg_module_get_submodule(self, "tok_emb"), in[0]);
+    tg_tensor *pos = tok ? tg_module_forward(tp, tg_module_get_submodule(self, "pos_emb"),
+                                             tg_arange(tp, TG_I64, 0, (double)T, 1))
+                         : NULL;
+    tg_tensor *x = tg_add(tp, tok, pos); /* x = tok_embeds + pos_embeds */
+    static const char *const chain[] = {"drop_emb", "trf_blocks", "final_norm", "out_head"};
+    for (size_t i = 0; x && i < sizeof chain / sizeof chain[0]; i++)
+        x = tg_module_forward(tp, tg_module_get_submodule(self, chain[i]), x);
+    return x;
+}
+
+static const tg_module_type gpt_type = {"GPTModel", gpt_forward, NULL};
+
+tg_module *tg_gpt_new(tg_tape *tp, const tg_gpt_config *cfg)
+{
+    if (!check_cfg(cfg)) return NULL;
+    tg_module *m = tg_module_new(tp, &gpt_type, sizeof *cfg);
+    if (!m) return NULL;
+    *(tg_gpt_config *)tg_module_state(m) = *cfg;
+    const int64_t d = cfg->emb_dim;
+    if (tg_module_add_module(m, "tok_emb", tg_embedding_new(tp, cfg->vocab_size, d)) != TG_OK ||
+        tg_module_add_module(m, "pos_emb", tg_embedding_new(tp, cfg->context_length, d)) != TG_OK ||
+        tg_module_add_module(m, "drop_emb", tg_dropout_new(tp, cfg->drop_rate)) != TG_OK)
+        return NULL;
+    tg_module *blocks = tg_sequential_new(tp, 0, NULL);
+    if (tg_module_add_module(m, "trf_blocks", blocks) != TG_OK) return NULL;
+    for (int64_t i = 0; i < cfg->n_layers; i++)
+        if (tg_module_append(blocks, tg_transformer_block_new(tp, cfg)) != TG_OK) return NULL;
+    if (tg_module_add_module(m, "final_norm", tg_layer_norm_new(tp, d)) != TG_OK ||
+        tg_module_add_module(m, "out_head", tg_linear_new(tp, d, cfg->vocab_size, false)) != TG_OK)
+        return NULL;
+    return m;
+}
+
+int tg_gpt_get_config(const tg_module *gpt, tg_gpt_config *out)
+{
+    if (!gpt || !out) return tg_error_status(TG_EINVAL, "gpt_get_config: NULL argument");
+    if (tg_module_get_type(gpt) != &gpt_type)
+        return tg_error_status(TG_EINVAL, "gpt_get_config: module is a %s, not a GPTModel", tg_module_type_name(gpt));
+    *out = *(const tg_gpt_config *)tg_module_state_const(gpt);
+    return TG_OK;
+}

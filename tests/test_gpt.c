@@ -1,0 +1,458 @@
+/* The book's GPT (src/nn/gpt.c), generation (src/nn/generate.c) and the
+ * Hugging Face loader (src/nn/gpt_hf.c) against PyTorch 1.13.
+ *
+ * (a) small/<case>: every case of tests/ref/gpt.json (tools/reference/gpt.py):
+ *     the model built after tg_manual_seed(seed), in train or eval mode, on the
+ *     case's ids: logits, the loss (cross-entropy over (B*T, vocab)), every
+ *     parameter's gradient, grad_fn names, parameter names, state_dict keys,
+ *     print(model). Training-mode cases check PyTorch's dropout stream.
+ *     Eval cases run again with the fused kernels: the same answer.
+ * (b) generate: greedy, temperature, top-k, eos and cropping past the
+ *     context, with and without the KV cache.
+ * (c) the book's figures for GPT_CONFIG_124M (tests/ref/gpt_book.json):
+ *     163,009,536 parameters, print(model), the training-mode logits printed
+ *     exactly as PyTorch prints them, the greedy and sampled continuations
+ *     of "Hello, I am" with and without the cache.
+ * (d) loading: a PyTorch state_dict file and a Hugging Face layout file give
+ *     PyTorch's logits; bad files and bad models are refused.
+ * (e) gradcheck of every GPT module in float64; graph node names of both paths.
+ * (f) bad configurations, ids and generation options: a message, no crash.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+#define ATOL 2e-5
+#define RTOL 1e-4
+
+static json_t *g_ref, *g_book;
+
+static const json_t *jget(const json_t *o, const char *key)
+{
+    const json_t *v = json_object_get(o, key);
+    if (!v) fail_msg("reference: missing key \"%s\"", key);
+    return v;
+}
+
+static int64_t jint(const json_t *o, const char *key)
+{
+    const json_t *v = jget(o, key);
+    if (json_is_integer(v)) return (int64_t)json_integer_value(v);
+    if (json_is_real(v)) return (int64_t)json_real_value(v);
+    return json_is_true(v) ? 1 : 0;
+}
+
+static double jnum(const json_t *o, const char *key)
+{
+    const json_t *v = jget(o, key);
+    return json_is_real(v) ? json_real_value(v) : (double)json_integer_value(v);
+}
+
+static tg_gpt_config config_of(const json_t *c)
+{
+    return (tg_gpt_config){jint(c, "vocab_size"), jint(c, "context_length"), jint(c, "emb_dim"), jint(c, "n_heads"),
+                           jint(c, "n_layers"),   jnum(c, "drop_rate"),      json_is_true(jget(c, "qkv_bias"))};
+}
+
+static tg_module *build(tg_tape *tp, const tg_gpt_config *cfg, uint64_t seed)
+{
+    tg_manual_seed(seed);
+    tg_module *m = tg_gpt_new(tp, cfg);
+    tu_assert_ok(m);
+    return m;
+}
+
+static void assert_names(const tg_named_list *l, const json_t *want)
+{
+    assert_int_equal(l->n, (int)json_array_size(want));
+    for (int i = 0; i < l->n; i++) assert_string_equal(l->names[i], json_string_value(json_array_get(want, (size_t)i)));
+}
+
+static char *repr_of(const tg_module *m)
+{
+    int n = tg_module_repr(m, NULL, 0);
+    assert_true(n > 0);
+    char *buf = malloc((size_t)n + 1);
+    assert_non_null(buf);
+    assert_int_equal(tg_module_repr(m, buf, (size_t)n + 1), n);
+    return buf;
+}
+
+/* logits of a case's model on its ids; loss and gradients when want_grads */
+static void run_case(const json_t *c, bool fused)
+{
+    const char *name = json_string_value(jget(c, "name"));
+    tg_gpt_config cfg = config_of(jget(c, "config"));
+    bool train = json_is_true(jget(c, "train"));
+    tg_tape *mt = tg_tape_new(), *tp = tg_tape_new();
+    tg_module *m = build(mt, &cfg, (uint64_t)jint(c, "seed"));
+    tg_module_train(m, train);
+    tg_module_set_fused(m, fused);
+
+    char *r = repr_of(m);
+    assert_string_equal(r, json_string_value(jget(c, "repr")));
+    free(r);
+    tg_named_list l;
+    assert_int_equal(tg_module_named_parameters(tp, m, &l), TG_OK);
+    assert_names(&l, jget(c, "parameter_names"));
+    assert_int_equal(tg_module_state_dict(tp, m, &l), TG_OK);
+    assert_names(&l, jget(c, "state_dict_keys"));
+    assert_int_equal(tg_module_num_parameters(m), jint(c, "num_parameters"));
+
+    tg_tensor *ids = tu_tensor_from_json(tp, jget(c, "ids"), TG_DTYPE_COUNT);
+    tg_tensor *targets = tu_tensor_from_json(tp, jget(c, "targets"), TG_DTYPE_COUNT);
+    tg_tensor *logits = tg_module_forward(tp, m, ids);
+    tu_assert_ok(logits);
+    char what[160];
+    snprintf(what, sizeof what, "%s%s logits", name, fused ? " (fused)" : "");
+    tu_assert_close(logits, tu_tensor_from_json(tp, jget(c, "logits"), TG_DTYPE_COUNT), RTOL, ATOL, what);
+    assert_string_equal(tg_grad_fn_name(logits), json_string_value(jget(c, "logits_grad_fn")));
+    int64_t B = logits->shape[0], T = logits->shape[1], V = logits->shape[2];
+    int64_t flat[2] = {B * T, V}, tflat[1] = {B * T};
+    tg_tensor *loss = tg_cross_entropy(tp, tg_view(tp, logits, 2, flat), tg_view(tp, targets, 1, tflat), TG_REDUCE_MEAN);
+    tu_assert_ok(loss);
+    assert_string_equal(tg_grad_fn_name(loss), json_string_value(jget(c, "loss_grad_fn")));
+    if (fabs(tg_item(loss) - jnum(c, "loss")) > 1e-5) fail_msg("%s: loss %.9g, PyTorch %.9g", what, tg_item(loss), jnum(c, "loss"));
+    assert_int_equal(tg_backward(loss, NULL, false), TG_OK);
+    assert_int_equal(tg_module_named_parameters(tp, m, &l), TG_OK);
+    const json_t *grads = jget(c, "grads");
+    for (int i = 0; i < l.n; i++) {
+        snprintf(what, sizeof what, "%s%s grad %s", name, fused ? " (fused)" : "", l.names[i]);
+        tu_assert_ok(l.tensors[i]->grad);
+        tu_assert_close(l.tensors[i]->grad, tu_tensor_from_json(tp, jget(grads, l.names[i]), TG_DTYPE_COUNT), RTOL,
+                        ATOL, what);
+    }
+    tg_tape_free(tp);
+    tg_tape_free(mt);
+}
+
+static void test_small_cases(void **state)
+{
+    (void)state;
+    const json_t *cases = jget(g_ref, "cases"), *c;
+    size_t i;
+    json_array_foreach(cases, i, c) {
+        run_case(c, false);
+        /* the fused kernels give the same answer; their dropout stream is
+         * their own, so only cases without dropout compare */
+        if (!json_is_true(jget(c, "train")) || jnum(jget(c, "config"), "drop_rate") == 0) run_case(c, true);
+    }
+}
+
+/* ---- generation ----------------------------------------------------------------------- */
+
+static void check_generate(tg_module *m, const int64_t *prompt, int64_t np, tg_generate_options o, uint64_t sample_seed,
+                           const json_t *want, const char *what)
+{
+    int64_t out[256], n = 0;
+    for (int cache = 0; cache < 2; cache++) {
+        o.no_kv_cache = cache == 0;
+        tg_manual_seed(sample_seed);
+        if (tg_gpt_generate(m, prompt, np, &o, out, &n) != TG_OK) fail_msg("%s: %s", what, tg_last_error());
+        if (n != (int64_t)json_array_size(want)) fail_msg("%s (cache %d): %lld ids, PyTorch %zu", what, cache, (long long)n, json_array_size(want));
+        for (int64_t i = 0; i < n; i++)
+            if (out[i] != json_integer_value(json_array_get(want, (size_t)i)))
+                fail_msg("%s (cache %s): id %lld is %lld, PyTorch %lld", what, cache ? "on" : "off", (long long)i,
+                         (long long)out[i], (long long)json_integer_value(json_array_get(want, (size_t)i)));
+    }
+}
+
+static void test_generate(void **state)
+{
+    (void)state;
+    const json_t *gens = jget(g_ref, "generate"), *g;
+    size_t i;
+    json_array_foreach(gens, i, g) {
+        tg_gpt_config cfg = config_of(jget(g, "config"));
+        tg_tape *mt = tg_tape_new();
+        tg_module *m = build(mt, &cfg, (uint64_t)jint(g, "seed"));
+        const json_t *p = jget(g, "prompt");
+        int64_t prompt[64], np = (int64_t)json_array_size(p);
+        for (int64_t k = 0; k < np; k++) prompt[k] = json_integer_value(json_array_get(p, (size_t)k));
+        tg_generate_options o = {.max_new_tokens = jint(g, "max_new_tokens"), .temperature = jnum(g, "temperature"),
+                                 .top_k = jint(g, "top_k"), .eos_id = jint(g, "eos_id")};
+        assert_true(tg_module_is_training(m));
+        check_generate(m, prompt, np, o, (uint64_t)jint(g, "sample_seed"), jget(g, "ids"),
+                       json_string_value(jget(g, "name")));
+        assert_true(tg_module_is_training(m)); /* the mode is restored */
+        tg_tape_free(mt);
+    }
+}
+
+/* ---- the book's figures ------------------------------------------------------------------ */
+
+static void test_book_124m(void **state)
+{
+    (void)state;
+    tg_gpt_config cfg;
+    assert_int_equal(tg_gpt_config_preset("gpt2-small", &cfg), TG_OK);
+    assert_int_equal(tg_gpt_config_num_parameters(&cfg), jint(g_book, "num_parameters"));
+    tg_tape *mt = tg_tape_new(), *tp = tg_tape_new();
+    tg_module *m = build(mt, &cfg, 123);
+    assert_int_equal(tg_module_num_parameters(m), 163009536);
+    assert_int_equal(tg_module_num_parameters(m), jint(g_book, "num_parameters"));
+    assert_int_equal(163009536 - tg_numel(tg_module_get_parameter(m, "out_head.weight")),
+                     jint(g_book, "num_parameters_tied"));
+    char *r = repr_of(m);
+    assert_string_equal(r, json_string_value(jget(g_book, "repr")));
+    free(r);
+
+    /* training mode, as the book runs it: dropout from PyTorch's stream */
+    const int64_t batch[8] = {6109, 3626, 6100, 345, 6109, 1110, 6622, 257}, shape[2] = {2, 4};
+    tg_tensor *logits = tg_module_forward(tp, m, tg_from_data(tp, TG_I64, 2, shape, batch));
+    tu_assert_ok(logits);
+    char *text = tg_format(logits);
+    assert_non_null(text);
+    assert_string_equal(text, json_string_value(jget(g_book, "logits_print")));
+    free(text);
+    tu_assert_close(tg_narrow(tp, tg_select(tp, tg_select(tp, logits, 0, 0), 0, 0), 0, 0, 8),
+                    tu_tensor_from_json(tp, jget(g_book, "logits_first"), TG_DTYPE_COUNT), RTOL, ATOL, "logits[0,0,:8]");
+    tu_assert_close(tg_narrow(tp, tg_select(tp, tg_select(tp, logits, 0, 1), 0, 3), 0, 50257 - 8, 8),
+                    tu_tensor_from_json(tp, jget(g_book, "logits_last"), TG_DTYPE_COUNT), RTOL, ATOL, "logits[1,3,-8:]");
+
+    /* eval mode, greedy and sampled from "Hello, I am" */
+    tg_module_train(m, false);
+    const int64_t hello[4] = {15496, 11, 314, 716};
+    tg_generate_options o = {.max_new_tokens = 10, .eos_id = -1};
+    check_generate(m, hello, 4, o, 123, jget(g_book, "greedy_ids"), "greedy 124M");
+    const json_t *s = jget(g_book, "sampled");
+    o.temperature = jnum(s, "temperature");
+    o.top_k = jint(s, "top_k");
+    check_generate(m, hello, 4, o, (uint64_t)jint(s, "sample_seed"), jget(s, "ids"), "sampled 124M");
+    tg_tape_free(tp);
+    tg_tape_free(mt);
+}
+
+/* ---- loading --------------------------------------------------------------------------------- */
+
+static void check_logits(tg_module *m, const json_t *ref, const char *what)
+{
+    tg_tape *tp = tg_tape_new();
+    tg_module_train(m, false);
+    tg_tensor *y = tg_module_forward(tp, m, tu_tensor_from_json(tp, jget(ref, "ids"), TG_DTYPE_COUNT));
+    tu_assert_ok(y);
+    tu_assert_close(y, tu_tensor_from_json(tp, jget(ref, "logits"), TG_DTYPE_COUNT), RTOL, ATOL, what);
+    tg_tape_free(tp);
+}
+
+static void test_load_state_dict(void **state)
+{
+    (void)state;
+    const json_t *ref = jget(g_ref, "state");
+    tg_gpt_config cfg = config_of(jget(ref, "config"));
+    char path[1024], tmp[] = "/tmp/tg_gpt_XXXXXX";
+    tu_ref_path(path, sizeof path, "gpt_state.safetensors");
+    tg_tape *mt = tg_tape_new();
+    tg_module *m = build(mt, &cfg, 1); /* another seed: every weight comes from the file */
+    assert_int_equal(tg_module_load(m, path), TG_OK);
+    check_logits(m, ref, "state_dict from PyTorch");
+    /* and back: saved by tapegrad, loaded into a third model */
+    int fd = mkstemp(tmp);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(tg_module_save(m, tmp), TG_OK);
+    tg_module *m2 = build(mt, &cfg, 2);
+    assert_int_equal(tg_module_load(m2, tmp), TG_OK);
+    check_logits(m2, ref, "state_dict saved and loaded");
+    unlink(tmp);
+    /* a state_dict of another shape is refused, the model unchanged */
+    tg_gpt_config other = cfg;
+    other.emb_dim = 6;
+    tg_module *m3 = build(mt, &other, 3);
+    tu_assert_status_error(tg_module_load(m3, path), "size mismatch", "tok_emb.weight");
+    tg_tape_free(mt);
+}
+
+static void test_load_hf(void **state)
+{
+    (void)state;
+    const json_t *ref = jget(g_ref, "hf");
+    tg_gpt_config cfg = config_of(jget(ref, "config"));
+    char path[1024];
+    tu_ref_path(path, sizeof path, "gpt_hf.safetensors");
+    tg_tape *mt = tg_tape_new();
+    tg_module *m = build(mt, &cfg, 5);
+    assert_int_equal(tg_gpt_load_hf(m, path), TG_OK);
+    check_logits(m, ref, "Hugging Face layout");
+    /* out_head is tied to wte's values */
+    tg_tape *tp = tg_tape_new();
+    tu_assert_close(tg_module_get_parameter(m, "out_head.weight"), tg_module_get_parameter(m, "tok_emb.weight"), 0, 0,
+                    "out_head = wte");
+    tg_tape_free(tp);
+
+    tg_gpt_config nobias = cfg;
+    nobias.qkv_bias = false;
+    tu_assert_status_error(tg_gpt_load_hf(build(mt, &nobias, 1), path), "qkv_bias");
+    tg_gpt_config more = cfg;
+    more.n_layers = 2;
+    tu_assert_status_error(tg_gpt_load_hf(build(mt, &more, 1), path), "missing key", "h.1.");
+    tg_gpt_config wide = cfg;
+    wide.emb_dim = 8;
+    tg_module *mw = build(mt, &wide, 1);
+    tg_tensor *before = tg_clone(mt, tg_module_get_parameter(mw, "tok_emb.weight"));
+    tu_assert_status_error(tg_gpt_load_hf(mw, path), "size mismatch", "wte.weight");
+    tu_assert_close(tg_module_get_parameter(mw, "tok_emb.weight"), before, 0, 0, "unchanged after a failed load");
+    tu_assert_status_error(tg_gpt_load_hf(m, "/nonexistent/model.safetensors"), "nonexistent");
+    tu_assert_status_error(tg_gpt_load_hf(tg_linear_new(mt, 2, 2, false), path), "not a GPTModel");
+    /* a truncated file */
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    char buf[4096];
+    size_t got = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    char tmp[] = "/tmp/tg_hf_XXXXXX";
+    int fd = mkstemp(tmp);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, buf, got / 2), (ssize_t)(got / 2));
+    close(fd);
+    tu_assert_status_error(tg_gpt_load_hf(m, tmp), tmp);
+    unlink(tmp);
+    check_logits(m, ref, "unchanged after failed loads");
+    tg_tape_free(mt);
+}
+
+/* ---- gradcheck and node names ---------------------------------------------------------------------- */
+
+static void test_gradcheck_modules(void **state)
+{
+    (void)state;
+    tg_gpt_config cfg = {7, 4, 4, 2, 1, 0.0, true};
+    tg_tape *mt = tg_tape_new(), *tp = tg_tape_new();
+    for (int fused = 0; fused < 2; fused++) {
+        tg_module *m = build(mt, &cfg, 11);
+        tg_module_set_fused(m, fused);
+        assert_int_equal(tg_module_to_dtype(mt, m, TG_F64), TG_OK);
+        /* non-trivial scale/shift so that their gradients are checked at a generic point */
+        tg_named_list l;
+        assert_int_equal(tg_module_named_parameters(tp, m, &l), TG_OK);
+        for (int i = 0; i < l.n; i++)
+            if (strstr(l.names[i], "scale") || strstr(l.names[i], "shift"))
+                assert_int_equal(tg_uniform_(l.tensors[i], 0.5, 1.5, NULL), TG_OK);
+        const int64_t ids_v[6] = {1, 6, 0, 3, 3, 5}, shape[2] = {2, 3};
+        tg_tensor *ids = tg_from_data(tp, TG_I64, 2, shape, ids_v);
+        tg_gradcheck_result res;
+        int st = tg_gradcheck_module(m, 1, &ids, 1e-6, 1e-5, 1e-3, &res);
+        if (st != TG_OK || !res.passed) fail_msg("GPTModel gradcheck (fused %d): %s", fused, res.message);
+        /* each piece on its own, with a float input */
+        int64_t xs[3] = {2, 3, 4};
+        tg_tensor *x = tg_rand(tp, TG_F64, 3, xs, NULL);
+        tg_module *parts[4] = {tg_layer_norm_new(mt, 4), tg_gelu_new(mt), tg_feed_forward_new(mt, &cfg),
+                               tg_transformer_block_new(mt, &cfg)};
+        for (int i = 0; i < 4; i++) {
+            tg_module_set_fused(parts[i], fused);
+            assert_int_equal(tg_module_to_dtype(mt, parts[i], TG_F64), TG_OK);
+            tg_module_train(parts[i], false);
+            st = tg_gradcheck_module(parts[i], 1, &x, 1e-6, 1e-5, 1e-3, &res);
+            if (st != TG_OK || !res.passed)
+                fail_msg("%s gradcheck (fused %d): %s", tg_module_type_name(parts[i]), fused, res.message);
+        }
+    }
+    tg_tape_free(tp);
+    tg_tape_free(mt);
+}
+
+static void test_node_names(void **state)
+{
+    (void)state;
+    tg_tape *mt = tg_tape_new(), *tp = tg_tape_new();
+    int64_t xs[2] = {3, 8};
+    tg_tensor *x = tg_rand(tp, TG_F32, 2, xs, NULL);
+    tg_requires_grad_(x, true);
+    tg_module *ln = tg_layer_norm_new(mt, 8), *gelu = tg_gelu_new(mt), *emb = tg_embedding_new(mt, 10, 4);
+    assert_string_equal(tg_grad_fn_name(tg_module_forward(tp, ln, x)), "AddBackward0");
+    assert_string_equal(tg_grad_fn_name(tg_module_forward(tp, gelu, x)), "MulBackward0");
+    tg_module_set_fused(ln, true);
+    tg_module_set_fused(gelu, true);
+    assert_string_equal(tg_grad_fn_name(tg_module_forward(tp, ln, x)), "NativeLayerNormBackward0");
+    assert_string_equal(tg_grad_fn_name(tg_module_forward(tp, gelu, x)), "GeluBackward0");
+    const int64_t idv[3] = {0, 9, 4}, is[1] = {3};
+    assert_string_equal(tg_grad_fn_name(tg_module_forward(tp, emb, tg_from_data(tp, TG_I64, 1, is, idv))),
+                        "EmbeddingBackward0");
+    char *r = repr_of(emb);
+    assert_string_equal(r, "Embedding(10, 4)");
+    free(r);
+    r = repr_of(ln);
+    assert_string_equal(r, "LayerNorm()");
+    free(r);
+    tg_tape_free(tp);
+    tg_tape_free(mt);
+}
+
+/* ---- bad input -------------------------------------------------------------------------------------- */
+
+static void test_bad_configs(void **state)
+{
+    (void)state;
+    tg_tape *mt = tg_tape_new();
+    tg_gpt_config ok = {50, 8, 12, 3, 2, 0.1, false}, c;
+    c = ok, c.n_heads = 5;
+    tu_assert_null_error(tg_gpt_new(mt, &c), "emb_dim (12) must be divisible by n_heads (5)");
+    c = ok, c.vocab_size = 0;
+    tu_assert_null_error(tg_gpt_new(mt, &c), "vocab_size must be positive");
+    c = ok, c.n_layers = -1;
+    tu_assert_null_error(tg_gpt_new(mt, &c), "n_layers must be positive");
+    c = ok, c.drop_rate = 1.0;
+    tu_assert_null_error(tg_gpt_new(mt, &c), "drop_rate");
+    c = ok, c.context_length = 1 << 20;
+    tu_assert_null_error(tg_gpt_new(mt, &c), "context_length");
+    c = ok, c.vocab_size = 2000000000, c.emb_dim = 2000000000, c.n_heads = 1;
+    tu_assert_null_error(tg_gpt_new(mt, &c), "GiB");
+    assert_int_equal(tg_gpt_config_num_parameters(&c), -1);
+    tu_assert_null_error(tg_gpt_new(mt, NULL), "NULL");
+    tu_assert_status_error(tg_gpt_config_preset("gpt5", &c), "unknown GPT configuration 'gpt5'");
+
+    tg_tape *tp = tg_tape_new();
+    tg_module *m = build(mt, &ok, 1);
+    const int64_t bad[3] = {1, 50, 2}, s13[2] = {1, 3}, s19[2] = {1, 9};
+    tu_assert_null_error(tg_module_forward(tp, m, tg_from_data(tp, TG_I64, 2, s13, bad)), "50", "out of range");
+    const int64_t neg[3] = {1, -1, 2};
+    tu_assert_null_error(tg_module_forward(tp, m, tg_from_data(tp, TG_I64, 2, s13, neg)), "-1");
+    tu_assert_null_error(tg_module_forward(tp, m, tg_zeros(tp, TG_I64, 2, s19)), "9 tokens exceed context_length 8");
+    tu_assert_null_error(tg_module_forward(tp, m, tg_zeros(tp, TG_F32, 2, s13)), "int64");
+    tu_assert_null_error(tg_module_forward(tp, m, tg_zeros(tp, TG_I64, 1, s13 + 1)), "(batch, tokens)");
+
+    int64_t out[32], n;
+    const int64_t prompt[2] = {1, 2};
+    tg_generate_options o = {.max_new_tokens = 3, .eos_id = -1};
+    o.top_k = 51;
+    tu_assert_status_error(tg_gpt_generate(m, prompt, 2, &o, out, &n), "top_k");
+    o.top_k = 0, o.temperature = -1;
+    tu_assert_status_error(tg_gpt_generate(m, prompt, 2, &o, out, &n), "temperature");
+    o.temperature = NAN;
+    tu_assert_status_error(tg_gpt_generate(m, prompt, 2, &o, out, &n), "temperature");
+    o.temperature = 0, o.eos_id = 50;
+    tu_assert_status_error(tg_gpt_generate(m, prompt, 2, &o, out, &n), "eos_id");
+    o.eos_id = -1;
+    tu_assert_status_error(tg_gpt_generate(m, prompt, 0, &o, out, &n), "no ids");
+    const int64_t badp[2] = {1, 77};
+    tu_assert_status_error(tg_gpt_generate(m, badp, 2, &o, out, &n), "77", "position 1");
+    tu_assert_status_error(tg_gpt_generate(tg_linear_new(mt, 2, 2, false), prompt, 2, &o, out, &n), "not a GPTModel");
+    o.max_new_tokens = -1;
+    tu_assert_status_error(tg_gpt_generate(m, prompt, 2, &o, out, &n), "max_new_tokens");
+    tg_tape_free(tp);
+    tg_tape_free(mt);
+}
+
+int main(void)
+{
+    g_ref = tu_load_ref("gpt.json");
+    g_book = tu_load_ref("gpt_book.json");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_small_cases),
+        cmocka_unit_test(test_generate),
+        cmocka_unit_test(test_load_state_dict),
+        cmocka_unit_test(test_load_hf),
+        cmocka_unit_test(test_gradcheck_modules),
+        cmocka_unit_test(test_node_names),
+        cmocka_unit_test(test_bad_configs),
+        cmocka_unit_test(test_book_124m),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    json_decref(g_ref);
+    json_decref(g_book);
+    return rc;
+}
