@@ -178,8 +178,13 @@ TG_API int tg_mul_scalar_(tg_tensor *x, double s);
 
 typedef enum { TG_REDUCE_MEAN, TG_REDUCE_SUM, TG_REDUCE_NONE } tg_reduction;
 TG_API tg_tensor *tg_mse_loss(tg_tape *tp, tg_tensor *input, tg_tensor *target, tg_reduction r);
-/* logits (N, C), target TG_I64 class indices (N). */
+/* F.cross_entropy: logits (N, C), target TG_I64 class indices (N), in one
+ * fused node (NllLossBackward0) that keeps the log-softmax. */
 TG_API tg_tensor *tg_cross_entropy(tg_tape *tp, tg_tensor *logits, const tg_tensor *target, tg_reduction r);
+/* F.nll_loss on log-probabilities (N, C) (NllLossBackward0): with
+ * tg_log_softmax, the composed path of cross-entropy, as PyTorch's graph
+ * shows it (NllLossBackward0 -> LogSoftmaxBackward0). */
+TG_API tg_tensor *tg_nll_loss(tg_tape *tp, tg_tensor *logp, const tg_tensor *target, tg_reduction r);
 
 /* ---- GPT building blocks ----------------------------------------------------- */
 

@@ -62,35 +62,65 @@ int tg__mse_loss_backward(tg_node *n)
     return tg__accum(n->in[1], gx);
 }
 
-tg_tensor *tg_cross_entropy(tg_tape *tp, tg_tensor *logits, const tg_tensor *target, tg_reduction r)
+/* The (N, C) scores and int64 (N) class targets both losses take; the
+ * targets flat in a TG_I64 tensor of tp, checked against C. */
+static tg_tensor *class_targets(tg_tape *tp, const char *op, const tg_tensor *x, const tg_tensor *target, tg_reduction r)
 {
     char sl[64], st[64];
-    if (!logits || !target) return tg__error_null_input("cross_entropy");
-    if (!tg__check_float("cross_entropy", logits) || !check_reduction("cross_entropy", r)) return NULL;
-    if (logits->ndim != 2) return tg_error("cross_entropy: logits must be (N, C), got %s", tg_shape_str(logits, sl, 64));
-    if (target->dtype != TG_I64 || target->ndim != 1 || target->shape[0] != logits->shape[0])
-        return tg_error("cross_entropy: target must be int64 of shape (%lld), got %s %s",
-                        (long long)logits->shape[0], tg_dtype_name(target->dtype), tg_shape_str(target, st, 64));
-    int64_t N = logits->shape[0], C = logits->shape[1];
+    if (!x || !target) return tg__error_null_input(op);
+    if (!tg__check_float(op, x) || !check_reduction(op, r)) return NULL;
+    if (x->ndim != 2) return tg_error("%s: input must be (N, C), got %s", op, tg_shape_str(x, sl, 64));
+    if (target->dtype != TG_I64 || target->ndim != 1 || target->shape[0] != x->shape[0])
+        return tg_error("%s: target must be int64 of shape (%lld), got %s %s", op, (long long)x->shape[0],
+                        tg_dtype_name(target->dtype), tg_shape_str(target, st, 64));
+    int64_t N = x->shape[0], C = x->shape[1];
+    tg_tensor *t = tg_empty(tp, TG_I64, 1, &N);
+    if (!t) return NULL;
+    int64_t *tv = t->data;
     for (int64_t i = 0; i < N; i++) {
-        double t = tg_item_at(target, i);
-        if (t < 0 || t >= (double)C)
-            return tg_error("cross_entropy: target %lld at position %lld is out of bounds for %lld classes",
-                            (long long)t, (long long)i, (long long)C);
+        tv[i] = (int64_t)tg_item_at(target, i);
+        if (tv[i] < 0 || tv[i] >= C)
+            return tg_error("%s: target %lld at position %lld is out of bounds for %lld classes", op, (long long)tv[i],
+                            (long long)i, (long long)C);
     }
+    return t;
+}
+
+/* loss_i = -logp[i, t_i], reduced; logp dense (N, C) */
+static tg_tensor *nll_forward(tg_tape *tp, const tg_tensor *logp, const tg_tensor *t, tg_reduction r)
+{
+    int64_t N = logp->shape[0], C = logp->shape[1];
+    tg_tensor *elem = tg_empty(tp, logp->dtype, 1, &N);
+    if (!elem) return NULL;
+    const int64_t *tv = t->data;
+    for (int64_t i = 0; i < N; i++) {
+        int64_t k = logp->offset + i * C + tv[i];
+        double v = logp->dtype == TG_F32 ? (double)((const float *)logp->data)[k] : ((const double *)logp->data)[k];
+        if (elem->dtype == TG_F32)
+            ((float *)elem->data)[i] = (float)-v;
+        else
+            ((double *)elem->data)[i] = -v;
+    }
+    return reduce_loss(tp, elem, r, N);
+}
+
+/* dl_i: the incoming gradient of row i's loss */
+static double row_grad(const tg_node *n, tg_reduction r, int64_t i, int64_t N)
+{
+    if (r == TG_REDUCE_NONE) return tg_item_at(n->grad, i);
+    return tg_item(n->grad) / (r == TG_REDUCE_MEAN ? (double)N : 1.0);
+}
+
+tg_tensor *tg_cross_entropy(tg_tape *tp, tg_tensor *logits, const tg_tensor *target, tg_reduction r)
+{
+    tg_tensor *t = class_targets(tp, "cross_entropy", logits, target, r);
+    if (!t) return NULL;
     /* log-softmax is kept for backward: d logits = softmax - onehot */
     tg_tensor *lsm = tg__new_like(tp, logits);
-    int64_t es[1] = {N};
-    tg_tensor *elem = tg_empty(tp, logits->dtype, 1, es);
-    if (!lsm || !elem) return NULL;
+    if (!lsm) return NULL;
     tg_k_softmax(lsm, logits, 1, true);
-    for (int64_t i = 0; i < N; i++) {
-        int64_t idx[2] = {i, (int64_t)tg_item_at(target, i)};
-        int64_t e[1] = {i};
-        tg_set(elem, e, -tg_get(lsm, idx));
-    }
-    tg_tensor *out = reduce_loss(tp, elem, r, N);
-    tg_tensor *saved[2] = {lsm, (tg_tensor *)target};
+    tg_tensor *out = nll_forward(tp, lsm, t, r);
+    tg_tensor *saved[2] = {lsm, t};
     tg_node *n;
     out = tg__record(tp, TG_OP_CROSS_ENTROPY, out, 1, &logits, 2, saved, &n);
     if (n) n->iarg[0] = r;
@@ -101,22 +131,64 @@ tg_tensor *tg_cross_entropy(tg_tape *tp, tg_tensor *logits, const tg_tensor *tar
  * (dl_i = dl / N for mean) */
 int tg__cross_entropy_backward(tg_node *n)
 {
-    const tg_tensor *lsm = n->saved[0], *target = n->saved[1];
+    const tg_tensor *lsm = n->saved[0];
+    const int64_t *tv = n->saved[1]->data;
     tg_reduction r = (tg_reduction)n->iarg[0];
     int64_t N = lsm->shape[0], C = lsm->shape[1];
     tg_tensor *gx = tg__new_like(tg__btape(n), lsm);
     if (!gx) return TG_ENOMEM;
-    tg_k_unary(gx, lsm, TG_UN_EXP);
     for (int64_t i = 0; i < N; i++) {
-        int64_t idx[2] = {i, (int64_t)tg_item_at(target, i)};
-        tg_set(gx, idx, tg_get(gx, idx) - 1.0);
-        double g = r == TG_REDUCE_NONE ? tg_item_at(n->grad, i) : tg_item(n->grad) / (r == TG_REDUCE_MEAN ? (double)N : 1.0);
-        for (int64_t j = 0; j < C; j++) {
-            int64_t p[2] = {i, j};
-            tg_set(gx, p, tg_get(gx, p) * g);
+        double g = row_grad(n, r, i, N);
+        if (gx->dtype == TG_F32) {
+            const float *l = (const float *)lsm->data + i * C;
+            float *d = (float *)gx->data + i * C, gf = (float)g;
+            for (int64_t j = 0; j < C; j++) d[j] = expf(l[j]) * gf;
+            d[tv[i]] -= gf;
+        } else {
+            const double *l = (const double *)lsm->data + i * C;
+            double *d = (double *)gx->data + i * C;
+            for (int64_t j = 0; j < C; j++) d[j] = exp(l[j]) * g;
+            d[tv[i]] -= g;
         }
     }
-    return tg__accum(n->in[0], gx);
+    return tg__accum_owned(n, n->in[0], gx);
+}
+
+tg_tensor *tg_nll_loss(tg_tape *tp, tg_tensor *logp, const tg_tensor *target, tg_reduction r)
+{
+    tg_tensor *t = class_targets(tp, "nll_loss", logp, target, r);
+    if (!t) return NULL;
+    const tg_tensor *ld = logp;
+    if (!tg_is_contiguous(logp)) {
+        tg_tensor *c = tg__new_like(tp, logp);
+        if (!c) return NULL;
+        tg_k_copy(c, logp);
+        ld = c;
+    }
+    tg_tensor *out = nll_forward(tp, ld, t, r);
+    tg_node *n;
+    out = tg__record(tp, TG_OP_NLL_LOSS, out, 1, &logp, 1, &t, &n);
+    if (n) n->iarg[0] = r, n->iarg[1] = logp->shape[1];
+    return out;
+}
+
+/* forward: l = reduce(-logp[i, t_i]); so dlogp[i, t_i] = -dl_i */
+int tg__nll_loss_backward(tg_node *n)
+{
+    const int64_t *tv = n->saved[0]->data;
+    tg_reduction r = (tg_reduction)n->iarg[0];
+    int64_t N = n->saved[0]->shape[0], C = n->iarg[1];
+    int64_t shape[2] = {N, C};
+    tg_tensor *gx = tg_zeros(tg__btape(n), n->in[0]->dtype, 2, shape);
+    if (!gx) return TG_ENOMEM;
+    for (int64_t i = 0; i < N; i++) {
+        double g = row_grad(n, r, i, N);
+        if (gx->dtype == TG_F32)
+            ((float *)gx->data)[i * C + tv[i]] = (float)-g;
+        else
+            ((double *)gx->data)[i * C + tv[i]] = -g;
+    }
+    return tg__accum_owned(n, n->in[0], gx);
 }
 
 /* ---- embedding ------------------------------------------------------------------------------------ */
