@@ -12,10 +12,16 @@ sizes: d_in 3, d_out 2, 2 heads, dropout 0, the book's input):
       `--json` output and gradients;
   (b) a PyTorch module (seed 7) saved with its state_dict to F is reproduced
       by `tapegrad attention --load F --json` (output and gradients).
+And for the book's GPTModel (a small configuration, qkv_bias on): (c) a model
+that libtapegrad builds (seed 123, called through ctypes) and saves with
+tg_module_save loads strictly into a PyTorch GPTModel built with another seed
+and gives the eval-mode logits of PyTorch's own seed-123 model; (d) the
+reverse direction is tests/test_gpt.c's test_load_state_dict.
 There is no safetensors package for Debian's python, so the format is read
 and written here by hand (8-byte little-endian header length, JSON header,
 raw little-endian data). Prints PASS/FAIL per module; exit 1 on any FAIL.
 """
+import ctypes
 import json
 import os
 import struct
@@ -152,6 +158,41 @@ def check(tg, tmp, name, bias):
     return err_a, err_b, err_0
 
 
+class GptConfig(ctypes.Structure):
+    _fields_ = [("vocab_size", ctypes.c_int64), ("context_length", ctypes.c_int64), ("emb_dim", ctypes.c_int64),
+                ("n_heads", ctypes.c_int64), ("n_layers", ctypes.c_int64), ("drop_rate", ctypes.c_double),
+                ("qkv_bias", ctypes.c_bool)]
+
+
+def check_gpt(lib_path, tmp):
+    from reference.gpt_book import GPTModel
+    cfg = {"vocab_size": 60, "context_length": 10, "emb_dim": 16, "n_heads": 4, "n_layers": 2,
+           "drop_rate": 0.1, "qkv_bias": True}
+    lib = ctypes.CDLL(lib_path)
+    lib.tg_tape_new.restype = ctypes.c_void_p
+    lib.tg_gpt_new.restype = ctypes.c_void_p
+    lib.tg_gpt_new.argtypes = [ctypes.c_void_p, ctypes.POINTER(GptConfig)]
+    lib.tg_module_save.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    lib.tg_manual_seed.argtypes = [ctypes.c_uint64]
+    lib.tg_tape_free.argtypes = [ctypes.c_void_p]
+    tp = lib.tg_tape_new()
+    lib.tg_manual_seed(123)
+    c = GptConfig(*[cfg[f] for f, _ in GptConfig._fields_])
+    m = lib.tg_gpt_new(tp, ctypes.byref(c))
+    path = os.path.join(tmp, "gpt.safetensors")
+    if not m or lib.tg_module_save(m, path.encode()) != 0:
+        raise RuntimeError("libtapegrad could not build or save the GPT")
+    lib.tg_tape_free(tp)
+    torch.manual_seed(7)
+    loaded = GPTModel(cfg).eval()
+    loaded.load_state_dict(st_read(path), strict=True)
+    torch.manual_seed(123)
+    same_seed = GPTModel(cfg).eval()
+    ids = torch.randint(0, cfg["vocab_size"], (2, 7), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        return (loaded(ids) - same_seed(ids)).abs().max().item()
+
+
 def main():
     tg = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "build", "tools",
                                                             "tapegrad")
@@ -169,6 +210,16 @@ def main():
                     ok = False
                     print("FAIL %-22s %s" % (label, exc))
                 failed += not ok
+        lib = os.path.join(os.path.dirname(os.path.abspath(tg)), "..", "libtapegrad.so")
+        try:
+            err = check_gpt(lib, tmp)
+            ok = err == 0.0
+            print("%s %-22s tapegrad->torch, logits max |diff| %.2e (bit-identical weights expected)" %
+                  ("PASS" if ok else "FAIL", "GPTModel", err))
+        except Exception as exc:
+            ok = False
+            print("FAIL %-22s %s" % ("GPTModel", exc))
+        failed += not ok
     print("%s: %d failed" % ("PASS" if not failed else "FAIL", failed))
     return 1 if failed else 0
 
