@@ -51,6 +51,26 @@ expect_contains "--eval with dropout" "torch.Size([2, 6, 2])" "$TG" attention --
 expect_contains "seed 2^64-1 as torch.manual_seed" "tensor([[1.0934, 0.4304]," "$TG" attention --module sa-v1 --seed 18446744073709551615
 expect_contains "--context > tokens" "torch.Size([2, 6, 2])" "$TG" attention --module mha --context 10
 
+# ---- GPT: summary and generate (the book's chapter 4 figures) --------------------
+expect_contains "summary print(model)" "(out_head): Linear(in_features=768, out_features=50257, bias=False)" "$TG" summary
+expect_contains "summary parameters" "Total number of parameters: 163,009,536" "$TG" summary
+expect_contains "summary tied" "Number of trainable parameters considering weight tying: 124,412,160" "$TG" summary
+expect_contains "summary size" "Total size of the model: 621.83 MB" "$TG" summary
+expect_contains "summary small" "(trf_blocks): Sequential(" "$TG" summary --vocab 100 --context 16 --emb 32 --heads 4 --layers 2
+HELLO="Hello, I am Featureiman Byeswickattribute argue logger Normandy Compton analogous"
+expect_contains "generate greedy (KV cache)" "$HELLO" "$TG" generate --config gpt2-small --seed 123 --prompt "Hello, I am" --max-new-tokens 10
+expect_contains "generate greedy (no cache)" "$HELLO" "$TG" generate --config gpt2-small --seed 123 --prompt "Hello, I am" --max-new-tokens 10 --no-kv-cache
+if "$TG" generate --max-new-tokens 3 --temperature 1 --top-k 50 --json >"$TMP/gen.json" 2>"$TMP/err" &&
+    $PY -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert set(d) == {"input_ids", "ids", "text", "tokens_per_s"}, sorted(d)
+assert d["input_ids"] == [15496, 11, 314, 716], d["input_ids"]
+assert d["ids"] == [49223, 49856, 45229], d["ids"]
+assert d["text"].startswith("Hello, I am"), d["text"]
+assert d["tokens_per_s"] > 0
+' "$TMP/gen.json"; then ok; else bad "generate --json: $(head -1 "$TMP/err")"; fi
+
 # ---- --json ---------------------------------------------------------------------
 for m in sa-v1 sa-v2 causal mha-wrapper mha; do
     if "$TG" attention --module "$m" --json >"$TMP/$m.json" 2>"$TMP/err" &&
@@ -232,6 +252,21 @@ bench --steps 0
 bench --tokens 100000
 bench --batch 100000 --tokens 65536
 bench --nope
+summary --layers 0
+summary --heads 5
+summary --config gpt5
+summary --dropout 1
+summary --emb 100000000
+summary --vocab 0
+generate --heads 7
+generate --top-k 60000
+generate --eos 50257
+generate --max-new-tokens -1
+generate --temperature -1
+generate --load $TMP/no/such/file.safetensors
+generate --hf $TMP/no/such/file.safetensors
+generate --load a.safetensors --hf b.safetensors
+generate --qkv-bias --hf $TMP/no/such/file.safetensors
 EOF_CASES
 
 total=$((pass + fail))

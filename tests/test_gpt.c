@@ -385,6 +385,155 @@ static void test_node_names(void **state)
     tg_tape_free(mt);
 }
 
+/* ---- the ops on their own ------------------------------------------------------------------------- */
+
+static void assert_ids_equal(const tg_tensor *got, const tg_tensor *want, const char *what)
+{
+    tu_assert_ok(got);
+    if (!tg_same_shape(got, want)) fail_msg("%s: shapes differ", what);
+    for (int64_t i = 0; i < tg_numel(want); i++)
+        if (tg_item_at(got, i) != tg_item_at(want, i))
+            fail_msg("%s: element %lld is %g, PyTorch %g", what, (long long)i, tg_item_at(got, i), tg_item_at(want, i));
+}
+
+static void test_ops_against_pytorch(void **state)
+{
+    (void)state;
+    const json_t *ops = jget(g_ref, "ops"), *c;
+    tg_tape *tp = tg_tape_new();
+    size_t i;
+    /* multinomial: PyTorch's draws, bit for bit */
+    tg_tensor *rows = tu_tensor_from_json(tp, jget(ops, "multinomial_rows"), TG_DTYPE_COUNT);
+    int64_t V = 50257;
+    tg_generator *g = tg_generator_new(1);
+    tg_tensor *big = tg_softmax(tp, tg_mul_scalar(tp, tg_randn(tp, TG_F32, 1, &V, g), 3.0), -1);
+    tg_generator_free(g);
+    json_array_foreach(jget(ops, "multinomial"), i, c) {
+        bool is_big = strcmp(json_string_value(jget(c, "probs")), "big") == 0;
+        tg_tensor *p = is_big ? big : rows;
+        if (strcmp(json_string_value(jget(c, "dtype")), "float64") == 0) p = tg_to_dtype(tp, p, TG_F64);
+        tg_manual_seed((uint64_t)jint(c, "seed"));
+        char what[64];
+        snprintf(what, sizeof what, "multinomial %zu", i);
+        assert_ids_equal(tg_multinomial(tp, p, jint(c, "num_samples"), false, NULL),
+                         tu_tensor_from_json(tp, jget(c, "samples"), TG_DTYPE_COUNT), what);
+    }
+    /* training-mode dropout: PyTorch's bernoulli_ stream and scaling, bit for bit */
+    json_array_foreach(jget(ops, "dropout"), i, c) {
+        tg_manual_seed((uint64_t)jint(c, "seed"));
+        tg_tensor *y = tg_dropout(tp, tu_tensor_from_json(tp, jget(c, "x"), TG_DTYPE_COUNT), jnum(c, "p"), NULL);
+        tu_assert_close(y, tu_tensor_from_json(tp, jget(c, "y"), TG_DTYPE_COUNT), 0, 0, "dropout");
+    }
+    json_array_foreach(jget(ops, "var"), i, c) {
+        tg_tensor *y = tg_var(tp, tu_tensor_from_json(tp, jget(c, "x"), TG_DTYPE_COUNT), (int)jint(c, "dim"),
+                              json_is_true(jget(c, "unbiased")), json_is_true(jget(c, "keepdim")));
+        tu_assert_close(y, tu_tensor_from_json(tp, jget(c, "y"), TG_DTYPE_COUNT), 1e-12, 1e-14, "var");
+    }
+    json_array_foreach(jget(ops, "topk"), i, c) {
+        tg_tensor *v, *ix;
+        assert_int_equal(tg_topk(tp, tu_tensor_from_json(tp, jget(c, "x"), TG_DTYPE_COUNT), jint(c, "k"),
+                                 (int)jint(c, "dim"), json_is_true(jget(c, "largest")), true, &v, &ix),
+                         TG_OK);
+        tu_assert_close(v, tu_tensor_from_json(tp, jget(c, "values"), TG_DTYPE_COUNT), 0, 0, "topk values");
+        assert_ids_equal(ix, tu_tensor_from_json(tp, jget(c, "indices"), TG_DTYPE_COUNT), "topk indices");
+    }
+    json_array_foreach(jget(ops, "argmax"), i, c) {
+        assert_ids_equal(tg_argmax(tp, tu_tensor_from_json(tp, jget(c, "x"), TG_DTYPE_COUNT), (int)jint(c, "dim"), false),
+                         tu_tensor_from_json(tp, jget(c, "y"), TG_DTYPE_COUNT), "argmax");
+    }
+    tg_tape_free(tp);
+}
+
+/* gradcheck callbacks: each op of one float64 input (and fixed extras in ctx) */
+static tg_tensor *f_var(tg_tape *tp, tg_tensor *const *in, int n, void *ctx)
+{
+    (void)n;
+    return tg_var(tp, in[0], *(const int *)ctx, *(const int *)ctx == 0, true);
+}
+static tg_tensor *f_topk(tg_tape *tp, tg_tensor *const *in, int n, void *ctx)
+{
+    (void)n, (void)ctx;
+    tg_tensor *v = NULL, *ix;
+    tg_topk(tp, in[0], 3, -1, true, true, &v, &ix);
+    return v;
+}
+static tg_tensor *f_embedding(tg_tape *tp, tg_tensor *const *in, int n, void *ctx)
+{
+    (void)n;
+    return tg_embedding(tp, in[0], ctx);
+}
+static tg_tensor *f_layer_norm(tg_tape *tp, tg_tensor *const *in, int n, void *ctx)
+{
+    (void)n, (void)ctx;
+    return tg_layer_norm(tp, in[0], in[1], in[2], 1e-5);
+}
+static tg_tensor *f_nll(tg_tape *tp, tg_tensor *const *in, int n, void *ctx)
+{
+    (void)n;
+    return tg_nll_loss(tp, tg_log_softmax(tp, in[0], 1), ctx, TG_REDUCE_MEAN);
+}
+
+static void gradcheck_or_fail(tg_gradcheck_fn fn, tg_tensor *const *in, int n, void *ctx, const char *what)
+{
+    tg_gradcheck_result res;
+    int st = tg_gradcheck(fn, in, n, ctx, 1e-6, 1e-5, 1e-3, &res);
+    if (st != TG_OK || !res.passed) fail_msg("%s gradcheck: %s %s", what, res.message, st ? tg_last_error() : "");
+}
+
+static void test_ops_gradcheck(void **state)
+{
+    (void)state;
+    tg_tape *tp = tg_tape_new();
+    tg_generator *g = tg_generator_new(3);
+    int64_t s34[2] = {3, 4}, s5[1] = {5}, s25[3] = {2, 3, 5};
+    tg_tensor *x = tg_randn(tp, TG_F64, 2, s34, g);
+    tg_requires_grad_(x, true);
+    for (int dim = 0; dim < 2; dim++) gradcheck_or_fail(f_var, &x, 1, &dim, "var");
+    gradcheck_or_fail(f_topk, &x, 1, NULL, "topk");
+    tg_tensor *w = tg_randn(tp, TG_F64, 2, (int64_t[]){6, 3}, g);
+    tg_requires_grad_(w, true);
+    const int64_t idv[4] = {5, 0, 5, 2}, is[2] = {2, 2};
+    gradcheck_or_fail(f_embedding, &w, 1, tg_from_data(tp, TG_I64, 2, is, idv), "embedding (repeated ids)");
+    tg_tensor *ln[3] = {tg_randn(tp, TG_F64, 3, s25, g), tg_randn(tp, TG_F64, 1, s5, g), tg_randn(tp, TG_F64, 1, s5, g)};
+    for (int i = 0; i < 3; i++) tg_requires_grad_(ln[i], true);
+    gradcheck_or_fail(f_layer_norm, ln, 3, NULL, "layer_norm");
+    const int64_t tv[3] = {3, 0, 1};
+    gradcheck_or_fail(f_nll, &x, 1, tg_from_data(tp, TG_I64, 1, (int64_t[]){3}, tv), "nll_loss(log_softmax)");
+    tg_generator_free(g);
+    tg_tape_free(tp);
+}
+
+static void test_ops_errors(void **state)
+{
+    (void)state;
+    tg_tape *tp = tg_tape_new();
+    int64_t s34[2] = {3, 4}, s3[1] = {3};
+    tg_tensor *x = tg_rand(tp, TG_F32, 2, s34, NULL), *v, *ix;
+    tu_assert_null_error(tg_var(tp, x, 2, false, false), "var", "dim");
+    tu_assert_null_error(tg_var(tp, tg_zeros(tp, TG_I64, 1, s3), 0, false, false), "var");
+    tu_assert_null_error(tg_argmax(tp, x, -3, false), "argmax");
+    tu_assert_status_error(tg_topk(tp, x, 5, -1, true, true, &v, &ix), "topk: k (5) is out of range");
+    tu_assert_status_error(tg_topk(tp, x, -1, -1, true, true, &v, &ix), "topk");
+    const int64_t bad[3] = {0, 3, 4};
+    tu_assert_null_error(tg_embedding(tp, x, tg_from_data(tp, TG_I64, 1, s3, bad)),
+                         "embedding: id 3 at position 1 is out of range for 3 embeddings");
+    tu_assert_null_error(tg_embedding(tp, x, x), "ids must be int64");
+    tu_assert_null_error(tg_embedding(tp, tg_rand(tp, TG_F32, 1, s3, NULL), tg_zeros(tp, TG_I64, 1, s3)), "weight must be");
+    tu_assert_null_error(tg_layer_norm(tp, x, tg_ones(tp, TG_F32, 1, s3), tg_ones(tp, TG_F32, 1, s3), 1e-5),
+                         "layer_norm", "(4)");
+    const float neg[3] = {0.5f, -0.1f, 0.6f}, zero[3] = {0, 0, 0}, nanv[3] = {0.5f, NAN, 0.5f};
+    tu_assert_null_error(tg_multinomial(tp, tg_from_f32(tp, 1, s3, neg), 1, false, NULL), "element < 0");
+    tu_assert_null_error(tg_multinomial(tp, tg_from_f32(tp, 1, s3, nanv), 1, false, NULL), "nan");
+    tu_assert_null_error(tg_multinomial(tp, tg_from_f32(tp, 1, s3, zero), 1, false, NULL), "sum of probabilities");
+    tu_assert_null_error(tg_multinomial(tp, x, 5, false, NULL), "without replacement");
+    tu_assert_null_error(tg_multinomial(tp, x, 2, true, NULL), "not supported");
+    tu_assert_null_error(tg_multinomial(tp, x, 0, false, NULL), "num_samples");
+    tu_assert_null_error(tg_nll_loss(tp, x, tg_from_data(tp, TG_I64, 1, s3, bad), TG_REDUCE_MEAN),
+                         "target 4 at position 2 is out of bounds for 4 classes");
+    tu_assert_status_error(tg_bernoulli_(x, 1.5, NULL), "bernoulli_");
+    tg_tape_free(tp);
+}
+
 /* ---- bad input -------------------------------------------------------------------------------------- */
 
 static void test_bad_configs(void **state)
@@ -451,6 +600,9 @@ int main(void)
         cmocka_unit_test(test_load_hf),
         cmocka_unit_test(test_gradcheck_modules),
         cmocka_unit_test(test_node_names),
+        cmocka_unit_test(test_ops_against_pytorch),
+        cmocka_unit_test(test_ops_gradcheck),
+        cmocka_unit_test(test_ops_errors),
         cmocka_unit_test(test_bad_configs),
         cmocka_unit_test(test_book_124m),
     };

@@ -14,6 +14,9 @@ tests/ref/gpt.json:
   "hf": a model of the "bias" configuration written in Hugging Face's GPT-2
     layout to tests/ref/gpt_hf.safetensors (tied out_head, Conv1D (in, out)
     weights, fused c_attn, the attn.bias buffer), its ids and eval logits.
+  "ops": the GPT's ops on their own: multinomial draws (1-D over 50,257
+    categories and 2-D, one and several samples) and training-mode dropout
+    outputs after torch.manual_seed, var, topk and argmax values.
   "state": the "tiny" model's state_dict (PyTorch's keys) written to
     tests/ref/gpt_state.safetensors, its ids and eval logits.
 tests/ref/gpt_book.json: the book's GPT_CONFIG_124M figures: parameter
@@ -81,6 +84,43 @@ def gen_case(name, c, seed, prompt, max_new, sample_seed, temperature=0.0, top_k
             "eos_id": -1 if eos_id is None else eos_id, "ids": out[0].tolist()}
 
 
+def ops():
+    out = {"multinomial": [], "dropout": [], "var": [], "topk": [], "argmax": []}
+    g = torch.Generator().manual_seed(1)
+    big = torch.softmax(torch.randn(50257, generator=g) * 3, dim=-1)
+    rows = torch.softmax(torch.randn(3, 7, generator=g), dim=-1)
+    for seed in range(6):
+        for probs, n in ((big, 1), (rows, 1), (rows, 4), (rows.double(), 2)):
+            torch.manual_seed(seed)
+            s = torch.multinomial(probs, n)
+            out["multinomial"].append({"seed": seed, "probs": "big" if probs is big else "rows",
+                                       "dtype": "float64" if probs.dtype == torch.float64 else "float32",
+                                       "num_samples": n, "samples": tensor_json(s)})
+    out["multinomial_rows"] = tensor_json(rows)
+    out["multinomial_big_sum"] = big.sum().item()
+    for seed, p, dtype, shape in ((0, 0.1, torch.float32, (5, 7)), (3, 0.5, torch.float32, (33,)),
+                                  (5, 0.25, torch.float64, (4, 9)), (123, 0.1, torch.float32, (2, 4, 16))):
+        x = torch.randn(shape, generator=g, dtype=dtype)
+        torch.manual_seed(seed)
+        y = F.dropout(x, p, training=True)
+        out["dropout"].append({"seed": seed, "p": p, "x": tensor_json(x), "y": tensor_json(y)})
+    x = torch.randn(3, 5, generator=g, dtype=torch.float64)
+    for dim in (0, -1):
+        for unbiased in (False, True):
+            for keepdim in (False, True):
+                out["var"].append({"x": tensor_json(x), "dim": dim, "unbiased": unbiased, "keepdim": keepdim,
+                                   "y": tensor_json(x.var(dim=dim, unbiased=unbiased, keepdim=keepdim))})
+    x = torch.randn(4, 9, generator=g)
+    for dim, k, largest in ((-1, 3, True), (0, 2, False), (1, 9, True)):
+        v, i = torch.topk(x, k, dim=dim, largest=largest)
+        out["topk"].append({"x": tensor_json(x), "dim": dim, "k": k, "largest": largest,
+                            "values": tensor_json(v), "indices": tensor_json(i)})
+    x = torch.tensor([[1.0, 3.0, 3.0, 0.0], [float("nan"), 1.0, float("nan"), 2.0], [-1.0, -1.0, -2.0, -5.0]])
+    for dim in (0, 1):
+        out["argmax"].append({"x": tensor_json(x), "dim": dim, "y": tensor_json(torch.argmax(x, dim=dim))})
+    return out
+
+
 def write_bytes(outdir, name, data):
     path = os.path.join(outdir, name)
     with open(path + ".tmp", "wb") as f:
@@ -125,7 +165,7 @@ def small(outdir):
     state = {"config": TINY, "seed": 77, "ids": tensor_json(st_ids), "logits": tensor_json(st_model(st_ids))}
 
     write_json(outdir, "gpt.json", {"torch_version": torch.__version__, "cases": cases, "generate": gens,
-                                    "hf": hf, "state": state})
+                                    "hf": hf, "state": state, "ops": ops()})
 
 
 def book(outdir):
