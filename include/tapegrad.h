@@ -38,5 +38,6 @@
 #include "tapegrad/autograd.h"
 #include "tapegrad/nn.h"
 #include "tapegrad/gpt.h"
+#include "tapegrad/data.h"
 
 #endif

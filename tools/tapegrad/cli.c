@@ -21,6 +21,9 @@ static const char *usage =
     "              gradcheck, save or load its state_dict (safetensors)\n"
     "  train       train a toy attention layer with SGD (teacher-student task)\n"
     "  bench       time one training step of an attention module\n"
+    "  tokenize    GPT-2's tokenizer: text to ids (with MB/s) and ids to text\n"
+    "  summary     print the book's GPTModel as PyTorch does, with its size\n"
+    "  generate    generate text with the book's GPTModel (KV cache)\n"
     "\n"
     "Run 'tapegrad <command> --help' for a command's options.\n"
     "Exit status: 0 success, 1 gradcheck FAIL or training diverged, 2 bad\n"
@@ -68,7 +71,7 @@ double tg_cli_estimate_bytes(int64_t batch, int64_t tokens, int64_t d_in, int64_
 int tg_cli_main(int argc, char **argv)
 {
     if (argc < 2 || !argv || !argv[1])
-        return tg_cli_error(NULL, "missing command (attention, train or bench; see tapegrad --help)");
+        return tg_cli_error(NULL, "missing command (attention, train, bench, tokenize, summary or generate; see tapegrad --help)");
     const char *cmd = argv[1];
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
         fputs(usage, stdout);
@@ -82,5 +85,8 @@ int tg_cli_main(int argc, char **argv)
     if (strcmp(cmd, "attention") == 0) return tg_cmd_attention(argc - 1, argv + 1);
     if (strcmp(cmd, "train") == 0) return tg_cmd_train(argc - 1, argv + 1);
     if (strcmp(cmd, "bench") == 0) return tg_cmd_bench(argc - 1, argv + 1);
-    return tg_cli_error(NULL, "unknown command '%.200s' (expected attention, train or bench; see tapegrad --help)", cmd);
+    if (strcmp(cmd, "tokenize") == 0) return tg_cmd_tokenize(argc - 1, argv + 1);
+    if (strcmp(cmd, "summary") == 0) return tg_cmd_summary(argc - 1, argv + 1);
+    if (strcmp(cmd, "generate") == 0) return tg_cmd_generate(argc - 1, argv + 1);
+    return tg_cli_error(NULL, "unknown command '%.200s' (expected attention, train, bench, tokenize, summary or generate; see tapegrad --help)", cmd);
 }

@@ -12,6 +12,8 @@
 
 #include "args.h"
 
+#include <tapegrad.h>
+
 /* Exit statuses (README.md, "The command line"). */
 enum {
     TG_CLI_OK = 0,
@@ -33,6 +35,34 @@ int tg_cli_main(int argc, char **argv);
 int tg_cmd_attention(int argc, char **argv);
 int tg_cmd_train(int argc, char **argv);
 int tg_cmd_bench(int argc, char **argv);
+int tg_cmd_summary(int argc, char **argv);
+int tg_cmd_generate(int argc, char **argv);
+int tg_cmd_tokenize(int argc, char **argv);
+
+/* The directory holding gpt2/encoder.json and gpt2/vocab.bpe
+ * (tools/tapegrad/datadir.c), or NULL with a message. */
+const char *tg_cli_data_dir(void);
+/* The GPT-2 tokenizer from there, or NULL with a message. */
+tg_tokenizer *tg_cli_tokenizer(void);
+
+/* MODEL options (tools/tapegrad/model_args.c): a preset, then overrides;
+ * zero fields keep the preset's value. */
+typedef struct {
+    const char *config;
+    int64_t vocab, context, emb, heads, layers;
+    double dropout;
+    bool dropout_seen, qkv_bias;
+    uint64_t seed;
+} tg_cli_model;
+#define TG_CLI_MODEL_NOPTS 9
+/* gpt2-small, seed 123; context 0 keeps the preset's (pretrain passes 256). */
+void tg_cli_model_defaults(tg_cli_model *m, int64_t context);
+/* Writes the TG_CLI_MODEL_NOPTS option rows into opts; returns their count. */
+int tg_cli_model_opts(tg_cli_model *m, tg_opt *opts);
+/* The configuration the options ask for, checked; -1 with a message in err. */
+int tg_cli_model_config(const tg_cli_model *m, tg_gpt_config *cfg, char *err, size_t errlen);
+/* tg_manual_seed(seed), then the GPTModel. */
+tg_module *tg_cli_model_build(tg_tape *tp, const tg_cli_model *m, const tg_gpt_config *cfg);
 
 /* Prints "tapegrad <cmd>: <message>" as exactly one line on stderr (newlines in
  * the message become spaces) and returns TG_CLI_USAGE. */

@@ -1,0 +1,227 @@
+/* tapegrad summary and tapegrad generate: the book's GPTModel (chapter 4),
+ * printed as PyTorch prints it with the book's three figures, and chapter 5's
+ * generate() from a prompt (README.md, "GPT-2"). */
+#include "cli.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MODEL_HELP                                                                         \
+    "model (MODEL) options, applied over the preset:\n"                                    \
+    "  --config NAME   gpt2-small (default), gpt2-medium, gpt2-large, gpt2-xl\n"            \
+    "  --vocab N --context N --emb N --heads N --layers N\n"                               \
+    "  --dropout P     drop_rate in [0, 1) (0.1)\n"                                        \
+    "  --qkv-bias      biases on the query/key/value projections\n"                        \
+    "  --seed N        torch.manual_seed before the model is built (123)\n"
+
+static const char *summary_help =
+    "usage: tapegrad summary [MODEL]\n"
+    "\n"
+    "Builds the book's GPTModel and prints it as PyTorch's print(model) does,\n"
+    "then its parameter count, the count with out_head tied to tok_emb, and its\n"
+    "float32 size.\n"
+    "\n" MODEL_HELP;
+
+static const char *generate_help =
+    "usage: tapegrad generate [MODEL] [options]\n"
+    "\n"
+    "Generates text with the book's GPTModel (chapter 5's generate()): the model\n"
+    "is built after manual_seed(--seed), optionally loaded, put in eval mode;\n"
+    "the generator is reseeded with --sample-seed right before generating.\n"
+    "Prints the prompt and its continuation, and the speed on stderr.\n"
+    "\n"
+    "  --load FILE         a state_dict (safetensors, PyTorch's keys)\n"
+    "  --hf FILE           a Hugging Face GPT-2 model.safetensors (sets --qkv-bias)\n"
+    "  --prompt STR        the start text (\"Hello, I am\")\n"
+    "  --max-new-tokens N  ids to generate (10)\n"
+    "  --temperature T     0 = greedy (default); > 0 samples softmax(logits / T)\n"
+    "  --top-k K           keep the K largest logits (0 = all)\n"
+    "  --eos ID            stop when this id comes next\n"
+    "  --sample-seed S     manual_seed before generating (default: --seed)\n"
+    "  --no-kv-cache       recompute the window for every new id\n"
+    "  --json              one JSON object: {\"input_ids\", \"ids\", \"text\", \"tokens_per_s\"}\n"
+    "\n" MODEL_HELP;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* 163009536 -> "163,009,536" */
+static void with_commas(char *buf, size_t size, int64_t v)
+{
+    char digits[32];
+    int n = snprintf(digits, sizeof digits, "%lld", (long long)v), o = 0;
+    for (int i = 0; i < n && (size_t)o + 2 < size; i++) {
+        if (i > 0 && (n - i) % 3 == 0 && digits[i - 1] != '-') buf[o++] = ',';
+        buf[o++] = digits[i];
+    }
+    buf[o] = '\0';
+}
+
+/* Parses the command's own options followed by MODEL's. */
+static tg_args_status parse(const char *cmd, int argc, char **argv, const tg_opt *own, int nown, tg_cli_model *m,
+                            tg_gpt_config *cfg, const char *help)
+{
+    tg_opt opts[32];
+    memcpy(opts, own, sizeof *own * (size_t)nown);
+    int n = nown + tg_cli_model_opts(m, opts + nown);
+    char err[512];
+    tg_args_status st = tg_cli_parse_options(argc, argv, opts, n, err, sizeof err);
+    if (st == TG_ARGS_HELP) {
+        fputs(help, stdout);
+        return st;
+    }
+    if (st == TG_ARGS_OK && tg_cli_model_config(m, cfg, err, sizeof err) != 0) st = TG_ARGS_ERROR;
+    if (st != TG_ARGS_OK) tg_cli_error(cmd, "%s", err);
+    return st;
+}
+
+int tg_cmd_summary(int argc, char **argv)
+{
+    tg_cli_model m;
+    tg_gpt_config cfg;
+    tg_cli_model_defaults(&m, 0);
+    tg_args_status st = parse("summary", argc, argv, NULL, 0, &m, &cfg, summary_help);
+    if (st != TG_ARGS_OK) return st == TG_ARGS_HELP ? TG_CLI_OK : TG_CLI_USAGE;
+    if (tg_cli_check_only) return TG_CLI_OK;
+    tg_tape *tp = tg_tape_new();
+    tg_module *gpt = tp ? tg_cli_model_build(tp, &m, &cfg) : NULL;
+    int rc = TG_CLI_OK;
+    if (!gpt || tg_module_print(stdout, gpt) != TG_OK) {
+        rc = tg_cli_lib_error("summary", NULL);
+    } else {
+        int64_t total = tg_module_num_parameters(gpt);
+        int64_t head = tg_numel(tg_module_get_parameter(gpt, "out_head.weight"));
+        char a[40], b[40];
+        with_commas(a, sizeof a, total);
+        with_commas(b, sizeof b, total - head);
+        printf("Total number of parameters: %s\n", a);
+        printf("Number of trainable parameters considering weight tying: %s\n", b);
+        printf("Total size of the model: %.2f MB\n", (double)total * 4 / (1024.0 * 1024.0));
+    }
+    tg_tape_free(tp);
+    return rc;
+}
+
+typedef struct {
+    const char *load, *hf, *prompt;
+    int64_t max_new, top_k, eos;
+    double temperature;
+    uint64_t sample_seed;
+    bool sample_seed_seen, no_cache, json;
+} gen_args;
+
+static int print_json(const int64_t *ids, int64_t n_prompt, int64_t n, const char *text, size_t text_len, double tps)
+{
+    json_t *o = json_object(), *in = json_array(), *out = json_array();
+    for (int64_t i = 0; i < n; i++) json_array_append_new(i < n_prompt ? in : out, json_integer(ids[i]));
+    json_object_set_new(o, "input_ids", in);
+    json_object_set_new(o, "ids", out);
+    json_object_set_new(o, "text", json_stringn(text, text_len));
+    json_object_set_new(o, "tokens_per_s", json_real(tps));
+    char *s = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
+    json_decref(o);
+    if (!s) return tg_cli_error("generate", "out of memory");
+    puts(s);
+    free(s);
+    return TG_CLI_OK;
+}
+
+static int run_generate(tg_tape *tp, tg_tokenizer *tok, const tg_cli_model *m, tg_gpt_config *cfg, const gen_args *a)
+{
+    const char *cmd = "generate";
+    int64_t *prompt = NULL, *ids = NULL;
+    size_t n_prompt = 0;
+    char *text = NULL;
+    size_t text_len = 0;
+    int rc = TG_CLI_OK;
+    if (tg_tokenizer_encode(tok, a->prompt, strlen(a->prompt), &prompt, &n_prompt) != TG_OK)
+        return tg_cli_lib_error(cmd, "--prompt");
+    if (n_prompt == 0) {
+        free(prompt);
+        return tg_cli_error(cmd, "--prompt: the prompt is empty");
+    }
+    tg_module *gpt = tg_cli_model_build(tp, m, cfg);
+    if (!gpt) rc = tg_cli_lib_error(cmd, NULL);
+    else if (a->load && tg_module_load(gpt, a->load) != TG_OK) rc = tg_cli_lib_error(cmd, "--load");
+    else if (a->hf && tg_gpt_load_hf(gpt, a->hf) != TG_OK) rc = tg_cli_lib_error(cmd, "--hf");
+    ids = malloc(sizeof *ids * (n_prompt + (size_t)a->max_new));
+    if (rc == TG_CLI_OK && !ids) rc = tg_cli_error(cmd, "out of memory");
+    int64_t n = 0;
+    double seconds = 0;
+    if (rc == TG_CLI_OK) {
+        tg_generate_options o = {.max_new_tokens = a->max_new, .temperature = a->temperature, .top_k = a->top_k,
+                                 .eos_id = a->eos, .no_kv_cache = a->no_cache};
+        tg_manual_seed(a->sample_seed_seen ? a->sample_seed : m->seed); /* torch.manual_seed before generate() */
+        double t0 = now_s();
+        if (tg_gpt_generate(gpt, prompt, (int64_t)n_prompt, &o, ids, &n) != TG_OK) rc = tg_cli_lib_error(cmd, NULL);
+        seconds = now_s() - t0;
+    }
+    if (rc == TG_CLI_OK && tg_tokenizer_decode(tok, ids, (size_t)n, &text, &text_len) != TG_OK)
+        rc = tg_cli_lib_error(cmd, "decode");
+    if (rc == TG_CLI_OK) {
+        int64_t new_ids = n - (int64_t)n_prompt;
+        double tps = seconds > 0 ? (double)new_ids / seconds : 0.0;
+        if (a->json) {
+            rc = print_json(ids, (int64_t)n_prompt, n, text, text_len, tps);
+        } else {
+            fwrite(text, 1, text_len, stdout);
+            fputc('\n', stdout);
+            fflush(stdout);
+            fprintf(stderr, "%lld new tokens in %.3f s (%.1f tokens/s, KV cache %s)\n", (long long)new_ids, seconds,
+                    tps, a->no_cache ? "off" : "on");
+        }
+    }
+    free(text);
+    free(ids);
+    free(prompt);
+    return rc;
+}
+
+int tg_cmd_generate(int argc, char **argv)
+{
+    const char *cmd = "generate";
+    gen_args a = {.prompt = "Hello, I am", .max_new = 10, .eos = -1};
+    const tg_opt own[] = {
+        {"--load", TG_OPT_STRING, &a.load, 0, 0, 0, 0, false, NULL},
+        {"--hf", TG_OPT_STRING, &a.hf, 0, 0, 0, 0, false, NULL},
+        {"--prompt", TG_OPT_STRING, &a.prompt, 0, 0, 0, 0, false, NULL},
+        {"--max-new-tokens", TG_OPT_INT, &a.max_new, 0, 1000000, 0, 0, false, NULL},
+        {"--temperature", TG_OPT_DOUBLE, &a.temperature, 0, 0, 0.0, 1e6, false, NULL},
+        {"--top-k", TG_OPT_INT, &a.top_k, 0, INT32_MAX, 0, 0, false, NULL},
+        {"--eos", TG_OPT_INT, &a.eos, 0, INT32_MAX, 0, 0, false, NULL},
+        {"--sample-seed", TG_OPT_U64, &a.sample_seed, 0, 0, 0, 0, false, &a.sample_seed_seen},
+        {"--no-kv-cache", TG_OPT_FLAG, &a.no_cache, 0, 0, 0, 0, false, NULL},
+        {"--json", TG_OPT_FLAG, &a.json, 0, 0, 0, 0, false, NULL},
+    };
+    tg_cli_model m;
+    tg_gpt_config cfg;
+    tg_cli_model_defaults(&m, 0);
+    /* GPT-2's released weights have q/k/v biases (the book's NEW_CONFIG) */
+    for (int i = 1; i < argc; i++)
+        if (argv[i] && (strcmp(argv[i], "--hf") == 0 || strncmp(argv[i], "--hf=", 5) == 0)) m.qkv_bias = true;
+    tg_args_status st = parse(cmd, argc, argv, own, (int)(sizeof own / sizeof own[0]), &m, &cfg, generate_help);
+    if (st != TG_ARGS_OK) return st == TG_ARGS_HELP ? TG_CLI_OK : TG_CLI_USAGE;
+    if (a.load && a.hf) return tg_cli_error(cmd, "--load and --hf are exclusive");
+    if (a.top_k > cfg.vocab_size)
+        return tg_cli_error(cmd, "--top-k %lld exceeds the vocabulary (%lld)", (long long)a.top_k,
+                            (long long)cfg.vocab_size);
+    if (a.eos >= cfg.vocab_size)
+        return tg_cli_error(cmd, "--eos %lld is outside the vocabulary (%lld ids)", (long long)a.eos,
+                            (long long)cfg.vocab_size);
+    if (tg_cli_check_only) return TG_CLI_OK;
+
+    tg_tokenizer *tok = tg_cli_tokenizer();
+    if (!tok) return tg_cli_lib_error(cmd, NULL);
+    tg_tape *tp = tg_tape_new();
+    int rc = tp ? run_generate(tp, tok, &m, &cfg, &a) : tg_cli_error(cmd, "out of memory");
+    tg_tape_free(tp);
+    tg_tokenizer_free(tok);
+    return rc;
+}

@@ -1,0 +1,224 @@
+/* tapegrad tokenize: GPT-2's tokenizer from the command line (README.md,
+ * "Tokenizer"). Encodes --text, --file (or standard input with --file -)
+ * into ids on stdout and reports the speed on stderr; --decode turns ids back
+ * into text. */
+#include "cli.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char *tokenize_help =
+    "usage: tapegrad tokenize [--text STR | --file PATH] [--decode \"ID ID ...\"] [--json]\n"
+    "\n"
+    "GPT-2's byte-level BPE (tiktoken's \"gpt2\" encoding; \"<|endoftext|>\" is\n"
+    "id 50256). Prints the ids of the text, space-separated, on one line, and\n"
+    "\"N tokens from B bytes in X ms (Y MB/s)\" on stderr.\n"
+    "\n"
+    "  --text STR        the text to encode\n"
+    "  --file PATH       a UTF-8 file to encode ('-' reads standard input)\n"
+    "  --decode IDS      print the text of these ids (separated by spaces or commas)\n"
+    "  --json            one JSON object: {\"ids\", \"tokens\", \"bytes\", \"seconds\",\n"
+    "                    \"mb_per_s\"}, or {\"ids\", \"text\"} with --decode\n"
+    "\n"
+    "The vocabulary (gpt2/encoder.json, gpt2/vocab.bpe) is found in $TAPEGRAD_DATA,\n"
+    "the installed share/tapegrad/, or the source tree's data/.\n";
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The whole of a file (or stdin for "-"), malloc'd; NULL with a message. */
+static char *slurp(const char *path, size_t *len)
+{
+    bool is_stdin = strcmp(path, "-") == 0;
+    FILE *f = is_stdin ? stdin : fopen(path, "rb");
+    if (!f) {
+        tg_cli_error("tokenize", "--file %.300s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap) break;
+        char *b = cap >= ((size_t)1 << 32) ? NULL : realloc(buf, 2 * cap);
+        if (!b) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = b, cap *= 2;
+    }
+    bool bad = ferror(f);
+    if (!is_stdin) fclose(f);
+    if (!buf || bad) {
+        free(buf);
+        tg_cli_error("tokenize", "--file %.300s: %s", path, buf ? "read error" : "too large to hold in memory");
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+/* "ID ID ..." (spaces, tabs or commas between) -> ids; -1 with a message. */
+static int parse_ids(const char *s, int64_t vocab, int64_t **ids, size_t *n)
+{
+    size_t cap = 16, k = 0;
+    int64_t *v = malloc(cap * sizeof *v);
+    if (!v) return tg_cli_error("tokenize", "out of memory"), -1;
+    const char *p = s;
+    for (;;) {
+        while (*p == ' ' || *p == '\t' || *p == ',' || *p == '\n' || *p == '\r') p++;
+        if (!*p) break;
+        const char *q = p;
+        while (*q && *q != ' ' && *q != '\t' && *q != ',' && *q != '\n' && *q != '\r') q++;
+        char tok[32], err[256];
+        size_t len = (size_t)(q - p);
+        int64_t id;
+        if (len >= sizeof tok) {
+            free(v);
+            return tg_cli_error("tokenize", "--decode: id %zu ('%.40s...') is not an integer in [0, %lld)", k + 1, p,
+                                (long long)vocab), -1;
+        }
+        memcpy(tok, p, len);
+        tok[len] = '\0';
+        if (tg_cli_parse_i64(tok, 0, vocab - 1, &id, err, sizeof err) != 0) {
+            free(v);
+            return tg_cli_error("tokenize", "--decode: id %zu: %s", k + 1, err), -1;
+        }
+        if (k == cap) {
+            int64_t *w = realloc(v, 2 * cap * sizeof *v);
+            if (!w) {
+                free(v);
+                return tg_cli_error("tokenize", "out of memory"), -1;
+            }
+            v = w, cap *= 2;
+        }
+        v[k++] = id;
+        p = q;
+    }
+    *ids = v, *n = k;
+    return 0;
+}
+
+static json_t *id_array(const int64_t *ids, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer(ids[i]));
+    return a;
+}
+
+static int print_object(json_t *o)
+{
+    char *s = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
+    json_decref(o);
+    if (!s) return tg_cli_error("tokenize", "out of memory");
+    puts(s);
+    free(s);
+    return TG_CLI_OK;
+}
+
+static int decode(tg_tokenizer *tok, const char *spec, bool json)
+{
+    int64_t *ids;
+    size_t n;
+    if (parse_ids(spec, tg_tokenizer_vocab_size(tok), &ids, &n) != 0) return TG_CLI_USAGE;
+    char *text;
+    size_t len;
+    int rc = TG_CLI_OK;
+    if (tg_tokenizer_decode(tok, ids, n, &text, &len) != TG_OK) {
+        rc = tg_cli_lib_error("tokenize", "--decode");
+    } else if (json) {
+        json_t *o = json_object();
+        json_object_set_new(o, "ids", id_array(ids, n));
+        /* GPT-2 ids may end in the middle of a character: invalid UTF-8 cannot be a JSON string */
+        json_t *t = json_stringn(text, len);
+        json_object_set_new(o, "text", t ? t : json_null());
+        rc = print_object(o);
+    } else {
+        fwrite(text, 1, len, stdout);
+        fputc('\n', stdout);
+    }
+    free(text);
+    free(ids);
+    return rc;
+}
+
+static int encode(tg_tokenizer *tok, const char *text, size_t len, bool json)
+{
+    int64_t *ids;
+    size_t n;
+    double t0 = now_s();
+    if (tg_tokenizer_encode(tok, text, len, &ids, &n) != TG_OK) return tg_cli_lib_error("tokenize", NULL);
+    double seconds = now_s() - t0;
+    double mbps = seconds > 0 ? (double)len / 1e6 / seconds : 0.0;
+    int rc = TG_CLI_OK;
+    if (json) {
+        json_t *o = json_object();
+        json_object_set_new(o, "ids", id_array(ids, n));
+        json_object_set_new(o, "tokens", json_integer((json_int_t)n));
+        json_object_set_new(o, "bytes", json_integer((json_int_t)len));
+        json_object_set_new(o, "seconds", json_real(seconds));
+        json_object_set_new(o, "mb_per_s", json_real(mbps));
+        rc = print_object(o);
+    } else {
+        /* one buffered line however many ids */
+        char num[24];
+        for (size_t i = 0; i < n; i++) {
+            int k = snprintf(num, sizeof num, i ? " %lld" : "%lld", (long long)ids[i]);
+            fwrite(num, 1, (size_t)k, stdout);
+        }
+        fputc('\n', stdout);
+        fflush(stdout);
+        fprintf(stderr, "%zu tokens from %zu bytes in %.3f ms (%.1f MB/s)\n", n, len, seconds * 1e3, mbps);
+    }
+    free(ids);
+    return rc;
+}
+
+int tg_cmd_tokenize(int argc, char **argv)
+{
+    const char *cmd = "tokenize";
+    const char *text = NULL, *file = NULL, *ids = NULL;
+    bool json = false;
+    const tg_opt opts[] = {
+        {"--text", TG_OPT_STRING, &text, 0, 0, 0, 0, false, NULL},
+        {"--file", TG_OPT_STRING, &file, 0, 0, 0, 0, false, NULL},
+        {"--decode", TG_OPT_STRING, &ids, 0, 0, 0, 0, false, NULL},
+        {"--json", TG_OPT_FLAG, &json, 0, 0, 0, 0, false, NULL},
+    };
+    char err[512];
+    tg_args_status st = tg_cli_parse_options(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), err, sizeof err);
+    if (st == TG_ARGS_HELP) {
+        fputs(tokenize_help, stdout);
+        return TG_CLI_OK;
+    }
+    if (st != TG_ARGS_OK) return tg_cli_error(cmd, "%s", err);
+    int given = (text != NULL) + (file != NULL) + (ids != NULL);
+    if (given == 0) return tg_cli_error(cmd, "nothing to do: give --text, --file or --decode");
+    if (given > 1) return tg_cli_error(cmd, "--text, --file and --decode are exclusive");
+    if (tg_cli_check_only) return TG_CLI_OK;
+
+    tg_tokenizer *tok = tg_cli_tokenizer();
+    if (!tok) return tg_cli_lib_error(cmd, NULL);
+    int rc;
+    if (ids) {
+        rc = decode(tok, ids, json);
+    } else if (text) {
+        rc = encode(tok, text, strlen(text), json);
+    } else {
+        size_t len = 0;
+        char *buf = slurp(file, &len);
+        rc = buf ? encode(tok, buf, len, json) : TG_CLI_USAGE;
+        free(buf);
+    }
+    tg_tokenizer_free(tok);
+    return rc;
+}
