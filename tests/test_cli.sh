@@ -71,6 +71,38 @@ assert d["text"].startswith("Hello, I am"), d["text"]
 assert d["tokens_per_s"] > 0
 ' "$TMP/gen.json"; then ok; else bad "generate --json: $(head -1 "$TMP/err")"; fi
 
+# ---- tokenize (GPT-2's tokenizer; the ids are tiktoken's, tests/ref/tokenizer.json) ----
+DATA=$(cd "$(dirname "$0")/../data" && pwd)
+expect_contains "tokenize ids" "15496 11 995 0 632 338" "$TG" tokenize --text "Hello, world! It's"
+expect_contains "tokenize endoftext" "15496 50256 10603" "$TG" tokenize --text "Hello<|endoftext|>World"
+expect_contains "tokenize --decode" "Hello, world! It's" "$TG" tokenize --decode "15496 11 995 0 632 338"
+expect_contains "tokenize --decode commas" "Hello<|endoftext|>World" "$TG" tokenize --decode "15496,50256,10603"
+if out=$(printf 'Hello' | "$TG" tokenize --file - 2>"$TMP/err") && [ "$out" = 15496 ] &&
+    grep -Eq '^1 tokens from 5 bytes in [0-9.]+ ms \([0-9.]+ MB/s\)$' "$TMP/err"; then ok; else
+    bad "tokenize stdin: '$out' $(head -1 "$TMP/err")"
+fi
+if "$TG" tokenize --file "$DATA/the-verdict.txt" --json >"$TMP/tok.json" 2>"$TMP/err" &&
+    $PY -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert set(d) == {"ids", "tokens", "bytes", "seconds", "mb_per_s"}, sorted(d)
+assert d["tokens"] == 5145 == len(d["ids"]), d["tokens"]
+assert d["bytes"] == 20479, d["bytes"]
+assert d["ids"][:4] == [40, 367, 2885, 1464], d["ids"][:4]
+assert d["mb_per_s"] > 0
+' "$TMP/tok.json"; then ok; else bad "tokenize the-verdict --json: $(head -1 "$TMP/err")"; fi
+if "$TG" tokenize --decode "40 367 2885 1464" --json >"$TMP/dec.json" 2>"$TMP/err" &&
+    $PY -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d == {"ids": [40, 367, 2885, 1464], "text": "I HAD always"}, d
+' "$TMP/dec.json"; then ok; else bad "tokenize --decode --json: $(head -1 "$TMP/err")"; fi
+# the vocabulary from $TAPEGRAD_DATA (an installed tree), or a clear error
+expect_contains "TAPEGRAD_DATA" "15496" env TAPEGRAD_DATA="$DATA" "$TG" tokenize --text Hello
+if TAPEGRAD_DATA="$TMP/none" "$TG" tokenize --text Hello >/dev/null 2>"$TMP/err"; then bad "TAPEGRAD_DATA missing: exit 0"
+elif [ $? -eq 2 ] && grep -q "TAPEGRAD_DATA=.*has no gpt2/encoder.json" "$TMP/err"; then ok
+else bad "TAPEGRAD_DATA missing: $(head -1 "$TMP/err")"; fi
+
 # ---- --json ---------------------------------------------------------------------
 for m in sa-v1 sa-v2 causal mha-wrapper mha; do
     if "$TG" attention --module "$m" --json >"$TMP/$m.json" 2>"$TMP/err" &&
@@ -157,7 +189,7 @@ expect_contains "bench table" "GFLOP/s" "$TG" bench --batch 2 --tokens 6 --d-in 
 expect_contains "bench larger, fused" "(fused)" "$TG" bench --batch 2 --tokens 64 --d 32 --heads 4 --steps 2
 
 # ---- help ---------------------------------------------------------------------------------
-for c in "" attention train bench; do
+for c in "" attention train bench tokenize summary generate; do
     if "$TG" $c --help >"$TMP/help" 2>&1 && grep -q "usage: tapegrad" "$TMP/help"; then ok; else bad "tapegrad $c --help"; fi
 done
 
@@ -267,6 +299,20 @@ generate --load $TMP/no/such/file.safetensors
 generate --hf $TMP/no/such/file.safetensors
 generate --load a.safetensors --hf b.safetensors
 generate --qkv-bias --hf $TMP/no/such/file.safetensors
+generate --prompt ''
+generate --prompt "$(printf 'bad \377')"
+generate --context 4 --vocab 100 --emb 8 --heads 2 --layers 1
+tokenize
+tokenize --text a --file b
+tokenize --text a --decode 1
+tokenize --file $TMP/no/such/file.txt
+tokenize --file $TMP/dir
+tokenize --text "$(printf 'caf\303')"
+tokenize --decode "1 50257"
+tokenize --decode "-1"
+tokenize --decode "12 x 3"
+tokenize --decode 99999999999999999999999999999999999
+tokenize --bogus
 EOF_CASES
 
 total=$((pass + fail))

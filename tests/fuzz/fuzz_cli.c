@@ -5,8 +5,9 @@
  * tg_cli_main must return 0, 1 or 2 and never crash, leak or hit UB.
  *
  * Guards, so a fuzzing run stays fast and harmless:
- *   - No files: an input with any argument starting with --save, --load or
- *     --plot is skipped (those read or write files). The process also works
+ *   - No files: an input with any argument starting with --save, --load,
+ *     --plot, --hf or --file is skipped (those read or write files, or
+ *     standard input). The process also works
  *     in a fresh private temporary directory, in case another option ever does.
  *   - Small work only: an input is skipped when a size option (--d-in, --d-out,
  *     --d, --heads, --context, --tokens, --batch, and --input rand:SEED[:B]:T)
@@ -15,8 +16,11 @@
  *     every argument that could be read as such an option's value is checked.
  *   - `train` and `bench` get small defaults put before the fuzzed options
  *     (--steps 1 for train; --batch 1 --tokens 4 --d 4 --heads 2 --steps 1
- *     --threads 1 for bench); later options override them as usual, within
- *     the bounds above.
+ *     --threads 1 for bench); `summary` and `generate` a small GPT
+ *     (--vocab 8 --context 8 --emb 8 --heads 2 --layers 1, over any preset)
+ *     and `generate` --max-new-tokens 2; later options override them as
+ *     usual, within the bounds above (--vocab, --emb, --layers and
+ *     --max-new-tokens too).
  *   - At most MAX_ARGS arguments of at most MAX_ARG_LEN bytes.
  * Use absolute paths for the corpus, artifacts and, for -merge/-fork/-jobs,
  * the fuzzer binary itself: the target chdir()s away.
@@ -94,7 +98,8 @@ typedef struct {
 static const bounded_opt bounded[] = {
     {"--d-in", MAX_SIZE},   {"--d-out", MAX_SIZE},    {"--d", MAX_SIZE},         {"--heads", MAX_SIZE},
     {"--context", MAX_SIZE}, {"--tokens", MAX_SIZE},  {"--batch", MAX_SIZE},     {"--steps", MAX_STEPS},
-    {"--threads", MAX_THREADS}, {"--input", -1},
+    {"--threads", MAX_THREADS}, {"--input", -1},    {"--vocab", MAX_SIZE},     {"--emb", MAX_SIZE},
+    {"--layers", MAX_STEPS},  {"--max-new-tokens", MAX_STEPS},
 };
 
 static bool check_value(const bounded_opt *b, const char *v)
@@ -107,7 +112,9 @@ static bool acceptable(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (has_prefix(a, "--save") || has_prefix(a, "--load") || has_prefix(a, "--plot")) return false;
+        if (has_prefix(a, "--save") || has_prefix(a, "--load") || has_prefix(a, "--plot") || has_prefix(a, "--hf") ||
+            has_prefix(a, "--file"))
+            return false;
         for (size_t k = 0; k < sizeof bounded / sizeof bounded[0]; k++) {
             const bounded_opt *b = &bounded[k];
             size_t n = strlen(b->name);
@@ -124,6 +131,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static const char *train_defaults[] = {"--steps", "1"};
     static const char *bench_defaults[] = {"--batch", "1", "--tokens", "4", "--d", "4", "--heads", "2",
                                            "--steps", "1", "--threads", "1"};
+    static const char *gpt_defaults[] = {"--vocab", "8", "--context", "8", "--emb", "8", "--heads", "2",
+                                         "--layers", "1", "--max-new-tokens", "2"};
     if (size > MAX_ARGS * (MAX_ARG_LEN + 1)) return 0;
 
     /* split on NUL into at most MAX_ARGS pieces */
@@ -155,6 +164,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else if (np > 0 && strcmp(pieces[0], "bench") == 0) {
         defaults = bench_defaults;
         ndefaults = (int)(sizeof bench_defaults / sizeof *bench_defaults);
+    } else if (np > 0 && (strcmp(pieces[0], "summary") == 0 || strcmp(pieces[0], "generate") == 0)) {
+        defaults = gpt_defaults;
+        ndefaults = (int)(sizeof gpt_defaults / sizeof *gpt_defaults) - (strcmp(pieces[0], "summary") == 0 ? 2 : 0);
     }
     for (int i = 0; i < ndefaults; i++) argv[argc++] = (char *)defaults[i];
     for (int i = 1; i < np; i++) argv[argc++] = pieces[i];

@@ -42,7 +42,8 @@ int tg_cmd_tokenize(int argc, char **argv);
 /* The directory holding gpt2/encoder.json and gpt2/vocab.bpe
  * (tools/tapegrad/datadir.c), or NULL with a message. */
 const char *tg_cli_data_dir(void);
-/* The GPT-2 tokenizer from there, or NULL with a message. */
+/* The GPT-2 tokenizer from there, or NULL with a message. The CLI owns it
+ * (loaded once per process): callers do not free it. */
 tg_tokenizer *tg_cli_tokenizer(void);
 
 /* MODEL options (tools/tapegrad/model_args.c): a preset, then overrides;

@@ -222,6 +222,5 @@ int tg_cmd_generate(int argc, char **argv)
     tg_tape *tp = tg_tape_new();
     int rc = tp ? run_generate(tp, tok, &m, &cfg, &a) : tg_cli_error(cmd, "out of memory");
     tg_tape_free(tp);
-    tg_tokenizer_free(tok);
     return rc;
 }

@@ -56,11 +56,11 @@ static char *slurp(const char *path, size_t *len)
         }
         buf = b, cap *= 2;
     }
-    bool bad = ferror(f);
+    int err = ferror(f) ? errno : 0;
     if (!is_stdin) fclose(f);
-    if (!buf || bad) {
+    if (!buf || err) {
+        tg_cli_error("tokenize", "--file %.300s: %s", path, buf ? strerror(err) : "too large to hold in memory");
         free(buf);
-        tg_cli_error("tokenize", "--file %.300s: %s", path, buf ? "read error" : "too large to hold in memory");
         return NULL;
     }
     *len = n;
@@ -151,6 +151,26 @@ static int decode(tg_tokenizer *tok, const char *spec, bool json)
     return rc;
 }
 
+/* The ids space-separated on one line (ids are in [0, 2^31): no sign; a
+ * million of them print in milliseconds, not through printf). */
+static void print_ids(const int64_t *ids, size_t n)
+{
+    char buf[1 << 16];
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (o > sizeof buf - 24) fwrite(buf, 1, o, stdout), o = 0;
+        if (i) buf[o++] = ' ';
+        char d[20];
+        int k = 0;
+        uint64_t v = (uint64_t)ids[i];
+        do d[k++] = (char)('0' + v % 10), v /= 10;
+        while (v);
+        while (k) buf[o++] = d[--k];
+    }
+    buf[o++] = '\n';
+    fwrite(buf, 1, o, stdout);
+}
+
 static int encode(tg_tokenizer *tok, const char *text, size_t len, bool json)
 {
     int64_t *ids;
@@ -169,13 +189,7 @@ static int encode(tg_tokenizer *tok, const char *text, size_t len, bool json)
         json_object_set_new(o, "mb_per_s", json_real(mbps));
         rc = print_object(o);
     } else {
-        /* one buffered line however many ids */
-        char num[24];
-        for (size_t i = 0; i < n; i++) {
-            int k = snprintf(num, sizeof num, i ? " %lld" : "%lld", (long long)ids[i]);
-            fwrite(num, 1, (size_t)k, stdout);
-        }
-        fputc('\n', stdout);
+        print_ids(ids, n);
         fflush(stdout);
         fprintf(stderr, "%zu tokens from %zu bytes in %.3f ms (%.1f MB/s)\n", n, len, seconds * 1e3, mbps);
     }
@@ -219,6 +233,5 @@ int tg_cmd_tokenize(int argc, char **argv)
         rc = buf ? encode(tok, buf, len, json) : TG_CLI_USAGE;
         free(buf);
     }
-    tg_tokenizer_free(tok);
     return rc;
 }

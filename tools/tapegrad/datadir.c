@@ -4,7 +4,9 @@
  * gpt2/encoder.json. */
 #include "cli.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #ifndef TG_DATA_INSTALLED
@@ -37,11 +39,28 @@ const char *tg_cli_data_dir(void)
     return NULL;
 }
 
+/* One tokenizer per process (a fuzzer or a test runs many commands in one
+ * process), reloaded if the directory changes; freed at exit. */
+static tg_tokenizer *cached;
+static char cached_dir[4096];
+
+static void free_cached(void)
+{
+    tg_tokenizer_free(cached);
+    cached = NULL;
+}
+
 tg_tokenizer *tg_cli_tokenizer(void)
 {
     const char *dir = tg_cli_data_dir();
     if (!dir) return NULL;
     char path[4096];
-    snprintf(path, sizeof path, "%s/gpt2", dir);
-    return tg_tokenizer_load_dir(path);
+    if (snprintf(path, sizeof path, "%s/gpt2", dir) >= (int)sizeof path) return tg_error("data directory path too long");
+    if (cached && strcmp(path, cached_dir) == 0) return cached;
+    static bool registered;
+    if (!registered) registered = atexit(free_cached) == 0;
+    free_cached();
+    cached = tg_tokenizer_load_dir(path);
+    if (cached) snprintf(cached_dir, sizeof cached_dir, "%s", path);
+    return cached;
 }
