@@ -30,6 +30,9 @@ RUN_TIMEOUT=120
 # Installed examples that are compiled but not run (ones that need arguments
 # or input files); none so far.
 SKIP_RUN=()
+# Examples run with arguments: gpt_generate takes the installed vocabulary
+# (<datadir>/tapegrad/gpt2), which so checks that it is installed too.
+declare -A RUN_ARGS=([gpt_generate]=VOCAB)
 # Linked statically against libtapegrad.a in step (e).
 STATIC_EXAMPLE=train_toy
 
@@ -104,7 +107,9 @@ for src in "${exdir:-/nonexistent}"/*.c; do
   fi
   if [[ " ${SKIP_RUN[*]} " == *" $name "* ]]; then pass "(c) $name: compiles (not run: SKIP_RUN)"; continue; fi
   t0=$SECONDS rc=0
-  (cd "$work" && timeout "$RUN_TIMEOUT" "./$name") >"$work/$name.out" 2>&1 || rc=$?
+  args=()
+  [ "${RUN_ARGS[$name]:-}" = VOCAB ] && args=("$(dirname "$exdir")/gpt2")
+  (cd "$work" && timeout "$RUN_TIMEOUT" "./$name" "${args[@]}") >"$work/$name.out" 2>&1 || rc=$?
   if [ "$rc" -eq 0 ]; then pass "(c) $name: compiles, runs, exit 0 in $((SECONDS - t0)) s"
   else fail "(c) $name: exit status $rc after $((SECONDS - t0)) s (124: timeout):"; tail -n 10 "$work/$name.out" | indent; fi
 done

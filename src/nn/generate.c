@@ -2,7 +2,8 @@
  * GPTModel, with a KV cache.
  *
  * Without the cache, each new id runs the model on the whole window (the last
- * context_length ids). With it, the window's keys and values of every block
+ * context_length ids); only the last position goes through final_norm and
+ * out_head, as only its logits are used. With it, the window's keys and values of every block
  * are kept in a tape that lives as long as the generation: the prompt runs
  * once, then each new id runs the model on one position, attending to the
  * cached positions. Once the sequence outgrows the context, the window
@@ -160,24 +161,18 @@ int tg_gpt_generate(tg_module *gpt, const int64_t *prompt, int64_t n_prompt, con
     kv_cache kv = {0};
     tg_dtype dt = tg_module_get_parameter(gpt, "tok_emb.weight")->dtype;
     if (!tp) st = TG_ENOMEM;
-    else if (!o->no_kv_cache) st = cache_init(&kv, &c, dt);
+    else st = cache_init(&kv, &c, dt);
 
     for (int64_t step = 0; st == TG_OK && step < o->max_new_tokens; step++) {
         tg_tape_reset(tp);
         int64_t start = len > c.context_length ? len - c.context_length : 0; /* idx[:, -context_size:] */
-        tg_tensor *logits;
-        if (o->no_kv_cache) {
-            int64_t shape[2] = {1, len - start};
-            tg_tensor *ids = tg_from_data(tp, TG_I64, 2, shape, out + start);
-            logits = ids ? tg_module_forward(tp, gpt, ids) : NULL;
-            logits = logits ? tg_narrow(tp, logits, 1, len - start - 1, 1) : NULL;
-        } else {
-            if (kv.len == 0 || start != kv.start) kv.start = start, kv.len = 0; /* (re)fill from the window */
-            int64_t p0 = kv.len, shape[2] = {1, len - start - p0};
-            tg_tensor *ids = tg_from_data(tp, TG_I64, 2, shape, out + start + p0);
-            logits = ids ? cached_forward(tp, gpt, &c, &kv, ids, p0) : NULL;
-            kv.len = len - start;
-        }
+        /* without the cache, or when the window has slid, the whole window is
+         * computed again; with it, only the ids not yet in the cache */
+        if (o->no_kv_cache || kv.len == 0 || start != kv.start) kv.start = start, kv.len = 0;
+        int64_t p0 = kv.len, shape[2] = {1, len - start - p0};
+        tg_tensor *ids = tg_from_data(tp, TG_I64, 2, shape, out + start + p0);
+        tg_tensor *logits = ids ? cached_forward(tp, gpt, &c, &kv, ids, p0) : NULL;
+        kv.len = len - start;
         int64_t vs[2] = {1, c.vocab_size}, next = 0;
         logits = logits ? tg_view(tp, tg_contiguous(tp, logits), 2, vs) : NULL;
         if (!logits || next_id(tp, logits, o, &next) != TG_OK) {

@@ -7,6 +7,7 @@
 #include "internal.h"
 
 #include <cblas.h>
+#include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -95,6 +96,20 @@ static void gemm_one(const gemm_job *j, int64_t bi)
         else
             small_sgemm(M, N, K, (float)j->alpha, (const float *)pa, ars, acs, (const float *)pb, brs, bcs,
                         (float)j->beta, (float *)pc, ldc);
+    } else if (M == 1) {
+        /* a row times a matrix (a linear layer on one position, as generation
+         * with a KV cache runs it): gemv reads op(B) once, where gemm would
+         * first pack all of it. op(B) is K x N: B stored K x N (y = B^T a) or,
+         * transposed, N x K (y = B a). */
+        CBLAS_TRANSPOSE t = db->trans ? CblasNoTrans : CblasTrans;
+        int rows = (int)(db->trans ? N : K), cols = (int)(db->trans ? K : N);
+        if (j->beta == 0) memset(pc, 0, (size_t)N * j->es); /* never 0 * (uninitialised) */
+        if (j->f64)
+            cblas_dgemv(CblasRowMajor, t, rows, cols, j->alpha, (const double *)pb, (int)db->ld, (const double *)pa,
+                        (int)acs, j->beta, (double *)pc, 1);
+        else
+            cblas_sgemv(CblasRowMajor, t, rows, cols, (float)j->alpha, (const float *)pb, (int)db->ld,
+                        (const float *)pa, (int)acs, (float)j->beta, (float *)pc, 1);
     } else if (j->f64) {
         cblas_dgemm(CblasRowMajor, da->trans ? CblasTrans : CblasNoTrans, db->trans ? CblasTrans : CblasNoTrans,
                     (int)M, (int)N, (int)K, j->alpha, (const double *)pa, (int)da->ld, (const double *)pb,
