@@ -72,21 +72,6 @@ static int count_entries(const char *dir)
     return n;
 }
 
-static uint8_t *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc(n > 0 ? (size_t)n : 1);
-    assert_non_null(b);
-    assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
-    return b;
-}
-
 static tg_dtype dtype_of(const char *s)
 {
     if (strcmp(s, "float64") == 0) return TG_F64;
@@ -203,7 +188,7 @@ static void test_save_matches_reference_bytes(void **state)
     assert_int_equal(tg_safetensors_save(path, list, n), TG_OK);
     assert_int_equal(count_entries(dir), 1); /* no temporary file left */
     size_t len, want_len;
-    uint8_t *got = read_file(path, &len);
+    uint8_t *got = (uint8_t *)tu_read_file(path, &len);
     uint8_t *want = from_hex(json_string_value(json_object_get(mixed, "hex")), &want_len);
     assert_int_equal(len, want_len);
     assert_memory_equal(got, want, len);
@@ -269,7 +254,7 @@ static void test_round_trip_all_dtypes(void **state)
     }
     /* Header length is a multiple of 8, padded with spaces. */
     size_t len;
-    uint8_t *bytes = read_file(path, &len);
+    uint8_t *bytes = (uint8_t *)tu_read_file(path, &len);
     uint64_t hl = 0;
     for (int i = 7; i >= 0; i--) hl = hl << 8 | bytes[i];
     assert_int_equal(hl % 8, 0);
@@ -291,7 +276,7 @@ static void test_empty_file(void **state)
     snprintf(path, sizeof path, "%s/none.safetensors", dir);
     assert_int_equal(tg_safetensors_save(path, NULL, 0), TG_OK);
     size_t len;
-    uint8_t *bytes = read_file(path, &len);
+    uint8_t *bytes = (uint8_t *)tu_read_file(path, &len);
     /* The reference writer's bytes for no tensors: "{}" and six spaces. */
     const uint8_t want[16] = {8, 0, 0, 0, 0, 0, 0, 0, '{', '}', ' ', ' ', ' ', ' ', ' ', ' '};
     assert_int_equal(len, 16);

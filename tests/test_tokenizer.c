@@ -18,22 +18,6 @@ static const char *data_path(char *buf, size_t size, const char *file)
     return tu_ref_path(buf, size, rel);
 }
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    assert_non_null(b);
-    assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    b[n] = '\0';
-    *len = (size_t)n;
-    return b;
-}
-
 static int setup(void **state)
 {
     (void)state;
@@ -86,7 +70,7 @@ static void test_reference_ids(void **state)
         } else {
             char path[4096];
             size_t len;
-            char *t = slurp(data_path(path, sizeof path, json_string_value(json_object_get(text, "file"))), &len);
+            char *t = tu_read_file(data_path(path, sizeof path, json_string_value(json_object_get(text, "file"))), &len);
             check_ids(name, t, len, ids);
             check_ids(name, t, len, ids); /* again, from the word cache */
             verdict = json_array_size(ids) == 5145;
@@ -123,6 +107,20 @@ static void test_basics(void **state)
     tg_tape_free(tp);
 }
 
+/* The ids of text, after checking that they decode to it byte for byte. */
+static int64_t *round_trip(const char *text, size_t len, size_t *n)
+{
+    int64_t *ids;
+    assert_int_equal(tg_tokenizer_encode(tok, text, len, &ids, n), TG_OK);
+    char *back;
+    size_t blen;
+    assert_int_equal(tg_tokenizer_decode(tok, ids, *n, &back, &blen), TG_OK);
+    assert_int_equal(blen, len);
+    assert_memory_equal(back, text, len);
+    free(back);
+    return ids;
+}
+
 /* Random valid UTF-8 (ASCII, 2-, 3- and 4-byte characters, spaces and
  * "<|endoftext|>" pieces) survives encode then decode byte for byte. */
 static void test_round_trip_random(void **state)
@@ -155,16 +153,8 @@ static void test_round_trip_random(void **state)
             }
             if (r % 64 == 0) break;
         }
-        int64_t *ids;
         size_t n;
-        assert_int_equal(tg_tokenizer_encode(tok, buf, len, &ids, &n), TG_OK);
-        char *back;
-        size_t blen;
-        assert_int_equal(tg_tokenizer_decode(tok, ids, n, &back, &blen), TG_OK);
-        assert_int_equal(blen, len);
-        assert_memory_equal(back, buf, len);
-        free(back);
-        free(ids);
+        free(round_trip(buf, len, &n));
     }
 }
 
@@ -180,18 +170,10 @@ static void test_cache_overflow(void **state)
         text[len++] = ' ';
         for (size_t v = w + 1; v; v /= 26) text[len++] = (char)('a' + v % 26);
     }
-    int64_t *a, *b;
     size_t na, nb;
-    assert_int_equal(tg_tokenizer_encode(tok, text, len, &a, &na), TG_OK);
-    assert_int_equal(tg_tokenizer_encode(tok, text, len, &b, &nb), TG_OK);
+    int64_t *a = round_trip(text, len, &na), *b = round_trip(text, len, &nb);
     assert_int_equal(na, nb);
     assert_memory_equal(a, b, na * sizeof *a);
-    char *back;
-    size_t blen;
-    assert_int_equal(tg_tokenizer_decode(tok, a, na, &back, &blen), TG_OK);
-    assert_int_equal(blen, len);
-    assert_memory_equal(back, text, len);
-    free(back);
     free(a);
     free(b);
     free(text);

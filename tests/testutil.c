@@ -219,3 +219,20 @@ const char *tu_ref_path(char *buf, size_t size, const char *file)
     snprintf(buf, size, "%s/%s", TG_REF_DIR, file);
     return buf;
 }
+
+char *tu_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) fail_msg("cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    if (n < 0) fail_msg("cannot size %s", path);
+    char *b = malloc((size_t)n + 1);
+    assert_non_null(b);
+    assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    b[n] = '\0';
+    *len = (size_t)n;
+    return b;
+}

@@ -18,6 +18,10 @@ json_t *tu_load_ref(const char *file);
 /* The path of tests/ref/<file> in buf. */
 const char *tu_ref_path(char *buf, size_t size, const char *file);
 
+/* The whole of a file, malloc'd with a NUL after its *len bytes; fails the
+ * test if it cannot be read. */
+char *tu_read_file(const char *path, size_t *len);
+
 /* A tensor in tp from {"shape": [...], "dtype": "float32"|"float64"|"bool"|"int64",
  * "data": [...]} (data row-major; "inf", "-inf", "nan" strings allowed).
  * dtype may be overridden with force (pass TG_DTYPE_COUNT to keep the file's). */

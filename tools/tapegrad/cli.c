@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <tapegrad.h>
 
@@ -46,6 +47,13 @@ int tg_cli_error(const char *cmd, const char *fmt, ...)
     fprintf(f, "tapegrad%s%s: %s\n", cmd ? " " : "", cmd ? cmd : "", msg);
     fflush(f);
     return TG_CLI_USAGE;
+}
+
+double tg_cli_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 int tg_cli_lib_error(const char *cmd, const char *what)

@@ -74,6 +74,8 @@ int tg_cli_error(const char *cmd, const char *fmt, ...)
     ;
 /* Same for the library's last error, prefixed with what failed. */
 int tg_cli_lib_error(const char *cmd, const char *what);
+/* Seconds on the monotonic clock. */
+double tg_cli_now(void);
 
 /* A rough upper bound of the bytes a forward+backward of an attention module
  * needs (composed or fused attention); commands refuse configurations above a fixed budget so that a huge

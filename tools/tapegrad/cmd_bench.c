@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 
 #include <jansson.h>
 #include <tapegrad.h>
@@ -45,13 +44,6 @@ static const char *help =
     "FLOPs: forward = 2*B*T*3*d_in*d_out + 2*B*T*d_out^2 + 4*B*T^2*d_out,\n"
     "step = 3 * forward. The book's toy: --batch 2 --tokens 6 --d-in 3 --d-out 2\n"
     "--heads 2.\n";
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -108,15 +100,15 @@ static int run(tg_tape *model, tg_tape *step, const bench_args *a, double *t_fwd
     int rc = TG_CLI_OK;
     for (int64_t s = -1; s < a->steps; s++) { /* s = -1: the warm-up step */
         tg_module_zero_grad(m);
-        double t0 = now_ms();
+        double t0 = 1e3 * tg_cli_now();
         tg_tensor *y = tg_module_forward(step, m, x);
-        double t1 = now_ms();
+        double t1 = 1e3 * tg_cli_now();
         tg_tensor *loss = y ? tg_mse_loss(step, y, tg_zeros_like(step, y), TG_REDUCE_MEAN) : NULL;
         if (!loss || tg_backward(loss, NULL, false) != TG_OK) {
             rc = tg_cli_lib_error(CMD, NULL);
             break;
         }
-        double t2 = now_ms();
+        double t2 = 1e3 * tg_cli_now();
         if (s >= 0) {
             t_fwd[s] = t1 - t0;
             t_bwd[s] = t2 - t1;

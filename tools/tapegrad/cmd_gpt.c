@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define MODEL_HELP                                                                         \
     "model (MODEL) options, applied over the preset:\n"                                    \
@@ -45,13 +44,6 @@ static const char *generate_help =
     "  --json              one JSON object: {\"input_ids\", \"ids\", \"text\", \"tokens_per_s\"}\n"
     "\n" MODEL_HELP;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* 163009536 -> "163,009,536" */
 static void with_commas(char *buf, size_t size, int64_t v)
 {
@@ -69,7 +61,7 @@ static tg_args_status parse(const char *cmd, int argc, char **argv, const tg_opt
                             tg_gpt_config *cfg, const char *help)
 {
     tg_opt opts[32];
-    memcpy(opts, own, sizeof *own * (size_t)nown);
+    if (nown) memcpy(opts, own, sizeof *own * (size_t)nown);
     int n = nown + tg_cli_model_opts(m, opts + nown);
     char err[512];
     tg_args_status st = tg_cli_parse_options(argc, argv, opts, n, err, sizeof err);
@@ -159,9 +151,9 @@ static int run_generate(tg_tape *tp, tg_tokenizer *tok, const tg_cli_model *m, t
         tg_generate_options o = {.max_new_tokens = a->max_new, .temperature = a->temperature, .top_k = a->top_k,
                                  .eos_id = a->eos, .no_kv_cache = a->no_cache};
         tg_manual_seed(a->sample_seed_seen ? a->sample_seed : m->seed); /* torch.manual_seed before generate() */
-        double t0 = now_s();
+        double t0 = tg_cli_now();
         if (tg_gpt_generate(gpt, prompt, (int64_t)n_prompt, &o, ids, &n) != TG_OK) rc = tg_cli_lib_error(cmd, NULL);
-        seconds = now_s() - t0;
+        seconds = tg_cli_now() - t0;
     }
     if (rc == TG_CLI_OK && tg_tokenizer_decode(tok, ids, (size_t)n, &text, &text_len) != TG_OK)
         rc = tg_cli_lib_error(cmd, "decode");

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static const char *tokenize_help =
     "usage: tapegrad tokenize [--text STR | --file PATH] [--decode \"ID ID ...\"] [--json]\n"
@@ -26,13 +25,6 @@ static const char *tokenize_help =
     "\n"
     "The vocabulary (gpt2/encoder.json, gpt2/vocab.bpe) is found in $TAPEGRAD_DATA,\n"
     "the installed share/tapegrad/, or the source tree's data/.\n";
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* The whole of a file (or stdin for "-"), malloc'd; NULL with a message. */
 static char *slurp(const char *path, size_t *len)
@@ -175,9 +167,9 @@ static int encode(tg_tokenizer *tok, const char *text, size_t len, bool json)
 {
     int64_t *ids;
     size_t n;
-    double t0 = now_s();
+    double t0 = tg_cli_now();
     if (tg_tokenizer_encode(tok, text, len, &ids, &n) != TG_OK) return tg_cli_lib_error("tokenize", NULL);
-    double seconds = now_s() - t0;
+    double seconds = tg_cli_now() - t0;
     double mbps = seconds > 0 ? (double)len / 1e6 / seconds : 0.0;
     int rc = TG_CLI_OK;
     if (json) {

@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <tapegrad.h>
 
@@ -48,13 +47,6 @@ static const char *help =
     "\n"
     "Exit status: 0 ok, 1 the loss diverged (NaN/inf), 2 bad arguments or a\n"
     "runtime error.\n";
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static tg_module *make_module(tg_tape *tp, bool wrapper, uint64_t seed)
 {
@@ -152,7 +144,7 @@ static int run(tg_tape *model, tg_tape *step, double *losses, FILE *plot, const 
     const int64_t shape[3] = {BATCH, TOKENS, D_MODEL};
     int64_t every = a->steps >= 10 ? a->steps / 10 : 1;
     int rc = TG_CLI_OK;
-    double t0 = now_s();
+    double t0 = tg_cli_now();
     printf("training %s (d_in=d_out=%d, %d heads, %d tokens, batch %d) for %lld steps, lr %g, momentum %g\n",
            wrapper ? "MultiHeadAttentionWrapper" : "MultiHeadAttention", D_MODEL, HEADS, TOKENS, BATCH,
            (long long)a->steps, a->lr, a->momentum);
@@ -183,13 +175,13 @@ static int run(tg_tape *model, tg_tape *step, double *losses, FILE *plot, const 
         }
         tg_tape_reset(step); /* drops every activation: no malloc next step */
         if ((it + 1) % every == 0 || it == 0 || it + 1 == a->steps) {
-            double el = now_s() - t0;
+            double el = tg_cli_now() - t0;
             printf("step %6lld/%lld  loss %.6e  %8.1f steps/s\n", (long long)it + 1, (long long)a->steps, l,
                    el > 0 ? (double)(it + 1) / el : 0.0);
             fflush(stdout);
         }
     }
-    double seconds = now_s() - t0;
+    double seconds = tg_cli_now() - t0;
     tg_generator_free(g);
     if (rc != TG_CLI_OK) return rc;
 
