@@ -77,6 +77,22 @@ int tg__accum_owned(tg_node *n, tg_tensor *t, const tg_tensor *g);
 static inline tg_tape *tg__btape(const tg_node *n) { return n->tape; }
 /* A result tensor header of shape like x with dtype dt in tp. */
 tg_tensor *tg__new_like(tg_tape *tp, const tg_tensor *x);
+/* x itself when contiguous, else a contiguous copy in tp (NULL when out of
+ * memory): for kernels that walk the data row-major. */
+const tg_tensor *tg__dense(tg_tape *tp, const tg_tensor *x);
+
+/* Element k (row-major, from the offset) of a contiguous float tensor. */
+static inline double tg__get_dense(const tg_tensor *t, int64_t k)
+{
+    return t->dtype == TG_F32 ? (double)((const float *)t->data)[t->offset + k] : ((const double *)t->data)[t->offset + k];
+}
+static inline void tg__set_dense(tg_tensor *t, int64_t k, double v)
+{
+    if (t->dtype == TG_F32)
+        ((float *)t->data)[t->offset + k] = (float)v;
+    else
+        ((double *)t->data)[t->offset + k] = v;
+}
 
 /* Argument checks shared by ops: set an error and return false. */
 bool tg__check_float(const char *op, const tg_tensor *x);

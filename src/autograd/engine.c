@@ -70,6 +70,14 @@ bool tg__check_same_dtype(const char *op, const tg_tensor *a, const tg_tensor *b
 
 tg_tensor *tg__new_like(tg_tape *tp, const tg_tensor *x) { return tg_empty(tp, x->dtype, x->ndim, x->shape); }
 
+const tg_tensor *tg__dense(tg_tape *tp, const tg_tensor *x)
+{
+    if (tg_is_contiguous(x)) return x;
+    tg_tensor *c = tg__new_like(tp, x);
+    if (c) tg_k_copy(c, x);
+    return c;
+}
+
 /* ---- recording ------------------------------------------------------------------ */
 
 tg_tensor *tg__record(tg_tape *tp, tg_op_id op, tg_tensor *out, int nin, tg_tensor *const *in, int nsaved,

@@ -93,14 +93,7 @@ static tg_tensor *nll_forward(tg_tape *tp, const tg_tensor *logp, const tg_tenso
     tg_tensor *elem = tg_empty(tp, logp->dtype, 1, &N);
     if (!elem) return NULL;
     const int64_t *tv = t->data;
-    for (int64_t i = 0; i < N; i++) {
-        int64_t k = logp->offset + i * C + tv[i];
-        double v = logp->dtype == TG_F32 ? (double)((const float *)logp->data)[k] : ((const double *)logp->data)[k];
-        if (elem->dtype == TG_F32)
-            ((float *)elem->data)[i] = (float)-v;
-        else
-            ((double *)elem->data)[i] = -v;
-    }
+    for (int64_t i = 0; i < N; i++) tg__set_dense(elem, i, -tg__get_dense(logp, i * C + tv[i]));
     return reduce_loss(tp, elem, r, N);
 }
 
@@ -158,14 +151,8 @@ tg_tensor *tg_nll_loss(tg_tape *tp, tg_tensor *logp, const tg_tensor *target, tg
 {
     tg_tensor *t = class_targets(tp, "nll_loss", logp, target, r);
     if (!t) return NULL;
-    const tg_tensor *ld = logp;
-    if (!tg_is_contiguous(logp)) {
-        tg_tensor *c = tg__new_like(tp, logp);
-        if (!c) return NULL;
-        tg_k_copy(c, logp);
-        ld = c;
-    }
-    tg_tensor *out = nll_forward(tp, ld, t, r);
+    const tg_tensor *ld = tg__dense(tp, logp);
+    tg_tensor *out = ld ? nll_forward(tp, ld, t, r) : NULL;
     tg_node *n;
     out = tg__record(tp, TG_OP_NLL_LOSS, out, 1, &logp, 1, &t, &n);
     if (n) n->iarg[0] = r, n->iarg[1] = logp->shape[1];
@@ -181,13 +168,7 @@ int tg__nll_loss_backward(tg_node *n)
     int64_t shape[2] = {N, C};
     tg_tensor *gx = tg_zeros(tg__btape(n), n->in[0]->dtype, 2, shape);
     if (!gx) return TG_ENOMEM;
-    for (int64_t i = 0; i < N; i++) {
-        double g = row_grad(n, r, i, N);
-        if (gx->dtype == TG_F32)
-            ((float *)gx->data)[i * C + tv[i]] = (float)-g;
-        else
-            ((double *)gx->data)[i * C + tv[i]] = -g;
-    }
+    for (int64_t i = 0; i < N; i++) tg__set_dense(gx, i * C + tv[i], -row_grad(n, r, i, N));
     return tg__accum_owned(n, n->in[0], gx);
 }
 
@@ -218,12 +199,8 @@ tg_tensor *tg_embedding(tg_tape *tp, tg_tensor *weight, const tg_tensor *ids)
     for (int d = 0; d < ids->ndim; d++) shape[d] = ids->shape[d];
     shape[ids->ndim] = dim;
     tg_tensor *out = tg_empty(tp, weight->dtype, ids->ndim + 1, shape);
-    tg_tensor *w = weight;
-    if (out && !tg_is_contiguous(weight)) {
-        w = tg__new_like(tp, weight);
-        if (w) tg_k_copy(w, weight);
-    }
-    if (!out || !w) return NULL;
+    const tg_tensor *w = out ? tg__dense(tp, weight) : NULL;
+    if (!w) return NULL;
     size_t es = tg_dtype_size(weight->dtype), row = (size_t)dim * es;
     const char *src = tg__ptr(w, w->offset);
     char *dst = tg__ptr(out, out->offset);
@@ -236,13 +213,8 @@ int tg__embedding_backward(tg_node *n)
 {
     tg_tensor *w = n->in[0];
     const tg_tensor *flat = n->saved[0];
-    const tg_tensor *g = n->grad;
-    if (!tg_is_contiguous(g)) {
-        tg_tensor *c = tg__new_like(tg__btape(n), g);
-        if (!c) return TG_ENOMEM;
-        tg_k_copy(c, g);
-        g = c;
-    }
+    const tg_tensor *g = tg__dense(tg__btape(n), n->grad);
+    if (!g) return TG_ENOMEM;
     bool fresh;
     tg_tensor *buf = tg__grad_buf(w, &fresh, true);
     if (!buf) return TG_ENOMEM;
@@ -264,20 +236,6 @@ int tg__embedding_backward(tg_node *n)
 
 /* ---- fused LayerNorm (the book's: scale * (x - mean) / sqrt(var + eps) + shift) ------------------------ */
 
-/* Row r of a dense float tensor as doubles: x[r * D + k]. */
-static inline double ld(const tg_tensor *t, int64_t k)
-{
-    return t->dtype == TG_F32 ? (double)((const float *)t->data)[t->offset + k] : ((const double *)t->data)[t->offset + k];
-}
-
-static const tg_tensor *dense_copy(tg_tape *tp, const tg_tensor *x)
-{
-    if (tg_is_contiguous(x)) return x;
-    tg_tensor *c = tg__new_like(tp, x);
-    if (c) tg_k_copy(c, x);
-    return c;
-}
-
 tg_tensor *tg_layer_norm(tg_tape *tp, tg_tensor *x, tg_tensor *scale, tg_tensor *shift, double eps)
 {
     char sx[64], ss[64], sb[64];
@@ -291,7 +249,7 @@ tg_tensor *tg_layer_norm(tg_tape *tp, tg_tensor *x, tg_tensor *scale, tg_tensor 
                         tg_shape_str(x, sx, 64), (long long)D, tg_shape_str(scale, ss, 64), tg_shape_str(shift, sb, 64));
     if (!(eps >= 0)) return tg_error("layer_norm: eps must be >= 0, got %g", eps);
     int64_t rows = tg_numel(x) / D;
-    const tg_tensor *xd = dense_copy(tp, x), *gd = dense_copy(tp, scale), *bd = dense_copy(tp, shift);
+    const tg_tensor *xd = tg__dense(tp, x), *gd = tg__dense(tp, scale), *bd = tg__dense(tp, shift);
     tg_tensor *out = tg__new_like(tp, x);
     tg_tensor *stats = tg_empty(tp, TG_F64, 1, (int64_t[]){2 * rows}); /* mean, rstd per row */
     if (!xd || !gd || !bd || !out || !stats) return NULL;
@@ -299,20 +257,17 @@ tg_tensor *tg_layer_norm(tg_tape *tp, tg_tensor *x, tg_tensor *scale, tg_tensor 
 #pragma omp parallel for if (rows * D > TG_PAR_MIN) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         double sum = 0, m2 = 0;
-        for (int64_t k = 0; k < D; k++) sum += ld(xd, r * D + k);
+        for (int64_t k = 0; k < D; k++) sum += tg__get_dense(xd, r * D + k);
         double mean = sum / (double)D;
         for (int64_t k = 0; k < D; k++) {
-            double dv = ld(xd, r * D + k) - mean;
+            double dv = tg__get_dense(xd, r * D + k) - mean;
             m2 += dv * dv;
         }
         double rstd = 1.0 / sqrt(m2 / (double)D + eps);
         st[2 * r] = mean, st[2 * r + 1] = rstd;
         for (int64_t k = 0; k < D; k++) {
-            double y = (ld(xd, r * D + k) - mean) * rstd * ld(gd, k) + ld(bd, k);
-            if (out->dtype == TG_F32)
-                ((float *)out->data)[r * D + k] = (float)y;
-            else
-                ((double *)out->data)[r * D + k] = y;
+            double xh = (tg__get_dense(xd, r * D + k) - mean) * rstd;
+            tg__set_dense(out, r * D + k, xh * tg__get_dense(gd, k) + tg__get_dense(bd, k));
         }
     }
     tg_tensor *in[3] = {x, scale, shift}, *saved[3] = {(tg_tensor *)xd, (tg_tensor *)gd, stats};
@@ -328,7 +283,7 @@ int tg__layer_norm_backward(tg_node *n)
     const double *st = n->saved[2]->data;
     int64_t D = x->shape[x->ndim - 1], rows = tg_numel(x) / D;
     tg_tape *bt = tg__btape(n);
-    const tg_tensor *g = dense_copy(bt, n->grad);
+    const tg_tensor *g = tg__dense(bt, n->grad);
     if (!g) return TG_ENOMEM;
     int st_ok = TG_OK;
     if (tg__needs_grad(n->in[0])) {
@@ -338,17 +293,15 @@ int tg__layer_norm_backward(tg_node *n)
         for (int64_t r = 0; r < rows; r++) {
             double mean = st[2 * r], rstd = st[2 * r + 1], a = 0, b = 0;
             for (int64_t k = 0; k < D; k++) {
-                double dxh = ld(g, r * D + k) * ld(scale, k), xh = (ld(x, r * D + k) - mean) * rstd;
+                double dxh = tg__get_dense(g, r * D + k) * tg__get_dense(scale, k);
+                double xh = (tg__get_dense(x, r * D + k) - mean) * rstd;
                 a += dxh, b += dxh * xh;
             }
             a /= (double)D, b /= (double)D;
             for (int64_t k = 0; k < D; k++) {
-                double dxh = ld(g, r * D + k) * ld(scale, k), xh = (ld(x, r * D + k) - mean) * rstd;
-                double v = rstd * (dxh - a - xh * b);
-                if (gx->dtype == TG_F32)
-                    ((float *)gx->data)[r * D + k] = (float)v;
-                else
-                    ((double *)gx->data)[r * D + k] = v;
+                double dxh = tg__get_dense(g, r * D + k) * tg__get_dense(scale, k);
+                double xh = (tg__get_dense(x, r * D + k) - mean) * rstd;
+                tg__set_dense(gx, r * D + k, rstd * (dxh - a - xh * b));
             }
         }
         st_ok = tg__accum_owned(n, n->in[0], gx);
@@ -360,17 +313,12 @@ int tg__layer_norm_backward(tg_node *n)
     for (int64_t r = 0; r < rows; r++) {
         double mean = st[2 * r], rstd = st[2 * r + 1];
         for (int64_t k = 0; k < D; k++) {
-            double gy = ld(g, r * D + k);
-            acc[k] += gy * (ld(x, r * D + k) - mean) * rstd;
+            double gy = tg__get_dense(g, r * D + k);
+            acc[k] += gy * (tg__get_dense(x, r * D + k) - mean) * rstd;
             acc[D + k] += gy;
         }
     }
-    for (int64_t k = 0; k < D; k++) {
-        if (gs->dtype == TG_F32)
-            ((float *)gs->data)[k] = (float)acc[k], ((float *)gb->data)[k] = (float)acc[D + k];
-        else
-            ((double *)gs->data)[k] = acc[k], ((double *)gb->data)[k] = acc[D + k];
-    }
+    for (int64_t k = 0; k < D; k++) tg__set_dense(gs, k, acc[k]), tg__set_dense(gb, k, acc[D + k]);
     st_ok = tg__accum_owned(n, n->in[1], gs);
     return st_ok != TG_OK ? st_ok : tg__accum_owned(n, n->in[2], gb);
 }

@@ -2,7 +2,6 @@
 #include "autograd_internal.h"
 
 #include <math.h>
-#include <stdlib.h>
 
 /* Output shape of reducing x over dims: keepdim shape in kshape (reduced dims
  * set to 1), final shape in oshape. Returns the output ndim or -1. */
@@ -242,15 +241,6 @@ int tg__softmax_backward(tg_node *n)
 
 /* ---- along one dim: var, argmax, topk ------------------------------------------------------------ */
 
-/* x's data row-major (x itself, or a copy in tp when x is strided). */
-static const tg_tensor *dense(tg_tape *tp, const tg_tensor *x)
-{
-    if (tg_is_contiguous(x)) return x;
-    tg_tensor *c = tg__new_like(tp, x);
-    if (c) tg_k_copy(c, x);
-    return c;
-}
-
 /* x seen as (outer, n, inner) around dim d. */
 typedef struct {
     int64_t outer, n, inner;
@@ -267,8 +257,7 @@ static dim_split split_at(const tg_tensor *x, int d)
 /* The value at (o, j, i) of a dense float tensor seen as (outer, n, inner). */
 static inline double at3(const tg_tensor *x, dim_split s, int64_t o, int64_t j, int64_t i)
 {
-    int64_t k = x->offset + (o * s.n + j) * s.inner + i;
-    return x->dtype == TG_F32 ? (double)((const float *)x->data)[k] : ((const double *)x->data)[k];
+    return tg__get_dense(x, (o * s.n + j) * s.inner + i);
 }
 
 /* An output of x's shape with dim d of size k (removed when !keepdim and k == 1). */
@@ -279,14 +268,6 @@ static tg_tensor *along_out(tg_tape *tp, const tg_tensor *x, int d, int64_t k, b
     for (int i = 0; i < x->ndim; i++)
         if (i != d || keepdim || k != 1) shape[on++] = i == d ? k : x->shape[i];
     return tg_empty(tp, dt, on, shape);
-}
-
-static void store_f(tg_tensor *t, int64_t k, double v)
-{
-    if (t->dtype == TG_F32)
-        ((float *)t->data)[t->offset + k] = (float)v;
-    else
-        ((double *)t->data)[t->offset + k] = v;
 }
 
 static int64_t *i64_data(tg_tensor *t) { return (int64_t *)t->data + t->offset; }
@@ -310,7 +291,7 @@ tg_tensor *tg_var(tg_tape *tp, tg_tensor *x, int dim, bool unbiased, bool keepdi
     if (!tg__check_float("var", x)) return NULL;
     int d = tg__wrap_dim("var", dim, x->ndim);
     if (d < 0) return NULL;
-    const tg_tensor *xd = dense(tp, x);
+    const tg_tensor *xd = tg__dense(tp, x);
     tg_tensor *out = xd ? along_out(tp, x, d, 1, keepdim, x->dtype) : NULL;
     if (!out) return NULL;
     dim_split s = split_at(x, d);
@@ -321,7 +302,7 @@ tg_tensor *tg_var(tg_tape *tp, tg_tensor *x, int dim, bool unbiased, bool keepdi
         for (int64_t i = 0; i < s.inner; i++) {
             double mean, m2;
             row_moments(xd, s, o, i, &mean, &m2);
-            store_f(out, o * s.inner + i, m2 / divisor);
+            tg__set_dense(out, o * s.inner + i, m2 / divisor);
         }
     tg_node *n;
     out = tg__record(tp, TG_OP_VAR, out, 1, &x, 1, (tg_tensor *const *)&xd, &n);
@@ -343,13 +324,10 @@ int tg__var_backward(tg_node *n)
             double mean, m2;
             row_moments(x, s, o, i, &mean, &m2);
             double g = 2.0 * tg_item_at(n->grad, o * s.inner + i) / divisor;
-            for (int64_t j = 0; j < s.n; j++) store_f(gx, (o * s.n + j) * s.inner + i, g * (at3(x, s, o, j, i) - mean));
+            for (int64_t j = 0; j < s.n; j++) tg__set_dense(gx, (o * s.n + j) * s.inner + i, g * (at3(x, s, o, j, i) - mean));
         }
     return tg__accum_owned(n, n->in[0], gx);
 }
-
-/* PyTorch's order for max-style reductions: NaN above everything. */
-static inline bool greater(double a, double b) { return (isnan(a) && !isnan(b)) || a > b; }
 
 tg_tensor *tg_argmax(tg_tape *tp, const tg_tensor *x, int dim, bool keepdim)
 {
@@ -358,7 +336,7 @@ tg_tensor *tg_argmax(tg_tape *tp, const tg_tensor *x, int dim, bool keepdim)
     int d = tg__wrap_dim("argmax", dim, x->ndim);
     if (d < 0) return NULL;
     if (x->ndim && x->shape[d] == 0) return tg_error("argmax: cannot reduce over a zero-size dimension %d", d);
-    const tg_tensor *xd = dense(tp, x);
+    const tg_tensor *xd = tg__dense(tp, x);
     tg_tensor *out = xd ? along_out(tp, x, d, 1, keepdim, TG_I64) : NULL;
     if (!out) return NULL;
     dim_split s = split_at(x, d);
@@ -369,33 +347,11 @@ tg_tensor *tg_argmax(tg_tape *tp, const tg_tensor *x, int dim, bool keepdim)
             double bv = at3(xd, s, o, 0, i);
             for (int64_t j = 1; j < s.n && !isnan(bv); j++) {
                 double v = at3(xd, s, o, j, i);
-                if (greater(v, bv)) bv = v, best = j; /* the first index of the maximum */
+                if (tg__greater(v, bv)) bv = v, best = j; /* the first index of the maximum */
             }
             o64[o * s.inner + i] = best;
         }
     return out;
-}
-
-typedef struct {
-    double v;
-    int64_t i;
-} ranked;
-
-/* largest first (NaN first), ties by index */
-static int rank_desc(const void *pa, const void *pb)
-{
-    const ranked *a = pa, *b = pb;
-    if (greater(a->v, b->v)) return -1;
-    if (greater(b->v, a->v)) return 1;
-    return (a->i > b->i) - (a->i < b->i);
-}
-
-static int rank_asc(const void *pa, const void *pb)
-{
-    const ranked *a = pa, *b = pb;
-    if (greater(b->v, a->v)) return -1;
-    if (greater(a->v, b->v)) return 1;
-    return (a->i > b->i) - (a->i < b->i);
 }
 
 int tg_topk(tg_tape *tp, tg_tensor *x, int64_t k, int dim, bool largest, bool sorted, tg_tensor **values,
@@ -416,20 +372,20 @@ int tg_topk(tg_tape *tp, tg_tensor *x, int64_t k, int dim, bool largest, bool so
         return tg_error_status(TG_EINVAL, "topk: k (%lld) is out of range for dimension %d of size %lld", (long long)k,
                                d, (long long)s.n);
     (void)sorted; /* always sorted: the order PyTorch's sorted=True gives, ties by index */
-    const tg_tensor *xd = dense(tp, x);
+    const tg_tensor *xd = tg__dense(tp, x);
     tg_tensor *val = xd ? along_out(tp, x, d, k, true, x->dtype) : NULL;
     tg_tensor *idx = val ? along_out(tp, x, d, k, true, TG_I64) : NULL;
-    ranked *row = idx ? tg_tape_alloc(tp, sizeof *row * (size_t)(s.n ? s.n : 1), false) : NULL;
+    tg__ranked *row = idx ? tg_tape_alloc(tp, sizeof *row * (size_t)(s.n ? s.n : 1), false) : NULL;
     if (!row) return TG_ENOMEM;
     dim_split so = {s.outer, k, s.inner};
     int64_t *i64 = i64_data(idx);
     for (int64_t o = 0; o < s.outer; o++)
         for (int64_t i = 0; i < s.inner; i++) {
-            for (int64_t j = 0; j < s.n; j++) row[j] = (ranked){at3(xd, s, o, j, i), j};
-            qsort(row, (size_t)s.n, sizeof *row, largest ? rank_desc : rank_asc);
+            for (int64_t j = 0; j < s.n; j++) row[j] = (tg__ranked){at3(xd, s, o, j, i), j};
+            tg__rank(row, (size_t)s.n, largest);
             for (int64_t j = 0; j < k; j++) {
                 int64_t at = (o * so.n + j) * so.inner + i;
-                store_f(val, at, row[j].v);
+                tg__set_dense(val, at, row[j].v);
                 i64[at] = row[j].i;
             }
         }
@@ -457,7 +413,7 @@ int tg__topk_backward(tg_node *n)
         for (int64_t j = 0; j < so.n; j++)
             for (int64_t i = 0; i < so.inner; i++) {
                 int64_t at = (o * so.n + j) * so.inner + i;
-                store_f(gx, (o * s.n + i64[at]) * s.inner + i, tg_item_at(n->grad, at));
+                tg__set_dense(gx, (o * s.n + i64[at]) * s.inner + i, tg_item_at(n->grad, at));
             }
     return tg__accum_owned(n, x, gx);
 }

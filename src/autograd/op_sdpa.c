@@ -452,7 +452,7 @@ int tg__sdpa_backward(tg_node *n)
 {
     const tg_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2], *lse = n->saved[3];
     const tg_tensor *o = n->out;
-    tg_tensor *go = n->grad;
+    const tg_tensor *go = n->grad;
     bool causal = n->iarg[0] != 0;
     uint64_t seed;
     memcpy(&seed, &n->iarg[1], sizeof seed);
@@ -470,12 +470,8 @@ int tg__sdpa_backward(tg_node *n)
         /* nothing to compute; the gradients exist, empty */
         return TG_OK;
     }
-    if (!tg_is_contiguous(go)) {
-        tg_tensor *c = tg__new_like(tg__btape(n), go);
-        if (!c) return TG_ENOMEM;
-        tg_k_copy(c, go);
-        go = c;
-    }
+    go = tg__dense(tg__btape(n), go);
+    if (!go) return TG_ENOMEM;
     int64_t BH = numel / (T * hd);
     bool f64 = q->dtype == TG_F64;
     size_t es = tg_dtype_size(q->dtype);

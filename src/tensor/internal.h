@@ -4,6 +4,7 @@
 
 #include "tapegrad.h"
 
+#include <math.h>
 #include <string.h>
 
 #if defined(__GNUC__)
@@ -121,5 +122,17 @@ typedef struct {
 void tg__sb_putn(tg__strbuf *b, const char *s, size_t n);
 void tg__sb_puts(tg__strbuf *b, const char *s);
 void tg__sb_spaces(tg__strbuf *b, int n);
+
+/* a > b in PyTorch's order for max-style ops: NaN above everything. */
+static inline bool tg__greater(double a, double b) { return (isnan(a) && !isnan(b)) || a > b; }
+
+/* A value and its index, for ranking (topk, multinomial's draws). */
+typedef struct {
+    double v;
+    int64_t i;
+} tg__ranked;
+/* Sorts r[0..n) largest first (or smallest first), NaN counted the largest as
+ * PyTorch's max-style ops count it, equal values by increasing index. */
+void tg__rank(tg__ranked *r, size_t n, bool largest);
 
 #endif

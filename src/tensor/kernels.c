@@ -625,3 +625,23 @@ void tg_k_softmax_backward(tg_tensor *dx, const tg_tensor *y, const tg_tensor *d
                             (const float *)dy->data + o2, sdy, n, log);
     }
 }
+
+/* ---- ranking ---------------------------------------------------------------------------------- */
+
+static int rank_desc(const void *pa, const void *pb)
+{
+    const tg__ranked *a = pa, *b = pb;
+    if (tg__greater(a->v, b->v)) return -1;
+    if (tg__greater(b->v, a->v)) return 1;
+    return (a->i > b->i) - (a->i < b->i);
+}
+
+static int rank_asc(const void *pa, const void *pb)
+{
+    const tg__ranked *a = pa, *b = pb;
+    if (tg__greater(b->v, a->v)) return -1;
+    if (tg__greater(a->v, b->v)) return 1;
+    return (a->i > b->i) - (a->i < b->i);
+}
+
+void tg__rank(tg__ranked *r, size_t n, bool largest) { qsort(r, n, sizeof *r, largest ? rank_desc : rank_asc); }

@@ -403,31 +403,6 @@ int tg_bernoulli_(tg_tensor *x, double p, tg_generator *g)
     return TG_OK;
 }
 
-/* order[0..n) sorted by key descending, ties by index (a stable merge sort:
- * the indices start in increasing order). */
-static void sort_desc(int64_t *order, int64_t n, const double *key)
-{
-    if (n < 2) return;
-    int64_t h = n / 2;
-    sort_desc(order, h, key);
-    sort_desc(order + h, n - h, key);
-    int64_t *tmp = malloc(sizeof(int64_t) * (size_t)n);
-    if (!tmp) { /* insertion sort in place, slower but needs no memory */
-        for (int64_t i = 1; i < n; i++)
-            for (int64_t j = i; j > 0 && key[order[j]] > key[order[j - 1]]; j--) {
-                int64_t t = order[j];
-                order[j] = order[j - 1], order[j - 1] = t;
-            }
-        return;
-    }
-    int64_t i = 0, j = h, k = 0;
-    while (i < h && j < n) tmp[k++] = key[order[j]] > key[order[i]] ? order[j++] : order[i++];
-    while (i < h) tmp[k++] = order[i++];
-    while (j < n) tmp[k++] = order[j++];
-    memcpy(order, tmp, sizeof(int64_t) * (size_t)n);
-    free(tmp);
-}
-
 /* torch.multinomial(probs, n, replacement) for the path PyTorch takes without
  * replacement or for one sample (aten's multinomial, "the algorithm is from
  * gumbel softmax"): q = empty_like(probs).exponential_(1), one draw per
@@ -472,7 +447,7 @@ tg_tensor *tg_multinomial(tg_tape *tp, const tg_tensor *probs, int64_t num_sampl
         ratio[k] = f32 ? (double)((float)p / (float)q) : p / q; /* at::div_out(q, self, q) */
     }
     int64_t *o = (int64_t *)out->data;
-    int64_t *order = num_samples > 1 ? tg_tape_alloc(tp, sizeof(int64_t) * (size_t)n, false) : NULL;
+    tg__ranked *order = num_samples > 1 ? tg_tape_alloc(tp, sizeof *order * (size_t)n, false) : NULL;
     if (num_samples > 1 && !order) return NULL;
     for (int64_t r = 0; r < rows; r++) {
         const double *row = ratio + r * n;
@@ -484,9 +459,9 @@ tg_tensor *tg_multinomial(tg_tape *tp, const tg_tensor *probs, int64_t num_sampl
             continue;
         }
         /* topk(probs / q, num_samples): largest first, ties by index */
-        for (int64_t i = 0; i < n; i++) order[i] = i;
-        sort_desc(order, n, row);
-        memcpy(o + r * num_samples, order, sizeof(int64_t) * (size_t)num_samples);
+        for (int64_t i = 0; i < n; i++) order[i] = (tg__ranked){row[i], i};
+        tg__rank(order, (size_t)n, true);
+        for (int64_t i = 0; i < num_samples; i++) o[r * num_samples + i] = order[i].i;
     }
     return out;
 }
