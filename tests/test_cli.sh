@@ -97,6 +97,8 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 assert d == {"ids": [40, 367, 2885, 1464], "text": "I HAD always"}, d
 ' "$TMP/dec.json"; then ok; else bad "tokenize --decode --json: $(head -1 "$TMP/err")"; fi
+# ids that end inside a character (0xE6 0x97 of U+65E5): the text is JSON null, never a missing key
+expect_contains "tokenize --decode --json partial character" '{"ids":[162,245],"text":null}' "$TG" tokenize --decode "162 245" --json
 # the vocabulary from $TAPEGRAD_DATA (an installed tree), or a clear error
 expect_contains "TAPEGRAD_DATA" "15496" env TAPEGRAD_DATA="$DATA" "$TG" tokenize --text Hello
 if TAPEGRAD_DATA="$TMP/none" "$TG" tokenize --text Hello >/dev/null 2>"$TMP/err"; then bad "TAPEGRAD_DATA missing: exit 0"

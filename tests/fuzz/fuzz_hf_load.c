@@ -20,6 +20,7 @@
 
 #define FUZZ_NAME "fuzz_hf_load"
 #include "fuzz.h"
+#include "fuzz_file.h"
 
 #include <tapegrad.h>
 
@@ -43,9 +44,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     gpt = tg_gpt_new(model_tp, &cfg);
     CHECK(gpt);
     tg_module_train(gpt, false);
-    memfd = memfd_create("fuzz_hf_load", 0);
-    CHECK(memfd >= 0);
-    snprintf(path, sizeof path, "/proc/self/fd/%d", memfd);
+    memfd = fuzz_file_open("fuzz_hf_load", path, sizeof path);
     return 0;
 }
 
@@ -53,23 +52,13 @@ static int snapshot(double *vals)
 {
     tg_named_list ps;
     CHECK(tg_module_named_parameters(work_tp, gpt, &ps) == TG_OK);
-    int k = 0;
-    for (int i = 0; i < ps.n; i++) {
-        int64_t n = tg_numel(ps.tensors[i]);
-        CHECK(k + n <= MAXVALS);
-        CHECK(tg_copy_to_f64(ps.tensors[i], vals + k) == TG_OK);
-        k += (int)n;
-    }
-    return k;
+    return fuzz_snapshot(&ps, vals, MAXVALS);
 }
-
-static bool same_value(double a, double b) { return (isnan(a) && isnan(b)) || a == b; }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size > (1u << 20)) return 0;
-    CHECK(ftruncate(memfd, 0) == 0);
-    CHECK(size == 0 || pwrite(memfd, data, size, 0) == (ssize_t)size);
+    fuzz_file_set(memfd, data, size);
     int nv = snapshot(before);
     tg_clear_error();
     int rc = tg_gpt_load_hf(gpt, path);
@@ -77,11 +66,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const char *e = tg_last_error();
         CHECK(e && *e);
         CHECK(snapshot(after) == nv);
-        for (int k = 0; k < nv; k++) CHECK(same_value(before[k], after[k]));
+        for (int k = 0; k < nv; k++) CHECK(fuzz_same_value(before[k], after[k]));
     } else {
         tg_tensor *head = tg_module_get_parameter(gpt, "out_head.weight");
         tg_tensor *wte = tg_module_get_parameter(gpt, "tok_emb.weight");
-        for (int64_t k = 0; k < tg_numel(head); k++) CHECK(same_value(tg_item_at(head, k), tg_item_at(wte, k)));
+        for (int64_t k = 0; k < tg_numel(head); k++) CHECK(fuzz_same_value(tg_item_at(head, k), tg_item_at(wte, k)));
         const int64_t ids[4] = {0, 39, 7, 3}, shape[2] = {1, 4};
         (void)tg_module_forward(work_tp, gpt, tg_from_data(work_tp, TG_I64, 2, shape, ids));
         int64_t out[8], n;

@@ -24,6 +24,7 @@
 
 #define FUZZ_NAME "fuzz_module_load"
 #include "fuzz.h"
+#include "fuzz_file.h"
 
 #include <tapegrad.h>
 
@@ -57,26 +58,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     for (int i = 0; i < NMOD; i++) CHECK(mods[i]);
     CHECK(tg_module_to_dtype(model_tp, mods[5], TG_F64) == TG_OK);
     tg_module_set_fused(mods[5], false); /* the book's composition of ops */
-    memfd = memfd_create("fuzz_module_load", 0);
-    CHECK(memfd >= 0);
-    snprintf(path, sizeof path, "/proc/self/fd/%d", memfd);
+    memfd = fuzz_file_open("fuzz_module_load", path, sizeof path);
     return 0;
 }
-
-/* Every state_dict value of m, flattened, into vals; returns the count. */
-static int snapshot(const tg_named_list *sd, double *vals)
-{
-    int k = 0;
-    for (int i = 0; i < sd->n; i++) {
-        int64_t n = tg_numel(sd->tensors[i]);
-        CHECK(k + n <= MAXVALS);
-        CHECK(tg_copy_to_f64(sd->tensors[i], vals + k) == TG_OK);
-        k += (int)n;
-    }
-    return k;
-}
-
-static bool same_value(double a, double b) { return (isnan(a) && isnan(b)) || a == b; }
 
 static void forward_backward(tg_module *m, bool is_batched)
 {
@@ -99,8 +83,7 @@ static void forward_backward(tg_module *m, bool is_batched)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size > (1u << 20)) return 0;
-    CHECK(ftruncate(memfd, 0) == 0);
-    CHECK(size == 0 || pwrite(memfd, data, size, 0) == (ssize_t)size);
+    fuzz_file_set(memfd, data, size);
 
     /* the in-memory equivalent first: parse once, then look keys up per module */
     tg_safetensors st;
@@ -113,7 +96,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         tg_module *m = mods[mi];
         tg_named_list sd;
         CHECK(tg_module_state_dict(work_tp, m, &sd) == TG_OK);
-        int nv = snapshot(&sd, before);
+        int nv = fuzz_snapshot(&sd, before, MAXVALS);
 
         bool loadable = parsed;
         for (int i = 0; loadable && i < sd.n; i++) {
@@ -129,8 +112,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             const char *e = tg_last_error();
             CHECK(e && *e);
             double after[MAXVALS];
-            CHECK(snapshot(&sd, after) == nv);
-            for (int k = 0; k < nv; k++) CHECK(same_value(before[k], after[k])); /* module unchanged */
+            CHECK(fuzz_snapshot(&sd, after, MAXVALS) == nv);
+            for (int k = 0; k < nv; k++) CHECK(fuzz_same_value(before[k], after[k])); /* module unchanged */
         } else {
             for (int i = 0; i < sd.n; i++) {
                 tg_tensor *src = tg_safetensors_get(&st, sd.names[i]);
@@ -138,7 +121,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 CHECK(want);
                 int64_t n = tg_numel(want);
                 for (int64_t k = 0; k < n; k++)
-                    CHECK(same_value(tg_item_at(want, k), tg_item_at(sd.tensors[i], k)));
+                    CHECK(fuzz_same_value(tg_item_at(want, k), tg_item_at(sd.tensors[i], k)));
             }
             forward_backward(m, batched[mi]);
         }

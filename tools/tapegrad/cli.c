@@ -6,6 +6,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -54,6 +55,29 @@ double tg_cli_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int tg_cli_print_json(const char *cmd, json_t *o, size_t flags)
+{
+    char *text = o ? json_dumps(o, flags) : NULL;
+    json_decref(o);
+    if (!text) return tg_cli_error(cmd, "--json: out of memory");
+    puts(text);
+    free(text);
+    return TG_CLI_OK;
+}
+
+json_t *tg_cli_json_ids(const int64_t *ids, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < n; i++) json_array_append_new(a, json_integer(ids[i]));
+    return a;
+}
+
+json_t *tg_cli_json_text(const char *text, size_t len)
+{
+    json_t *s = json_stringn(text, len);
+    return s ? s : json_null();
 }
 
 int tg_cli_lib_error(const char *cmd, const char *what)

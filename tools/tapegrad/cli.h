@@ -12,6 +12,7 @@
 
 #include "args.h"
 
+#include <jansson.h>
 #include <tapegrad.h>
 
 /* Exit statuses (README.md, "The command line"). */
@@ -76,6 +77,14 @@ int tg_cli_error(const char *cmd, const char *fmt, ...)
 int tg_cli_lib_error(const char *cmd, const char *what);
 /* Seconds on the monotonic clock. */
 double tg_cli_now(void);
+/* --json output: prints o (dumped with jansson's flags) as one line on
+ * stdout and releases it; TG_CLI_OK, or TG_CLI_USAGE with a message. */
+int tg_cli_print_json(const char *cmd, json_t *o, size_t flags);
+/* A JSON array of n ids. */
+json_t *tg_cli_json_ids(const int64_t *ids, size_t n);
+/* Decoded text as a JSON string, or null when the bytes are not UTF-8 (ids
+ * may end inside a character). */
+json_t *tg_cli_json_text(const char *text, size_t len);
 
 /* A rough upper bound of the bytes a forward+backward of an attention module
  * needs (composed or fused attention); commands refuse configurations above a fixed budget so that a huge

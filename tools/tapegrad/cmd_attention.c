@@ -238,12 +238,7 @@ static int run(tg_tape *tp, const attn_args *a)
         for (int i = 0; i < np.n; i++) json_object_set_new(grads, np.names[i], tensor_json(np.tensors[i]->grad));
         json_object_set_new(grads, "input", tensor_json(x->grad));
         json_object_set_new(root, "grads", grads);
-        char *text = json_dumps(root, JSON_REAL_PRECISION(9) | JSON_PRESERVE_ORDER);
-        json_decref(root);
-        if (!text) return tg_cli_error(CMD, "--json: out of memory");
-        puts(text);
-        free(text);
-        return TG_CLI_OK;
+        return tg_cli_print_json(CMD, root, JSON_REAL_PRECISION(9) | JSON_PRESERVE_ORDER);
     }
     if (tg_print(stdout, out) != TG_OK) return tg_cli_lib_error(CMD, "print");
     print_shape(out);

@@ -181,14 +181,7 @@ int tg_cmd_bench(int argc, char **argv)
             json_object_set_new(o, "step_ms", json_real(stp));
             json_object_set_new(o, "gflops", json_real(gflops));
             json_object_set_new(o, "peak_rss_mib", json_real(rss));
-            char *text = json_dumps(o, JSON_REAL_PRECISION(9) | JSON_PRESERVE_ORDER);
-            json_decref(o);
-            if (text) {
-                puts(text);
-                free(text);
-            } else {
-                rc = tg_cli_error(CMD, "--json: out of memory");
-            }
+            rc = tg_cli_print_json(CMD, o, JSON_REAL_PRECISION(9) | JSON_PRESERVE_ORDER);
         } else {
             printf("tapegrad bench: %s%s, batch %lld, tokens %lld, d_in %lld, d_out %lld, heads %lld, dropout %g, "
                    "%d threads, median of %lld steps\n",

@@ -42,6 +42,7 @@ static const char *generate_help =
     "  --sample-seed S     manual_seed before generating (default: --seed)\n"
     "  --no-kv-cache       recompute the window for every new id\n"
     "  --json              one JSON object: {\"input_ids\", \"ids\", \"text\", \"tokens_per_s\"}\n"
+    "                      (text is null if the ids end inside a UTF-8 character)\n"
     "\n" MODEL_HELP;
 
 /* 163009536 -> "163,009,536" */
@@ -111,18 +112,12 @@ typedef struct {
 
 static int print_json(const int64_t *ids, int64_t n_prompt, int64_t n, const char *text, size_t text_len, double tps)
 {
-    json_t *o = json_object(), *in = json_array(), *out = json_array();
-    for (int64_t i = 0; i < n; i++) json_array_append_new(i < n_prompt ? in : out, json_integer(ids[i]));
-    json_object_set_new(o, "input_ids", in);
-    json_object_set_new(o, "ids", out);
-    json_object_set_new(o, "text", json_stringn(text, text_len));
+    json_t *o = json_object();
+    json_object_set_new(o, "input_ids", tg_cli_json_ids(ids, (size_t)n_prompt));
+    json_object_set_new(o, "ids", tg_cli_json_ids(ids + n_prompt, (size_t)(n - n_prompt)));
+    json_object_set_new(o, "text", tg_cli_json_text(text, text_len));
     json_object_set_new(o, "tokens_per_s", json_real(tps));
-    char *s = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
-    json_decref(o);
-    if (!s) return tg_cli_error("generate", "out of memory");
-    puts(s);
-    free(s);
-    return TG_CLI_OK;
+    return tg_cli_print_json("generate", o, JSON_COMPACT | JSON_ENSURE_ASCII);
 }
 
 static int run_generate(tg_tape *tp, tg_tokenizer *tok, const tg_cli_model *m, tg_gpt_config *cfg, const gen_args *a)

@@ -21,7 +21,8 @@ static const char *tokenize_help =
     "  --file PATH       a UTF-8 file to encode ('-' reads standard input)\n"
     "  --decode IDS      print the text of these ids (separated by spaces or commas)\n"
     "  --json            one JSON object: {\"ids\", \"tokens\", \"bytes\", \"seconds\",\n"
-    "                    \"mb_per_s\"}, or {\"ids\", \"text\"} with --decode\n"
+    "                    \"mb_per_s\"}, or {\"ids\", \"text\"} with --decode (text is\n"
+    "                    null if the ids end inside a UTF-8 character)\n"
     "\n"
     "The vocabulary (gpt2/encoder.json, gpt2/vocab.bpe) is found in $TAPEGRAD_DATA,\n"
     "the installed share/tapegrad/, or the source tree's data/.\n";
@@ -100,23 +101,6 @@ static int parse_ids(const char *s, int64_t vocab, int64_t **ids, size_t *n)
     return 0;
 }
 
-static json_t *id_array(const int64_t *ids, size_t n)
-{
-    json_t *a = json_array();
-    for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer(ids[i]));
-    return a;
-}
-
-static int print_object(json_t *o)
-{
-    char *s = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
-    json_decref(o);
-    if (!s) return tg_cli_error("tokenize", "out of memory");
-    puts(s);
-    free(s);
-    return TG_CLI_OK;
-}
-
 static int decode(tg_tokenizer *tok, const char *spec, bool json)
 {
     int64_t *ids;
@@ -129,11 +113,9 @@ static int decode(tg_tokenizer *tok, const char *spec, bool json)
         rc = tg_cli_lib_error("tokenize", "--decode");
     } else if (json) {
         json_t *o = json_object();
-        json_object_set_new(o, "ids", id_array(ids, n));
-        /* GPT-2 ids may end in the middle of a character: invalid UTF-8 cannot be a JSON string */
-        json_t *t = json_stringn(text, len);
-        json_object_set_new(o, "text", t ? t : json_null());
-        rc = print_object(o);
+        json_object_set_new(o, "ids", tg_cli_json_ids(ids, n));
+        json_object_set_new(o, "text", tg_cli_json_text(text, len));
+        rc = tg_cli_print_json("tokenize", o, JSON_COMPACT | JSON_ENSURE_ASCII);
     } else {
         fwrite(text, 1, len, stdout);
         fputc('\n', stdout);
@@ -174,12 +156,12 @@ static int encode(tg_tokenizer *tok, const char *text, size_t len, bool json)
     int rc = TG_CLI_OK;
     if (json) {
         json_t *o = json_object();
-        json_object_set_new(o, "ids", id_array(ids, n));
+        json_object_set_new(o, "ids", tg_cli_json_ids(ids, n));
         json_object_set_new(o, "tokens", json_integer((json_int_t)n));
         json_object_set_new(o, "bytes", json_integer((json_int_t)len));
         json_object_set_new(o, "seconds", json_real(seconds));
         json_object_set_new(o, "mb_per_s", json_real(mbps));
-        rc = print_object(o);
+        rc = tg_cli_print_json("tokenize", o, JSON_COMPACT | JSON_ENSURE_ASCII);
     } else {
         print_ids(ids, n);
         fflush(stdout);
