@@ -29,7 +29,9 @@
  *
  * Layers: tensor.h (tapes, tensors, generators, printing, safetensors) below
  * autograd.h (differentiable ops, backward, gradcheck) below nn.h (parameters,
- * modules, attention, losses, SGD, state_dict).
+ * modules, attention, state_dict) and gpt.h (the book's GPT, generation);
+ * optim.h (SGD, Adam, AdamW, clipping, schedules) and data.h (tokenizer,
+ * text windows, loaders) build on them.
  */
 #ifndef TAPEGRAD_H
 #define TAPEGRAD_H
@@ -37,6 +39,7 @@
 #include "tapegrad/tensor.h"
 #include "tapegrad/autograd.h"
 #include "tapegrad/nn.h"
+#include "tapegrad/optim.h"
 #include "tapegrad/gpt.h"
 #include "tapegrad/data.h"
 

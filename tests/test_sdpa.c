@@ -275,18 +275,25 @@ static void test_accumulates(void **state)
 
 /* q = k = 0 makes every weight 1/T; v = I (hd = T) makes out = (P o Z) itself,
  * so out * T is the dropout mask Z (0 or 1/(1-p)) of heads (b, h). */
-static tg_tensor *dropout_mask(tg_tape *tp, int64_t b, int64_t h, int64_t T, double p, uint64_t seed)
+static tg_tensor *dropout_mask_stream(tg_tape *tp, int64_t b, int64_t h, int64_t T, double p, uint64_t seed,
+                                      tg_dropout_stream stream)
 {
     int64_t s[4] = {b, h, T, T};
     tg_tensor *zero = tg_zeros(tp, TG_F32, 4, s);
     tg_tensor *eye = tg_expand(tp, tg_eye(tp, TG_F32, T, T), 4, s);
     tg_generator *g = tg_generator_new(seed);
+    assert_int_equal(tg_generator_set_dropout_stream(g, stream), TG_OK);
     tg_tensor *out = tg_scaled_dot_product_attention(tp, zero, zero, eye, false, p, g);
     tg_generator_free(g);
     tu_assert_ok(out);
     tg_tensor *z = tg_mul_scalar(tp, out, (double)T);
     tu_assert_ok(z);
     return z;
+}
+
+static tg_tensor *dropout_mask(tg_tape *tp, int64_t b, int64_t h, int64_t T, double p, uint64_t seed)
+{
+    return dropout_mask_stream(tp, b, h, T, p, seed, TG_DROPOUT_COUNTER);
 }
 
 static void test_dropout_statistics(void **state)
@@ -343,10 +350,20 @@ static void test_dropout_zero_is_eval(void **state)
     tg_tensor *ref = composed(tp, q, k, v, true, NULL);
     tu_assert_close(a, ref, 1e-5, 1e-5, "p = 0");
     assert_true(tg_generator_random(g) == tg_generator_random(g2));
-    /* p > 0 draws one 64-bit seed per call */
+    /* p > 0 with the counter stream draws one 64-bit seed per call */
+    assert_int_equal(tg_generator_set_dropout_stream(g, TG_DROPOUT_COUNTER), TG_OK);
+    assert_int_equal(tg_generator_dropout_stream(g), TG_DROPOUT_COUNTER);
     tu_assert_ok(tg_scaled_dot_product_attention(tp, q, k, v, true, 0.5, g));
     tg_generator_random64(g2);
     assert_true(tg_generator_random(g) == tg_generator_random(g2));
+    /* PyTorch's stream: one float64 uniform (two 32-bit draws) per weight of
+     * the (2, 7, 7) softmax, the causal zeros included, as dropout(softmax) */
+    assert_int_equal(tg_generator_set_dropout_stream(g, TG_DROPOUT_TORCH), TG_OK);
+    tu_assert_ok(tg_scaled_dot_product_attention(tp, q, k, v, true, 0.5, g));
+    for (int i = 0; i < 2 * 7 * 7; i++) tg_generator_random64(g2);
+    assert_true(tg_generator_random(g) == tg_generator_random(g2));
+    assert_int_equal(tg_generator_set_dropout_stream(g, (tg_dropout_stream)7), TG_EINVAL);
+    tg_clear_error();
     tg_generator_free(init);
     tg_generator_free(g);
     tg_generator_free(g2);
@@ -362,9 +379,10 @@ static void test_dropout_matches_composed(void **state)
     tg_tape *tp = tg_tape_new();
     int64_t b = 2, h = 3, T = 70, hd = 8;
     double p = 0.2;
-    for (int c = 0; c < 2; c++) {
-        bool causal = c == 1;
-        tg_tensor *z = dropout_mask(tp, b, h, T, p, 2024);
+    for (int c = 0; c < 4; c++) {
+        bool causal = c & 1;
+        tg_dropout_stream stream = c < 2 ? TG_DROPOUT_COUNTER : TG_DROPOUT_TORCH;
+        tg_tensor *z = dropout_mask_stream(tp, b, h, T, p, 2024, stream);
         tg_generator *g = tg_generator_new(17);
         int64_t s[3] = {b, T, h * hd};
         tg_tensor *x[3], *y[3], *qa[3], *qb[3];
@@ -375,6 +393,7 @@ static void test_dropout_matches_composed(void **state)
             qb[i] = heads(tp, y[i], h);
         }
         tg_generator *gs = tg_generator_new(2024);
+        tg_generator_set_dropout_stream(gs, stream);
         tg_tensor *fused = tg_scaled_dot_product_attention(tp, qa[0], qa[1], qa[2], causal, p, gs);
         tg_generator_free(gs);
         tg_tensor *ref = composed(tp, qb[0], qb[1], qb[2], causal, z);

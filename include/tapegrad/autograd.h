@@ -179,12 +179,20 @@ TG_API int tg_mul_scalar_(tg_tensor *x, double s);
 typedef enum { TG_REDUCE_MEAN, TG_REDUCE_SUM, TG_REDUCE_NONE } tg_reduction;
 TG_API tg_tensor *tg_mse_loss(tg_tape *tp, tg_tensor *input, tg_tensor *target, tg_reduction r);
 /* F.cross_entropy: logits (N, C), target TG_I64 class indices (N), in one
- * fused node (NllLossBackward0) that keeps the log-softmax. */
+ * fused node (NllLossBackward0) that keeps the log-softmax. Targets equal to
+ * TG_IGNORE_INDEX (-100, PyTorch's default ignore_index) add no loss and no
+ * gradient; the mean divides by the targets not ignored (nan when all are). */
+#define TG_IGNORE_INDEX (-100)
 TG_API tg_tensor *tg_cross_entropy(tg_tape *tp, tg_tensor *logits, const tg_tensor *target, tg_reduction r);
+/* The same with another ignore_index (F.cross_entropy(..., ignore_index=i)). */
+TG_API tg_tensor *tg_cross_entropy_ignore(tg_tape *tp, tg_tensor *logits, const tg_tensor *target, tg_reduction r,
+                                          int64_t ignore_index);
 /* F.nll_loss on log-probabilities (N, C) (NllLossBackward0): with
  * tg_log_softmax, the composed path of cross-entropy, as PyTorch's graph
- * shows it (NllLossBackward0 -> LogSoftmaxBackward0). */
+ * shows it (NllLossBackward0 -> LogSoftmaxBackward0). ignore_index as above. */
 TG_API tg_tensor *tg_nll_loss(tg_tape *tp, tg_tensor *logp, const tg_tensor *target, tg_reduction r);
+TG_API tg_tensor *tg_nll_loss_ignore(tg_tape *tp, tg_tensor *logp, const tg_tensor *target, tg_reduction r,
+                                     int64_t ignore_index);
 
 /* ---- GPT building blocks ----------------------------------------------------- */
 

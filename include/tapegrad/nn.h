@@ -1,6 +1,6 @@
 /* tapegrad/nn.h: parameters, the open module system, the built-in modules
  * (Linear, Dropout, the attention modules of chapter 3, Sequential,
- * ModuleList), SGD and state_dict files.
+ * ModuleList) and state_dict files. Optimizers: tapegrad/optim.h.
  *
  * A module is a tg_module_type (PyTorch's class name, a forward, an optional
  * extra_repr) plus state the type owns, and named parameters, buffers and
@@ -173,6 +173,11 @@ TG_API int tg_module_zero_grad(tg_module *m);
  * on error the module is unchanged. */
 TG_API int tg_module_save(const tg_module *m, const char *path);
 TG_API int tg_module_load(tg_module *m, const char *path);
+/* load_state_dict(sd) (strict), from names and tensors in memory (a part of
+ * a larger file, such as a training checkpoint): every key of the module's
+ * state_dict must be present with its shape and a float dtype, and no other
+ * key; on error the module is unchanged. */
+TG_API int tg_module_load_state_dict(tg_module *m, const tg_named_list *sd);
 
 /* Finite differences on every parameter of m that requires grad and every
  * float input (they must be float64: convert the module with
@@ -184,26 +189,6 @@ TG_API int tg_module_load(tg_module *m, const char *path);
  * tg_gradcheck. */
 TG_API int tg_gradcheck_module(tg_module *m, int n, tg_tensor *const *inputs, double eps, double atol, double rtol,
                                tg_gradcheck_result *res);
-
-/* ---- SGD, as torch.optim.SGD ----------------------------------------------- */
-
-typedef struct {
-    double lr, momentum, dampening, weight_decay;
-    bool nesterov;
-} tg_sgd_options;
-
-typedef struct tg_sgd tg_sgd;
-
-/* An optimizer over every parameter of m (named_parameters: a tied tensor is
- * updated once) or the n given params (duplicates dropped). Its momentum
- * buffers live in tp. NULL with an error on invalid options (lr < 0,
- * momentum < 0, weight_decay < 0, nesterov without momentum or with
- * dampening). */
-TG_API tg_sgd *tg_sgd_new(tg_tape *tp, tg_module *m, tg_sgd_options opt);
-TG_API tg_sgd *tg_sgd_new_params(tg_tape *tp, int n, tg_tensor *const *params, tg_sgd_options opt);
-TG_API void tg_sgd_zero_grad(tg_sgd *opt);
-/* One update; parameters without a gradient are skipped. */
-TG_API int tg_sgd_step(tg_sgd *opt);
 
 #ifdef __cplusplus
 }

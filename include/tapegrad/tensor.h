@@ -171,6 +171,29 @@ TG_API void tg_manual_seed(uint64_t seed);
 TG_API uint32_t tg_generator_random(tg_generator *g);   /* one 32-bit draw */
 TG_API uint64_t tg_generator_random64(tg_generator *g); /* one 64-bit draw (two 32-bit) */
 
+/* The generator's whole state (torch.get_rng_state / set_rng_state, in
+ * tapegrad's own layout of TG_GENERATOR_STATE_BYTES bytes), to checkpoint a
+ * run and continue it with the same draws. set_state checks the size and the
+ * layout and leaves g unchanged on error. */
+#define TG_GENERATOR_STATE_BYTES 2520
+TG_API int tg_generator_get_state(const tg_generator *g, uint8_t *out, size_t size);
+TG_API int tg_generator_set_state(tg_generator *g, const uint8_t *state, size_t size);
+
+/* How dropout (tg_dropout, the fused attention's dropout) draws its masks
+ * from a generator. TG_DROPOUT_TORCH, the default: PyTorch's bernoulli_
+ * stream, element by element in PyTorch's order, so seeded training equals
+ * PyTorch's. TG_DROPOUT_COUNTER: one 64-bit seed from the generator per
+ * mask and a counter-based hash for the elements; faster (no serial draws,
+ * nothing stored for backward) but not PyTorch's masks. g NULL = default
+ * generator; the setting survives reseeding. */
+typedef enum { TG_DROPOUT_TORCH = 0, TG_DROPOUT_COUNTER = 1 } tg_dropout_stream;
+TG_API int tg_generator_set_dropout_stream(tg_generator *g, tg_dropout_stream s);
+TG_API tg_dropout_stream tg_generator_dropout_stream(const tg_generator *g);
+
+/* torch.randperm(n, generator=g) into out (n int64): a permutation of 0..n-1
+ * drawn as PyTorch's CPU kernel draws it. */
+TG_API int tg_randperm(tg_generator *g, int64_t n, int64_t *out);
+
 /* In-place fills drawing exactly as PyTorch's CPU kernels do (g NULL = default).
  * x must be contiguous f32 or f64. Return TG_OK or an error status. */
 TG_API int tg_uniform_(tg_tensor *x, double from, double to, tg_generator *g);

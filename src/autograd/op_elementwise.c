@@ -342,17 +342,38 @@ tg_tensor *tg_dropout(tg_tape *tp, tg_tensor *x, double p, tg_generator *g)
     if (p == 0) return x;
     /* PyTorch's CPU dropout (aten's _dropout_impl): noise = empty_like(x)
      * .bernoulli_(1 - p); noise.div_(1 - p) (in x's dtype); x * noise. The
-     * scaled keep-mask is the only thing saved. */
+     * scaled keep-mask is the only thing saved. With the counter stream
+     * (tensor.h) the mask comes from one seed and a hash instead. */
     tg_tensor *m = tg__new_like(tp, x);
     double q = 1.0 - p;
-    if (!m || tg_bernoulli_(m, q, g) != TG_OK) return NULL;
+    if (!m) return NULL;
+    tg_generator *gen = g ? g : tg_default_generator();
     int64_t cnt = tg_numel(m);
-    if (m->dtype == TG_F32) {
-        float *d = m->data, fq = (float)q;
-        for (int64_t i = 0; i < cnt; i++) d[i] = d[i] / fq;
+    if (tg_generator_dropout_stream(gen) == TG_DROPOUT_COUNTER) {
+        uint64_t seed = tg_generator_random64(gen);
+        double t = floor(p * 4294967296.0);
+        uint32_t th = t >= 4294967295.0 ? 0xFFFFFFFFu : (uint32_t)t;
+        bool f32 = m->dtype == TG_F32;
+        double keep = f32 ? (double)(1.0f / (float)q) : 1.0 / q;
+#pragma omp parallel for if (cnt > 65536)
+        for (int64_t i = 0; i < cnt; i++) {
+            uint64_t h = tg__mix64(seed + TG__GOLDEN * (uint64_t)(i / 2 + 1));
+            uint32_t r = (i & 1) ? (uint32_t)(h >> 32) : (uint32_t)h;
+            double v = r >= th ? keep : 0.0;
+            if (f32)
+                ((float *)m->data)[i] = (float)v;
+            else
+                ((double *)m->data)[i] = v;
+        }
     } else {
-        double *d = m->data;
-        for (int64_t i = 0; i < cnt; i++) d[i] = d[i] / q;
+        if (tg_bernoulli_(m, q, gen) != TG_OK) return NULL;
+        if (m->dtype == TG_F32) {
+            float *d = m->data, fq = (float)q;
+            for (int64_t i = 0; i < cnt; i++) d[i] = d[i] / fq;
+        } else {
+            double *d = m->data;
+            for (int64_t i = 0; i < cnt; i++) d[i] = d[i] / q;
+        }
     }
     tg_tensor *out = tg__new_like(tp, x);
     if (!out) return NULL;

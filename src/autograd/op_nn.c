@@ -2,6 +2,7 @@
 #include "autograd_internal.h"
 
 #include <math.h>
+#include <string.h>
 
 static tg_tensor *reduce_loss(tg_tape *tp, tg_tensor *elem, tg_reduction r, int64_t count)
 {
@@ -63,8 +64,11 @@ int tg__mse_loss_backward(tg_node *n)
 }
 
 /* The (N, C) scores and int64 (N) class targets both losses take; the
- * targets flat in a TG_I64 tensor of tp, checked against C. */
-static tg_tensor *class_targets(tg_tape *tp, const char *op, const tg_tensor *x, const tg_tensor *target, tg_reduction r)
+ * targets flat in a TG_I64 tensor of tp, checked against C. A target equal
+ * to ignore_index is kept as -1: that row has no loss and no gradient, and
+ * the mean divides by the rows not ignored (*counted), as PyTorch's. */
+static tg_tensor *class_targets(tg_tape *tp, const char *op, const tg_tensor *x, const tg_tensor *target, tg_reduction r,
+                                int64_t ignore_index, int64_t *counted)
 {
     char sl[64], st[64];
     if (!x || !target) return tg__error_null_input(op);
@@ -77,47 +81,62 @@ static tg_tensor *class_targets(tg_tape *tp, const char *op, const tg_tensor *x,
     tg_tensor *t = tg_empty(tp, TG_I64, 1, &N);
     if (!t) return NULL;
     int64_t *tv = t->data;
+    *counted = 0;
     for (int64_t i = 0; i < N; i++) {
         tv[i] = (int64_t)tg_item_at(target, i);
+        if (tv[i] == ignore_index) {
+            tv[i] = -1;
+            continue;
+        }
         if (tv[i] < 0 || tv[i] >= C)
             return tg_error("%s: target %lld at position %lld is out of bounds for %lld classes", op, (long long)tv[i],
                             (long long)i, (long long)C);
+        (*counted)++;
     }
     return t;
 }
 
-/* loss_i = -logp[i, t_i], reduced; logp dense (N, C) */
-static tg_tensor *nll_forward(tg_tape *tp, const tg_tensor *logp, const tg_tensor *t, tg_reduction r)
+/* loss_i = -logp[i, t_i] (0 for an ignored row), reduced; logp dense (N, C) */
+static tg_tensor *nll_forward(tg_tape *tp, const tg_tensor *logp, const tg_tensor *t, tg_reduction r, int64_t counted)
 {
     int64_t N = logp->shape[0], C = logp->shape[1];
     tg_tensor *elem = tg_empty(tp, logp->dtype, 1, &N);
     if (!elem) return NULL;
     const int64_t *tv = t->data;
-    for (int64_t i = 0; i < N; i++) tg__set_dense(elem, i, -tg__get_dense(logp, i * C + tv[i]));
-    return reduce_loss(tp, elem, r, N);
+    for (int64_t i = 0; i < N; i++) tg__set_dense(elem, i, tv[i] < 0 ? 0.0 : -tg__get_dense(logp, i * C + tv[i]));
+    /* every row ignored: the mean is 0/0 = nan, as PyTorch's */
+    return reduce_loss(tp, elem, r, counted);
 }
 
-/* dl_i: the incoming gradient of row i's loss */
-static double row_grad(const tg_node *n, tg_reduction r, int64_t i, int64_t N)
+/* dl_i: the incoming gradient of row i's loss (the mean divides by the rows
+ * not ignored) */
+static double row_grad(const tg_node *n, tg_reduction r, int64_t i)
 {
     if (r == TG_REDUCE_NONE) return tg_item_at(n->grad, i);
-    return tg_item(n->grad) / (r == TG_REDUCE_MEAN ? (double)N : 1.0);
+    return tg_item(n->grad) / (r == TG_REDUCE_MEAN ? (double)n->iarg[2] : 1.0);
 }
 
-tg_tensor *tg_cross_entropy(tg_tape *tp, tg_tensor *logits, const tg_tensor *target, tg_reduction r)
+tg_tensor *tg_cross_entropy_ignore(tg_tape *tp, tg_tensor *logits, const tg_tensor *target, tg_reduction r,
+                                   int64_t ignore_index)
 {
-    tg_tensor *t = class_targets(tp, "cross_entropy", logits, target, r);
+    int64_t counted;
+    tg_tensor *t = class_targets(tp, "cross_entropy", logits, target, r, ignore_index, &counted);
     if (!t) return NULL;
     /* log-softmax is kept for backward: d logits = softmax - onehot */
     tg_tensor *lsm = tg__new_like(tp, logits);
     if (!lsm) return NULL;
     tg_k_softmax(lsm, logits, 1, true);
-    tg_tensor *out = nll_forward(tp, lsm, t, r);
+    tg_tensor *out = nll_forward(tp, lsm, t, r, counted);
     tg_tensor *saved[2] = {lsm, t};
     tg_node *n;
     out = tg__record(tp, TG_OP_CROSS_ENTROPY, out, 1, &logits, 2, saved, &n);
-    if (n) n->iarg[0] = r;
+    if (n) n->iarg[0] = r, n->iarg[2] = counted;
     return out;
+}
+
+tg_tensor *tg_cross_entropy(tg_tape *tp, tg_tensor *logits, const tg_tensor *target, tg_reduction r)
+{
+    return tg_cross_entropy_ignore(tp, logits, target, r, TG_IGNORE_INDEX);
 }
 
 /* forward: l = reduce(-log_softmax(x)[i, t_i]); so dx_i = (softmax(x_i) - onehot(t_i)) dl_i
@@ -131,7 +150,11 @@ int tg__cross_entropy_backward(tg_node *n)
     tg_tensor *gx = tg__new_like(tg__btape(n), lsm);
     if (!gx) return TG_ENOMEM;
     for (int64_t i = 0; i < N; i++) {
-        double g = row_grad(n, r, i, N);
+        if (tv[i] < 0) { /* ignored: no gradient */
+            memset((char *)gx->data + (size_t)(i * C) * tg_dtype_size(gx->dtype), 0, (size_t)C * tg_dtype_size(gx->dtype));
+            continue;
+        }
+        double g = row_grad(n, r, i);
         if (gx->dtype == TG_F32) {
             const float *l = (const float *)lsm->data + i * C;
             float *d = (float *)gx->data + i * C, gf = (float)g;
@@ -147,16 +170,23 @@ int tg__cross_entropy_backward(tg_node *n)
     return tg__accum_owned(n, n->in[0], gx);
 }
 
-tg_tensor *tg_nll_loss(tg_tape *tp, tg_tensor *logp, const tg_tensor *target, tg_reduction r)
+tg_tensor *tg_nll_loss_ignore(tg_tape *tp, tg_tensor *logp, const tg_tensor *target, tg_reduction r,
+                              int64_t ignore_index)
 {
-    tg_tensor *t = class_targets(tp, "nll_loss", logp, target, r);
+    int64_t counted;
+    tg_tensor *t = class_targets(tp, "nll_loss", logp, target, r, ignore_index, &counted);
     if (!t) return NULL;
     const tg_tensor *ld = tg__dense(tp, logp);
-    tg_tensor *out = ld ? nll_forward(tp, ld, t, r) : NULL;
+    tg_tensor *out = ld ? nll_forward(tp, ld, t, r, counted) : NULL;
     tg_node *n;
     out = tg__record(tp, TG_OP_NLL_LOSS, out, 1, &logp, 1, &t, &n);
-    if (n) n->iarg[0] = r, n->iarg[1] = logp->shape[1];
+    if (n) n->iarg[0] = r, n->iarg[1] = logp->shape[1], n->iarg[2] = counted;
     return out;
+}
+
+tg_tensor *tg_nll_loss(tg_tape *tp, tg_tensor *logp, const tg_tensor *target, tg_reduction r)
+{
+    return tg_nll_loss_ignore(tp, logp, target, r, TG_IGNORE_INDEX);
 }
 
 /* forward: l = reduce(-logp[i, t_i]); so dlogp[i, t_i] = -dl_i */
@@ -168,7 +198,8 @@ int tg__nll_loss_backward(tg_node *n)
     int64_t shape[2] = {N, C};
     tg_tensor *gx = tg_zeros(tg__btape(n), n->in[0]->dtype, 2, shape);
     if (!gx) return TG_ENOMEM;
-    for (int64_t i = 0; i < N; i++) tg__set_dense(gx, i * C + tv[i], -row_grad(n, r, i, N));
+    for (int64_t i = 0; i < N; i++)
+        if (tv[i] >= 0) tg__set_dense(gx, i * C + tv[i], -row_grad(n, r, i));
     return tg__accum_owned(n, n->in[0], gx);
 }
 

@@ -8,9 +8,8 @@
  * BLAS, a row softmax that also records lse, dropout, O_blk = P_blk V[:kmax].
  * With causal masking kmax is the block's last row + 1, so key tiles above
  * the diagonal are never computed. The node keeps q, k, v, the output and
- * lse (..., T); backward recomputes P = exp(S - lse) block by block, and the
- * dropout mask from the seed drawn at forward time (a counter-based hash, so
- * the same (seed, head, row, col) gives the same bit in both passes).
+ * lse (..., T) (and the dropout mask's bits when it draws PyTorch's stream);
+ * backward recomputes P = exp(S - lse) block by block.
  *
  * Threads: the forward is parallel over (batch*head, query block) and the
  * backward over batch*head (dK, dV of one head collect every query block, and
@@ -34,38 +33,37 @@
 #define BR 64
 #endif
 
-/* ---- dropout mask: a splitmix64 stream per (seed, batch*head, row) ---------- */
-
-#define GOLDEN 0x9E3779B97F4A7C15ull
-
-/* splitmix64's output function: a bijection on 64 bits with full avalanche. */
-static inline uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+/* ---- dropout mask --------------------------------------------------------------------
+ *
+ * Two streams (tensor.h, tg_dropout_stream). PyTorch's: the mask of all
+ * BH x T x T weights is drawn at forward time as the book's
+ * dropout(softmax(...)) draws it (bernoulli_, row-major, the causal zeros
+ * included) and kept as bits for backward. The counter stream: one seed per
+ * call, and row i of head bh has its own splitmix64 stream, so both passes
+ * recompute the same bits and nothing is stored. */
 
 typedef struct {
     bool on;
     uint64_t seed;
-    uint32_t thresh; /* keep when the 32-bit draw >= thresh = floor(p * 2^32) */
-    double keep;     /* 1 / (1 - p) */
+    uint32_t thresh;     /* counter: keep when the 32-bit draw >= thresh = floor(p * 2^32) */
+    double keep;         /* 1 / (1 - p) */
+    const uint8_t *bits; /* PyTorch's stream: bit (bh T + i) T + j keeps; NULL for the counter stream */
 } dropout_t;
 
 /* The key of row i of head bh: output r+1 of splitmix64 seeded with seed,
  * r = bh*T + i, so every row of the call has its own stream. */
 static inline uint64_t row_key(const dropout_t *d, int64_t bh, int64_t T, int64_t i)
 {
-    return mix64(d->seed + GOLDEN * ((uint64_t)bh * (uint64_t)T + (uint64_t)i + 1));
+    return tg__mix64(d->seed + TG__GOLDEN * ((uint64_t)bh * (uint64_t)T + (uint64_t)i + 1));
 }
 
-static dropout_t make_dropout(double p, uint64_t seed)
+static dropout_t make_dropout(double p, uint64_t seed, const uint8_t *bits)
 {
-    dropout_t d = {p > 0, seed, 0, 1.0};
+    dropout_t d = {p > 0, seed, 0, 1.0, bits};
     if (d.on) {
         double t = floor(p * 4294967296.0);
         d.thresh = t >= 4294967295.0 ? 0xFFFFFFFFu : (uint32_t)t;
+        /* as PyTorch's noise.div_(1 - p) in the weights' dtype */
         d.keep = 1.0 / (1.0 - p);
     }
     return d;
@@ -117,18 +115,27 @@ static inline double exp_f64(double x) { return exp(x); }
  *   dS = P o (dP o Z - D) (for dQ, dK); dP may be NULL when only dV is
  *   wanted. */
 #define SDPA_ROWS(T, SUF, EXP)                                                                         \
-    static void mask_##SUF(T *z, int64_t n, uint64_t key, const dropout_t *d)                          \
+    static void mask_##SUF(T *z, int64_t n, const dropout_t *d, int64_t bh, int64_t Tlen, int64_t i)   \
     {                                                                                                  \
         const T ks = (T)d->keep;                                                                       \
+        if (d->bits) {                                                                                 \
+            uint64_t b0 = ((uint64_t)bh * (uint64_t)Tlen + (uint64_t)i) * (uint64_t)Tlen;              \
+            for (int64_t j = 0; j < n; j++) {                                                          \
+                uint64_t b = b0 + (uint64_t)j;                                                         \
+                z[j] = (d->bits[b >> 3] >> (b & 7)) & 1u ? ks : (T)0;                                  \
+            }                                                                                          \
+            return;                                                                                    \
+        }                                                                                              \
+        uint64_t key = row_key(d, bh, Tlen, i);                                                        \
         const uint32_t th = d->thresh;                                                                 \
         int64_t half = n / 2;                                                                          \
         _Pragma("omp simd") for (int64_t c = 0; c < half; c++)                                         \
         {                                                                                              \
-            uint64_t h = mix64(key + GOLDEN * (uint64_t)(c + 1));                                      \
+            uint64_t h = tg__mix64(key + TG__GOLDEN * (uint64_t)(c + 1));                              \
             z[2 * c] = (uint32_t)h >= th ? ks : (T)0;                                                  \
             z[2 * c + 1] = (uint32_t)(h >> 32) >= th ? ks : (T)0;                                      \
         }                                                                                              \
-        if (n & 1) z[n - 1] = (uint32_t)mix64(key + GOLDEN * (uint64_t)(half + 1)) >= th ? ks : (T)0;  \
+        if (n & 1) z[n - 1] = (uint32_t)tg__mix64(key + TG__GOLDEN * (uint64_t)(half + 1)) >= th ? ks : (T)0; \
     }                                                                                                  \
                                                                                                        \
     static void fwd_rows_##SUF(T *S, int64_t br, int64_t kmax, int64_t r0, bool causal, T *lse,      \
@@ -148,8 +155,8 @@ static inline double exp_f64(double x) { return exp(x); }
             lse[i] = m + (T)log((double)sum);                                                          \
             T f = (T)1 / sum;                                                                          \
             if (d->on) {                                                                               \
-                mask_##SUF(z, nv, row_key(d, bh, Tlen, r0 + i), d);                                    \
-                _Pragma("omp simd") for (int64_t j = 0; j < nv; j++) s[j] *= f * z[j];                 \
+                mask_##SUF(z, nv, d, bh, Tlen, r0 + i);                                    \
+                _Pragma("omp simd") for (int64_t j = 0; j < nv; j++) s[j] = s[j] * f * z[j];                 \
             } else {                                                                                   \
                 _Pragma("omp simd") for (int64_t j = 0; j < nv; j++) s[j] *= f;                        \
             }                                                                                          \
@@ -165,7 +172,7 @@ static inline double exp_f64(double x) { return exp(x); }
             T *s = S + i * kmax, *dp = dP ? dP + i * kmax : NULL;                                      \
             int64_t nv = causal ? r0 + i + 1 : kmax;                                                   \
             T l = lse[i];                                                                              \
-            if (d->on) mask_##SUF(z, nv, row_key(d, bh, Tlen, r0 + i), d);                             \
+            if (d->on) mask_##SUF(z, nv, d, bh, Tlen, r0 + i);                             \
             if (dp) {                                                                                  \
                 T D = 0;                                                                               \
                 const T *go = dO + i * hd, *o = O + i * hd;                                            \
@@ -374,10 +381,21 @@ tg_tensor *tg_scaled_dot_product_attention(tg_tape *tp, tg_tensor *q, tg_tensor 
     int64_t T = q->shape[nd - 2], hd = q->shape[nd - 1];
     if (T > INT_MAX / BR || hd > INT_MAX) return tg_error(OP ": sizes too large for BLAS, got %s", sh);
 
-    /* The seed is drawn whether or not grad is recorded, as dropout draws its mask. */
+    /* The mask is drawn whether or not grad is recorded, as dropout draws it. */
     uint64_t seed = 0;
-    if (dropout_p > 0) seed = tg_generator_random64(g ? g : tg_default_generator());
-    dropout_t d = make_dropout(dropout_p, seed);
+    tg_tensor *bits = NULL;
+    if (dropout_p > 0) {
+        tg_generator *gen = g ? g : tg_default_generator();
+        if (tg_generator_dropout_stream(gen) == TG_DROPOUT_COUNTER) {
+            seed = tg_generator_random64(gen);
+        } else {
+            int64_t n = tg_numel(q) / hd * T;
+            int64_t nbytes = (n + 7) / 8;
+            if (!(bits = tg_empty(tp, TG_U8, 1, &nbytes))) return NULL;
+            tg__bernoulli_bits(gen, 1.0 - dropout_p, bits->data, n);
+        }
+    }
+    dropout_t d = make_dropout(dropout_p, seed, bits ? bits->data : NULL);
 
     tg_tensor *out = tg__new_like(tp, q);
     tg_tensor *lse = tg_empty(tp, q->dtype, nd - 1, q->shape);
@@ -391,9 +409,9 @@ tg_tensor *tg_scaled_dot_product_attention(tg_tape *tp, tg_tensor *q, tg_tensor 
         if (!sdpa_forward(tp, out, lse, qq, kk, vv, causal, &d)) return tg_error(OP ": out of memory");
     }
     /* the output itself is n->out */
-    tg_tensor *in[3] = {q, k, v}, *saved[4] = {qq, kk, vv, lse};
+    tg_tensor *in[3] = {q, k, v}, *saved[5] = {qq, kk, vv, lse, bits};
     tg_node *n;
-    out = tg__record(tp, TG_OP_SDPA, out, 3, in, 4, saved, &n);
+    out = tg__record(tp, TG_OP_SDPA, out, 3, in, bits ? 5 : 4, saved, &n);
     if (n) {
         n->iarg[0] = causal;
         memcpy(&n->iarg[1], &seed, sizeof seed);
@@ -456,7 +474,7 @@ int tg__sdpa_backward(tg_node *n)
     bool causal = n->iarg[0] != 0;
     uint64_t seed;
     memcpy(&seed, &n->iarg[1], sizeof seed);
-    dropout_t d = make_dropout(n->darg[0], seed);
+    dropout_t d = make_dropout(n->darg[0], seed, n->nsaved > 4 ? n->saved[4]->data : NULL);
 
     gdest_t gq, gk, gv;
     int st = grad_dest(n, 0, &gq);

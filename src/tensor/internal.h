@@ -135,4 +135,18 @@ typedef struct {
  * PyTorch's max-style ops count it, equal values by increasing index. */
 void tg__rank(tg__ranked *r, size_t n, bool largest);
 
+/* Dropout masks (rng.c). tg__bernoulli_bits: n draws of bernoulli_(q) as
+ * bits, in PyTorch's stream. The counter stream: element i of the mask with
+ * seed s keeps when the 32-bit half of tg__mix64(s + GOLDEN (i/2 + 1)) for
+ * i's parity is >= floor(p 2^32). */
+void tg__bernoulli_bits(tg_generator *g, double q, uint8_t *bits, int64_t n);
+#define TG__GOLDEN 0x9E3779B97F4A7C15ull
+/* splitmix64's output function: a bijection on 64 bits with full avalanche. */
+static inline uint64_t tg__mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
 #endif

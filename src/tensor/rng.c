@@ -13,6 +13,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define MT_N 624
 #define MT_M 397
@@ -33,6 +34,9 @@ struct tg_generator {
      * second for the next call (CPUGeneratorImpl::next_double_normal_sample_). */
     bool has_next_normal;
     double next_normal;
+    /* Not part of the stream: how dropout masks are drawn (tensor.h). Kept
+     * across reseeding and state loads. */
+    tg_dropout_stream dropout_stream;
 };
 
 void tg_generator_seed(tg_generator *g, uint64_t seed)
@@ -51,7 +55,7 @@ void tg_generator_seed(tg_generator *g, uint64_t seed)
 
 tg_generator *tg_generator_new(uint64_t seed)
 {
-    tg_generator *g = malloc(sizeof *g);
+    tg_generator *g = calloc(1, sizeof *g);
     if (!g) return tg_error("generator_new: out of memory");
     tg_generator_seed(g, seed);
     return g;
@@ -113,6 +117,80 @@ uint64_t tg_generator_random64(tg_generator *g)
     uint64_t hi = tg_generator_random(g);
     uint64_t lo = tg_generator_random(g);
     return hi << 32 | lo;
+}
+
+/* ---- state --------------------------------------------------------------------- */
+
+/* Layout (little-endian): "TGMT", 624 state words, left, next (u32 each),
+ * has_next_normal (u32, 0 or 1), next_normal (IEEE double bits, u64). */
+#define STATE_MAGIC "TGMT"
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+int tg_generator_get_state(const tg_generator *g, uint8_t *out, size_t size)
+{
+    if (!g || !out) return tg_error_status(TG_EINVAL, "generator_get_state: NULL argument");
+    if (size < TG_GENERATOR_STATE_BYTES)
+        return tg_error_status(TG_EINVAL, "generator_get_state: buffer of %zu bytes, need %d", size,
+                               TG_GENERATOR_STATE_BYTES);
+    memcpy(out, STATE_MAGIC, 4);
+    uint8_t *p = out + 4;
+    for (int i = 0; i < MT_N; i++, p += 4) put_u32(p, g->state[i]);
+    put_u32(p, (uint32_t)g->left), p += 4;
+    put_u32(p, g->next), p += 4;
+    put_u32(p, g->has_next_normal), p += 4;
+    uint64_t bits;
+    memcpy(&bits, &g->next_normal, 8);
+    put_u32(p, (uint32_t)bits);
+    put_u32(p + 4, (uint32_t)(bits >> 32));
+    return TG_OK;
+}
+
+int tg_generator_set_state(tg_generator *g, const uint8_t *state, size_t size)
+{
+    if (!g || !state) return tg_error_status(TG_EINVAL, "generator_set_state: NULL argument");
+    if (size != TG_GENERATOR_STATE_BYTES)
+        return tg_error_status(TG_EINVAL, "generator_set_state: expected %d bytes of state, got %zu",
+                               TG_GENERATOR_STATE_BYTES, size);
+    if (memcmp(state, STATE_MAGIC, 4) != 0)
+        return tg_error_status(TG_EINVAL, "generator_set_state: not a generator state (bad magic)");
+    const uint8_t *p = state + 4 + 4 * MT_N;
+    uint32_t left = get_u32(p), next = get_u32(p + 4), has = get_u32(p + 8);
+    /* next + left = MT_N + 1 always holds between draws (seed: left 1, next 0
+     * is the one exception, before the first twist) */
+    bool fresh = left == 1 && next == 0;
+    if (left < 1 || left > MT_N || (!fresh && next + left != MT_N + 1) || has > 1)
+        return tg_error_status(TG_EINVAL, "generator_set_state: corrupt state (left %u, next %u, normal flag %u)", left,
+                               next, has);
+    uint64_t bits = (uint64_t)get_u32(p + 12) | (uint64_t)get_u32(p + 16) << 32;
+    for (int i = 0; i < MT_N; i++) g->state[i] = get_u32(state + 4 + 4 * i);
+    g->left = (int)left;
+    g->next = next;
+    g->has_next_normal = has != 0;
+    memcpy(&g->next_normal, &bits, 8);
+    return TG_OK;
+}
+
+int tg_generator_set_dropout_stream(tg_generator *g, tg_dropout_stream s)
+{
+    if (s != TG_DROPOUT_TORCH && s != TG_DROPOUT_COUNTER)
+        return tg_error_status(TG_EINVAL, "generator_set_dropout_stream: unknown stream %d", (int)s);
+    if (!g) g = tg_default_generator();
+    g->dropout_stream = s;
+    return TG_OK;
+}
+
+tg_dropout_stream tg_generator_dropout_stream(const tg_generator *g)
+{
+    return g ? g->dropout_stream : tg_default_generator()->dropout_stream;
 }
 
 /* ---- uniform: transformation::uniform_real ------------------------------------ */
@@ -399,6 +477,33 @@ int tg_bernoulli_(tg_tensor *x, double p, tg_generator *g)
     } else {
         double *d = tg_data_ptr(x);
         for (int64_t i = 0; i < n; i++) d[i] = uniform_f64(g, 0.0, 1.0) < p ? 1.0 : 0.0;
+    }
+    return TG_OK;
+}
+
+/* bernoulli_(q) into a bit mask: bit i (bits[i / 8] >> i % 8) is 1 when the
+ * float64 uniform of draw i is < q, drawn exactly as tg_bernoulli_ draws. */
+void tg__bernoulli_bits(tg_generator *g, double q, uint8_t *bits, int64_t n)
+{
+    g = pick(g);
+    memset(bits, 0, (size_t)((n + 7) / 8));
+    for (int64_t i = 0; i < n; i++)
+        if (uniform_f64(g, 0.0, 1.0) < q) bits[i >> 3] |= (uint8_t)(1u << (i & 7));
+}
+
+int tg_randperm(tg_generator *g, int64_t n, int64_t *out)
+{
+    if (n < 0 || (n > 0 && !out)) return tg_error_status(TG_EINVAL, "randperm: bad arguments (n %lld)", (long long)n);
+    /* randperm_cpu: for i < n - 1, z = random() % (n - i), swap i and i + z.
+     * (PyTorch 1.13 draws 32 bits for any n below 2^32.) */
+    if (n >= ((int64_t)1 << 32)) return tg_error_status(TG_EINVAL, "randperm: n %lld is too large", (long long)n);
+    g = pick(g);
+    for (int64_t i = 0; i < n; i++) out[i] = i;
+    for (int64_t i = 0; i + 1 < n; i++) {
+        int64_t z = (int64_t)(tg_generator_random(g) % (uint64_t)(n - i));
+        int64_t t = out[i];
+        out[i] = out[i + z];
+        out[i + z] = t;
     }
     return TG_OK;
 }

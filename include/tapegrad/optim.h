@@ -1,0 +1,151 @@
+/* tapegrad/optim.h: optimizers as torch.optim (SGD, Adam, AdamW), their state
+ * in safetensors, clip_grad_norm_, and the learning-rate schedule of the
+ * book's appendix D (linear warm-up, then cosine decay).
+ *
+ * An optimizer holds the parameters it was given (a tensor listed twice, as
+ * tied weights are, is updated once) and its state (momentum buffers, Adam's
+ * moments) in the tape given to its constructor: it is freed with that tape.
+ * The loop is PyTorch's:
+ *
+ *     tg_optimizer *opt = tg_adamw_new(model_tape, gpt, (tg_adam_options){
+ *         .lr = 4e-4, .weight_decay = 0.1, .betas = {0.9, 0.999}, .eps = 1e-8});
+ *     for (...) {
+ *         tg_optimizer_zero_grad(opt);
+ *         tg_tensor *loss = ...;            // recorded in a step tape
+ *         tg_backward(loss, NULL, false);
+ *         tg_optimizer_step(opt);
+ *         tg_tape_reset(step_tape);
+ *     }
+ */
+#ifndef TAPEGRAD_OPTIM_H
+#define TAPEGRAD_OPTIM_H
+
+#include "tapegrad/nn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tg_optimizer tg_optimizer; /* opaque */
+
+/* ---- SGD, as torch.optim.SGD ------------------------------------------------------ */
+
+typedef struct {
+    double lr, momentum, dampening, weight_decay;
+    bool nesterov;
+} tg_sgd_options;
+
+/* SGD is an optimizer: every tg_optimizer_* call takes it too. */
+typedef tg_optimizer tg_sgd;
+
+/* An optimizer over every parameter of m (named_parameters: a tied tensor is
+ * updated once) or the n given params (duplicates dropped). NULL with an
+ * error on invalid options (lr < 0, momentum < 0, weight_decay < 0, nesterov
+ * without momentum or with dampening) or a parameter that is not a leaf
+ * requiring grad. */
+TG_API tg_sgd *tg_sgd_new(tg_tape *tp, tg_module *m, tg_sgd_options opt);
+TG_API tg_sgd *tg_sgd_new_params(tg_tape *tp, int n, tg_tensor *const *params, tg_sgd_options opt);
+/* The same as tg_optimizer_zero_grad / tg_optimizer_step. */
+TG_API void tg_sgd_zero_grad(tg_sgd *opt);
+TG_API int tg_sgd_step(tg_sgd *opt);
+
+/* ---- Adam and AdamW, as torch.optim.Adam / AdamW (PyTorch 1.13) -------------------- */
+
+/* torch.optim's defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8,
+ * weight_decay 0 (Adam) or 1e-2 (AdamW), amsgrad off; tg_adam_defaults /
+ * tg_adamw_defaults fill them. */
+typedef struct {
+    double lr;
+    double betas[2];
+    double eps;
+    double weight_decay;
+    bool amsgrad;
+} tg_adam_options;
+TG_API tg_adam_options tg_adam_defaults(void);
+TG_API tg_adam_options tg_adamw_defaults(void);
+
+/* Adam: weight decay is added to the gradient (L2). AdamW: decoupled, the
+ * parameter is first scaled by 1 - lr * weight_decay. Per parameter and step
+ * t (from 1):
+ *   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
+ *   (amsgrad: vmax = max(vmax, v), used in place of v below)
+ *   p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+ * in the parameter's dtype, as PyTorch's single-tensor path computes it.
+ * NULL with an error on invalid options (lr, eps or weight_decay < 0, a
+ * beta outside [0, 1)). */
+TG_API tg_optimizer *tg_adam_new(tg_tape *tp, tg_module *m, tg_adam_options opt);
+TG_API tg_optimizer *tg_adam_new_params(tg_tape *tp, int n, tg_tensor *const *params, tg_adam_options opt);
+TG_API tg_optimizer *tg_adamw_new(tg_tape *tp, tg_module *m, tg_adam_options opt);
+TG_API tg_optimizer *tg_adamw_new_params(tg_tape *tp, int n, tg_tensor *const *params, tg_adam_options opt);
+
+/* ---- every optimizer ------------------------------------------------------------------ */
+
+/* "SGD", "Adam" or "AdamW". */
+TG_API const char *tg_optimizer_name(const tg_optimizer *opt);
+/* Sets every parameter's .grad to zeros (kept allocated). */
+TG_API void tg_optimizer_zero_grad(tg_optimizer *opt);
+/* One update; parameters without a gradient are skipped (their step count
+ * does not advance). A non-finite gradient is applied as PyTorch applies it. */
+TG_API int tg_optimizer_step(tg_optimizer *opt);
+/* The learning rate (param_groups[0]["lr"]): what a schedule sets before
+ * each step. set_lr refuses a negative or non-finite value. */
+TG_API double tg_optimizer_lr(const tg_optimizer *opt);
+TG_API int tg_optimizer_set_lr(tg_optimizer *opt, double lr);
+/* The parameters, in the optimizer's order (the order of state_dict's
+ * indices). */
+TG_API int tg_optimizer_num_params(const tg_optimizer *opt);
+TG_API tg_tensor *tg_optimizer_param(const tg_optimizer *opt, int i);
+
+/* state_dict(), flattened to tensors as a safetensors file holds them:
+ * "param_groups.0.lr" (float64 scalar), and per parameter index i:
+ * Adam/AdamW "state.i.step" (float32 scalar, as PyTorch 1.13 keeps it),
+ * "state.i.exp_avg", "state.i.exp_avg_sq" and, with amsgrad,
+ * "state.i.max_exp_avg_sq"; SGD with momentum "state.i.momentum_buffer".
+ * Parameters not stepped yet have no entries. The tensors are the
+ * optimizer's own (not copies); names and arrays live in tp. */
+TG_API int tg_optimizer_state_dict(tg_tape *tp, const tg_optimizer *opt, tg_named_list *out);
+/* load_state_dict(sd): checks every key, shape and dtype (an unknown key, a
+ * parameter index out of range, a state of another optimizer kind or a
+ * shape that is not the parameter's are errors) before changing anything. */
+TG_API int tg_optimizer_load_state_dict(tg_optimizer *opt, const tg_named_list *sd);
+/* The state_dict in a safetensors file (saved atomically) and back. */
+TG_API int tg_optimizer_save(const tg_optimizer *opt, const char *path);
+TG_API int tg_optimizer_load(tg_optimizer *opt, const char *path);
+
+/* ---- gradient clipping ---------------------------------------------------------------- */
+
+/* torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type): the norm of
+ * all gradients together (norm_type > 0, or INFINITY for the largest
+ * absolute value) goes to *total_norm (may be NULL); every gradient is then
+ * scaled by min(1, max_norm / (total_norm + 1e-6)). Parameters without a
+ * gradient are skipped; with none, the norm is 0. */
+TG_API int tg_clip_grad_norm_(int n, tg_tensor *const *params, double max_norm, double norm_type,
+                              double *total_norm);
+/* The same over every parameter of m (model.parameters()). */
+TG_API int tg_module_clip_grad_norm_(tg_module *m, double max_norm, double norm_type, double *total_norm);
+/* The same over the optimizer's parameters. */
+TG_API int tg_optimizer_clip_grad_norm_(tg_optimizer *opt, double max_norm, double norm_type, double *total_norm);
+
+/* ---- learning-rate schedule (the book's appendix D) ------------------------------------ */
+
+/* Linear warm-up from initial_lr to peak_lr over warmup_steps steps, then a
+ * cosine decay from peak_lr to min_lr until total_steps:
+ *   step < warmup:  initial_lr + step (peak_lr - initial_lr) / warmup_steps
+ *   otherwise:      min_lr + (peak_lr - min_lr) (1 + cos(pi progress)) / 2,
+ *                   progress = (step - warmup_steps) / (total_steps - warmup_steps)
+ * warmup_steps 0 starts at the peak. */
+typedef struct {
+    double initial_lr, peak_lr, min_lr;
+    int64_t warmup_steps, total_steps;
+} tg_lr_schedule;
+/* TG_OK, or TG_EINVAL naming the bad field (a negative or non-finite rate,
+ * warmup_steps < 0, total_steps <= warmup_steps). */
+TG_API int tg_lr_schedule_check(const tg_lr_schedule *s);
+/* The rate for global step `step` (0-based); NAN with an error for a bad
+ * schedule or a negative step. Steps past total_steps stay at min_lr. */
+TG_API double tg_lr_schedule_at(const tg_lr_schedule *s, int64_t step);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
