@@ -17,8 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
-#include "tapegrad/data.h"
+#include "data_internal.h"
 
 static const char PATTERN[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 static const char EOT[] = "<|endoftext|>";
@@ -178,42 +177,6 @@ static void byte_alphabet(uint32_t cp[256])
     }
 }
 
-/* Length of the valid UTF-8 sequence at s (of at most n bytes), or 0. */
-static size_t utf8_len(const unsigned char *s, size_t n, uint32_t *cp)
-{
-    unsigned char c = s[0];
-    if (c < 0x80) return *cp = c, 1;
-    size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 0;
-    if (!len || c > 0xF4 || len > n) return 0;
-    uint32_t v = c & (0x7F >> len);
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        v = v << 6 | (s[i] & 0x3F);
-    }
-    /* overlong forms, surrogates, beyond U+10FFFF */
-    if ((len == 3 && v < 0x800) || (len == 4 && (v < 0x10000 || v > 0x10FFFF)) || (v >= 0xD800 && v <= 0xDFFF))
-        return 0;
-    return *cp = v, len;
-}
-
-/* Offset of the first byte that is not valid UTF-8, or len. */
-static size_t utf8_check(const char *text, size_t len)
-{
-    const unsigned char *s = (const unsigned char *)text;
-    size_t i = 0;
-    uint32_t cp;
-    while (i < len) {
-        if (s[i] < 0x80) {
-            i++;
-            continue;
-        }
-        size_t k = utf8_len(s + i, len - i, &cp);
-        if (!k) return i;
-        i += k;
-    }
-    return len;
-}
-
 /* A key of encoder.json / a half of a vocab.bpe line, in GPT-2's byte
  * alphabet, back to bytes (out has room for len bytes). -1 if a character
  * is outside the alphabet or the text is not UTF-8. */
@@ -222,7 +185,7 @@ static long alphabet_to_bytes(const int16_t *inv, const char *s, size_t len, cha
     size_t i = 0, o = 0;
     uint32_t cp;
     while (i < len) {
-        size_t k = utf8_len((const unsigned char *)s + i, len - i, &cp);
+        size_t k = tg__utf8_len((const unsigned char *)s + i, len - i, &cp);
         if (!k || cp >= 512 || inv[cp] < 0) return -1;
         out[o++] = (char)inv[cp];
         i += k;
@@ -594,7 +557,7 @@ int tg_tokenizer_encode(tg_tokenizer *t, const char *text, size_t len, int64_t *
     if (ids) *ids = NULL;
     if (n_ids) *n_ids = 0;
     if (!t || (!text && len) || !ids || !n_ids) return tg_error_status(TG_EINVAL, "tokenizer: NULL argument");
-    size_t bad = utf8_check(text, len);
+    size_t bad = tg__utf8_check(text, len);
     if (bad < len) return tg_error_status(TG_EINVAL, "tokenizer: invalid UTF-8 at byte %zu", bad);
     idvec out = {0};
     int st = TG_OK;
@@ -649,4 +612,19 @@ int tg_tokenizer_decode(const tg_tokenizer *t, const int64_t *ids, size_t n, cha
     s[o] = '\0';
     *text = s, *len = o;
     return TG_OK;
+}
+
+int tg_tokenizer_decode_text(const tg_tokenizer *t, const int64_t *ids, size_t n, char **text, size_t *len)
+{
+    char *raw;
+    size_t rlen;
+    int st = tg_tokenizer_decode(t, ids, n, &raw, &rlen);
+    if (st != TG_OK) {
+        if (text) *text = NULL;
+        if (len) *len = 0;
+        return st;
+    }
+    st = tg_utf8_replace_invalid(raw, rlen, text, len);
+    free(raw);
+    return st;
 }

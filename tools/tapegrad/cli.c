@@ -15,7 +15,7 @@
 static const char *usage =
     "usage: tapegrad <command> [options]\n"
     "\n"
-    "Tensors, autograd and the attention modules of chapter 3 of \"Build a Large\n"
+    "Tensors, autograd, the attention modules and the GPT of \"Build a Large\n"
     "Language Model (From Scratch)\", in C, equal to PyTorch 1.13.\n"
     "\n"
     "commands:\n"
@@ -26,6 +26,7 @@ static const char *usage =
     "  tokenize    GPT-2's tokenizer: text to ids (with MB/s) and ids to text\n"
     "  summary     print the book's GPTModel as PyTorch does, with its size\n"
     "  generate    generate text with the book's GPTModel (KV cache)\n"
+    "  pretrain    pretrain the GPTModel on a text as the book's chapter 5 does\n"
     "\n"
     "Run 'tapegrad <command> --help' for a command's options.\n"
     "Exit status: 0 success, 1 gradcheck FAIL or training diverged, 2 bad\n"
@@ -103,7 +104,7 @@ double tg_cli_estimate_bytes(int64_t batch, int64_t tokens, int64_t d_in, int64_
 int tg_cli_main(int argc, char **argv)
 {
     if (argc < 2 || !argv || !argv[1])
-        return tg_cli_error(NULL, "missing command (attention, train, bench, tokenize, summary or generate; see tapegrad --help)");
+        return tg_cli_error(NULL, "missing command (attention, train, bench, tokenize, summary, generate or pretrain; see tapegrad --help)");
     const char *cmd = argv[1];
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
         fputs(usage, stdout);
@@ -120,5 +121,6 @@ int tg_cli_main(int argc, char **argv)
     if (strcmp(cmd, "tokenize") == 0) return tg_cmd_tokenize(argc - 1, argv + 1);
     if (strcmp(cmd, "summary") == 0) return tg_cmd_summary(argc - 1, argv + 1);
     if (strcmp(cmd, "generate") == 0) return tg_cmd_generate(argc - 1, argv + 1);
-    return tg_cli_error(NULL, "unknown command '%.200s' (expected attention, train, bench, tokenize, summary or generate; see tapegrad --help)", cmd);
+    if (strcmp(cmd, "pretrain") == 0) return tg_cmd_pretrain(argc - 1, argv + 1);
+    return tg_cli_error(NULL, "unknown command '%.200s' (expected attention, train, bench, tokenize, summary, generate or pretrain; see tapegrad --help)", cmd);
 }

@@ -39,6 +39,7 @@ int tg_cmd_bench(int argc, char **argv);
 int tg_cmd_summary(int argc, char **argv);
 int tg_cmd_generate(int argc, char **argv);
 int tg_cmd_tokenize(int argc, char **argv);
+int tg_cmd_pretrain(int argc, char **argv);
 
 /* The directory holding gpt2/encoder.json and gpt2/vocab.bpe
  * (tools/tapegrad/datadir.c), or NULL with a message. */
@@ -63,6 +64,19 @@ void tg_cli_model_defaults(tg_cli_model *m, int64_t context);
 int tg_cli_model_opts(tg_cli_model *m, tg_opt *opts);
 /* The configuration the options ask for, checked; -1 with a message in err. */
 int tg_cli_model_config(const tg_cli_model *m, tg_gpt_config *cfg, char *err, size_t errlen);
+/* Parses the command's nown own options followed by MODEL's into m and the
+ * checked configuration; prints help (TG_ARGS_HELP) or the error line. */
+tg_args_status tg_cli_model_parse(const char *cmd, int argc, char **argv, const tg_opt *own, int nown, tg_cli_model *m,
+                                  tg_gpt_config *cfg, const char *help);
+/* The MODEL part of the commands' --help. */
+#define TG_CLI_MODEL_HELP                                                                         \
+    "model (MODEL) options, applied over the preset:\n"                                    \
+    "  --config NAME   gpt2-small (default), gpt2-medium, gpt2-large, gpt2-xl\n"            \
+    "  --vocab N --context N --emb N --heads N --layers N\n"                               \
+    "  --dropout P     drop_rate in [0, 1) (0.1)\n"                                        \
+    "  --qkv-bias      biases on the query/key/value projections\n"                        \
+    "  --seed N        torch.manual_seed before the model is built (123)\n"
+
 /* tg_manual_seed(seed), then the GPTModel. */
 tg_module *tg_cli_model_build(tg_tape *tp, const tg_cli_model *m, const tg_gpt_config *cfg);
 
@@ -85,6 +99,18 @@ json_t *tg_cli_json_ids(const int64_t *ids, size_t n);
 /* Decoded text as a JSON string, or null when the bytes are not UTF-8 (ids
  * may end inside a character). */
 json_t *tg_cli_json_text(const char *text, size_t len);
+
+/* SVG plots (tools/tapegrad/svg.c): open writes the header and a white
+ * background (NULL with errno if the file cannot be opened); close ends the
+ * document and returns -1 if any write failed. */
+typedef struct tg_cli_svg tg_cli_svg;
+tg_cli_svg *tg_cli_svg_open(const char *path, double width, double height);
+FILE *tg_cli_svg_file(tg_cli_svg *s);
+int tg_cli_svg_close(tg_cli_svg *s);
+/* Text with <, >, & and " escaped. */
+void tg_cli_svg_escape(FILE *f, const char *s);
+/* A tick step of 1, 2 or 5 times a power of ten near raw. */
+double tg_cli_nice_step(double raw);
 
 /* A rough upper bound of the bytes a forward+backward of an attention module
  * needs (composed or fused attention); commands refuse configurations above a fixed budget so that a huge

@@ -8,21 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MODEL_HELP                                                                         \
-    "model (MODEL) options, applied over the preset:\n"                                    \
-    "  --config NAME   gpt2-small (default), gpt2-medium, gpt2-large, gpt2-xl\n"            \
-    "  --vocab N --context N --emb N --heads N --layers N\n"                               \
-    "  --dropout P     drop_rate in [0, 1) (0.1)\n"                                        \
-    "  --qkv-bias      biases on the query/key/value projections\n"                        \
-    "  --seed N        torch.manual_seed before the model is built (123)\n"
-
 static const char *summary_help =
     "usage: tapegrad summary [MODEL]\n"
     "\n"
     "Builds the book's GPTModel and prints it as PyTorch's print(model) does,\n"
     "then its parameter count, the count with out_head tied to tok_emb, and its\n"
     "float32 size.\n"
-    "\n" MODEL_HELP;
+    "\n" TG_CLI_MODEL_HELP;
 
 static const char *generate_help =
     "usage: tapegrad generate [MODEL] [options]\n"
@@ -43,7 +35,7 @@ static const char *generate_help =
     "  --no-kv-cache       recompute the window for every new id\n"
     "  --json              one JSON object: {\"input_ids\", \"ids\", \"text\", \"tokens_per_s\"}\n"
     "                      (text is null if the ids end inside a UTF-8 character)\n"
-    "\n" MODEL_HELP;
+    "\n" TG_CLI_MODEL_HELP;
 
 /* 163009536 -> "163,009,536" */
 static void with_commas(char *buf, size_t size, int64_t v)
@@ -57,30 +49,12 @@ static void with_commas(char *buf, size_t size, int64_t v)
     buf[o] = '\0';
 }
 
-/* Parses the command's own options followed by MODEL's. */
-static tg_args_status parse(const char *cmd, int argc, char **argv, const tg_opt *own, int nown, tg_cli_model *m,
-                            tg_gpt_config *cfg, const char *help)
-{
-    tg_opt opts[32];
-    if (nown) memcpy(opts, own, sizeof *own * (size_t)nown);
-    int n = nown + tg_cli_model_opts(m, opts + nown);
-    char err[512];
-    tg_args_status st = tg_cli_parse_options(argc, argv, opts, n, err, sizeof err);
-    if (st == TG_ARGS_HELP) {
-        fputs(help, stdout);
-        return st;
-    }
-    if (st == TG_ARGS_OK && tg_cli_model_config(m, cfg, err, sizeof err) != 0) st = TG_ARGS_ERROR;
-    if (st != TG_ARGS_OK) tg_cli_error(cmd, "%s", err);
-    return st;
-}
-
 int tg_cmd_summary(int argc, char **argv)
 {
     tg_cli_model m;
     tg_gpt_config cfg;
     tg_cli_model_defaults(&m, 0);
-    tg_args_status st = parse("summary", argc, argv, NULL, 0, &m, &cfg, summary_help);
+    tg_args_status st = tg_cli_model_parse("summary", argc, argv, NULL, 0, &m, &cfg, summary_help);
     if (st != TG_ARGS_OK) return st == TG_ARGS_HELP ? TG_CLI_OK : TG_CLI_USAGE;
     if (tg_cli_check_only) return TG_CLI_OK;
     tg_tape *tp = tg_tape_new();
@@ -193,7 +167,7 @@ int tg_cmd_generate(int argc, char **argv)
     /* GPT-2's released weights have q/k/v biases (the book's NEW_CONFIG) */
     for (int i = 1; i < argc; i++)
         if (argv[i] && (strcmp(argv[i], "--hf") == 0 || strncmp(argv[i], "--hf=", 5) == 0)) m.qkv_bias = true;
-    tg_args_status st = parse(cmd, argc, argv, own, (int)(sizeof own / sizeof own[0]), &m, &cfg, generate_help);
+    tg_args_status st = tg_cli_model_parse(cmd, argc, argv, own, (int)(sizeof own / sizeof own[0]), &m, &cfg, generate_help);
     if (st != TG_ARGS_OK) return st == TG_ARGS_HELP ? TG_CLI_OK : TG_CLI_USAGE;
     if (a.load && a.hf) return tg_cli_error(cmd, "--load and --hf are exclusive");
     if (a.top_k > cfg.vocab_size)

@@ -56,18 +56,6 @@ static tg_module *make_module(tg_tape *tp, bool wrapper, uint64_t seed)
     return tg_mha_new(tp, D_MODEL, D_MODEL, TOKENS, 0.0, HEADS, false);
 }
 
-static void svg_escape(FILE *f, const char *s)
-{
-    for (; *s; s++) {
-        switch (*s) {
-        case '<': fputs("&lt;", f); break;
-        case '>': fputs("&gt;", f); break;
-        case '&': fputs("&amp;", f); break;
-        default: fputc(*s, f);
-        }
-    }
-}
-
 /* A line chart of loss per step with a log10 y axis, hand-written SVG. */
 static int write_plot(FILE *f, const double *loss, int64_t n, const char *title)
 {
@@ -90,7 +78,7 @@ static int write_plot(FILE *f, const double *loss, int64_t n, const char *title)
                "font-family=\"sans-serif\" font-size=\"12\">\n", W, H, W, H);
     fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
     fprintf(f, "<text x=\"%.0f\" y=\"24\" text-anchor=\"middle\" font-size=\"16\">", W / 2);
-    svg_escape(f, title);
+    tg_cli_svg_escape(f, title);
     fprintf(f, "</text>\n");
     /* decade grid lines and labels */
     for (int d = dlo; d <= dhi; d++) {

@@ -51,3 +51,25 @@ tg_module *tg_cli_model_build(tg_tape *tp, const tg_cli_model *m, const tg_gpt_c
     tg_manual_seed(m->seed); /* torch.manual_seed(seed); model = GPTModel(cfg) */
     return tg_gpt_new(tp, cfg);
 }
+
+/* Parses the command's own options followed by MODEL's. */
+tg_args_status tg_cli_model_parse(const char *cmd, int argc, char **argv, const tg_opt *own, int nown, tg_cli_model *m,
+                            tg_gpt_config *cfg, const char *help)
+{
+    tg_opt opts[64];
+    if (nown < 0 || nown + TG_CLI_MODEL_NOPTS > 64) {
+        tg_cli_error(cmd, "internal error: too many options");
+        return TG_ARGS_ERROR;
+    }
+    if (nown) memcpy(opts, own, sizeof *own * (size_t)nown);
+    int n = nown + tg_cli_model_opts(m, opts + nown);
+    char err[512];
+    tg_args_status st = tg_cli_parse_options(argc, argv, opts, n, err, sizeof err);
+    if (st == TG_ARGS_HELP) {
+        fputs(help, stdout);
+        return st;
+    }
+    if (st == TG_ARGS_OK && tg_cli_model_config(m, cfg, err, sizeof err) != 0) st = TG_ARGS_ERROR;
+    if (st != TG_ARGS_OK) tg_cli_error(cmd, "%s", err);
+    return st;
+}

@@ -1,0 +1,888 @@
+/* tapegrad pretrain: the book's chapter-5 run (train_model_simple) on a text,
+ * printing the book's loss table and an epoch's greedy sample, with
+ * checkpoints, resume, a plot and JSON (README.md, "Pretraining").
+ *
+ * Every random draw is PyTorch's, in PyTorch's order: the model is built
+ * after manual_seed(seed); the loaders draw when an iteration starts (the
+ * train loader again at each evaluation); dropout draws its masks during
+ * the forward. So the table equals the one PyTorch prints for the same
+ * arguments. */
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define CMD "pretrain"
+
+static const char *help =
+    "usage: tapegrad pretrain --text PATH [MODEL] [options]\n"
+    "\n"
+    "Pretrains the book's GPTModel on a UTF-8 text as chapter 5 does: the text is\n"
+    "cut at code point int(ratio * len) into a training and a validation part,\n"
+    "each tokenized and cut into windows; AdamW; every --eval-freq steps the mean\n"
+    "loss of the first --eval-iter batches of each loader; after each epoch a\n"
+    "greedy sample from --start. Prints the book's lines; a progress line on\n"
+    "stderr when it is a terminal.\n"
+    "\n"
+    "  --text PATH          the training text (UTF-8)\n"
+    "  --batch N            batch size (2)\n"
+    "  --epochs N           train until this epoch (10)\n"
+    "  --lr X               learning rate; the peak rate with --warmup (4e-4)\n"
+    "  --weight-decay X     AdamW's decoupled weight decay (0.1)\n"
+    "  --optimizer NAME     adamw (default) or adam\n"
+    "  --eval-freq N        evaluate every N steps (5)\n"
+    "  --eval-iter N        batches per evaluation (5)\n"
+    "  --train-ratio X      the training part's share of the text (0.9)\n"
+    "  --stride N           ids between windows (the context)\n"
+    "  --start STR          the sample's start text (\"Every effort moves you\")\n"
+    "  --sample-tokens N    ids per sample (50)\n"
+    "  --warmup N           appendix D's schedule: N steps of linear warm-up from\n"
+    "                       --initial-lr to --lr, then cosine decay to --min-lr\n"
+    "  --initial-lr X       (1e-5 with --warmup)\n"
+    "  --min-lr X           (--initial-lr with --warmup)\n"
+    "  --clip-grad-norm X   clip the gradients' 2-norm to X (appendix D clips\n"
+    "                       after the warm-up)\n"
+    "  --save FILE          the trained model's state_dict (safetensors)\n"
+    "  --checkpoint FILE    after each epoch: model, optimizer, step, generator\n"
+    "                       state and the table so far, written atomically\n"
+    "  --resume FILE        continue from a checkpoint (same text and settings)\n"
+    "  --plot FILE          train and validation loss against epochs and tokens\n"
+    "                       seen (SVG)\n"
+    "  --composed           the book's composed layers instead of the fused kernels\n"
+    "  --fast-dropout       counter-based dropout masks (faster, not PyTorch's)\n"
+    "  --threads N          OpenMP threads (all cores)\n"
+    "  --json               end with one JSON line: {\"rows\": [...], \"samples\":\n"
+    "                       [...], \"seconds\": S, \"tokens_per_s\": R}\n"
+    "\n" TG_CLI_MODEL_HELP "                  (pretrain's --context defaults to 256, as the book's)\n"
+    "\n"
+    "Exit status: 0 ok, 1 the loss diverged, 2 bad arguments, bad input or a\n"
+    "failed write.\n";
+
+typedef struct {
+    const char *text, *optimizer, *start, *save, *checkpoint, *resume, *plot;
+    int64_t batch, epochs, eval_freq, eval_iter, stride, sample_tokens, warmup, threads;
+    double lr, weight_decay, train_ratio, initial_lr, min_lr, clip;
+    bool stride_seen, warmup_seen, initial_seen, min_seen, clip_seen;
+    bool composed, fast_dropout, json;
+} pt_args;
+
+/* One evaluation: the book's row. */
+typedef struct {
+    int64_t epoch, step, tokens;
+    double train, val;
+} pt_row;
+
+/* What a run has printed so far (kept in checkpoints). */
+typedef struct {
+    pt_row *rows;
+    int64_t n_rows, cap_rows;
+    char **samples; /* one per finished epoch */
+    int64_t n_samples;
+} pt_history;
+
+typedef struct {
+    const pt_args *a;
+    tg_gpt_config cfg;
+    uint64_t seed;
+    tg_module *gpt;
+    tg_optimizer *opt;
+    tg_loader *train, *val;
+    tg_tape *model_tape, *step_tape;
+    tg_tokenizer *tok;
+    int64_t *start_ids;
+    size_t n_start;
+    uint64_t text_hash;
+    /* progress */
+    int64_t epoch_done, global_step, tokens_seen;
+    pt_history h;
+    double t0, trained_seconds;
+    int64_t tokens_this_run, steps_this_run, total_steps;
+    bool progress;
+} pt_run;
+
+/* ---- small helpers ------------------------------------------------------------------ */
+
+static char *read_file(const char *path, size_t *len, int *rc)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        *rc = tg_cli_error(CMD, "--text: cannot open '%.300s': %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap) break;
+        char *nb = cap < ((size_t)1 << 32) ? realloc(buf, cap * 2) : NULL;
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = nb, cap *= 2;
+    }
+    bool err = ferror(f);
+    fclose(f);
+    if (!buf || err) {
+        free(buf);
+        *rc = tg_cli_error(CMD, "--text: cannot read '%.300s'%s", path, buf ? "" : " (out of memory or over 4 GiB)");
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+/* FNV-1a: a checkpoint remembers which text it was trained on. */
+static uint64_t fnv1a(const char *s, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return h;
+}
+
+static int history_add_row(pt_history *h, pt_row r)
+{
+    if (h->n_rows == h->cap_rows) {
+        int64_t cap = h->cap_rows ? h->cap_rows * 2 : 64;
+        pt_row *nr = realloc(h->rows, sizeof *nr * (size_t)cap);
+        if (!nr) return -1;
+        h->rows = nr, h->cap_rows = cap;
+    }
+    h->rows[h->n_rows++] = r;
+    return 0;
+}
+
+static int history_add_sample(pt_history *h, char *s)
+{
+    char **ns = realloc(h->samples, sizeof *ns * (size_t)(h->n_samples + 1));
+    if (!ns) return -1;
+    h->samples = ns;
+    h->samples[h->n_samples++] = s;
+    return 0;
+}
+
+static void history_free(pt_history *h)
+{
+    free(h->rows);
+    for (int64_t i = 0; i < h->n_samples; i++) free(h->samples[i]);
+    free(h->samples);
+    memset(h, 0, sizeof *h);
+}
+
+static void print_row(const pt_row *r)
+{
+    printf("Ep %lld (Step %06lld): Train loss %.3f, Val loss %.3f\n", (long long)r->epoch, (long long)r->step, r->train,
+           r->val);
+}
+
+/* ---- the progress line (stderr, when it is a terminal) ---------------------------------- */
+
+static void progress_clear(const pt_run *r)
+{
+    if (r->progress) fputs("\r\033[K", stderr);
+}
+
+static void progress_draw(const pt_run *r, int64_t epoch, int64_t batch, int64_t nbatches)
+{
+    if (!r->progress) return;
+    double el = tg_cli_now() - r->t0;
+    double tps = el > 0 ? (double)r->tokens_this_run / el : 0;
+    int64_t left = r->total_steps - r->global_step - 1;
+    double sps = el > 0 && r->steps_this_run > 0 ? (double)r->steps_this_run / el : 0;
+    double eta = sps > 0 ? (double)left / sps : 0;
+    fprintf(stderr, "\r\033[Kepoch %lld/%lld  batch %lld/%lld  step %lld/%lld  %.0f tokens/s  %d:%02d left",
+            (long long)epoch, (long long)r->a->epochs, (long long)batch, (long long)nbatches,
+            (long long)r->global_step + 1, (long long)r->total_steps, tps, (int)(eta / 60), (int)fmod(eta, 60));
+    fflush(stderr);
+}
+
+/* ---- the book's functions ----------------------------------------------------------------- */
+
+/* calc_loss_batch: cross_entropy(logits.flatten(0, 1), target.flatten()). */
+static tg_tensor *loss_batch(pt_run *r, tg_tensor *x, tg_tensor *y)
+{
+    tg_tape *tp = r->step_tape;
+    tg_tensor *logits = tg_module_forward(tp, r->gpt, x);
+    if (!logits) return NULL;
+    int64_t flat[2] = {-1, logits->shape[2]}, n = -1;
+    return tg_cross_entropy(tp, tg_view(tp, logits, 2, flat), tg_view(tp, y, 1, &n), TG_REDUCE_MEAN);
+}
+
+/* calc_loss_loader(loader, model, num_batches): starting the iteration draws
+ * as PyTorch's does; the mean of the first num_batches batch losses. */
+static int loss_loader(pt_run *r, tg_loader *l, int64_t num_batches, double *out)
+{
+    int64_t len = tg_loader_len(l);
+    if (len == 0) return *out = NAN, 0;
+    if (num_batches > len) num_batches = len;
+    tg_loader_iter *it = tg_loader_iter_new(l);
+    if (!it) return -1;
+    double total = 0;
+    int st = 0;
+    for (int64_t i = 0; i < num_batches && !st; i++) {
+        tg_tensor *x, *y, *loss = NULL;
+        if (tg_loader_iter_next(it, r->step_tape, &x, &y) == 1) loss = loss_batch(r, x, y);
+        if (loss)
+            total += tg_item(loss);
+        else
+            st = -1;
+        tg_tape_reset(r->step_tape);
+    }
+    tg_loader_iter_free(it);
+    *out = total / (double)num_batches;
+    return st;
+}
+
+/* evaluate_model: eval mode, no grad, both loaders. */
+static int evaluate(pt_run *r, double *train, double *val)
+{
+    tg_module_train(r->gpt, false);
+    bool prev = tg_set_grad_enabled(false);
+    int st = loss_loader(r, r->train, r->a->eval_iter, train);
+    if (!st) st = loss_loader(r, r->val, r->a->eval_iter, val);
+    tg_set_grad_enabled(prev);
+    tg_module_train(r->gpt, true);
+    return st;
+}
+
+/* generate_and_print_sample: greedy, newlines shown as spaces. */
+static char *sample(pt_run *r)
+{
+    size_t n = r->n_start + (size_t)r->a->sample_tokens;
+    int64_t *ids = malloc(sizeof *ids * n), got = 0;
+    char *text = NULL;
+    size_t len = 0;
+    tg_generate_options o = {.max_new_tokens = r->a->sample_tokens, .eos_id = -1};
+    if (ids && tg_gpt_generate(r->gpt, r->start_ids, (int64_t)r->n_start, &o, ids, &got) == TG_OK &&
+        tg_tokenizer_decode_text(r->tok, ids, (size_t)got, &text, &len) == TG_OK) {
+        for (size_t i = 0; i < len; i++)
+            if (text[i] == '\n') text[i] = ' ';
+    } else if (!ids) {
+        tg_error("out of memory");
+    }
+    free(ids);
+    return text;
+}
+
+/* ---- checkpoints ------------------------------------------------------------------------- */
+
+/* What must agree for a checkpoint to continue this run. */
+enum {
+    CK_VOCAB, CK_CONTEXT, CK_EMB, CK_HEADS, CK_LAYERS, CK_QKV, CK_SEED, CK_BATCH, CK_STRIDE, CK_EVAL_FREQ,
+    CK_EVAL_ITER, CK_SAMPLE_TOKENS, CK_TEXT_HASH, CK_WARMUP, CK_NKEYS
+};
+static const char *const ck_names[CK_NKEYS] = {
+    "--vocab", "--context", "--emb", "--heads", "--layers", "--qkv-bias", "--seed", "--batch", "--stride",
+    "--eval-freq", "--eval-iter", "--sample-tokens", "--text (its contents)", "--warmup"};
+enum { CKF_DROPOUT, CKF_LR, CKF_WD, CKF_RATIO, CKF_INITIAL, CKF_MIN, CKF_CLIP, CKF_NKEYS };
+static const char *const ckf_names[CKF_NKEYS] = {"--dropout", "--lr", "--weight-decay", "--train-ratio",
+                                                 "--initial-lr", "--min-lr", "--clip-grad-norm"};
+#define CK_FORMAT 1
+
+static void settings(const pt_run *r, int64_t *iv, double *fv)
+{
+    const pt_args *a = r->a;
+    iv[CK_VOCAB] = r->cfg.vocab_size, iv[CK_CONTEXT] = r->cfg.context_length, iv[CK_EMB] = r->cfg.emb_dim;
+    iv[CK_HEADS] = r->cfg.n_heads, iv[CK_LAYERS] = r->cfg.n_layers, iv[CK_QKV] = r->cfg.qkv_bias;
+    iv[CK_SEED] = (int64_t)r->seed, iv[CK_BATCH] = a->batch, iv[CK_STRIDE] = a->stride;
+    iv[CK_EVAL_FREQ] = a->eval_freq, iv[CK_EVAL_ITER] = a->eval_iter, iv[CK_SAMPLE_TOKENS] = a->sample_tokens;
+    iv[CK_TEXT_HASH] = (int64_t)r->text_hash, iv[CK_WARMUP] = a->warmup_seen ? a->warmup : -1;
+    fv[CKF_DROPOUT] = r->cfg.drop_rate, fv[CKF_LR] = a->lr, fv[CKF_WD] = a->weight_decay;
+    fv[CKF_RATIO] = a->train_ratio, fv[CKF_INITIAL] = a->initial_lr, fv[CKF_MIN] = a->min_lr;
+    fv[CKF_CLIP] = a->clip_seen ? a->clip : -1;
+}
+
+/* Model ("model." + state_dict keys), optimizer ("optimizer." + its keys),
+ * the default generator, progress, settings and the table so far, in one
+ * safetensors file written atomically (a temporary file, then rename). */
+static int save_checkpoint(pt_run *r, const char *path)
+{
+    tg_tape *tp = tg_tape_new();
+    if (!tp) return tg_cli_error(CMD, "--checkpoint: out of memory");
+    tg_named_list ms, os;
+    int rc = TG_CLI_OK;
+    if (tg_module_state_dict(tp, r->gpt, &ms) != TG_OK || tg_optimizer_state_dict(tp, r->opt, &os) != TG_OK) {
+        tg_tape_free(tp);
+        return tg_cli_lib_error(CMD, "--checkpoint");
+    }
+    int n = ms.n + os.n + 6;
+    tg_named_tensor *items = tg_tape_alloc(tp, sizeof *items * (size_t)n, false);
+    int64_t iv[CK_NKEYS];
+    double fv[CKF_NKEYS];
+    settings(r, iv, fv);
+    int64_t prog[4] = {CK_FORMAT, r->epoch_done, r->global_step, r->tokens_seen};
+    int64_t s4 = 4, sk = CK_NKEYS, sf = CKF_NKEYS, sh[2] = {r->h.n_rows, 5};
+    size_t sample_bytes = 0;
+    for (int64_t i = 0; i < r->h.n_samples; i++) sample_bytes += strlen(r->h.samples[i]) + 1;
+    int64_t sb = (int64_t)sample_bytes, gs = TG_GENERATOR_STATE_BYTES;
+    tg_tensor *t_prog = tg_from_data(tp, TG_I64, 1, &s4, prog);
+    tg_tensor *t_iv = tg_from_data(tp, TG_I64, 1, &sk, iv);
+    tg_tensor *t_fv = tg_from_data(tp, TG_F64, 1, &sf, fv);
+    tg_tensor *t_rows = tg_empty(tp, TG_F64, 2, sh);
+    tg_tensor *t_samples = tg_empty(tp, TG_U8, 1, &sb);
+    tg_tensor *t_rng = tg_empty(tp, TG_U8, 1, &gs);
+    if (!items || !t_prog || !t_iv || !t_fv || !t_rows || !t_samples || !t_rng) {
+        tg_tape_free(tp);
+        return tg_cli_error(CMD, "--checkpoint: out of memory");
+    }
+    double *rows = t_rows->data;
+    for (int64_t i = 0; i < r->h.n_rows; i++) {
+        const pt_row *w = &r->h.rows[i];
+        double v[5] = {(double)w->epoch, (double)w->step, w->train, w->val, (double)w->tokens};
+        memcpy(rows + 5 * i, v, sizeof v);
+    }
+    char *sp = t_samples->data;
+    for (int64_t i = 0; i < r->h.n_samples; i++) {
+        size_t l = strlen(r->h.samples[i]) + 1;
+        memcpy(sp, r->h.samples[i], l);
+        sp += l;
+    }
+    tg_generator_get_state(tg_default_generator(), t_rng->data, TG_GENERATOR_STATE_BYTES);
+    int k = 0;
+    char **names = tg_tape_alloc(tp, sizeof *names * (size_t)n, false);
+    for (int i = 0; names && i < ms.n + os.n; i++) {
+        bool model = i < ms.n;
+        const char *key = model ? ms.names[i] : os.names[i - ms.n];
+        size_t l = strlen(key) + 16;
+        if (!(names[i] = tg_tape_alloc(tp, l, false))) break;
+        snprintf(names[i], l, "%s%s", model ? "model." : "optimizer.", key);
+        items[k++] = (tg_named_tensor){names[i], model ? ms.tensors[i] : os.tensors[i - ms.n]};
+    }
+    if (k != ms.n + os.n) {
+        tg_tape_free(tp);
+        return tg_cli_error(CMD, "--checkpoint: out of memory");
+    }
+    items[k++] = (tg_named_tensor){"train.progress", t_prog};
+    items[k++] = (tg_named_tensor){"train.settings", t_iv};
+    items[k++] = (tg_named_tensor){"train.settings_f64", t_fv};
+    items[k++] = (tg_named_tensor){"train.rows", t_rows};
+    items[k++] = (tg_named_tensor){"train.samples", t_samples};
+    items[k++] = (tg_named_tensor){"rng.default", t_rng};
+    if (tg_safetensors_save(path, items, k) != TG_OK) rc = tg_cli_lib_error(CMD, "--checkpoint");
+    tg_tape_free(tp);
+    return rc;
+}
+
+static const tg_tensor *need(const tg_safetensors *f, const char *name, tg_dtype dt, int64_t numel, const char *path)
+{
+    const tg_tensor *t = tg_safetensors_get(f, name);
+    if (!t) {
+        tg_cli_error(CMD, "--resume: '%.300s' is not a tapegrad pretrain checkpoint (no '%s')", path, name);
+        return NULL;
+    }
+    if (t->dtype != dt || (numel >= 0 && tg_numel(t) != numel)) {
+        tg_cli_error(CMD, "--resume: '%.300s': '%s' has the wrong type or size", path, name);
+        return NULL;
+    }
+    return t;
+}
+
+/* The parts of a checkpoint whose names start with prefix, prefix removed. */
+static int part(tg_tape *tp, const tg_safetensors *f, const char *prefix, tg_named_list *out)
+{
+    size_t pl = strlen(prefix);
+    out->n = 0;
+    out->names = tg_tape_alloc(tp, sizeof *out->names * (size_t)(f->n ? f->n : 1), false);
+    out->tensors = tg_tape_alloc(tp, sizeof *out->tensors * (size_t)(f->n ? f->n : 1), false);
+    if (!out->names || !out->tensors) return -1;
+    for (int i = 0; i < f->n; i++)
+        if (strncmp(f->names[i], prefix, pl) == 0) {
+            out->names[out->n] = f->names[i] + pl;
+            out->tensors[out->n++] = f->tensors[i];
+        }
+    return 0;
+}
+
+static int load_checkpoint(pt_run *r, const char *path)
+{
+    tg_tape *tp = tg_tape_new();
+    if (!tp) return tg_cli_error(CMD, "--resume: out of memory");
+    tg_safetensors f;
+    int rc = TG_CLI_OK;
+    if (tg_safetensors_load(tp, path, &f) != TG_OK) {
+        rc = tg_cli_lib_error(CMD, "--resume");
+        goto done;
+    }
+    const tg_tensor *prog = need(&f, "train.progress", TG_I64, 4, path);
+    const tg_tensor *iv = prog ? need(&f, "train.settings", TG_I64, CK_NKEYS, path) : NULL;
+    const tg_tensor *fv = iv ? need(&f, "train.settings_f64", TG_F64, CKF_NKEYS, path) : NULL;
+    const tg_tensor *rows = fv ? need(&f, "train.rows", TG_F64, -1, path) : NULL;
+    const tg_tensor *samples = rows ? need(&f, "train.samples", TG_U8, -1, path) : NULL;
+    const tg_tensor *rng = samples ? need(&f, "rng.default", TG_U8, TG_GENERATOR_STATE_BYTES, path) : NULL;
+    if (!rng) {
+        rc = TG_CLI_USAGE;
+        goto done;
+    }
+    const int64_t *p = prog->data;
+    if (p[0] != CK_FORMAT) {
+        rc = tg_cli_error(CMD, "--resume: '%.300s' has checkpoint format %lld, this tapegrad writes %d", path,
+                          (long long)p[0], CK_FORMAT);
+        goto done;
+    }
+    int64_t want_i[CK_NKEYS];
+    double want_f[CKF_NKEYS];
+    settings(r, want_i, want_f);
+    const int64_t *hi = iv->data;
+    const double *hf = fv->data;
+    for (int k = 0; k < CK_NKEYS; k++)
+        if (hi[k] != want_i[k]) {
+            rc = k == CK_TEXT_HASH
+                     ? tg_cli_error(CMD, "--resume: '%.300s' was trained on another text", path)
+                     : tg_cli_error(CMD, "--resume: '%.300s' belongs to another run: it has %s %lld, this run %lld",
+                                    path, ck_names[k], (long long)hi[k], (long long)want_i[k]);
+            goto done;
+        }
+    for (int k = 0; k < CKF_NKEYS; k++)
+        if (!(hf[k] == want_f[k])) {
+            rc = tg_cli_error(CMD, "--resume: '%.300s' belongs to another run: it has %s %g, this run %g", path,
+                              ckf_names[k], hf[k], want_f[k]);
+            goto done;
+        }
+    int64_t nrows = rows->ndim == 2 && rows->shape[1] == 5 ? rows->shape[0] : -1;
+    if (p[1] < 0 || p[1] > INT32_MAX || p[2] < -1 || p[3] < 0 || nrows < 0) {
+        rc = tg_cli_error(CMD, "--resume: '%.300s': corrupt progress record", path);
+        goto done;
+    }
+    /* the samples: one NUL-terminated string per finished epoch */
+    const char *sp = samples->data;
+    int64_t sl = tg_numel(samples), nsamp = 0;
+    for (int64_t i = 0; i < sl; i++) nsamp += sp[i] == '\0';
+    if (nsamp != p[1] || (sl > 0 && sp[sl - 1] != '\0')) {
+        rc = tg_cli_error(CMD, "--resume: '%.300s': corrupt sample record", path);
+        goto done;
+    }
+    tg_named_list ms, os;
+    if (part(tp, &f, "model.", &ms) || part(tp, &f, "optimizer.", &os)) {
+        rc = tg_cli_error(CMD, "--resume: out of memory");
+        goto done;
+    }
+    /* checks everything first; only then the model, optimizer and generator change */
+    if (tg_module_load_state_dict(r->gpt, &ms) != TG_OK) {
+        rc = tg_cli_lib_error(CMD, "--resume: the model in the checkpoint");
+        goto done;
+    }
+    if (tg_optimizer_load_state_dict(r->opt, &os) != TG_OK) {
+        rc = tg_cli_lib_error(CMD, "--resume: the optimizer in the checkpoint");
+        goto done;
+    }
+    if (tg_generator_set_state(tg_default_generator(), rng->data, TG_GENERATOR_STATE_BYTES) != TG_OK) {
+        rc = tg_cli_lib_error(CMD, "--resume: the generator state in the checkpoint");
+        goto done;
+    }
+    r->epoch_done = p[1], r->global_step = p[2], r->tokens_seen = p[3];
+    const double *rv = rows->data;
+    for (int64_t i = 0; i < nrows && rc == TG_CLI_OK; i++) {
+        pt_row w = {(int64_t)rv[5 * i], (int64_t)rv[5 * i + 1], (int64_t)rv[5 * i + 4], rv[5 * i + 2], rv[5 * i + 3]};
+        if (history_add_row(&r->h, w)) rc = tg_cli_error(CMD, "out of memory");
+    }
+    for (int64_t i = 0, off = 0; i < nsamp && rc == TG_CLI_OK; i++) {
+        char *s = strdup(sp + off);
+        off += (int64_t)strlen(sp + off) + 1;
+        if (!s || history_add_sample(&r->h, s)) {
+            free(s);
+            rc = tg_cli_error(CMD, "out of memory");
+        }
+    }
+done:
+    tg_tape_free(tp);
+    return rc;
+}
+
+/* ---- the plot ------------------------------------------------------------------------------- */
+
+/* The book's plot_losses: train and validation loss against epochs
+ * (linspace(0, epochs, rows)), tokens seen on a second x axis at the top. */
+static int write_plot(const pt_run *r, const char *path)
+{
+    int64_t n = r->h.n_rows;
+    const double W = 720, H = 460, L = 70, R = 30, T = 70, Bm = 60;
+    double pw = W - L - R, ph = H - T - Bm;
+    double lo = INFINITY, hi = -INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        double v[2] = {r->h.rows[i].train, r->h.rows[i].val};
+        for (int k = 0; k < 2; k++)
+            if (isfinite(v[k])) lo = fmin(lo, v[k]), hi = fmax(hi, v[k]);
+    }
+    if (!(lo <= hi)) lo = 0, hi = 1;
+    double ystep = tg_cli_nice_step((hi - lo) / 5);
+    lo = floor(lo / ystep) * ystep, hi = ceil(hi / ystep) * ystep;
+    if (hi <= lo) hi = lo + ystep;
+    double ep = (double)r->a->epochs;
+    double tmax = n ? (double)r->h.rows[n - 1].tokens : 1;
+    tg_cli_svg *s = tg_cli_svg_open(path, W, H);
+    if (!s) return tg_cli_error(CMD, "--plot: cannot open '%.300s' for writing: %s", path, strerror(errno));
+    FILE *f = tg_cli_svg_file(s);
+#define XP(e) (L + pw * (e) / ep)
+#define YP(v) (T + ph * (1.0 - ((v) - lo) / (hi - lo)))
+    /* axes, grid and ticks */
+    for (double v = lo; v <= hi + ystep / 2; v += ystep) {
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>\n", L, YP(v), L + pw, YP(v));
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", L - 6, YP(v) + 4, v);
+    }
+    double estep = tg_cli_nice_step(ep / 8);
+    if (estep < 1) estep = 1;
+    for (double e = 0; e <= ep + 1e-9; e += estep) {
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\"/>\n", XP(e), T + ph, XP(e),
+                T + ph + 5);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n", XP(e), T + ph + 19, e);
+    }
+    /* tokens seen: row i sits at epoch linspace(0, epochs, n)[i]; ticks at rows spread over the axis */
+    double tstep = tg_cli_nice_step(tmax / 5);
+    for (double t = 0; n > 1 && tmax > 0 && t <= tmax + 1e-9; t += tstep) {
+        /* where t tokens falls on the epoch axis: interpolate between rows */
+        double x = 0;
+        for (int64_t i = 1; i < n; i++) {
+            double t0 = (double)r->h.rows[i - 1].tokens, t1 = (double)r->h.rows[i].tokens;
+            if (t <= t1 || i == n - 1) {
+                double u = t1 > t0 ? (t - t0) / (t1 - t0) : 0;
+                x = ((double)(i - 1) + u) * ep / (double)(n - 1);
+                break;
+            }
+        }
+        if (x < 0 || x > ep + 1e-9) continue;
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\"/>\n", XP(x), T, XP(x), T - 5);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n", XP(x), T - 9, t);
+    }
+    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#000\"/>\n", L, T, pw, ph);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">Epochs</text>\n", L + pw / 2, H - 18);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">Tokens seen</text>\n", L + pw / 2, T - 30);
+    fprintf(f, "<text x=\"18\" y=\"%.1f\" text-anchor=\"middle\" transform=\"rotate(-90 18 %.1f)\">Loss</text>\n",
+            T + ph / 2, T + ph / 2);
+    fprintf(f, "<text x=\"%.1f\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">", W / 2);
+    tg_cli_svg_escape(f, "tapegrad pretrain: ");
+    tg_cli_svg_escape(f, r->a->text);
+    fputs("</text>\n", f);
+    /* the two curves: training solid, validation dash-dot (the book's "-.") */
+    const char *style[2] = {"stroke=\"#1f77b4\"", "stroke=\"#ff7f0e\" stroke-dasharray=\"8 3 2 3\""};
+    for (int k = 0; k < 2 && n > 0; k++) {
+        fprintf(f, "<polyline fill=\"none\" stroke-width=\"1.8\" %s points=\"", style[k]);
+        for (int64_t i = 0; i < n; i++) {
+            double v = k ? r->h.rows[i].val : r->h.rows[i].train;
+            if (!isfinite(v)) continue;
+            double e = n > 1 ? ep * (double)i / (double)(n - 1) : 0;
+            fprintf(f, "%s%.1f,%.1f", i ? " " : "", XP(e), YP(v));
+        }
+        fputs("\"/>\n", f);
+    }
+    /* legend, upper right */
+    double lx = L + pw - 150, ly = T + 14;
+    const char *label[2] = {"Training loss", "Validation loss"};
+    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"142\" height=\"44\" fill=\"white\" stroke=\"#ccc\"/>\n", lx - 6, ly - 8);
+    for (int k = 0; k < 2; k++) {
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke-width=\"1.8\" %s/>\n", lx, ly + 20 * k + 6,
+                lx + 30, ly + 20 * k + 6, style[k]);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n", lx + 38, ly + 20 * k + 10, label[k]);
+    }
+#undef XP
+#undef YP
+    if (tg_cli_svg_close(s) != 0) return tg_cli_error(CMD, "--plot: cannot write '%.300s': %s", path, strerror(errno));
+    return TG_CLI_OK;
+}
+
+/* ---- the run ---------------------------------------------------------------------------------- */
+
+static void json_out(const pt_run *r, double seconds)
+{
+    json_t *o = json_object(), *rows = json_array(), *samples = json_array();
+    for (int64_t i = 0; i < r->h.n_rows; i++) {
+        const pt_row *w = &r->h.rows[i];
+        json_t *row = json_object();
+        json_object_set_new(row, "epoch", json_integer(w->epoch));
+        json_object_set_new(row, "step", json_integer(w->step));
+        json_object_set_new(row, "train_loss", isfinite(w->train) ? json_real(w->train) : json_null());
+        json_object_set_new(row, "val_loss", isfinite(w->val) ? json_real(w->val) : json_null());
+        json_object_set_new(row, "tokens_seen", json_integer(w->tokens));
+        json_array_append_new(rows, row);
+    }
+    for (int64_t i = 0; i < r->h.n_samples; i++)
+        json_array_append_new(samples, json_string(r->h.samples[i]));
+    json_object_set_new(o, "rows", rows);
+    json_object_set_new(o, "samples", samples);
+    json_object_set_new(o, "seconds", json_real(seconds));
+    json_object_set_new(o, "tokens_per_s", json_real(seconds > 0 ? (double)r->tokens_this_run / seconds : 0.0));
+    tg_cli_print_json(CMD, o, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(17));
+}
+
+/* One optimizer step on one batch (the book's inner loop body). */
+static int train_step(pt_run *r, tg_tensor *x, tg_tensor *y, double *loss_out)
+{
+    const pt_args *a = r->a;
+    if (a->warmup_seen) {
+        tg_lr_schedule s = {a->initial_lr, a->lr, a->min_lr, a->warmup, r->total_steps};
+        tg_optimizer_set_lr(r->opt, tg_lr_schedule_at(&s, r->global_step + 1));
+    }
+    tg_optimizer_zero_grad(r->opt);
+    tg_tensor *loss = loss_batch(r, x, y);
+    if (!loss || tg_backward(loss, NULL, false) != TG_OK) return -1;
+    *loss_out = tg_item(loss);
+    /* appendix D: clipping once the warm-up is over */
+    if (a->clip_seen && (!a->warmup_seen || r->global_step + 1 > a->warmup) &&
+        tg_optimizer_clip_grad_norm_(r->opt, a->clip, 2.0, NULL) != TG_OK)
+        return -1;
+    if (tg_optimizer_step(r->opt) != TG_OK) return -1;
+    tg_tape_reset(r->step_tape);
+    return 0;
+}
+
+/* One epoch: for input_batch, target_batch in train_loader: ... */
+static int epoch_loop(pt_run *r, tg_loader_iter *it, int64_t epoch, int64_t nb)
+{
+    const pt_args *a = r->a;
+    for (int64_t b = 0;; b++) {
+        tg_tensor *x, *y;
+        int got = tg_loader_iter_next(it, r->step_tape, &x, &y);
+        if (got < 0) return tg_cli_lib_error(CMD, NULL);
+        if (got == 0) return TG_CLI_OK;
+        double loss;
+        int64_t ntok = tg_numel(x); /* x lives in the step tape, reset by the step */
+        if (train_step(r, x, y, &loss)) return tg_cli_lib_error(CMD, "training step");
+        if (!isfinite(loss)) {
+            progress_clear(r);
+            fflush(stdout);
+            tg_cli_error(CMD, "the loss diverged to %g at step %lld (try a smaller --lr)", loss,
+                         (long long)r->global_step + 1);
+            return TG_CLI_FAIL;
+        }
+        r->tokens_seen += ntok;
+        r->tokens_this_run += ntok;
+        r->global_step++;
+        r->steps_this_run++;
+        if (r->global_step % a->eval_freq == 0) {
+            pt_row w = {epoch + 1, r->global_step, r->tokens_seen, 0, 0};
+            if (evaluate(r, &w.train, &w.val)) return tg_cli_lib_error(CMD, "evaluation");
+            if (history_add_row(&r->h, w)) return tg_cli_error(CMD, "out of memory");
+            progress_clear(r);
+            print_row(&w);
+            fflush(stdout);
+        }
+        progress_draw(r, epoch + 1, b + 1, nb);
+    }
+}
+
+static int train(pt_run *r)
+{
+    const pt_args *a = r->a;
+    int64_t nb = tg_loader_len(r->train);
+    r->total_steps = nb * a->epochs;
+    if (a->warmup_seen) {
+        tg_lr_schedule s = {a->initial_lr, a->lr, a->min_lr, a->warmup, r->total_steps};
+        if (tg_lr_schedule_check(&s) != TG_OK)
+            return tg_cli_error(CMD, "--warmup %lld: the run has %lld steps (%lld batches x %lld epochs); %s",
+                                (long long)a->warmup, (long long)r->total_steps, (long long)nb, (long long)a->epochs,
+                                tg_last_error());
+    }
+    /* a resumed run prints the table so far first, so its output equals an
+     * uninterrupted run's */
+    for (int64_t e = 1, i = 0; e <= r->epoch_done; e++) {
+        for (; i < r->h.n_rows && r->h.rows[i].epoch == e; i++) print_row(&r->h.rows[i]);
+        puts(r->h.samples[e - 1]);
+    }
+    fflush(stdout);
+    if (r->epoch_done >= a->epochs) {
+        fprintf(stderr, "tapegrad pretrain: the checkpoint is at epoch %lld of %lld: nothing to train\n",
+                (long long)r->epoch_done, (long long)a->epochs);
+        return TG_CLI_OK;
+    }
+    r->t0 = tg_cli_now();
+    int rc = TG_CLI_OK;
+    for (int64_t epoch = r->epoch_done; epoch < a->epochs && rc == TG_CLI_OK; epoch++) {
+        tg_module_train(r->gpt, true);
+        tg_loader_iter *it = tg_loader_iter_new(r->train);
+        if (!it) return tg_cli_lib_error(CMD, NULL);
+        rc = epoch_loop(r, it, epoch, nb);
+        tg_loader_iter_free(it);
+        if (rc != TG_CLI_OK) return rc;
+        r->trained_seconds = tg_cli_now() - r->t0;
+        char *s = sample(r);
+        if (!s) return tg_cli_lib_error(CMD, "sample");
+        if (history_add_sample(&r->h, s)) {
+            free(s);
+            return tg_cli_error(CMD, "out of memory");
+        }
+        progress_clear(r);
+        puts(s);
+        fflush(stdout);
+        r->epoch_done = epoch + 1;
+        if (a->checkpoint) rc = save_checkpoint(r, a->checkpoint);
+    }
+    progress_clear(r);
+    return rc;
+}
+
+/* Reads, splits and tokenizes the text; builds the loaders. */
+static int prepare_data(pt_run *r, tg_text_dataset **dtrain, tg_text_dataset **dval)
+{
+    const pt_args *a = r->a;
+    size_t len, cut;
+    int rc = TG_CLI_OK;
+    char *text = read_file(a->text, &len, &rc);
+    if (!text) return rc;
+    int64_t *ids[2] = {NULL, NULL};
+    size_t nid[2] = {0, 0};
+    if (len == 0) {
+        rc = tg_cli_error(CMD, "--text: '%.300s' is empty", a->text);
+    } else if (tg_text_split(text, len, a->train_ratio, &cut) != TG_OK) {
+        rc = tg_cli_error(CMD, "--text: '%.300s': %s", a->text, tg_last_error());
+    } else {
+        r->text_hash = fnv1a(text, len);
+        for (int k = 0; k < 2 && rc == TG_CLI_OK; k++)
+            if (tg_tokenizer_encode(r->tok, k ? text + cut : text, k ? len - cut : cut, &ids[k], &nid[k]) != TG_OK)
+                rc = tg_cli_lib_error(CMD, "--text");
+    }
+    free(text);
+    int64_t ctx = r->cfg.context_length;
+    for (int k = 0; k < 2 && rc == TG_CLI_OK; k++) {
+        const char *what = k ? "validation" : "training";
+        tg_text_dataset *d = tg_text_dataset_new(ids[k], (int64_t)nid[k], ctx, a->stride);
+        if (!d) {
+            rc = tg_cli_lib_error(CMD, NULL);
+            break;
+        }
+        *(k ? dval : dtrain) = d;
+        int64_t need = k ? 1 : a->batch;
+        if (tg_text_dataset_len(d) < need)
+            rc = tg_cli_error(CMD,
+                              "--text: the %s part of '%.300s' has %zu ids, %lld window%s of %lld; it needs "
+                              "at least %lld (a longer text, a smaller --context or --batch, or another "
+                              "--train-ratio)",
+                              what, a->text, nid[k], (long long)tg_text_dataset_len(d),
+                              tg_text_dataset_len(d) == 1 ? "" : "s", (long long)ctx + 1, (long long)need);
+    }
+    for (int k = 0; k < 2 && rc == TG_CLI_OK; k++) {
+        for (size_t i = 0; i < nid[k]; i++)
+            if (ids[k][i] >= r->cfg.vocab_size) {
+                rc = tg_cli_error(CMD, "--text: id %lld is outside the model's vocabulary (--vocab %lld)",
+                                  (long long)ids[k][i], (long long)r->cfg.vocab_size);
+                break;
+            }
+    }
+    free(ids[0]);
+    free(ids[1]);
+    if (rc != TG_CLI_OK) return rc;
+    tg_loader_options ot = {.batch_size = a->batch, .shuffle = true, .drop_last = true};
+    tg_loader_options ov = {.batch_size = a->batch, .shuffle = false, .drop_last = false};
+    r->train = tg_text_loader_new(*dtrain, ot);
+    r->val = r->train ? tg_text_loader_new(*dval, ov) : NULL;
+    return r->val ? TG_CLI_OK : tg_cli_lib_error(CMD, NULL);
+}
+
+static int run(pt_run *r, const tg_cli_model *m)
+{
+    const pt_args *a = r->a;
+    tg_text_dataset *dtrain = NULL, *dval = NULL;
+    int rc = TG_CLI_OK;
+    r->tok = tg_cli_tokenizer();
+    if (!r->tok) return tg_cli_lib_error(CMD, NULL);
+    if (tg_tokenizer_encode(r->tok, a->start, strlen(a->start), &r->start_ids, &r->n_start) != TG_OK)
+        return tg_cli_lib_error(CMD, "--start");
+    if (r->n_start == 0) return tg_cli_error(CMD, "--start: the start text is empty");
+    for (size_t i = 0; i < r->n_start; i++)
+        if (r->start_ids[i] >= r->cfg.vocab_size)
+            return tg_cli_error(CMD, "--start: id %lld is outside the model's vocabulary (--vocab %lld)",
+                                (long long)r->start_ids[i], (long long)r->cfg.vocab_size);
+    /* the plot's file is opened at the end; a bad directory fails now, not after hours of training */
+    if (a->plot && access(a->plot, F_OK) != 0) {
+        FILE *f = fopen(a->plot, "w");
+        if (!f) return tg_cli_error(CMD, "--plot: cannot open '%.300s' for writing: %s", a->plot, strerror(errno));
+        fclose(f);
+        remove(a->plot);
+    }
+    if (a->fast_dropout) tg_generator_set_dropout_stream(NULL, TG_DROPOUT_COUNTER);
+
+    /* torch.manual_seed(123); train_loader = ...; val_loader = ... */
+    tg_manual_seed(r->seed);
+    rc = prepare_data(r, &dtrain, &dval);
+    /* torch.manual_seed(123); model = GPTModel(cfg); optimizer = AdamW(...) */
+    if (rc == TG_CLI_OK && !(r->gpt = tg_cli_model_build(r->model_tape, m, &r->cfg))) rc = tg_cli_lib_error(CMD, NULL);
+    if (rc == TG_CLI_OK) {
+        tg_module_set_fused(r->gpt, !a->composed);
+        tg_adam_options o = {a->lr, {0.9, 0.999}, 1e-8, a->weight_decay, false};
+        bool adam = strcmp(a->optimizer, "adam") == 0;
+        r->opt = adam ? tg_adam_new(r->model_tape, r->gpt, o) : tg_adamw_new(r->model_tape, r->gpt, o);
+        if (!r->opt) rc = tg_cli_lib_error(CMD, NULL);
+    }
+    if (rc == TG_CLI_OK && a->resume) rc = load_checkpoint(r, a->resume);
+    double t0 = tg_cli_now();
+    if (rc == TG_CLI_OK) rc = train(r);
+    double seconds = tg_cli_now() - t0;
+    if (rc == TG_CLI_OK && a->save && tg_module_save(r->gpt, a->save) != TG_OK) rc = tg_cli_lib_error(CMD, "--save");
+    if (rc == TG_CLI_OK && a->plot) rc = write_plot(r, a->plot);
+    if (rc == TG_CLI_OK && a->json) json_out(r, seconds);
+    if (rc == TG_CLI_OK && !a->json && r->steps_this_run > 0)
+        fprintf(stderr, "%lld steps in %.1f s (%.0f tokens/s)\n", (long long)r->steps_this_run, seconds,
+                seconds > 0 ? (double)r->tokens_this_run / seconds : 0.0);
+    tg_loader_free(r->train);
+    tg_loader_free(r->val);
+    tg_text_dataset_free(dtrain);
+    tg_text_dataset_free(dval);
+    return rc;
+}
+
+int tg_cmd_pretrain(int argc, char **argv)
+{
+    pt_args a = {.optimizer = "adamw", .start = "Every effort moves you", .batch = 2, .epochs = 10, .eval_freq = 5,
+                 .eval_iter = 5, .sample_tokens = 50, .lr = 4e-4, .weight_decay = 0.1, .train_ratio = 0.9,
+                 .initial_lr = 1e-5};
+    const tg_opt own[] = {
+        {"--text", TG_OPT_STRING, &a.text, 0, 0, 0, 0, false, NULL},
+        {"--batch", TG_OPT_INT, &a.batch, 1, 65536, 0, 0, false, NULL},
+        {"--epochs", TG_OPT_INT, &a.epochs, 1, 1000000, 0, 0, false, NULL},
+        {"--lr", TG_OPT_DOUBLE, &a.lr, 0, 0, 0.0, 10.0, false, NULL},
+        {"--weight-decay", TG_OPT_DOUBLE, &a.weight_decay, 0, 0, 0.0, 1e6, false, NULL},
+        {"--optimizer", TG_OPT_STRING, &a.optimizer, 0, 0, 0, 0, false, NULL},
+        {"--eval-freq", TG_OPT_INT, &a.eval_freq, 1, INT32_MAX, 0, 0, false, NULL},
+        {"--eval-iter", TG_OPT_INT, &a.eval_iter, 1, INT32_MAX, 0, 0, false, NULL},
+        {"--train-ratio", TG_OPT_DOUBLE, &a.train_ratio, 0, 0, 0.0, 1.0, true, NULL},
+        {"--stride", TG_OPT_INT, &a.stride, 1, INT32_MAX, 0, 0, false, &a.stride_seen},
+        {"--start", TG_OPT_STRING, &a.start, 0, 0, 0, 0, false, NULL},
+        {"--sample-tokens", TG_OPT_INT, &a.sample_tokens, 0, 100000, 0, 0, false, NULL},
+        {"--warmup", TG_OPT_INT, &a.warmup, 0, INT32_MAX, 0, 0, false, &a.warmup_seen},
+        {"--initial-lr", TG_OPT_DOUBLE, &a.initial_lr, 0, 0, 0.0, 10.0, false, &a.initial_seen},
+        {"--min-lr", TG_OPT_DOUBLE, &a.min_lr, 0, 0, 0.0, 10.0, false, &a.min_seen},
+        {"--clip-grad-norm", TG_OPT_DOUBLE, &a.clip, 0, 0, 1e-12, 1e12, false, &a.clip_seen},
+        {"--save", TG_OPT_STRING, &a.save, 0, 0, 0, 0, false, NULL},
+        {"--checkpoint", TG_OPT_STRING, &a.checkpoint, 0, 0, 0, 0, false, NULL},
+        {"--resume", TG_OPT_STRING, &a.resume, 0, 0, 0, 0, false, NULL},
+        {"--plot", TG_OPT_STRING, &a.plot, 0, 0, 0, 0, false, NULL},
+        {"--composed", TG_OPT_FLAG, &a.composed, 0, 0, 0, 0, false, NULL},
+        {"--fast-dropout", TG_OPT_FLAG, &a.fast_dropout, 0, 0, 0, 0, false, NULL},
+        {"--threads", TG_OPT_INT, &a.threads, 1, 1024, 0, 0, false, NULL},
+        {"--json", TG_OPT_FLAG, &a.json, 0, 0, 0, 0, false, NULL},
+    };
+    tg_cli_model m;
+    pt_run r = {.a = &a, .global_step = -1};
+    tg_cli_model_defaults(&m, 256);
+    tg_args_status st = tg_cli_model_parse(CMD, argc, argv, own, (int)(sizeof own / sizeof own[0]), &m, &r.cfg, help);
+    if (st != TG_ARGS_OK) return st == TG_ARGS_HELP ? TG_CLI_OK : TG_CLI_USAGE;
+    if (!a.text) return tg_cli_error(CMD, "--text PATH is required");
+    if (strcmp(a.optimizer, "adamw") != 0 && strcmp(a.optimizer, "adam") != 0)
+        return tg_cli_error(CMD, "--optimizer: expected adamw or adam, got '%.200s'", a.optimizer);
+    if (a.train_ratio <= 0) return tg_cli_error(CMD, "--train-ratio must be above 0, got %g", a.train_ratio);
+    if (!a.warmup_seen && (a.initial_seen || a.min_seen))
+        return tg_cli_error(CMD, "--initial-lr and --min-lr set the --warmup schedule: give --warmup too");
+    if (!a.min_seen) a.min_lr = a.initial_lr;
+    if (!a.stride_seen) a.stride = r.cfg.context_length;
+    r.seed = m.seed;
+    if (tg_cli_check_only) return TG_CLI_OK;
+#ifdef _OPENMP
+    if (a.threads) omp_set_num_threads((int)a.threads);
+#endif
+    r.progress = isatty(STDERR_FILENO) && !a.json;
+    r.model_tape = tg_tape_new();
+    r.step_tape = tg_tape_new();
+    int rc = r.model_tape && r.step_tape ? run(&r, &m) : tg_cli_error(CMD, "out of memory");
+    history_free(&r.h);
+    free(r.start_ids);
+    tg_tape_free(r.step_tape);
+    tg_tape_free(r.model_tape);
+    fflush(stdout);
+    return rc;
+}
