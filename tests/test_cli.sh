@@ -190,8 +190,51 @@ check_bench --threads 1 --dropout 0
 expect_contains "bench table" "GFLOP/s" "$TG" bench --batch 2 --tokens 6 --d-in 3 --d-out 2 --heads 2
 expect_contains "bench larger, fused" "(fused)" "$TG" bench --batch 2 --tokens 64 --d 32 --heads 4 --steps 2
 
+# ---- pretrain: resume equals an uninterrupted run; failed writes keep the checkpoint --------
+VERDICT=$(dirname "$0")/../data/the-verdict.txt
+TINY="--text $VERDICT --context 32 --emb 16 --heads 2 --layers 1 --train-ratio 0.2 --eval-freq 5 --eval-iter 2 --sample-tokens 5 --threads 1"
+# shellcheck disable=SC2086
+if "$TG" pretrain $TINY --epochs 2 >"$TMP/full.txt" 2>"$TMP/err"; then ok; else bad "pretrain tiny: $(head -1 "$TMP/err")"; fi
+if [ "$(grep -c '^Ep ' "$TMP/full.txt")" -ge 4 ] && [ "$(grep -c '^Every effort moves you' "$TMP/full.txt")" -eq 2 ]; then ok; else
+    bad "pretrain tiny: expected the table and two samples"; head -3 "$TMP/full.txt"; fi
+# shellcheck disable=SC2086
+if "$TG" pretrain $TINY --epochs 1 --checkpoint "$TMP/ck1" >/dev/null 2>"$TMP/err" &&
+    "$TG" pretrain $TINY --epochs 2 --resume "$TMP/ck1" --checkpoint "$TMP/ck2" >"$TMP/resumed.txt" 2>"$TMP/err" &&
+    cmp -s "$TMP/full.txt" "$TMP/resumed.txt"; then ok; else
+    bad "pretrain --resume: output differs from the uninterrupted run ($(head -1 "$TMP/err"))"; diff "$TMP/full.txt" "$TMP/resumed.txt" | head -5; fi
+# a checkpoint already at --epochs: nothing to train, the same table, exit 0
+# shellcheck disable=SC2086
+if "$TG" pretrain $TINY --epochs 2 --resume "$TMP/ck2" >"$TMP/again.txt" 2>"$TMP/err" && cmp -s "$TMP/full.txt" "$TMP/again.txt"; then ok; else
+    bad "pretrain --resume at the last epoch ($(head -1 "$TMP/err"))"; fi
+# --json: the rows, the samples, the time
+# shellcheck disable=SC2086
+if "$TG" pretrain $TINY --epochs 1 --json --plot "$TMP/loss.svg" >"$TMP/pt.json" 2>"$TMP/err" &&
+    tail -1 "$TMP/pt.json" | "$PY" -c '
+import json, sys
+o = json.loads(sys.stdin.read())
+assert set(o) == {"rows", "samples", "seconds", "tokens_per_s"}, o.keys()
+r = o["rows"][0]
+assert set(r) == {"epoch", "step", "train_loss", "val_loss", "tokens_seen"} and r["step"] == 0 and r["tokens_seen"] == 64, r
+assert len(o["samples"]) == 1 and o["samples"][0].startswith("Every effort moves you"), o["samples"]
+assert o["seconds"] > 0 and o["tokens_per_s"] > 0
+' && grep -q "Tokens seen" "$TMP/loss.svg" && grep -q "Validation loss" "$TMP/loss.svg"; then ok; else
+    bad "pretrain --json/--plot: $(head -1 "$TMP/err")"; fi
+# a write that fails (file size limit: EFBIG) is one line, exit 2, and the
+# previous checkpoint stays loadable
+cp "$TMP/ck1" "$TMP/ck1.orig"
+# shellcheck disable=SC2086
+(ulimit -f 64; trap '' XFSZ; "$TG" pretrain $TINY --epochs 2 --resume "$TMP/ck1" --checkpoint "$TMP/ck1" >/dev/null 2>"$TMP/err")
+st=$?
+if [ $st -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && cmp -s "$TMP/ck1" "$TMP/ck1.orig" && [ -z "$(ls "$TMP" | grep '^ck1\..*tmp')" ]; then ok; else
+    bad "pretrain: a failed checkpoint write: exit $st, $(head -2 "$TMP/err" | tr '\n' '|')"; ls "$TMP"; fi
+# a checkpoint of another model, and a truncated one
+# shellcheck disable=SC2086
+head -c 100000 "$TMP/ck1" >"$TMP/ck_trunc"
+printf 'x' >"$TMP/verdict_small.txt"
+{ head -c 3000 "$VERDICT"; printf 'caf\303 au lait'; } >"$TMP/bad_utf8.txt"
+
 # ---- help ---------------------------------------------------------------------------------
-for c in "" attention train bench tokenize summary generate; do
+for c in "" attention train bench tokenize summary generate pretrain; do
     if "$TG" $c --help >"$TMP/help" 2>&1 && grep -q "usage: tapegrad" "$TMP/help"; then ok; else bad "tapegrad $c --help"; fi
 done
 
@@ -304,6 +347,46 @@ generate --qkv-bias --hf $TMP/no/such/file.safetensors
 generate --prompt ''
 generate --prompt "$(printf 'bad \377')"
 generate --context 4 --vocab 100 --emb 8 --heads 2 --layers 1
+pretrain
+pretrain --text $TMP/no/such/file.txt
+pretrain --text $TMP/dir
+pretrain --text $TMP/empty.safetensors
+pretrain --text $TMP/verdict_small.txt
+pretrain --text $TMP/junk.safetensors --context 4
+pretrain --text $TMP/bad_utf8.txt --context 4
+pretrain --text $VERDICT --batch 0
+pretrain --text $VERDICT --epochs 0
+pretrain --text $VERDICT --lr -1
+pretrain --text $VERDICT --lr nan
+pretrain --text $VERDICT --weight-decay -0.1
+pretrain --text $VERDICT --train-ratio 0
+pretrain --text $VERDICT --train-ratio 1.5
+pretrain --text $VERDICT --stride 0
+pretrain --text $VERDICT --optimizer sgd
+pretrain --text $VERDICT --eval-freq 0
+pretrain --text $VERDICT --eval-iter -1
+pretrain --text $VERDICT --initial-lr 1e-4
+pretrain --text $VERDICT --clip-grad-norm 0
+pretrain --text $VERDICT --dropout 1
+pretrain --text $VERDICT --plot $TMP/no/such/dir/p.svg
+pretrain --text $VERDICT --checkpoint $TMP/no/such/dir/c.ckpt
+pretrain --text $VERDICT --save $TMP/no/such/dir/m.safetensors
+pretrain --text $VERDICT --checkpoint $TMP/dir
+pretrain --text $VERDICT --start ''
+pretrain --text $VERDICT --context 4096
+pretrain --text $VERDICT --batch 4000
+pretrain $TINY --train-ratio 0.999
+pretrain $TINY --vocab 100
+pretrain $TINY --warmup 100000
+pretrain $TINY --resume $TMP/no/such/file
+pretrain $TINY --resume $TMP/junk.safetensors
+pretrain $TINY --resume $TMP/ck_trunc
+pretrain $TINY --resume $TMP/mha.safetensors
+pretrain $TINY --emb 8 --resume $TMP/ck1
+pretrain $TINY --dropout 0.2 --resume $TMP/ck1
+pretrain $TINY --batch 3 --resume $TMP/ck1
+pretrain $TINY --train-ratio 0.3 --resume $TMP/ck1
+pretrain --text $VERDICT --bogus
 tokenize
 tokenize --text a --file b
 tokenize --text a --decode 1

@@ -5,10 +5,12 @@
  * tg_cli_main must return 0, 1 or 2 and never crash, leak or hit UB.
  *
  * Guards, so a fuzzing run stays fast and harmless:
- *   - No files: an input with any argument starting with --save, --load,
- *     --plot, --hf or --file is skipped (those read or write files, or
- *     standard input). The process also works
- *     in a fresh private temporary directory, in case another option ever does.
+ *   - No files: an input with any fuzzed argument starting with --save,
+ *     --load, --plot, --hf, --file, --text, --checkpoint or --resume is
+ *     skipped (those read or write files, or standard input). The process
+ *     works in a fresh private temporary directory, which holds the one
+ *     file `pretrain` reads (a short text of its own), in case another
+ *     option ever writes.
  *   - Small work only: an input is skipped when a size option (--d-in, --d-out,
  *     --d, --heads, --context, --tokens, --batch, and --input rand:SEED[:B]:T)
  *     asks for more than MAX_SIZE (B*T > MAX_SIZE for --input), or --steps /
@@ -18,9 +20,11 @@
  *     (--steps 1 for train; --batch 1 --tokens 4 --d 4 --heads 2 --steps 1
  *     --threads 1 for bench); `summary` and `generate` a small GPT
  *     (--vocab 8 --context 8 --emb 8 --heads 2 --layers 1, over any preset)
- *     and `generate` --max-new-tokens 2; later options override them as
- *     usual, within the bounds above (--vocab, --emb, --layers and
- *     --max-new-tokens too).
+ *     and `generate` --max-new-tokens 2; `pretrain` trains a 1-layer GPT
+ *     (context 8, emb 8) on that short text for one epoch with one-batch
+ *     evaluations and 2-token samples; later options override them as
+ *     usual, within the bounds above (--vocab, --emb, --layers,
+ *     --max-new-tokens, --epochs, --eval-iter and --sample-tokens too).
  *   - At most MAX_ARGS arguments of at most MAX_ARG_LEN bytes.
  * Use absolute paths for the corpus, artifacts and, for -merge/-fork/-jobs,
  * the fuzzer binary itself: the target chdir()s away.
@@ -48,9 +52,12 @@
 #define MAX_THREADS 2
 
 static char workdir[] = "/tmp/tapegrad-fuzz-cli.XXXXXX";
+#define TEXT_FILE "text.txt"
+static char text_path[sizeof workdir + sizeof TEXT_FILE + 1];
 
 static void remove_workdir(void)
 {
+    (void)unlink(text_path);
     if (chdir("/") == 0) (void)rmdir(workdir); /* empty unless something wrote a file */
 }
 
@@ -63,6 +70,17 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         abort();
     }
     atexit(remove_workdir);
+    /* pretrain's text: about 80 ids, a few windows of 9 in each part */
+    snprintf(text_path, sizeof text_path, "%s/%s", workdir, TEXT_FILE);
+    FILE *t = fopen(text_path, "w");
+    if (!t || fputs("I HAD always thought Jack Gisburn rather a cheap genius--though a good fellow enough--so it "
+                    "was no great surprise to me to hear that, in the height of his glory, he had dropped his "
+                    "painting, married a rich widow, and established himself in a villa on the Riviera. "
+                    "The height of his glory--that was what the women called it.\n",
+                    t) < 0 || fclose(t) != 0) {
+        perror("fuzz_cli: the pretrain text");
+        abort();
+    }
     if (!freopen("/dev/null", "w", stdout)) {
         perror("fuzz_cli: /dev/null");
         abort();
@@ -99,7 +117,8 @@ static const bounded_opt bounded[] = {
     {"--d-in", MAX_SIZE},   {"--d-out", MAX_SIZE},    {"--d", MAX_SIZE},         {"--heads", MAX_SIZE},
     {"--context", MAX_SIZE}, {"--tokens", MAX_SIZE},  {"--batch", MAX_SIZE},     {"--steps", MAX_STEPS},
     {"--threads", MAX_THREADS}, {"--input", -1},    {"--vocab", MAX_SIZE},     {"--emb", MAX_SIZE},
-    {"--layers", MAX_STEPS},  {"--max-new-tokens", MAX_STEPS},
+    {"--layers", MAX_STEPS},  {"--max-new-tokens", MAX_STEPS}, {"--epochs", MAX_STEPS},
+    {"--eval-iter", MAX_STEPS}, {"--sample-tokens", MAX_STEPS},
 };
 
 static bool check_value(const bounded_opt *b, const char *v)
@@ -107,14 +126,16 @@ static bool check_value(const bounded_opt *b, const char *v)
     return b->max < 0 ? input_too_big(v) : value_too_big(v, b->max);
 }
 
-/* true: run it; false: skip the input */
-static bool acceptable(int argc, char **argv)
+/* true: run it; false: skip the input. Arguments from `fuzzed` on come from
+ * the input (the ones before are the command and its defaults). */
+static bool acceptable(int argc, char **argv, int fuzzed)
 {
+    static const char *const files[] = {"--save", "--load", "--plot", "--hf", "--file", "--text", "--checkpoint",
+                                        "--resume"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (has_prefix(a, "--save") || has_prefix(a, "--load") || has_prefix(a, "--plot") || has_prefix(a, "--hf") ||
-            has_prefix(a, "--file"))
-            return false;
+        for (size_t k = 0; i >= fuzzed && k < sizeof files / sizeof files[0]; k++)
+            if (has_prefix(a, files[k])) return false;
         for (size_t k = 0; k < sizeof bounded / sizeof bounded[0]; k++) {
             const bounded_opt *b = &bounded[k];
             size_t n = strlen(b->name);
@@ -133,6 +154,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                            "--steps", "1", "--threads", "1"};
     static const char *gpt_defaults[] = {"--vocab", "8", "--context", "8", "--emb", "8", "--heads", "2",
                                          "--layers", "1", "--max-new-tokens", "2"};
+    const char *pretrain_defaults[] = {"--text", text_path, "--context", "8", "--emb", "8", "--heads", "2",
+                                       "--layers", "1", "--epochs", "1", "--eval-iter", "1", "--sample-tokens", "2",
+                                       "--threads", "1"};
     if (size > MAX_ARGS * (MAX_ARG_LEN + 1)) return 0;
 
     /* split on NUL into at most MAX_ARGS pieces */
@@ -152,7 +176,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         pos += len + 1;
     }
 
-    char *argv[1 + 1 + 12 + MAX_ARGS + 1];
+    char *argv[1 + 1 + 18 + MAX_ARGS + 1];
     int argc = 0;
     argv[argc++] = "tapegrad";
     if (np > 0) argv[argc++] = pieces[0];
@@ -167,12 +191,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else if (np > 0 && (strcmp(pieces[0], "summary") == 0 || strcmp(pieces[0], "generate") == 0)) {
         defaults = gpt_defaults;
         ndefaults = (int)(sizeof gpt_defaults / sizeof *gpt_defaults) - (strcmp(pieces[0], "summary") == 0 ? 2 : 0);
+    } else if (np > 0 && strcmp(pieces[0], "pretrain") == 0) {
+        defaults = pretrain_defaults;
+        ndefaults = (int)(sizeof pretrain_defaults / sizeof *pretrain_defaults);
     }
     for (int i = 0; i < ndefaults; i++) argv[argc++] = (char *)defaults[i];
+    int fuzzed = argc;
     for (int i = 1; i < np; i++) argv[argc++] = pieces[i];
     argv[argc] = NULL;
 
-    if (acceptable(argc, argv)) {
+    if (acceptable(argc, argv, fuzzed)) {
         int rc = tg_cli_main(argc, argv);
         if (rc != 0 && rc != 1 && rc != 2) {
             fprintf(stderr, "fuzz_cli: tg_cli_main returned %d (expected 0, 1 or 2)\n", rc);

@@ -204,6 +204,23 @@ static void progress_draw(const pt_run *r, int64_t epoch, int64_t batch, int64_t
     fflush(stderr);
 }
 
+/* Can path be written (created, or replaced as an atomic save replaces it)?
+ * errno says why not. */
+static bool writable(const char *path)
+{
+    if (access(path, F_OK) == 0) {
+        FILE *f = fopen(path, "r+b"); /* opens without changing it */
+        if (!f) return false;
+        fclose(f);
+        return true;
+    }
+    FILE *f = fopen(path, "wb");
+    if (!f) return false;
+    fclose(f);
+    remove(path);
+    return true;
+}
+
 /* ---- the book's functions ----------------------------------------------------------------- */
 
 /* calc_loss_batch: cross_entropy(logits.flatten(0, 1), target.flatten()). */
@@ -788,13 +805,12 @@ static int run(pt_run *r, const tg_cli_model *m)
         if (r->start_ids[i] >= r->cfg.vocab_size)
             return tg_cli_error(CMD, "--start: id %lld is outside the model's vocabulary (--vocab %lld)",
                                 (long long)r->start_ids[i], (long long)r->cfg.vocab_size);
-    /* the plot's file is opened at the end; a bad directory fails now, not after hours of training */
-    if (a->plot && access(a->plot, F_OK) != 0) {
-        FILE *f = fopen(a->plot, "w");
-        if (!f) return tg_cli_error(CMD, "--plot: cannot open '%.300s' for writing: %s", a->plot, strerror(errno));
-        fclose(f);
-        remove(a->plot);
-    }
+    /* the outputs are written at the end of an epoch or of the run: a bad
+     * path fails now, not after hours of training */
+    const char *outs[3] = {a->plot, a->checkpoint, a->save}, *names[3] = {"--plot", "--checkpoint", "--save"};
+    for (int k = 0; k < 3; k++)
+        if (outs[k] && !writable(outs[k]))
+            return tg_cli_error(CMD, "%s: cannot write '%.300s': %s", names[k], outs[k], strerror(errno));
     if (a->fast_dropout) tg_generator_set_dropout_stream(NULL, TG_DROPOUT_COUNTER);
 
     /* torch.manual_seed(123); train_loader = ...; val_loader = ... */
