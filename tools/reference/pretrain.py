@@ -254,9 +254,11 @@ RUNS = [
 ]
 
 
-def run(spec, text, tokenizer):
-    s = dict(BASE)
-    s.update(spec)
+def setup(s, text, tokenizer):
+    """The book's driver before train_model_simple: the split, the loaders
+    (after manual_seed), the model (after manual_seed again) and AdamW.
+    s holds vocab_size, context, emb, heads, layers, drop, qkv_bias,
+    train_ratio, seed, batch, stride, lr, weight_decay."""
     cfg = {"vocab_size": s["vocab_size"], "context_length": s["context"], "emb_dim": s["emb"],
            "n_heads": s["heads"], "n_layers": s["layers"], "drop_rate": s["drop"], "qkv_bias": s["qkv_bias"]}
     split_idx = int(s["train_ratio"] * len(text))
@@ -269,12 +271,20 @@ def run(spec, text, tokenizer):
     torch.manual_seed(s["seed"])
     model = GPTModel(cfg)
     optimizer = torch.optim.AdamW(model.parameters(), lr=s["lr"], weight_decay=s["weight_decay"])
+    return cfg, model, optimizer, train_loader, val_loader
+
+
+def run(spec, text, tokenizer):
+    s = dict(BASE)
+    s.update(spec)
+    cfg, model, optimizer, train_loader, val_loader = setup(s, text, tokenizer)
+    split_idx = int(s["train_ratio"] * len(text))
     out = {"name": s["name"], "config": cfg, "seed": s["seed"], "batch": s["batch"], "epochs": s["epochs"],
            "lr": s["lr"], "weight_decay": s["weight_decay"], "eval_freq": s["eval_freq"],
            "eval_iter": s["eval_iter"], "train_ratio": s["train_ratio"], "stride": s["stride"],
            "start": s["start"], "sample_tokens": s["sample_tokens"],
            "train_batches": len(train_loader), "val_batches": len(val_loader),
-           "train_tokens": len(tokenizer.encode(train_data)), "val_tokens": len(tokenizer.encode(val_data)),
+           "train_tokens": len(tokenizer.encode(text[:split_idx])), "val_tokens": len(tokenizer.encode(text[split_idx:])),
            "rows": [], "samples": [], "lines": []}
     steps = train_model_simple(model, train_loader, val_loader, optimizer, s["epochs"], s["eval_freq"],
                                s["eval_iter"], s["start"], tokenizer, s["sample_tokens"], out)

@@ -574,8 +574,9 @@ static int write_plot(const pt_run *r, const char *path)
     fprintf(f, "<text x=\"18\" y=\"%.1f\" text-anchor=\"middle\" transform=\"rotate(-90 18 %.1f)\">Loss</text>\n",
             T + ph / 2, T + ph / 2);
     fprintf(f, "<text x=\"%.1f\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">", W / 2);
+    const char *base = strrchr(r->a->text, '/');
     tg_cli_svg_escape(f, "tapegrad pretrain: ");
-    tg_cli_svg_escape(f, r->a->text);
+    tg_cli_svg_escape(f, base ? base + 1 : r->a->text);
     fputs("</text>\n", f);
     /* the two curves: training solid, validation dash-dot (the book's "-.") */
     const char *style[2] = {"stroke=\"#1f77b4\"", "stroke=\"#ff7f0e\" stroke-dasharray=\"8 3 2 3\""};
