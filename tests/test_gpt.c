@@ -140,9 +140,9 @@ static void test_small_cases(void **state)
     size_t i;
     json_array_foreach(cases, i, c) {
         run_case(c, false);
-        /* the fused kernels give the same answer; their dropout stream is
-         * their own, so only cases without dropout compare */
-        if (!json_is_true(jget(c, "train")) || jnum(jget(c, "config"), "drop_rate") == 0) run_case(c, true);
+        /* the fused kernels give the same answer, dropout included: the
+         * fused attention draws PyTorch's masks in PyTorch's order too */
+        run_case(c, true);
     }
 }
 
@@ -589,6 +589,68 @@ static void test_bad_configs(void **state)
     tg_tape_free(mt);
 }
 
+/* ---- dropout in training mode (tests/ref/pretrain.json, "dropout_forward") ------------------ */
+
+/* The book's GPT in training mode with drop_rate 0.3 after
+ * torch.manual_seed(123): logits, loss and gradients equal PyTorch's, and the
+ * default generator ends where PyTorch's does (torch.rand(3) afterwards), on
+ * the composed path and on the fused one: both draw PyTorch's dropout stream
+ * in PyTorch's order. */
+static void test_dropout_forward(void **state)
+{
+    (void)state;
+    json_t *ref = tu_load_ref("pretrain.json");
+    const json_t *c = jget(ref, "dropout_forward");
+    tg_gpt_config cfg = config_of(jget(c, "config"));
+    assert_true(cfg.drop_rate > 0);
+    assert_int_equal(tg_generator_dropout_stream(NULL), TG_DROPOUT_TORCH);
+    for (int fused = 0; fused < 2; fused++) {
+        const char *path = fused ? "fused" : "composed";
+        char what[160];
+        tg_tape *mt = tg_tape_new(), *tp = tg_tape_new();
+        tg_module *m = build(mt, &cfg, (uint64_t)jint(c, "seed"));
+        assert_int_equal(tg_module_train(m, true), TG_OK);
+        assert_int_equal(tg_module_set_fused(m, fused), TG_OK);
+        tg_tensor *ids = tu_tensor_from_json(tp, jget(c, "ids"), TG_DTYPE_COUNT);
+        tg_tensor *targets = tu_tensor_from_json(tp, jget(c, "targets"), TG_DTYPE_COUNT);
+        tg_tensor *logits = tg_module_forward(tp, m, ids);
+        tu_assert_ok(logits);
+        snprintf(what, sizeof what, "dropout_forward (%s): logits", path);
+        tu_assert_close(logits, tu_tensor_from_json(tp, jget(c, "logits"), TG_DTYPE_COUNT), 1e-4, 1e-6, what);
+        int64_t B = logits->shape[0], T = logits->shape[1], V = logits->shape[2];
+        int64_t flat[2] = {B * T, V}, tflat[1] = {B * T};
+        tg_tensor *loss = tg_cross_entropy(tp, tg_reshape(tp, logits, 2, flat), tg_view(tp, targets, 1, tflat),
+                                           TG_REDUCE_MEAN);
+        tu_assert_ok(loss);
+        if (fabs(tg_item(loss) - jnum(c, "loss")) > 1e-6 + 1e-4 * fabs(jnum(c, "loss")))
+            fail_msg("dropout_forward (%s): loss %.9g, PyTorch %.9g", path, tg_item(loss), jnum(c, "loss"));
+        assert_int_equal(tg_backward(loss, NULL, false), TG_OK);
+        const json_t *grads = jget(c, "grads"), *g;
+        const char *name;
+        size_t checked = 0;
+        json_object_foreach((json_t *)grads, name, g) {
+            tg_tensor *p = tg_module_get_parameter(m, name);
+            tu_assert_ok(p);
+            tu_assert_ok(p->grad);
+            snprintf(what, sizeof what, "dropout_forward (%s): grad %s", path, name);
+            tu_assert_close(p->grad, tu_tensor_from_json(tp, g, TG_DTYPE_COUNT), 1e-4, 1e-6, what);
+            checked++;
+        }
+        assert_int_equal(checked, 3);
+        /* the generator drew exactly what PyTorch's did */
+        int64_t s3[1] = {3};
+        tg_tensor *r = tg_rand(tp, TG_F32, 1, s3, NULL);
+        const json_t *want = jget(c, "rand_after");
+        for (int i = 0; i < 3; i++)
+            if ((float)tg_item_at(r, i) != (float)json_real_value(json_array_get(want, (size_t)i)))
+                fail_msg("dropout_forward (%s): rand_after[%d] %.9g, PyTorch %.9g", path, i, tg_item_at(r, i),
+                         json_real_value(json_array_get(want, (size_t)i)));
+        tg_tape_free(tp);
+        tg_tape_free(mt);
+    }
+    json_decref(ref);
+}
+
 int main(void)
 {
     g_ref = tu_load_ref("gpt.json");
@@ -605,6 +667,7 @@ int main(void)
         cmocka_unit_test(test_ops_errors),
         cmocka_unit_test(test_bad_configs),
         cmocka_unit_test(test_book_124m),
+        cmocka_unit_test(test_dropout_forward),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     json_decref(g_ref);

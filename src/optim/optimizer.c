@@ -188,6 +188,9 @@ int tg_optimizer_load_state_dict(tg_optimizer *o, const tg_named_list *sd)
         const tg_tensor *t = sd->tensors[j];
         int i;
         if (!key || !t) return tg_error_status(TG_EINVAL, "%s load_state_dict: entry %d is NULL", who, j);
+        for (int k = 0; k < j; k++)
+            if (sd->names[k] && strcmp(sd->names[k], key) == 0)
+                return tg_error_status(TG_EFORMAT, "%s load_state_dict: duplicate key '%s'", who, key);
         if (strcmp(key, "param_groups.0.lr") == 0) {
             if (tg_numel(t) != 1 || !tg__is_float(t->dtype))
                 return tg_error_status(TG_EFORMAT, "%s load_state_dict: '%s' must be one float", who, key);
