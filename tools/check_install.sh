@@ -31,8 +31,10 @@ RUN_TIMEOUT=120
 # or input files); none so far.
 SKIP_RUN=()
 # Examples run with arguments: gpt_generate takes the installed vocabulary
-# (<datadir>/tapegrad/gpt2), which so checks that it is installed too.
-declare -A RUN_ARGS=([gpt_generate]=VOCAB)
+# (<datadir>/tapegrad/gpt2), which so checks that it is installed too;
+# pretrain the installed data directory (the vocabulary and the-verdict.txt)
+# and its small run.
+declare -A RUN_ARGS=([gpt_generate]=VOCAB [pretrain]=DATA)
 # Linked statically against libtapegrad.a in step (e).
 STATIC_EXAMPLE=train_toy
 
@@ -109,6 +111,7 @@ for src in "${exdir:-/nonexistent}"/*.c; do
   t0=$SECONDS rc=0
   args=()
   [ "${RUN_ARGS[$name]:-}" = VOCAB ] && args=("$(dirname "$exdir")/gpt2")
+  [ "${RUN_ARGS[$name]:-}" = DATA ] && args=("$(dirname "$exdir")" small)
   (cd "$work" && timeout "$RUN_TIMEOUT" "./$name" "${args[@]}") >"$work/$name.out" 2>&1 || rc=$?
   if [ "$rc" -eq 0 ]; then pass "(c) $name: compiles, runs, exit 0 in $((SECONDS - t0)) s"
   else fail "(c) $name: exit status $rc after $((SECONDS - t0)) s (124: timeout):"; tail -n 10 "$work/$name.out" | indent; fi
