@@ -84,7 +84,7 @@ int main(int argc, char **argv)
     if (!model || tg_module_set_fused(model, true) != TG_OK) goto done;
     tg_optimizer *opt = tg_adamw_new(model_tape, model, (tg_adam_options){4e-4, {0.9, 0.999}, 1e-8, 0.1, false});
     if (!opt) goto done;
-    int64_t start[64], out[64 + 50], n_out, tokens_seen = 0, global_step = -1;
+    int64_t start[64], out[64 + 50], n_out, global_step = -1;
     size_t n_start;
     int64_t *s;
     const char *start_text = "Every effort moves you";
@@ -98,7 +98,6 @@ int main(int argc, char **argv)
         tg_tensor *x, *y;
         int got;
         while ((got = tg_loader_iter_next(it, step, &x, &y)) == 1) {
-            tokens_seen += tg_numel(x);
             tg_optimizer_zero_grad(opt);
             tg_tensor *loss = loss_batch(model, x, y);
             if (!loss || tg_backward(loss, NULL, false) != TG_OK || tg_optimizer_step(opt) != TG_OK) got = -1;
