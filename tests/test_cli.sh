@@ -385,6 +385,8 @@ pretrain $TINY --resume $TMP/mha.safetensors
 pretrain $TINY --emb 8 --resume $TMP/ck1
 pretrain $TINY --dropout 0.2 --resume $TMP/ck1
 pretrain $TINY --batch 3 --resume $TMP/ck1
+pretrain $TINY --optimizer adam --resume $TMP/ck1
+pretrain $TINY --fast-dropout --resume $TMP/ck1
 pretrain $TINY --train-ratio 0.3 --resume $TMP/ck1
 pretrain --text $VERDICT --bogus
 tokenize

@@ -294,11 +294,12 @@ static char *sample(pt_run *r)
 /* What must agree for a checkpoint to continue this run. */
 enum {
     CK_VOCAB, CK_CONTEXT, CK_EMB, CK_HEADS, CK_LAYERS, CK_QKV, CK_SEED, CK_BATCH, CK_STRIDE, CK_EVAL_FREQ,
-    CK_EVAL_ITER, CK_SAMPLE_TOKENS, CK_TEXT_HASH, CK_WARMUP, CK_NKEYS
+    CK_EVAL_ITER, CK_SAMPLE_TOKENS, CK_TEXT_HASH, CK_WARMUP, CK_ADAM, CK_FAST_DROPOUT, CK_NKEYS
 };
 static const char *const ck_names[CK_NKEYS] = {
     "--vocab", "--context", "--emb", "--heads", "--layers", "--qkv-bias", "--seed", "--batch", "--stride",
-    "--eval-freq", "--eval-iter", "--sample-tokens", "--text (its contents)", "--warmup"};
+    "--eval-freq", "--eval-iter", "--sample-tokens", "--text (its contents)", "--warmup",
+    "--optimizer adam (1) or adamw (0)", "--fast-dropout"};
 enum { CKF_DROPOUT, CKF_LR, CKF_WD, CKF_RATIO, CKF_INITIAL, CKF_MIN, CKF_CLIP, CKF_NKEYS };
 static const char *const ckf_names[CKF_NKEYS] = {"--dropout", "--lr", "--weight-decay", "--train-ratio",
                                                  "--initial-lr", "--min-lr", "--clip-grad-norm"};
@@ -312,6 +313,7 @@ static void settings(const pt_run *r, int64_t *iv, double *fv)
     iv[CK_SEED] = (int64_t)r->seed, iv[CK_BATCH] = a->batch, iv[CK_STRIDE] = a->stride;
     iv[CK_EVAL_FREQ] = a->eval_freq, iv[CK_EVAL_ITER] = a->eval_iter, iv[CK_SAMPLE_TOKENS] = a->sample_tokens;
     iv[CK_TEXT_HASH] = (int64_t)r->text_hash, iv[CK_WARMUP] = a->warmup_seen ? a->warmup : -1;
+    iv[CK_ADAM] = strcmp(a->optimizer, "adam") == 0, iv[CK_FAST_DROPOUT] = a->fast_dropout;
     fv[CKF_DROPOUT] = r->cfg.drop_rate, fv[CKF_LR] = a->lr, fv[CKF_WD] = a->weight_decay;
     fv[CKF_RATIO] = a->train_ratio, fv[CKF_INITIAL] = a->initial_lr, fv[CKF_MIN] = a->min_lr;
     fv[CKF_CLIP] = a->clip_seen ? a->clip : -1;
