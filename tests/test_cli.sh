@@ -187,6 +187,7 @@ check_bench --composed
 check_bench --module mha-wrapper
 check_bench --module mha-wrapper --composed
 check_bench --threads 1 --dropout 0
+check_bench --torch-dropout
 expect_contains "bench table" "GFLOP/s" "$TG" bench --batch 2 --tokens 6 --d-in 3 --d-out 2 --heads 2
 expect_contains "bench larger, fused" "(fused)" "$TG" bench --batch 2 --tokens 64 --d 32 --heads 4 --steps 2
 

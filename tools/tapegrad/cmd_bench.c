@@ -37,6 +37,9 @@ static const char *help =
     "  --threads N     OpenMP threads (default: OpenMP's default)\n"
     "  --composed      the book's composition of ops (masked_fill, softmax, ...)\n"
     "                  instead of the fused attention op (the default)\n"
+    "  --torch-dropout the fused op draws PyTorch's dropout masks (bernoulli_,\n"
+    "                  element by element, as pretrain does) instead of the\n"
+    "                  counter-based stream it uses here by default\n"
     "  --json          one JSON object: fwd_ms, bwd_ms, step_ms, gflops,\n"
     "                  peak_rss_mib and the configuration\n"
     "  --help          this text\n"
@@ -61,7 +64,7 @@ typedef struct {
     const char *module;
     int64_t batch, tokens, d, d_in, d_out, heads, steps, threads;
     double dropout;
-    bool d_in_set, d_out_set, threads_set, composed, json;
+    bool d_in_set, d_out_set, threads_set, composed, torch_dropout, json;
 } bench_args;
 
 static int run(tg_tape *model, tg_tape *step, const bench_args *a, double *t_fwd, double *t_bwd, double *t_step)
@@ -90,6 +93,9 @@ static int run(tg_tape *model, tg_tape *step, const bench_args *a, double *t_fwd
     tg_generator *g = tg_generator_new(7);
     if (!g) return tg_cli_error(CMD, "out of memory");
     tg_module_set_generator(m, g);
+    /* timing only: the fused op's masks need not be PyTorch's (the composed
+     * path's dropout draws PyTorch's stream either way) */
+    if (!a->composed && !a->torch_dropout) tg_generator_set_dropout_stream(g, TG_DROPOUT_COUNTER);
     int64_t shape[3] = {B, T, d_in};
     /* the input lives in the model tape so that only activations are reset */
     tg_tensor *x = tg_rand(model, TG_F32, 3, shape, g);
@@ -136,6 +142,7 @@ int tg_cmd_bench(int argc, char **argv)
         {"--steps", TG_OPT_INT, &a.steps, 1, 100000, 0, 0, false, NULL},
         {"--threads", TG_OPT_INT, &a.threads, 1, 1024, 0, 0, false, &a.threads_set},
         {"--composed", TG_OPT_FLAG, &a.composed, 0, 0, 0, 0, false, NULL},
+        {"--torch-dropout", TG_OPT_FLAG, &a.torch_dropout, 0, 0, 0, 0, false, NULL},
         {"--json", TG_OPT_FLAG, &a.json, 0, 0, 0, 0, false, NULL},
     };
     char err[512];
