@@ -1174,9 +1174,38 @@ static void test_tape_limit(void **state)
     assert_int_equal(tg_tape_used(NULL), 0);
 }
 
+/* Float32 sums equal PyTorch's bit for bit (its cascade of partial sums in
+ * 8-lane vectors), over rows (sum(dim=-1), the book's LayerNorm mean) and
+ * over the rows of a matrix (sum(dim=0), a bias gradient); the mean is that
+ * sum divided by the count, as PyTorch's. */
+static void test_sum_bits_equal_pytorch(void **state)
+{
+    (void)state;
+    json_t *ref = tu_load_ref("sums.json");
+    const json_t *cases = json_object_get(ref, "cases"), *c;
+    size_t i;
+    tg_tape *tp = tg_tape_new();
+    json_array_foreach(cases, i, c) {
+        tg_tensor *x = tu_tensor_from_json(tp, json_object_get(c, "x"), TG_F32);
+        tg_tensor *want = tu_tensor_from_json(tp, json_object_get(c, "sum"), TG_F32);
+        int dim = (int)json_integer_value(json_object_get(c, "dim"));
+        tg_tensor *got = tg_sum_dims(tp, x, 1, &dim, true);
+        tu_assert_ok(got);
+        char what[64];
+        snprintf(what, sizeof what, "sum case %zu (dim %d)", i, dim);
+        tu_assert_close(got, want, 0.0, 0.0, what);
+        tg_tensor *mean = tg_mean_dims(tp, x, 1, &dim, true);
+        tg_tensor *want_mean = tg_div_scalar(tp, want, (double)x->shape[dim < 0 ? dim + x->ndim : dim]);
+        tu_assert_close(mean, want_mean, 0.0, 0.0, what);
+    }
+    tg_tape_free(tp);
+    json_decref(ref);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sum_bits_equal_pytorch),
         cmocka_unit_test(test_creation),
         cmocka_unit_test(test_dtypes),
         cmocka_unit_test(test_views_share_storage),

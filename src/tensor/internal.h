@@ -87,6 +87,10 @@ void tg_k_where(tg_tensor *out, const tg_tensor *cond, const tg_tensor *a, const
 /* out = sum of x over the dims where out's shape is 1 and x's is not (same ndim,
  * out has keepdim shape). Accumulates in double. */
 void tg_k_sum_to(tg_tensor *out, const tg_tensor *x);
+/* PyTorch's float32 sums, add for add (kernels.c): of n contiguous floats
+ * (sum(dim=-1)), and of the rows of a (rows, cols) matrix (sum(dim=0)). */
+float tg__torch_sum_f32(const float *x, int64_t n);
+void tg__torch_sum_rows_f32(float *out, const float *x, int64_t rows, int64_t cols, int64_t ld);
 /* Max over dim (out, idx keepdim shape; idx may be NULL). */
 void tg_k_max_dim(tg_tensor *out, tg_tensor *idx, const tg_tensor *x, int dim);
 /* out = softmax / log_softmax of x along dim (same shape). */

@@ -456,8 +456,128 @@ static void sum_row(void *vctx, int64_t n, char *const *p, const int64_t *s)
     }
 }
 
+/* ---- PyTorch's float32 sum (aten/src/ATen/native/cpu/SumKernel.cpp, 1.13,
+ * AVX2: 8-lane vectors), reproduced add for add so that sums, means and
+ * whatever follows them equal PyTorch's bit for bit. ---------------------- */
+
+/* ceil(log2(x)), 1 for x <= 2 (aten's utils::CeilLog2) */
+static int64_t ceil_log2(int64_t x)
+{
+    if (x <= 2) return 1;
+    int64_t b = 0;
+    for (uint64_t v = (uint64_t)(x - 1); v; v >>= 1) b++;
+    return b;
+}
+
+/* multi_row_sum: `size` rows, row i holding 4 groups of w lanes at
+ * x + i * rs (group k at + k * gs, lanes 1 apart... contiguous); four levels
+ * of partial sums, each level folded into the next every 2^p rows. res gets
+ * 4 * w sums (group-major). */
+static void multi_row_sum_f32(const float *x, int64_t rs, int64_t gs, int64_t size, int w, float *res)
+{
+    enum { LEVELS = 4 };
+    float acc[LEVELS][4 * 8];
+    int n = 4 * w;
+    memset(acc, 0, sizeof acc);
+    int64_t p = ceil_log2(size) / LEVELS;
+    if (p < 4) p = 4;
+    int64_t step = (int64_t)1 << p, mask = step - 1, i = 0;
+    while (i + step <= size) {
+        for (int64_t j = 0; j < step; j++, i++)
+            for (int e = 0; e < n; e++) acc[0][e] += x[i * rs + (e / w) * gs + e % w];
+        for (int j = 1; j < LEVELS; j++) {
+            for (int e = 0; e < n; e++) {
+                acc[j][e] += acc[j - 1][e];
+                acc[j - 1][e] = 0;
+            }
+            if ((i & (mask << (j * p))) != 0) break;
+        }
+    }
+    for (; i < size; i++)
+        for (int e = 0; e < n; e++) acc[0][e] += x[i * rs + (e / w) * gs + e % w];
+    for (int j = 1; j < LEVELS; j++)
+        for (int e = 0; e < n; e++) acc[0][e] += acc[j][e];
+    memcpy(res, acc[0], sizeof(float) * (size_t)n);
+}
+
+/* row_sum: n elements of w lanes each, element i at x + i * es; the lanes
+ * summed separately into res (w values). */
+static void row_sum_f32(const float *x, int64_t es, int64_t n, int w, float *res)
+{
+    float part[4 * 8];
+    int64_t n4 = n / 4;
+    multi_row_sum_f32(x, 4 * es, es, n4, w, part);
+    for (int64_t i = n4 * 4; i < n; i++)
+        for (int l = 0; l < w; l++) part[l] += x[i * es + l];
+    for (int k = 1; k < 4; k++)
+        for (int l = 0; l < w; l++) part[l] += part[k * w + l];
+    memcpy(res, part, sizeof(float) * (size_t)w);
+}
+
+/* The sum of n contiguous floats as sum(dim=-1) gives it. */
+float tg__torch_sum_f32(const float *x, int64_t n)
+{
+    float r[8];
+    if (n < 8) { /* scalar_inner_sum */
+        row_sum_f32(x, 1, n, 1, r);
+        return 0.0f + r[0];
+    }
+    /* vectorized_inner_sum: 8-lane vectors, then the tail, then the lanes */
+    int64_t nv = n / 8;
+    row_sum_f32(x, 8, nv, 8, r);
+    float acc = 0;
+    for (int64_t k = nv * 8; k < n; k++) acc += x[k];
+    for (int l = 0; l < 8; l++) acc += r[l];
+    return 0.0f + acc;
+}
+
+/* out[j] = sum over i < rows of x[i * ld + j] for j < cols, as sum(dim=0)
+ * gives it for a row-major (rows, cols) float tensor (vectorized_outer_sum:
+ * 32 columns at a time, then 8, then one). */
+void tg__torch_sum_rows_f32(float *out, const float *x, int64_t rows, int64_t cols, int64_t ld)
+{
+    float r[32];
+    int64_t j = 0;
+    for (; j + 32 <= cols; j += 32) {
+        multi_row_sum_f32(x + j, ld, 8, rows, 8, r);
+        for (int e = 0; e < 32; e++) out[j + e] = 0.0f + r[e];
+    }
+    for (; j + 8 <= cols; j += 8) {
+        row_sum_f32(x + j, ld, rows, 8, r);
+        for (int e = 0; e < 8; e++) out[j + e] = 0.0f + r[e];
+    }
+    for (; j < cols; j++) {
+        row_sum_f32(x + j, ld, rows, 1, r);
+        out[j] = 0.0f + r[0];
+    }
+}
+
 void tg_k_sum_to(tg_tensor *out, const tg_tensor *x)
 {
+    /* float32, contiguous, one dense block of reduced dims at either end:
+     * PyTorch's own order of additions */
+    if (x->dtype == TG_F32 && out->dtype == TG_F32 && tg_is_contiguous(x) && tg_is_contiguous(out) &&
+        out->ndim == x->ndim && x->ndim > 0 && tg_numel(x) > 0) {
+        int nd = x->ndim, lead = 0, trail = 0;
+        while (lead < nd && out->shape[lead] == 1) lead++;
+        while (trail < nd && out->shape[nd - 1 - trail] == 1) trail++;
+        bool inner = trail > 0, ok = true;
+        int first = inner ? nd - trail : 0, last = inner ? nd : lead; /* reduced dims [first, last) */
+        for (int d = 0; d < nd; d++)
+            if ((d >= first && d < last) ? false : out->shape[d] != x->shape[d]) ok = false;
+        int64_t red = 1;
+        for (int d = first; d < last; d++) red *= x->shape[d];
+        if (ok && last > first) {
+            int64_t keep = tg_numel(x) / red;
+            const float *xp = (const float *)x->data + x->offset;
+            float *op = (float *)out->data + out->offset;
+            if (inner)
+                for (int64_t r = 0; r < keep; r++) op[r] = tg__torch_sum_f32(xp + r * red, red);
+            else
+                tg__torch_sum_rows_f32(op, xp, red, keep, keep);
+            return;
+        }
+    }
     /* Accumulate in double, in a contiguous scratch of out's shape (out itself
      * when it is a contiguous f64 tensor). Serial: the iterator would race. */
     int64_t n = tg_numel(out);
