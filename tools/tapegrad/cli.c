@@ -4,6 +4,8 @@
  * run the whole command line in-process and get the exit status back. */
 #include "cli.h"
 
+#include <errno.h>
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,4 +125,36 @@ int tg_cli_main(int argc, char **argv)
     if (strcmp(cmd, "generate") == 0) return tg_cmd_generate(argc - 1, argv + 1);
     if (strcmp(cmd, "pretrain") == 0) return tg_cmd_pretrain(argc - 1, argv + 1);
     return tg_cli_error(NULL, "unknown command '%.200s' (expected attention, train, bench, tokenize, summary, generate or pretrain; see tapegrad --help)", cmd);
+}
+
+char *tg_cli_read_file(const char *cmd, const char *opt, const char *path, bool allow_stdin, size_t *len)
+{
+    bool is_stdin = allow_stdin && strcmp(path, "-") == 0;
+    FILE *f = is_stdin ? stdin : fopen(path, "rb");
+    if (!f) {
+        tg_cli_error(cmd, "%s %.300s: %s", opt, path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap) break;
+        char *b = cap >= ((size_t)1 << 32) ? NULL : realloc(buf, 2 * cap);
+        if (!b) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = b, cap *= 2;
+    }
+    int err = ferror(f) ? errno : 0;
+    if (!is_stdin) fclose(f);
+    if (!buf || err) {
+        tg_cli_error(cmd, "%s %.300s: %s", opt, path, buf ? strerror(err) : "too large to hold in memory");
+        free(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
 }

@@ -89,6 +89,9 @@ int tg_cli_error(const char *cmd, const char *fmt, ...)
     ;
 /* Same for the library's last error, prefixed with what failed. */
 int tg_cli_lib_error(const char *cmd, const char *what);
+/* The whole of the file named by option opt (standard input for "-" when
+ * allow_stdin), malloc'd; NULL with the error line printed for cmd. */
+char *tg_cli_read_file(const char *cmd, const char *opt, const char *path, bool allow_stdin, size_t *len);
 /* Seconds on the monotonic clock. */
 double tg_cli_now(void);
 /* --json output: prints o (dumped with jansson's flags) as one line on

@@ -109,37 +109,6 @@ typedef struct {
 
 /* ---- small helpers ------------------------------------------------------------------ */
 
-static char *read_file(const char *path, size_t *len, int *rc)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        *rc = tg_cli_error(CMD, "--text: cannot open '%.300s': %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        char *nb = cap < ((size_t)1 << 32) ? realloc(buf, cap * 2) : NULL;
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = nb, cap *= 2;
-    }
-    bool err = ferror(f);
-    fclose(f);
-    if (!buf || err) {
-        free(buf);
-        *rc = tg_cli_error(CMD, "--text: cannot read '%.300s'%s", path, buf ? "" : " (out of memory or over 4 GiB)");
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
-
 /* FNV-1a: a checkpoint remembers which text it was trained on. */
 static uint64_t fnv1a(const char *s, size_t n)
 {
@@ -743,8 +712,8 @@ static int prepare_data(pt_run *r, tg_text_dataset **dtrain, tg_text_dataset **d
     const pt_args *a = r->a;
     size_t len, cut;
     int rc = TG_CLI_OK;
-    char *text = read_file(a->text, &len, &rc);
-    if (!text) return rc;
+    char *text = tg_cli_read_file(CMD, "--text", a->text, false, &len);
+    if (!text) return TG_CLI_USAGE;
     int64_t *ids[2] = {NULL, NULL};
     size_t nid[2] = {0, 0};
     if (len == 0) {

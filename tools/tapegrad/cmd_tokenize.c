@@ -27,39 +27,6 @@ static const char *tokenize_help =
     "The vocabulary (gpt2/encoder.json, gpt2/vocab.bpe) is found in $TAPEGRAD_DATA,\n"
     "the installed share/tapegrad/, or the source tree's data/.\n";
 
-/* The whole of a file (or stdin for "-"), malloc'd; NULL with a message. */
-static char *slurp(const char *path, size_t *len)
-{
-    bool is_stdin = strcmp(path, "-") == 0;
-    FILE *f = is_stdin ? stdin : fopen(path, "rb");
-    if (!f) {
-        tg_cli_error("tokenize", "--file %.300s: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        char *b = cap >= ((size_t)1 << 32) ? NULL : realloc(buf, 2 * cap);
-        if (!b) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = b, cap *= 2;
-    }
-    int err = ferror(f) ? errno : 0;
-    if (!is_stdin) fclose(f);
-    if (!buf || err) {
-        tg_cli_error("tokenize", "--file %.300s: %s", path, buf ? strerror(err) : "too large to hold in memory");
-        free(buf);
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
-
 /* "ID ID ..." (spaces, tabs or commas between) -> ids; -1 with a message. */
 static int parse_ids(const char *s, int64_t vocab, int64_t **ids, size_t *n)
 {
@@ -203,7 +170,7 @@ int tg_cmd_tokenize(int argc, char **argv)
         rc = encode(tok, text, strlen(text), json);
     } else {
         size_t len = 0;
-        char *buf = slurp(file, &len);
+        char *buf = tg_cli_read_file("tokenize", "--file", file, true, &len);
         rc = buf ? encode(tok, buf, len, json) : TG_CLI_USAGE;
         free(buf);
     }
