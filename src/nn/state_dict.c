@@ -4,6 +4,19 @@
 #include <stdio.h>
 #include <string.h>
 
+int tg__save_named_list(const char *path, const tg_named_list *l)
+{
+    tg_tape *tp = tg_tape_new();
+    tg_named_tensor *items = tp ? tg_tape_alloc(tp, sizeof *items * (size_t)(l->n ? l->n : 1), false) : NULL;
+    int st = TG_ENOMEM;
+    if (items) {
+        for (int i = 0; i < l->n; i++) items[i] = (tg_named_tensor){l->names[i], l->tensors[i]};
+        st = tg_safetensors_save(path, items, l->n);
+    }
+    tg_tape_free(tp);
+    return st;
+}
+
 int tg_module_save(const tg_module *m, const char *path)
 {
     if (!m || !path) return tg_error_status(TG_EINVAL, "save: NULL module or path");
@@ -11,13 +24,7 @@ int tg_module_save(const tg_module *m, const char *path)
     if (!tp) return TG_ENOMEM;
     tg_named_list sd;
     int st = tg_module_state_dict(tp, m, &sd);
-    tg_named_tensor *items = st == TG_OK ? tg_tape_alloc(tp, sizeof *items * (size_t)(sd.n ? sd.n : 1), false) : NULL;
-    if (items) {
-        for (int i = 0; i < sd.n; i++) items[i] = (tg_named_tensor){sd.names[i], sd.tensors[i]};
-        st = tg_safetensors_save(path, items, sd.n);
-    } else if (st == TG_OK) {
-        st = TG_ENOMEM;
-    }
+    if (st == TG_OK) st = tg__save_named_list(path, &sd);
     tg_tape_free(tp);
     return st;
 }

@@ -273,13 +273,7 @@ int tg_optimizer_save(const tg_optimizer *o, const char *path)
     if (!tp) return tg_error_status(TG_ENOMEM, "optimizer save: out of memory");
     tg_named_list sd;
     int st = tg_optimizer_state_dict(tp, o, &sd);
-    tg_named_tensor *items = st == TG_OK ? tg_tape_alloc(tp, sizeof *items * (size_t)sd.n, false) : NULL;
-    if (items) {
-        for (int i = 0; i < sd.n; i++) items[i] = (tg_named_tensor){sd.names[i], sd.tensors[i]};
-        st = tg_safetensors_save(path, items, sd.n);
-    } else if (st == TG_OK) {
-        st = TG_ENOMEM;
-    }
+    if (st == TG_OK) st = tg__save_named_list(path, &sd);
     tg_tape_free(tp);
     return st;
 }

@@ -87,6 +87,9 @@ void tg_k_where(tg_tensor *out, const tg_tensor *cond, const tg_tensor *a, const
 /* out = sum of x over the dims where out's shape is 1 and x's is not (same ndim,
  * out has keepdim shape). Accumulates in double. */
 void tg_k_sum_to(tg_tensor *out, const tg_tensor *x);
+/* Names and tensors saved as one safetensors file (src/nn/state_dict.c),
+ * as module and optimizer state_dicts are. */
+int tg__save_named_list(const char *path, const tg_named_list *l);
 /* PyTorch's float32 sums, add for add (kernels.c): of n contiguous floats
  * (sum(dim=-1)), and of the rows of a (rows, cols) matrix (sum(dim=0)). */
 float tg__torch_sum_f32(const float *x, int64_t n);
