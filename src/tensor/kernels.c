@@ -469,8 +469,15 @@ static int64_t ceil_log2(int64_t x)
     return b;
 }
 
+/* acc[k * w + l] += row[k * gs + l]: one row of 4 groups of w lanes */
+static inline void add_row(float *acc, const float *row, int64_t gs, int w)
+{
+    for (int k = 0; k < 4; k++)
+        for (int l = 0; l < w; l++) acc[k * w + l] += row[k * gs + l];
+}
+
 /* multi_row_sum: `size` rows, row i holding 4 groups of w lanes at
- * x + i * rs (group k at + k * gs, lanes 1 apart... contiguous); four levels
+ * x + i * rs (group k at + k * gs, its lanes contiguous); four levels
  * of partial sums, each level folded into the next every 2^p rows. res gets
  * 4 * w sums (group-major). */
 static void multi_row_sum_f32(const float *x, int64_t rs, int64_t gs, int64_t size, int w, float *res)
@@ -483,8 +490,7 @@ static void multi_row_sum_f32(const float *x, int64_t rs, int64_t gs, int64_t si
     if (p < 4) p = 4;
     int64_t step = (int64_t)1 << p, mask = step - 1, i = 0;
     while (i + step <= size) {
-        for (int64_t j = 0; j < step; j++, i++)
-            for (int e = 0; e < n; e++) acc[0][e] += x[i * rs + (e / w) * gs + e % w];
+        for (int64_t j = 0; j < step; j++, i++) add_row(acc[0], x + i * rs, gs, w);
         for (int j = 1; j < LEVELS; j++) {
             for (int e = 0; e < n; e++) {
                 acc[j][e] += acc[j - 1][e];
@@ -493,8 +499,7 @@ static void multi_row_sum_f32(const float *x, int64_t rs, int64_t gs, int64_t si
             if ((i & (mask << (j * p))) != 0) break;
         }
     }
-    for (; i < size; i++)
-        for (int e = 0; e < n; e++) acc[0][e] += x[i * rs + (e / w) * gs + e % w];
+    for (; i < size; i++) add_row(acc[0], x + i * rs, gs, w);
     for (int j = 1; j < LEVELS; j++)
         for (int e = 0; e < n; e++) acc[0][e] += acc[j][e];
     memcpy(res, acc[0], sizeof(float) * (size_t)n);
