@@ -351,8 +351,7 @@ tg_tensor *tg_dropout(tg_tape *tp, tg_tensor *x, double p, tg_generator *g)
     int64_t cnt = tg_numel(m);
     if (tg_generator_dropout_stream(gen) == TG_DROPOUT_COUNTER) {
         uint64_t seed = tg_generator_random64(gen);
-        double t = floor(p * 4294967296.0);
-        uint32_t th = t >= 4294967295.0 ? 0xFFFFFFFFu : (uint32_t)t;
+        uint32_t th = tg__dropout_threshold(p);
         bool f32 = m->dtype == TG_F32;
         double keep = f32 ? (double)(1.0f / (float)q) : 1.0 / q;
 #pragma omp parallel for if (cnt > 65536)

@@ -61,8 +61,7 @@ static dropout_t make_dropout(double p, uint64_t seed, const uint8_t *bits)
 {
     dropout_t d = {p > 0, seed, 0, 1.0, bits};
     if (d.on) {
-        double t = floor(p * 4294967296.0);
-        d.thresh = t >= 4294967295.0 ? 0xFFFFFFFFu : (uint32_t)t;
+        d.thresh = tg__dropout_threshold(p);
         /* as PyTorch's noise.div_(1 - p) in the weights' dtype */
         d.keep = 1.0 / (1.0 - p);
     }

@@ -148,6 +148,13 @@ void tg__rank(tg__ranked *r, size_t n, bool largest);
  * i's parity is >= floor(p 2^32). */
 void tg__bernoulli_bits(tg_generator *g, double q, uint8_t *bits, int64_t n);
 #define TG__GOLDEN 0x9E3779B97F4A7C15ull
+/* The counter stream's threshold for dropout probability p: keep a 32-bit
+ * draw when it is >= floor(p 2^32). */
+static inline uint32_t tg__dropout_threshold(double p)
+{
+    double t = floor(p * 4294967296.0);
+    return t >= 4294967295.0 ? 0xFFFFFFFFu : (uint32_t)t;
+}
 /* splitmix64's output function: a bijection on 64 bits with full avalanche. */
 static inline uint64_t tg__mix64(uint64_t z)
 {
