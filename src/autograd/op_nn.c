@@ -96,7 +96,36 @@ static tg_tensor *class_targets(tg_tape *tp, const char *op, const tg_tensor *x,
     return t;
 }
 
-/* loss_i = -logp[i, t_i] (0 for an ignored row), reduced; logp dense (N, C) */
+/* PyTorch's sum of the losses of rows not ignored (nll_loss_out_frame): an
+ * 8-level cascade of partial sums in the element type, level j + 1 taking
+ * level j's sum whenever the row index b has no bit set in level j's
+ * 2^p-bit field, p = max(4, ceil(log2 N) / 8); the levels are then added in
+ * order. */
+#define NLL_CASCADE(T, NAME)                                                                          \
+    static T NAME(const T *e, const int64_t *tv, int64_t N)                                       \
+    {                                                                                                 \
+        int64_t lg = 1;                                                                               \
+        while (lg < 63 && ((int64_t)1 << lg) < N) lg++;                                               \
+        int64_t p = lg / 8 > 4 ? lg / 8 : 4, mask = ((int64_t)1 << p) - 1;                            \
+        T part[8] = {0};                                                                              \
+        for (int64_t b = 0; b < N; b++) {                                                             \
+            if (tv[b] < 0) continue;                                                                  \
+            part[0] += e[b];                                                                          \
+            for (int j = 0; j + 1 < 8 && (b & (mask << (j * p))) == 0; j++) {                         \
+                part[j + 1] += part[j];                                                               \
+                part[j] = 0;                                                                          \
+            }                                                                                         \
+        }                                                                                             \
+        T total = 0;                                                                                  \
+        for (int j = 0; j < 8; j++) total += part[j];                                                 \
+        return total;                                                                                 \
+    }
+NLL_CASCADE(float, nll_sum_f32)
+NLL_CASCADE(double, nll_sum_f64)
+
+/* loss_i = -logp[i, t_i] (0 for an ignored row), reduced as PyTorch's
+ * nll_loss reduces (the mean divides by the rows not ignored, in the
+ * element type); logp dense (N, C) */
 static tg_tensor *nll_forward(tg_tape *tp, const tg_tensor *logp, const tg_tensor *t, tg_reduction r, int64_t counted)
 {
     int64_t N = logp->shape[0], C = logp->shape[1];
@@ -104,16 +133,28 @@ static tg_tensor *nll_forward(tg_tape *tp, const tg_tensor *logp, const tg_tenso
     if (!elem) return NULL;
     const int64_t *tv = t->data;
     for (int64_t i = 0; i < N; i++) tg__set_dense(elem, i, tv[i] < 0 ? 0.0 : -tg__get_dense(logp, i * C + tv[i]));
+    if (r == TG_REDUCE_NONE) return elem;
+    tg_tensor *out = tg_scalar(tp, elem->dtype, 0.0);
+    if (!out) return NULL;
     /* every row ignored: the mean is 0/0 = nan, as PyTorch's */
-    return reduce_loss(tp, elem, r, counted);
+    if (elem->dtype == TG_F32) {
+        float v = nll_sum_f32(elem->data, tv, N);
+        *(float *)out->data = r == TG_REDUCE_MEAN ? v / (float)counted : v;
+    } else {
+        double v = nll_sum_f64(elem->data, tv, N);
+        *(double *)out->data = r == TG_REDUCE_MEAN ? v / (double)counted : v;
+    }
+    return out;
 }
 
 /* dl_i: the incoming gradient of row i's loss (the mean divides by the rows
- * not ignored) */
+ * not ignored, in the element type as PyTorch's) */
 static double row_grad(const tg_node *n, tg_reduction r, int64_t i)
 {
     if (r == TG_REDUCE_NONE) return tg_item_at(n->grad, i);
-    return tg_item(n->grad) / (r == TG_REDUCE_MEAN ? (double)n->iarg[2] : 1.0);
+    if (r == TG_REDUCE_SUM) return tg_item(n->grad);
+    if (n->grad->dtype == TG_F32) return (float)tg_item(n->grad) / (float)n->iarg[2];
+    return tg_item(n->grad) / (double)n->iarg[2];
 }
 
 tg_tensor *tg_cross_entropy_ignore(tg_tape *tp, tg_tensor *logits, const tg_tensor *target, tg_reduction r,
@@ -156,10 +197,14 @@ int tg__cross_entropy_backward(tg_node *n)
         }
         double g = row_grad(n, r, i);
         if (gx->dtype == TG_F32) {
+            /* as PyTorch's nll_loss backward (-dl_i at the target) then
+             * log_softmax backward (dy - exp(y) * sum(dy), fused) */
             const float *l = (const float *)lsm->data + i * C;
-            float *d = (float *)gx->data + i * C, gf = (float)g;
-            for (int64_t j = 0; j < C; j++) d[j] = expf(l[j]) * gf;
-            d[tv[i]] -= gf;
+            float *d = (float *)gx->data + i * C, gt = -(float)g;
+            tg__vexpf(d, l, C);
+            float et = d[tv[i]];
+            for (int64_t j = 0; j < C; j++) d[j] = fmaf(-d[j], gt, 0.0f);
+            d[tv[i]] = fmaf(-et, gt, gt);
         } else {
             const double *l = (const double *)lsm->data + i * C;
             double *d = (double *)gx->data + i * C;

@@ -94,6 +94,31 @@ int tg__save_named_list(const char *path, const tg_named_list *l);
  * (sum(dim=-1)), and of the rows of a (rows, cols) matrix (sum(dim=0)). */
 float tg__torch_sum_f32(const float *x, int64_t n);
 void tg__torch_sum_rows_f32(float *out, const float *x, int64_t rows, int64_t cols, int64_t ld);
+/* float32 exp, log, tanh as PyTorch's CPU kernels compute them (vmath.c):
+ * SLEEF's 1.0-ulp functions where PyTorch vectorises (AVX2 + FMA machines),
+ * the C library's elsewhere. tg__vec_math() tells which. The array forms
+ * map n contiguous floats (y may be x). */
+bool tg__vec_math(void);
+float tg__expf(float x);
+float tg__logf(float x);
+float tg__tanhf(float x);
+void tg__vexpf(float *y, const float *x, int64_t n);
+void tg__vlogf(float *y, const float *x, int64_t n);
+void tg__vtanhf(float *y, const float *x, int64_t n);
+/* PyTorch's vec::reduce_all of a float row with 8 lanes: element i adds into
+ * lane i % 8 (the first 8 start the lanes), then
+ * ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)); under 8 elements add in
+ * order. A row may arrive in pieces: start with {{0}, 0}, append with
+ * tg__sum8_add (x[i]) or tg__sum8_fma (x[i] * y[i], fused into the lane as
+ * PyTorch's map2_reduce_all is), read with tg__sum8_get. */
+typedef struct {
+    float a[8];
+    int64_t n;
+} tg__sum8;
+void tg__sum8_add(tg__sum8 *s, const float *x, int64_t n);
+void tg__sum8_fma(tg__sum8 *s, const float *x, const float *y, int64_t n);
+float tg__sum8_get(const tg__sum8 *s);
+float tg__sum8_f32(const float *x, int64_t n);
 /* Max over dim (out, idx keepdim shape; idx may be NULL). */
 void tg_k_max_dim(tg_tensor *out, tg_tensor *idx, const tg_tensor *x, int dim);
 /* out = softmax / log_softmax of x along dim (same shape). */

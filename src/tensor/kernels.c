@@ -282,8 +282,61 @@ void tg_k_binary_scalar(tg_tensor *out, const tg_tensor *a, double s, tg_binop o
         }                                                                                 \
     }
 
-UN_ROW(float, un_f32, expf, logf, sqrtf, tanhf)
+UN_ROW(float, un_basic_f32, expf, logf, sqrtf, tanhf)
 UN_ROW(double, un_f64, exp, log, sqrt, tanh)
+
+/* The book's GELU as its ops compute it, one tensor op after another:
+ * 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))), with sqrt(2/pi)
+ * a float32 tensor. TANH is the tanh of the element's position (below). */
+static inline float gelu_f32(float x, float t) { return 0.5f * x * (1.0f + t); }
+static inline float gelu_inner_f32(float x)
+{
+    const float k = sqrtf((float)(2.0 / 3.14159265358979323846)), c = 0.044715f;
+    return k * (x + c * (x * x * x));
+}
+
+/* exp, log, tanh and GELU of float32 elements as PyTorch's cpu_kernel_vec
+ * runs them on one chunk: the first n - n % 16 elements of a contiguous row
+ * (two vectors a step) by the vector functions, the rest and strided rows by
+ * the C library (vmath.c). */
+static void un_math_f32(tg_unop op, int64_t n, float *o, int64_t so, const float *x, int64_t sa)
+{
+    int64_t nv = so == 1 && sa == 1 && tg__vec_math() ? n - n % 16 : 0;
+    enum { CH = 256 };
+    float buf[CH];
+    for (int64_t i0 = 0; i0 < nv; i0 += CH) {
+        int64_t m = nv - i0 < CH ? nv - i0 : CH;
+        switch (op) {
+        case TG_UN_EXP: tg__vexpf(o + i0, x + i0, m); break;
+        case TG_UN_LOG: tg__vlogf(o + i0, x + i0, m); break;
+        case TG_UN_TANH: tg__vtanhf(o + i0, x + i0, m); break;
+        default: /* TG_UN_GELU */
+            for (int64_t i = 0; i < m; i++) buf[i] = gelu_inner_f32(x[i0 + i]);
+            tg__vtanhf(buf, buf, m);
+            for (int64_t i = 0; i < m; i++) o[i0 + i] = gelu_f32(x[i0 + i], buf[i]);
+        }
+    }
+    for (int64_t i = nv; i < n; i++) {
+        float a = x[i * sa], r;
+        switch (op) {
+        case TG_UN_EXP: r = expf(a); break;
+        case TG_UN_LOG: r = logf(a); break;
+        case TG_UN_TANH: r = tanhf(a); break;
+        default: r = gelu_f32(a, tanhf(gelu_inner_f32(a)));
+        }
+        o[i * so] = r;
+    }
+}
+
+static void un_f32(void *vctx, int64_t n, char *const *p, const int64_t *s)
+{
+    tg_unop op = *(const tg_unop *)vctx;
+    if (op == TG_UN_EXP || op == TG_UN_LOG || op == TG_UN_TANH || op == TG_UN_GELU)
+        un_math_f32(op, n, (float *)p[0], s[0] / (int64_t)sizeof(float), (const float *)p[1],
+                    s[1] / (int64_t)sizeof(float));
+    else
+        un_basic_f32(vctx, n, p, s);
+}
 
 void tg_k_unary(tg_tensor *out, const tg_tensor *a, tg_unop op)
 {
@@ -674,8 +727,8 @@ static int64_t row_offset(const tg_tensor *x, int dim, int64_t r)
         T sum = 0;                                                                             \
         if (want_log) {                                                                        \
             for (int64_t i = 0; i < n; i++) sum += EXPF(x[i * sx] - m);                        \
-            T lse = m + LOGF(sum);                                                             \
-            for (int64_t i = 0; i < n; i++) y[i * sy] = x[i * sx] - lse;                       \
+            T lse = LOGF(sum);                                                                 \
+            for (int64_t i = 0; i < n; i++) y[i * sy] = (x[i * sx] - m) - lse;                 \
         } else {                                                                               \
             for (int64_t i = 0; i < n; i++) {                                                  \
                 T e = EXPF(x[i * sx] - m);                                                     \
@@ -687,8 +740,39 @@ static int64_t row_offset(const tg_tensor *x, int dim, int64_t r)
         }                                                                                      \
     }
 
-SOFTMAX_ROW(float, softmax_row_f32, expf, logf)
 SOFTMAX_ROW(double, softmax_row_f64, exp, log)
+
+/* A float row as PyTorch's _vec_softmax_lastdim and _vec_log_softmax_lastdim
+ * compute it: every exp and log by the vector functions, the sums by 8 lanes
+ * (tg__sum8), y = (x - max) - log(sum) for log_softmax and
+ * exp(x - max) * (1 / sum) for softmax. */
+enum { SM_CHUNK = 256 };
+
+static void softmax_row_f32(float *y, int64_t sy, const float *x, int64_t sx, int64_t n, bool want_log)
+{
+    float m = -INFINITY;
+    for (int64_t i = 0; i < n; i++) m = x[i * sx] > m ? x[i * sx] : m;
+    for (int64_t i = 0; i < n; i++)
+        if (x[i * sx] != x[i * sx]) m = x[i * sx];
+    float e[SM_CHUNK];
+    tg__sum8 acc = {{0}, 0};
+    for (int64_t i0 = 0; i0 < n; i0 += SM_CHUNK) {
+        int64_t c = n - i0 < SM_CHUNK ? n - i0 : SM_CHUNK;
+        for (int64_t i = 0; i < c; i++) e[i] = x[(i0 + i) * sx] - m;
+        tg__vexpf(e, e, c);
+        tg__sum8_add(&acc, e, c);
+        if (!want_log)
+            for (int64_t i = 0; i < c; i++) y[(i0 + i) * sy] = e[i];
+    }
+    float sum = tg__sum8_get(&acc);
+    if (want_log) {
+        float lse = tg__logf(sum);
+        for (int64_t i = 0; i < n; i++) y[i * sy] = (x[i * sx] - m) - lse;
+    } else {
+        float inv = 1.0f / sum;
+        for (int64_t i = 0; i < n; i++) y[i * sy] *= inv;
+    }
+}
 
 void tg_k_softmax(tg_tensor *out, const tg_tensor *x, int dim, bool log)
 {
@@ -724,8 +808,39 @@ void tg_k_softmax(tg_tensor *out, const tg_tensor *x, int dim, bool log)
         }                                                                                      \
     }
 
-SOFTMAX_BWD_ROW(float, softmax_bwd_f32, expf)
 SOFTMAX_BWD_ROW(double, softmax_bwd_f64, exp)
+
+/* A float row as PyTorch's vectorised backward kernels compute it (their
+ * multiply-adds fused, as its build compiles them): softmax
+ * s = sum8(dy * y), dx = (dy - s) * y; log_softmax s = sum8(dy),
+ * dx = dy - exp(y) * s with one rounding. */
+static void softmax_bwd_f32(float *dx, int64_t sdx, const float *y, int64_t sy, const float *dy, int64_t sdy,
+                            int64_t n, bool want_log)
+{
+    float a[SM_CHUNK], b[SM_CHUNK];
+    tg__sum8 acc = {{0}, 0};
+    for (int64_t i0 = 0; i0 < n; i0 += SM_CHUNK) {
+        int64_t c = n - i0 < SM_CHUNK ? n - i0 : SM_CHUNK;
+        for (int64_t i = 0; i < c; i++) a[i] = dy[(i0 + i) * sdy];
+        if (want_log) {
+            tg__sum8_add(&acc, a, c);
+        } else {
+            for (int64_t i = 0; i < c; i++) b[i] = y[(i0 + i) * sy];
+            tg__sum8_fma(&acc, a, b, c);
+        }
+    }
+    float s = tg__sum8_get(&acc);
+    for (int64_t i0 = 0; i0 < n; i0 += SM_CHUNK) {
+        int64_t c = n - i0 < SM_CHUNK ? n - i0 : SM_CHUNK;
+        for (int64_t i = 0; i < c; i++) b[i] = y[(i0 + i) * sy];
+        if (want_log) {
+            tg__vexpf(b, b, c);
+            for (int64_t i = 0; i < c; i++) dx[(i0 + i) * sdx] = fmaf(-b[i], s, dy[(i0 + i) * sdy]);
+        } else {
+            for (int64_t i = 0; i < c; i++) dx[(i0 + i) * sdx] = (dy[(i0 + i) * sdy] - s) * b[i];
+        }
+    }
+}
 
 void tg_k_softmax_backward(tg_tensor *dx, const tg_tensor *y, const tg_tensor *dy, int dim, bool log)
 {

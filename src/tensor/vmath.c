@@ -1,0 +1,100 @@
+/* exp, log and tanh of float32 as PyTorch's CPU kernels compute them.
+ *
+ * On x86-64 machines with AVX2 and FMA, PyTorch's vectorised float kernels
+ * (Vectorized<float>::exp, log, tanh) call SLEEF's 1.0-ulp functions; its
+ * scalar paths (a loop's tail, strided operands) call the C library's. SLEEF
+ * gives the same bits whichever width computes an element, so the one-lane
+ * "purecfma" functions stand in for the vector lanes wherever a loop here is
+ * not vectorised. Elsewhere (no FMA) both sides use the C library. */
+#include "internal.h"
+
+#include <sleef.h>
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define TG_SLEEF_AVX2 1
+#endif
+
+static int sleef_state = -1; /* -1 unknown, 0 no FMA, 1 SLEEF */
+
+bool tg__vec_math(void)
+{
+    int s = __atomic_load_n(&sleef_state, __ATOMIC_RELAXED);
+    if (s < 0) {
+#if defined(TG_SLEEF_AVX2)
+        s = 1;
+#elif defined(__x86_64__) && defined(__GNUC__)
+        __builtin_cpu_init();
+        s = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+        s = 0;
+#endif
+        __atomic_store_n(&sleef_state, s, __ATOMIC_RELAXED);
+    }
+    return s == 1;
+}
+
+float tg__expf(float x) { return tg__vec_math() ? Sleef_expf1_u10purecfma(x) : expf(x); }
+float tg__logf(float x) { return tg__vec_math() ? Sleef_logf1_u10purecfma(x) : logf(x); }
+float tg__tanhf(float x) { return tg__vec_math() ? Sleef_tanhf1_u10purecfma(x) : tanhf(x); }
+
+#if defined(TG_SLEEF_AVX2)
+#define VEC_MAP(NAME, V8, S1)                                                            \
+    void NAME(float *y, const float *x, int64_t n)                                       \
+    {                                                                                    \
+        int64_t i = 0;                                                                   \
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, V8(_mm256_loadu_ps(x + i)));  \
+        for (; i < n; i++) y[i] = S1(x[i]);                                              \
+    }
+VEC_MAP(tg__vexpf, Sleef_expf8_u10avx2, Sleef_expf1_u10purecfma)
+VEC_MAP(tg__vlogf, Sleef_logf8_u10avx2, Sleef_logf1_u10purecfma)
+VEC_MAP(tg__vtanhf, Sleef_tanhf8_u10avx2, Sleef_tanhf1_u10purecfma)
+#else
+#define VEC_MAP(NAME, S1)                                                                \
+    void NAME(float *y, const float *x, int64_t n)                                       \
+    {                                                                                    \
+        for (int64_t i = 0; i < n; i++) y[i] = S1(x[i]);                                 \
+    }
+VEC_MAP(tg__vexpf, tg__expf)
+VEC_MAP(tg__vlogf, tg__logf)
+VEC_MAP(tg__vtanhf, tg__tanhf)
+#endif
+
+/* The lanes of PyTorch's vec::reduce_all (internal.h). PyTorch's build fuses
+ * the multiply-add of map2_reduce_all (acc + x * y); so does tg__sum8_fma. */
+void tg__sum8_add(tg__sum8 *s, const float *x, int64_t n)
+{
+    int64_t i = 0;
+    for (; i < n && s->n < 8; i++) s->a[s->n++] = x[i];
+    for (int l = (int)(s->n & 7); i < n && l != 0; i++, l = (l + 1) & 7, s->n++) s->a[l] += x[i];
+    for (; i + 8 <= n; i += 8, s->n += 8)
+        for (int l = 0; l < 8; l++) s->a[l] += x[i + l];
+    for (int l = 0; i < n; i++, l++, s->n++) s->a[l] += x[i];
+}
+
+void tg__sum8_fma(tg__sum8 *s, const float *x, const float *y, int64_t n)
+{
+    int64_t i = 0;
+    for (; i < n && s->n < 8; i++) s->a[s->n++] = x[i] * y[i];
+    for (int l = (int)(s->n & 7); i < n && l != 0; i++, l = (l + 1) & 7, s->n++) s->a[l] = fmaf(x[i], y[i], s->a[l]);
+    for (; i + 8 <= n; i += 8, s->n += 8)
+        for (int l = 0; l < 8; l++) s->a[l] = fmaf(x[i + l], y[i + l], s->a[l]);
+    for (int l = 0; i < n; i++, l++, s->n++) s->a[l] = fmaf(x[i], y[i], s->a[l]);
+}
+
+float tg__sum8_get(const tg__sum8 *s)
+{
+    const float *a = s->a;
+    if (s->n < 8) {
+        float r = s->n > 0 ? a[0] : 0.0f;
+        for (int64_t i = 1; i < s->n; i++) r += a[i];
+        return r;
+    }
+    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+float tg__sum8_f32(const float *x, int64_t n)
+{
+    tg__sum8 s = {{0}, 0};
+    tg__sum8_add(&s, x, n);
+    return tg__sum8_get(&s);
+}
