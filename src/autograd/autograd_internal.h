@@ -38,6 +38,8 @@ struct tg_node {
     double darg[4];
     tg_fn_ctx *fn;      /* user functions (TG_OP_FUNCTION): the context */
     uint64_t epoch;     /* the backward pass that last reached this node */
+    uint64_t seq;       /* creation order: backward runs the latest ready node first */
+    int64_t pending;    /* during backward: consumers that have not yet sent their gradient */
     bool released;
 };
 

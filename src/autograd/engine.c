@@ -80,6 +80,9 @@ const tg_tensor *tg__dense(tg_tape *tp, const tg_tensor *x)
 
 /* ---- recording ------------------------------------------------------------------ */
 
+/* Nodes are numbered as they are created (PyTorch's sequence_nr). */
+static atomic_uint_fast64_t node_seq;
+
 tg_tensor *tg__record(tg_tape *tp, tg_op_id op, tg_tensor *out, int nin, tg_tensor *const *in, int nsaved,
                       tg_tensor *const *saved, tg_node **node)
 {
@@ -98,6 +101,7 @@ tg_tensor *tg__record(tg_tape *tp, tg_op_id op, tg_tensor *out, int nin, tg_tens
     for (int i = 0; i < nin; i++) n->in[i] = in[i];
     for (int i = 0; i < nsaved; i++) n->saved[i] = saved[i];
     n->head.name = tg_ops[op].name;
+    n->seq = (uint64_t)atomic_fetch_add(&node_seq, 1);
     n->op = op;
     n->tape = tp;
     n->out = out;
@@ -200,11 +204,11 @@ static void *grow(tg_tape *tp, void *old, size_t *cap, size_t elem)
 }
 
 /* The nodes reachable from rn through inputs that require grad, whatever tape
- * each was recorded in, in post-order (an iterative depth-first search: graphs
- * may be far deeper than the C stack). Reversed, that is a topological order:
- * a node comes before every node it reads from. Every node found has its
- * gradient reset (a previous backward's is stale). Scratch lives in rn's tape,
- * so a step loop that resets that tape allocates nothing after its first step. */
+ * each was recorded in (an iterative depth-first search: graphs may be far
+ * deeper than the C stack), each with its count of consumers in the graph
+ * (pending) and its gradient reset (a previous backward's is stale). Scratch
+ * lives in rn's tape, so a step loop that resets that tape allocates nothing
+ * after its first step. */
 static int collect(tg_node *rn, tg_node ***order_out, size_t *count)
 {
     tg_tape *tp = rn->tape;
@@ -215,6 +219,7 @@ static int collect(tg_node *rn, tg_node ***order_out, size_t *count)
     if (!order) return TG_ENOMEM;
     rn->epoch = e;
     rn->grad = NULL;
+    rn->pending = 0;
     stack[sp++] = (dfs_frame){rn, 0};
     while (sp > 0) {
         dfs_frame *f = &stack[sp - 1];
@@ -222,9 +227,14 @@ static int collect(tg_node *rn, tg_node ***order_out, size_t *count)
         if (f->next < n->nin) {
             tg_tensor *t = n->in[f->next++];
             tg_node *c = tg__needs_grad(t) ? t->grad_fn : NULL;
-            if (!c || c->epoch == e) continue;
+            if (!c) continue;
+            if (c->epoch == e) {
+                c->pending++;
+                continue;
+            }
             c->epoch = e;
             c->grad = NULL;
+            c->pending = 1;
             if (sp == scap && !(stack = grow(tp, stack, &scap, sizeof *stack))) return TG_ENOMEM;
             stack[sp++] = (dfs_frame){c, 0};
         } else {
@@ -236,6 +246,31 @@ static int collect(tg_node *rn, tg_node ***order_out, size_t *count)
     *order_out = order;
     *count = no;
     return TG_OK;
+}
+
+static void heap_push(tg_node **h, size_t *n, tg_node *x)
+{
+    size_t i = (*n)++;
+    while (i > 0 && h[(i - 1) / 2]->seq < x->seq) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = x;
+}
+
+static void heap_pop(tg_node **h, size_t *n)
+{
+    tg_node *x = h[--*n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && h[c + 1]->seq > h[c]->seq) c++;
+        if (h[c]->seq <= x->seq) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n > 0) h[i] = x;
 }
 
 int tg_backward(tg_tensor *root, const tg_tensor *grad, bool retain_graph)
@@ -266,23 +301,38 @@ int tg_backward(tg_tensor *root, const tg_tensor *grad, bool retain_graph)
     size_t count;
     int status = collect(rn, &order, &count);
     if (status != TG_OK) return status;
+    /* PyTorch's schedule: of the nodes whose consumers have all sent their
+     * gradient, the one created last runs first (a max-heap on seq). The
+     * order decides how gradients reaching one tensor from several
+     * consumers are added up, so float32 sums round as PyTorch's. The heap
+     * reuses the array collect filled. */
+    tg_node **heap = order;
+    size_t hn = 0;
+    heap[hn++] = rn;
     bool prev = tg_set_grad_enabled(false);
     status = tg__accum(root, seed);
-    /* order[count - 1] is the root; every node comes after the nodes that read it. */
-    for (size_t k = count; k-- > 0 && status == TG_OK;) {
-        tg_node *n = order[k];
-        if (!n->grad) continue; /* reached, but no gradient flowed into it */
-        if (n->released) {
-            status = tg_error_status(TG_ESTATE, "backward: trying to backward through the graph a "
-                                                "second time (node %s); pass retain_graph=true the "
-                                                "first time", n->head.name);
-            break;
+    while (hn > 0 && status == TG_OK) {
+        tg_node *n = heap[0];
+        heap_pop(heap, &hn);
+        if (n->grad) {
+            if (n->released) {
+                status = tg_error_status(TG_ESTATE, "backward: trying to backward through the graph a "
+                                                    "second time (node %s); pass retain_graph=true the "
+                                                    "first time", n->head.name);
+                break;
+            }
+            status = tg_ops[n->op].backward(n);
+            if (status != TG_OK) break;
+            if (!retain_graph) n->released = true;
+            n->grad = NULL; /* dropped: nothing reads it again */
         }
-        status = tg_ops[n->op].backward(n);
-        if (status != TG_OK) break;
-        if (!retain_graph) n->released = true;
-        n->grad = NULL; /* dropped: nothing reads it again */
+        for (int i = 0; i < n->nin; i++) {
+            tg_tensor *t = n->in[i];
+            tg_node *c = tg__needs_grad(t) ? t->grad_fn : NULL;
+            if (c && --c->pending == 0) heap_push(heap, &hn, c);
+        }
     }
+    (void)count;
     tg_set_grad_enabled(prev);
     return status;
 }

@@ -72,20 +72,26 @@ int tg__mul_backward(tg_node *n)
     return st ? st : accum_binary(n, n->in[1], n->grad, n->saved[0], TG_BIN_MUL);
 }
 
-/* forward: y = a / b; so da = dy / b, db = -dy * a / b^2 */
+/* forward: y = a / b; so da = dy / b, db = -dy * ((a / b) / b), rounded in
+ * PyTorch's order */
 int tg__div_backward(tg_node *n)
 {
     int st = accum_binary(n, n->in[0], n->grad, n->saved[1], TG_BIN_DIV);
     if (st || !tg__needs_grad(n->in[1])) return st;
     tg_tape *tp = tg__btape(n);
     const tg_tensor *a = n->saved[0], *b = n->saved[1];
-    tg_tensor *t = tg__new_like(tp, n->grad);
-    if (!t) return TG_ENOMEM;
-    tg_k_binary(t, n->grad, a, TG_BIN_MUL);
-    tg_k_binary(t, t, b, TG_BIN_DIV);
-    tg_k_binary(t, t, b, TG_BIN_DIV);
-    tg_k_binary_scalar(t, t, -1.0, TG_BIN_MUL, false);
-    return tg__accum(n->in[1], t);
+    int64_t shape[TG_MAX_DIMS];
+    int nd = tg__broadcast_shape("backward", a->ndim, a->shape, b->ndim, b->shape, shape);
+    if (nd < 0) return TG_EINVAL;
+    nd = tg__broadcast_shape("backward", nd, shape, n->grad->ndim, n->grad->shape, shape);
+    if (nd < 0) return TG_EINVAL;
+    tg_tensor *q = tg_empty(tp, n->grad->dtype, nd, shape);
+    if (!q) return TG_ENOMEM;
+    tg_k_binary(q, a, b, TG_BIN_DIV);
+    tg_k_binary(q, q, b, TG_BIN_DIV);
+    tg_k_binary(q, q, n->grad, TG_BIN_MUL);
+    tg_k_unary(q, q, TG_UN_NEG); /* (-dy) * q: the sign alone differs from -(dy * q) */
+    return tg__accum(n->in[1], q);
 }
 
 /* ---- tensor-scalar ops ------------------------------------------------------------------ */
@@ -194,11 +200,22 @@ int tg__sqrt_backward(tg_node *n)
     return tg__accum(n->in[0], t);
 }
 
-/* forward: y = tanh(a); so da = dy * (1 - y^2) */
+/* forward: y = tanh(a); so da = dy * (1 - y^2) (float32: 1 - y y rounded once,
+ * as PyTorch's tanh_backward kernel computes it) */
 int tg__tanh_backward(tg_node *n)
 {
-    tg_tensor *t = tg__new_like(tg__btape(n), n->grad);
+    tg_tape *tp = tg__btape(n);
+    tg_tensor *t = tg__new_like(tp, n->grad);
     if (!t) return TG_ENOMEM;
+    if (t->dtype == TG_F32) {
+        const tg_tensor *gd = tg__dense(tp, n->grad), *yd = tg__dense(tp, n->saved[1]);
+        if (!gd || !yd) return TG_ENOMEM;
+        const float *g = tg__ptr(gd, gd->offset), *y = tg__ptr(yd, yd->offset);
+        float *o = tg__ptr(t, t->offset);
+        int64_t cnt = tg_numel(t);
+        for (int64_t i = 0; i < cnt; i++) o[i] = g[i] * fmaf(-y[i], y[i], 1.0f);
+        return tg__accum_owned(n, n->in[0], t);
+    }
     tg_k_binary(t, n->saved[1], n->saved[1], TG_BIN_MUL);
     tg_k_binary_scalar(t, t, 1.0, TG_BIN_SUB, true);
     tg_k_binary(t, t, n->grad, TG_BIN_MUL);
@@ -224,6 +241,13 @@ int tg__gelu_backward(tg_node *n)
 {
     tg_tape *tp = tg__btape(n);
     const tg_tensor *a = n->saved[0];
+    if (a->dtype == TG_F32) { /* rounded as the book's composed GELU's graph (kernels.c) */
+        tg_tensor *r = tg__new_like(tp, n->grad);
+        const tg_tensor *gd = tg__dense(tp, n->grad), *ad = tg__dense(tp, a);
+        if (!r || !gd || !ad) return TG_ENOMEM;
+        tg_k_gelu_backward_f32(tg__ptr(r, r->offset), tg__ptr(ad, ad->offset), tg__ptr(gd, gd->offset), tg_numel(r));
+        return tg__accum_owned(n, n->in[0], r);
+    }
     tg_tensor *t = tg_empty(tp, TG_F64, a->ndim, a->shape);
     tg_tensor *g = tg_empty(tp, TG_F64, a->ndim, a->shape);
     if (!t || !g) return TG_ENOMEM;

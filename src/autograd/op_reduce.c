@@ -56,7 +56,7 @@ static tg_tensor *reduce(tg_tape *tp, const char *op, tg_op_id id, tg_tensor *x,
     out = tg__record(tp, id, out, 1, &x, 0, NULL, &n);
     if (n) {
         for (int d = 0; d < x->ndim; d++) n->iarg[d] = kshape[d];
-        n->darg[0] = mean ? 1.0 / (double)count : 1.0;
+        n->darg[0] = mean ? (double)count : 0.0; /* the mean's divisor */
     }
     return out;
 }
@@ -72,7 +72,8 @@ tg_tensor *tg_mean_dims(tg_tape *tp, tg_tensor *x, int ndims, const int *dims, b
     return reduce(tp, "mean", TG_OP_MEAN_DIMS, x, ndims, dims, keepdim, true);
 }
 
-/* forward: y = sum(x, dims) (or mean); so dx = expand(dy, x.shape) (/ count) */
+/* forward: y = sum(x, dims) (or mean); so dx = expand(dy, x.shape) (/ count,
+ * a division as PyTorch's mean_backward) */
 int tg__sum_backward(tg_node *n)
 {
     tg_tensor *x = n->in[0];
@@ -80,15 +81,20 @@ int tg__sum_backward(tg_node *n)
     g.ndim = x->ndim;
     for (int d = 0; d < x->ndim; d++) g.shape[d] = n->iarg[d];
     tg__contiguous_strides(g.ndim, g.shape, g.stride);
+    bool mean = n->darg[0] != 0.0;
+    if (mean) {
+        tg_tensor *t = tg__new_like(tg__btape(n), x);
+        if (!t) return TG_ENOMEM;
+        tg_k_binary_scalar(t, &g, n->darg[0], TG_BIN_DIV, false);
+        return tg__accum_owned(n, x, t);
+    }
     bool fresh;
     tg_tensor *buf = tg__grad_buf(x, &fresh, false);
     if (!buf) return TG_ENOMEM;
-    if (fresh) {
+    if (fresh)
         tg_k_copy(buf, &g);
-        if (n->darg[0] != 1.0) tg_k_binary_scalar(buf, buf, n->darg[0], TG_BIN_MUL, false);
-    } else {
-        tg_k_axpy(buf, &g, n->darg[0]);
-    }
+    else
+        tg_k_axpy(buf, &g, 1.0);
     return TG_OK;
 }
 
@@ -310,15 +316,34 @@ tg_tensor *tg_var(tg_tape *tp, tg_tensor *x, int dim, bool unbiased, bool keepdi
     return out;
 }
 
-/* forward: y = sum((x - mean(x))^2, dim) / (N - correction); so dx = dy * 2 (x - mean) / (N - correction) */
+/* forward: y = sum((x - mean(x))^2, dim) / (N - correction); so
+ * dx = ((2 / (N - correction)) * dy) * (x - mean(x, dim)), for float32 each
+ * step rounded as PyTorch's var_backward rounds it */
 int tg__var_backward(tg_node *n)
 {
     const tg_tensor *x = n->saved[0];
     int d = (int)n->iarg[0];
     dim_split s = split_at(x, d);
-    tg_tensor *gx = tg__new_like(tg__btape(n), x);
+    tg_tape *tp = tg__btape(n);
+    tg_tensor *gx = tg__new_like(tp, x);
     if (!gx) return TG_ENOMEM;
     double divisor = n->darg[0];
+    if (x->dtype == TG_F32 && x->ndim > 0) {
+        int64_t ks[TG_MAX_DIMS];
+        for (int i = 0; i < x->ndim; i++) ks[i] = i == d ? 1 : x->shape[i];
+        tg_tensor *mean = tg_empty(tp, TG_F32, x->ndim, ks), *g2 = tg_empty(tp, TG_F32, x->ndim, ks);
+        if (!mean || !g2) return TG_ENOMEM;
+        tg_k_sum_to(mean, x);
+        tg_k_binary_scalar(mean, mean, (double)s.n, TG_BIN_DIV, false);
+        tg_tensor g = *n->grad; /* dy seen with keepdim shape */
+        g.ndim = x->ndim;
+        for (int i = 0; i < x->ndim; i++) g.shape[i] = ks[i];
+        tg__contiguous_strides(g.ndim, g.shape, g.stride);
+        tg_k_binary_scalar(g2, &g, 2.0 / divisor, TG_BIN_MUL, false);
+        tg_k_binary(gx, x, mean, TG_BIN_SUB);
+        tg_k_binary(gx, g2, gx, TG_BIN_MUL);
+        return tg__accum_owned(n, n->in[0], gx);
+    }
     for (int64_t o = 0; o < s.outer; o++)
         for (int64_t i = 0; i < s.inner; i++) {
             double mean, m2;

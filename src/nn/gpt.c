@@ -168,8 +168,10 @@ static tg_tensor *layer_norm_forward(tg_tape *tp, tg_module *self, int n, tg_ten
     static const int last[1] = {-1};
     tg_tensor *mean = tg_mean_dims(tp, x, 1, last, true); /* mean = x.mean(dim=-1, keepdim=True) */
     tg_tensor *var = tg_var(tp, x, -1, false, true);      /* var = x.var(dim=-1, keepdim=True, unbiased=False) */
-    /* norm_x = (x - mean) / torch.sqrt(var + self.eps) */
-    tg_tensor *norm = tg_div(tp, tg_sub(tp, x, mean), tg_sqrt(tp, tg_add_scalar(tp, var, s->eps)));
+    /* norm_x = (x - mean) / torch.sqrt(var + self.eps), the nodes made in
+     * Python's order (backward's schedule follows it, tg_backward) */
+    tg_tensor *centered = tg_sub(tp, x, mean);
+    tg_tensor *norm = tg_div(tp, centered, tg_sqrt(tp, tg_add_scalar(tp, var, s->eps)));
     return tg_add(tp, tg_mul(tp, scale, norm), shift); /* self.scale * norm_x + self.shift */
 }
 
@@ -202,9 +204,10 @@ static tg_tensor *gelu_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *c
     tg_tensor *x = in[0];
     if (tg_module_is_fused(self)) return tg_gelu(tp, x);
     const double c = (double)sqrtf((float)(2.0 / 3.141592653589793));
+    tg_tensor *half = tg_mul_scalar(tp, x, 0.5); /* Python makes 0.5 * x first */
     tg_tensor *inner = tg_add(tp, x, tg_mul_scalar(tp, tg_pow_scalar(tp, x, 3.0), 0.044715));
     tg_tensor *t = tg_add_scalar(tp, tg_tanh(tp, tg_mul_scalar(tp, inner, c)), 1.0);
-    return tg_mul(tp, tg_mul_scalar(tp, x, 0.5), t);
+    return tg_mul(tp, half, t);
 }
 
 static const tg_module_type gelu_type = {"GELU", gelu_forward, NULL};

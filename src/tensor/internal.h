@@ -75,6 +75,8 @@ void tg_k_binary(tg_tensor *out, const tg_tensor *a, const tg_tensor *b, tg_bino
 /* out = a op s (scalar). rev: s op a (TG_BIN_SUB only). */
 void tg_k_binary_scalar(tg_tensor *out, const tg_tensor *a, double s, tg_binop op, bool rev);
 void tg_k_unary(tg_tensor *out, const tg_tensor *a, tg_unop op);
+/* dx of tg_k_unary's float32 TG_UN_GELU for n contiguous elements (kernels.c). */
+void tg_k_gelu_backward_f32(float *dx, const float *x, const float *dy, int64_t n);
 /* out = src broadcast (any dtype conversion between float types, bool, u8, i64). */
 void tg_k_copy(tg_tensor *out, const tg_tensor *src);
 void tg_k_fill(tg_tensor *out, double v);

@@ -328,6 +328,36 @@ static void un_math_f32(tg_unop op, int64_t n, float *o, int64_t so, const float
     }
 }
 
+/* The gradient of the book's GELU as PyTorch's autograd computes it through
+ * the ops above (tanh recomputed with the forward's rule): with h = 0.5 x,
+ * t = tanh(u), u = k (x + c x^3),
+ *   g3 = (dy * h) * (1 - t * t)     (TanhBackward0: one rounding for 1 - t t)
+ *   g2 = g3 * k
+ *   dx = (g2 + (g2 * c) * (3 * (x * x))) + (dy * (1 + t)) * 0.5,
+ * the three terms added in the order backward's schedule delivers them
+ * (x + ..., pow, 0.5 * x). */
+static inline float gelu_grad_f32(float x, float t, float dy)
+{
+    const float k = sqrtf((float)(2.0 / 3.14159265358979323846)), c = 0.044715f;
+    float g3 = (dy * (0.5f * x)) * fmaf(-t, t, 1.0f);
+    float g2 = g3 * k;
+    return (g2 + (g2 * c) * (3.0f * (x * x))) + (dy * (1.0f + t)) * 0.5f;
+}
+
+void tg_k_gelu_backward_f32(float *dx, const float *x, const float *dy, int64_t n)
+{
+    int64_t nv = tg__vec_math() ? n - n % 16 : 0;
+    enum { CH = 256 };
+    float t[CH];
+    for (int64_t i0 = 0; i0 < nv; i0 += CH) {
+        int64_t m = nv - i0 < CH ? nv - i0 : CH;
+        for (int64_t i = 0; i < m; i++) t[i] = gelu_inner_f32(x[i0 + i]);
+        tg__vtanhf(t, t, m);
+        for (int64_t i = 0; i < m; i++) dx[i0 + i] = gelu_grad_f32(x[i0 + i], t[i], dy[i0 + i]);
+    }
+    for (int64_t i = nv; i < n; i++) dx[i] = gelu_grad_f32(x[i], tanhf(gelu_inner_f32(x[i])), dy[i]);
+}
+
 static void un_f32(void *vctx, int64_t n, char *const *p, const int64_t *s)
 {
     tg_unop op = *(const tg_unop *)vctx;
