@@ -3,6 +3,9 @@
 
 #include <math.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 static tg_tensor *reduce_loss(tg_tape *tp, tg_tensor *elem, tg_reduction r, int64_t count)
 {
@@ -312,6 +315,97 @@ int tg__embedding_backward(tg_node *n)
 
 /* ---- fused LayerNorm (the book's: scale * (x - mean) / sqrt(var + eps) + shift) ------------------------ */
 
+/* float32: the book's LayerNorm op for op as PyTorch rounds it.
+ *   mean = sum(x) / D (PyTorch's sum), var = x.var(unbiased=False) (in double,
+ *   rounded once), c = x - mean, sd = sqrt(var + eps), y = scale * (c / sd) + shift.
+ * Saved: x, scale, and (mean, sd) per row. */
+static tg_tensor *layer_norm_f32(tg_tape *tp, tg_tensor *x, const tg_tensor *xd, const tg_tensor *gd,
+                                 const tg_tensor *bd, double eps, tg_tensor *scale, tg_tensor *shift)
+{
+    int64_t D = x->shape[x->ndim - 1], rows = tg_numel(x) / D;
+    tg_tensor *out = tg__new_like(tp, x);
+    tg_tensor *stats = tg_empty(tp, TG_F32, 1, (int64_t[]){2 * rows});
+    if (!xd || !gd || !bd || !out || !stats) return NULL;
+    float *st = stats->data, *y = tg__ptr(out, out->offset);
+    const float *xs = tg__ptr(xd, xd->offset), *w = tg__ptr(gd, gd->offset), *b = tg__ptr(bd, bd->offset);
+    const float epsf = (float)eps;
+#pragma omp parallel for if (rows * D > TG_PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = xs + r * D;
+        float mean = tg__torch_sum_f32(xr, D) / (float)D;
+        double sum = 0, m2 = 0;
+        for (int64_t k = 0; k < D; k++) sum += xr[k];
+        double mu = sum / (double)D;
+        for (int64_t k = 0; k < D; k++) m2 += (xr[k] - mu) * (xr[k] - mu);
+        float sd = sqrtf((float)(m2 / (double)D) + epsf);
+        st[2 * r] = mean, st[2 * r + 1] = sd;
+        for (int64_t k = 0; k < D; k++) y[r * D + k] = w[k] * ((xr[k] - mean) / sd) + b[k];
+    }
+    tg_tensor *in[3] = {x, scale, shift}, *saved[3] = {(tg_tensor *)xd, (tg_tensor *)gd, stats};
+    return tg__record(tp, TG_OP_LAYER_NORM, out, 3, in, 3, saved, NULL);
+}
+
+/* float32 backward, the book's LayerNorm's graph as PyTorch runs it (dy = g):
+ *   dshift = sum_rows g, dscale = sum_rows g * (c / sd), gn = g * scale,
+ *   gc = gn / sd, gsd = sum_k -gn * ((c / sd) / sd), gv = (gsd / sd) / 2,
+ * and x's gradient receives, in the order backward's schedule delivers them,
+ *   gc (x - mean), ((2 / D) * gv) * c (var), -sum_k(gc) / D (mean). */
+static int layer_norm_backward_f32(tg_node *n, const tg_tensor *g)
+{
+    const tg_tensor *x = n->saved[0], *scale = n->saved[1];
+    const float *st = n->saved[2]->data;
+    int64_t D = x->shape[x->ndim - 1], rows = tg_numel(x) / D;
+    tg_tape *bt = tg__btape(n);
+    const float *xs = tg__ptr(x, x->offset), *w = tg__ptr(scale, scale->offset), *gy = tg__ptr(g, g->offset);
+    if (tg__needs_grad(n->in[0])) {
+        bool fresh;
+        tg_tensor *buf = tg__grad_buf(n->in[0], &fresh, false);
+        int nt = 1;
+#ifdef _OPENMP
+        nt = omp_get_max_threads();
+#endif
+        float *scratch = tg_tape_alloc(bt, sizeof(float) * 2 * (size_t)D * (size_t)nt, false);
+        if (!buf || !scratch) return TG_ENOMEM;
+        float *gx = tg__ptr(buf, buf->offset);
+        const float k2 = (float)(2.0 / (double)D);
+#pragma omp parallel for if (rows * D > TG_PAR_MIN && nt > 1) schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            const float *xr = xs + r * D, *gr = gy + r * D;
+            float mean = st[2 * r], sd = st[2 * r + 1];
+            int tid = 0;
+#ifdef _OPENMP
+            tid = omp_get_thread_num();
+#endif
+            float *gc = scratch + (size_t)tid * 2 * (size_t)D, *t = gc + D;
+            for (int64_t k = 0; k < D; k++) {
+                float gn = gr[k] * w[k], c = xr[k] - mean;
+                gc[k] = gn / sd;
+                t[k] = -(gn * ((c / sd) / sd));
+            }
+            float gv = (tg__torch_sum_f32(t, D) / sd) / 2.0f;
+            float gm = -tg__torch_sum_f32(gc, D) / (float)D;
+            float g2 = k2 * gv;
+            float *o = gx + r * D;
+            for (int64_t k = 0; k < D; k++) {
+                float a = fresh ? gc[k] : o[k] + gc[k];
+                o[k] = (a + g2 * (xr[k] - mean)) + gm;
+            }
+        }
+    }
+    if (!tg__needs_grad(n->in[1]) && !tg__needs_grad(n->in[2])) return TG_OK;
+    tg_tensor *gs = tg__new_like(bt, scale), *gb = tg__new_like(bt, scale), *prod = tg__new_like(bt, x);
+    if (!gs || !gb || !prod) return TG_ENOMEM;
+    float *p = prod->data;
+    for (int64_t r = 0; r < rows; r++) {
+        float mean = st[2 * r], sd = st[2 * r + 1];
+        for (int64_t k = 0; k < D; k++) p[r * D + k] = gy[r * D + k] * ((xs[r * D + k] - mean) / sd);
+    }
+    tg__torch_sum_rows_f32(gb->data, gy, rows, D, D);
+    tg__torch_sum_rows_f32(gs->data, p, rows, D, D);
+    int st_ok = tg__accum_owned(n, n->in[2], gb); /* the shift's add runs first */
+    return st_ok != TG_OK ? st_ok : tg__accum_owned(n, n->in[1], gs);
+}
+
 tg_tensor *tg_layer_norm(tg_tape *tp, tg_tensor *x, tg_tensor *scale, tg_tensor *shift, double eps)
 {
     char sx[64], ss[64], sb[64];
@@ -326,6 +420,7 @@ tg_tensor *tg_layer_norm(tg_tape *tp, tg_tensor *x, tg_tensor *scale, tg_tensor 
     if (!(eps >= 0)) return tg_error("layer_norm: eps must be >= 0, got %g", eps);
     int64_t rows = tg_numel(x) / D;
     const tg_tensor *xd = tg__dense(tp, x), *gd = tg__dense(tp, scale), *bd = tg__dense(tp, shift);
+    if (x->dtype == TG_F32) return layer_norm_f32(tp, x, xd, gd, bd, eps, scale, shift);
     tg_tensor *out = tg__new_like(tp, x);
     tg_tensor *stats = tg_empty(tp, TG_F64, 1, (int64_t[]){2 * rows}); /* mean, rstd per row */
     if (!xd || !gd || !bd || !out || !stats) return NULL;
@@ -361,6 +456,7 @@ int tg__layer_norm_backward(tg_node *n)
     tg_tape *bt = tg__btape(n);
     const tg_tensor *g = tg__dense(bt, n->grad);
     if (!g) return TG_ENOMEM;
+    if (x->dtype == TG_F32) return layer_norm_backward_f32(n, g);
     int st_ok = TG_OK;
     if (tg__needs_grad(n->in[0])) {
         tg_tensor *gx = tg__new_like(bt, x);

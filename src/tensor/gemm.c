@@ -115,9 +115,12 @@ static void gemm_one(const gemm_job *j, int64_t bi)
                     (int)M, (int)N, (int)K, j->alpha, (const double *)pa, (int)da->ld, (const double *)pb,
                     (int)db->ld, j->beta, (double *)pc, (int)ldc);
     } else {
-        cblas_sgemm(CblasRowMajor, da->trans ? CblasTrans : CblasNoTrans, db->trans ? CblasTrans : CblasNoTrans,
-                    (int)M, (int)N, (int)K, (float)j->alpha, (const float *)pa, (int)da->ld, (const float *)pb,
-                    (int)db->ld, (float)j->beta, (float *)pc, (int)ldc);
+        /* As PyTorch's addmm calls sgemm for a row-major result: the
+         * column-major product C^T = op(B)^T op(A)^T. OpenBLAS's results
+         * depend on the call's shape, so the same call gives the same bits. */
+        cblas_sgemm(CblasColMajor, db->trans ? CblasTrans : CblasNoTrans, da->trans ? CblasTrans : CblasNoTrans,
+                    (int)N, (int)M, (int)K, (float)j->alpha, (const float *)pb, (int)db->ld, (const float *)pa,
+                    (int)da->ld, (float)j->beta, (float *)pc, (int)ldc);
     }
 }
 
@@ -151,16 +154,14 @@ void tg_k_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bo
     }
     int64_t ldc = c->stride[n - 2];
     if (M == 1) ldc = N;
-    bool small = M * N * K <= 32768;
+    /* PyTorch's choices, whose rounding differs: a plain loop for a batch of
+     * tiny products (bmm: fewer than 400 multiply-adds each), else BLAS, one
+     * product at a time with BLAS's own threads (OpenBLAS's bits depend on
+     * how many threads share a product). */
+    bool small = nb > 1 && M * N * K < 400;
     bool par_batches = false;
 #ifdef _OPENMP
-    /* Many mid-size products: one per thread, BLAS single-threaded inside
-     * (OpenBLAS's OpenMP build does that in a parallel region). Big products:
-     * one at a time, BLAS threads inside. */
-    /* ...and tiny batches stay on this thread: starting a parallel region
-     * costs more than the products. */
-    par_batches = nb >= 2 && !omp_in_parallel() && nb * M * N * K >= (int64_t)1 << 18 &&
-                  (M * N * K <= (int64_t)1 << 24 || nb >= 8);
+    par_batches = small && nb >= 64 && !omp_in_parallel();
 #endif
     if (K == 0) {
         /* alpha * 0 + beta * c */
