@@ -68,8 +68,9 @@ typedef struct {
     bool adamw, ams;
 } coef_t;
 
-/* PyTorch's vectorised add_(g, alpha) and addcdiv_/addcmul_ are fused
- * multiply-adds in its AVX2 build; fma/fmaf reproduce them. */
+/* PyTorch's vectorised add_(g, alpha) and addcmul_ are fused multiply-adds
+ * in its AVX2 build (fma/fmaf reproduce them); addcdiv_ is
+ * p + (value * m) / denom, the division last, so nothing fuses. */
 #define ADAM_KERNEL(T, SUF, SQRT, FMA)                                                                      \
     static void update_##SUF(T *restrict p, const T *restrict g, T *restrict m, T *restrict v,               \
                              T *restrict vmax, int64_t n, const coef_t *c)                                  \
@@ -93,7 +94,7 @@ typedef struct {
                 vi = w;                                                                                     \
             }                                                                                               \
             T denom = SQRT(vi) / bc2 + eps;                                                                 \
-            p[i] = FMA(ns, mi / denom, pi);                                                                 \
+            p[i] = pi + (ns * mi) / denom;                                                                  \
         }                                                                                                   \
     }
 
