@@ -8,6 +8,7 @@ compares with zero tolerance, with the book's composed layers and with the
 fused LayerNorm and GELU. Generated with one thread (OpenBLAS's sums depend on
 how many threads share a product); the test runs with one too.
 """
+import ctypes
 import os
 
 import torch
@@ -77,8 +78,20 @@ def gpt_step():
             "grads": {n: tensor_json(p.grad) for n, p in model.named_parameters()}}
 
 
+def blas_core():
+    """OpenBLAS's kernel family on this CPU (torch's libblas.so.3): GEMM bits
+    depend on it, so the test compares the GPT step only under the same one."""
+    try:
+        lib = ctypes.CDLL("libblas.so.3")
+        lib.openblas_get_corename.restype = ctypes.c_char_p
+        return lib.openblas_get_corename().decode()
+    except (OSError, AttributeError):
+        return None
+
+
 def generate(outdir):
     write_json(outdir, "bitexact.json", {
+        "blas_core": blas_core(),
         "unary": unary_cases(),
         "softmax": softmax_cases(),
         "cross_entropy": cross_entropy_case(),
