@@ -150,6 +150,11 @@ static int grad_product(tg_node *n, tg_tensor *t, const tg_tensor *like, bool ex
                         const tg_tensor *y, bool ty)
 {
     if (!tg__needs_grad(t)) return TG_OK;
+    /* Straight into the gradient buffer (beta = 1 when it holds a sum
+     * already) for a fresh buffer or a leaf's .grad; a non-leaf's partial sum
+     * gets the product rounded first and then added, as PyTorch adds the
+     * gradients reaching one tensor. */
+    if (exact && t->grad_fn && t->grad_fn->grad) exact = false;
     if (exact) {
         bool fresh;
         tg_tensor *buf = tg__grad_buf(t, &fresh, false);
@@ -164,6 +169,13 @@ static int grad_product(tg_node *n, tg_tensor *t, const tg_tensor *like, bool ex
     tg_tensor *tmp = tg_empty(tg__btape(n), like->dtype, like->ndim, like->shape);
     if (!tmp) return TG_ENOMEM;
     tg_k_gemm(tmp, x, tx, y, ty, 1.0, 0.0);
+    if (tg_numel(tmp) == tg_numel(t) && like->ndim != t->ndim) { /* like: t folded into rows */
+        tg_tensor v = *tmp;
+        v.ndim = t->ndim;
+        for (int d = 0; d < t->ndim; d++) v.shape[d] = t->shape[d];
+        tg__contiguous_strides(v.ndim, v.shape, v.stride);
+        return tg__accum(t, &v);
+    }
     return tg__accum(t, tmp);
 }
 
