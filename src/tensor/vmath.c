@@ -9,6 +9,11 @@
 #include "internal.h"
 
 #include <sleef.h>
+/* sleef.h declares the FMA functions only to code compiled for AVX2; they
+ * are called here only after the CPU was checked (tg__vec_math). */
+float Sleef_expf1_u10purecfma(float);
+float Sleef_logf1_u10purecfma(float);
+float Sleef_tanhf1_u10purecfma(float);
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define TG_SLEEF_AVX2 1
