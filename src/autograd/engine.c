@@ -332,7 +332,6 @@ int tg_backward(tg_tensor *root, const tg_tensor *grad, bool retain_graph)
             if (c && --c->pending == 0) heap_push(heap, &hn, c);
         }
     }
-    (void)count;
     tg_set_grad_enabled(prev);
     return status;
 }

@@ -99,11 +99,9 @@ void tg__torch_sum_rows_f32(float *out, const float *x, int64_t rows, int64_t co
 /* float32 exp, log, tanh as PyTorch's CPU kernels compute them (vmath.c):
  * SLEEF's 1.0-ulp functions where PyTorch vectorises (AVX2 + FMA machines),
  * the C library's elsewhere. tg__vec_math() tells which. The array forms
- * map n contiguous floats (y may be x). */
+ * map n contiguous floats (y may be x); tg__logf is one element. */
 bool tg__vec_math(void);
-float tg__expf(float x);
 float tg__logf(float x);
-float tg__tanhf(float x);
 void tg__vexpf(float *y, const float *x, int64_t n);
 void tg__vlogf(float *y, const float *x, int64_t n);
 void tg__vtanhf(float *y, const float *x, int64_t n);
@@ -120,7 +118,6 @@ typedef struct {
 void tg__sum8_add(tg__sum8 *s, const float *x, int64_t n);
 void tg__sum8_fma(tg__sum8 *s, const float *x, const float *y, int64_t n);
 float tg__sum8_get(const tg__sum8 *s);
-float tg__sum8_f32(const float *x, int64_t n);
 /* Max over dim (out, idx keepdim shape; idx may be NULL). */
 void tg_k_max_dim(tg_tensor *out, tg_tensor *idx, const tg_tensor *x, int dim);
 /* out = softmax / log_softmax of x along dim (same shape). */

@@ -38,9 +38,7 @@ bool tg__vec_math(void)
     return s == 1;
 }
 
-float tg__expf(float x) { return tg__vec_math() ? Sleef_expf1_u10purecfma(x) : expf(x); }
 float tg__logf(float x) { return tg__vec_math() ? Sleef_logf1_u10purecfma(x) : logf(x); }
-float tg__tanhf(float x) { return tg__vec_math() ? Sleef_tanhf1_u10purecfma(x) : tanhf(x); }
 
 #if defined(TG_SLEEF_AVX2)
 #define VEC_MAP(NAME, V8, S1)                                                            \
@@ -54,14 +52,17 @@ VEC_MAP(tg__vexpf, Sleef_expf8_u10avx2, Sleef_expf1_u10purecfma)
 VEC_MAP(tg__vlogf, Sleef_logf8_u10avx2, Sleef_logf1_u10purecfma)
 VEC_MAP(tg__vtanhf, Sleef_tanhf8_u10avx2, Sleef_tanhf1_u10purecfma)
 #else
-#define VEC_MAP(NAME, S1)                                                                \
+#define VEC_MAP(NAME, S1, LIBM)                                                          \
     void NAME(float *y, const float *x, int64_t n)                                       \
     {                                                                                    \
-        for (int64_t i = 0; i < n; i++) y[i] = S1(x[i]);                                 \
+        if (tg__vec_math())                                                              \
+            for (int64_t i = 0; i < n; i++) y[i] = S1(x[i]);                             \
+        else                                                                             \
+            for (int64_t i = 0; i < n; i++) y[i] = LIBM(x[i]);                           \
     }
-VEC_MAP(tg__vexpf, tg__expf)
-VEC_MAP(tg__vlogf, tg__logf)
-VEC_MAP(tg__vtanhf, tg__tanhf)
+VEC_MAP(tg__vexpf, Sleef_expf1_u10purecfma, expf)
+VEC_MAP(tg__vlogf, Sleef_logf1_u10purecfma, logf)
+VEC_MAP(tg__vtanhf, Sleef_tanhf1_u10purecfma, tanhf)
 #endif
 
 /* The lanes of PyTorch's vec::reduce_all (internal.h). PyTorch's build fuses
@@ -95,11 +96,4 @@ float tg__sum8_get(const tg__sum8 *s)
         return r;
     }
     return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
-}
-
-float tg__sum8_f32(const float *x, int64_t n)
-{
-    tg__sum8 s = {{0}, 0};
-    tg__sum8_add(&s, x, n);
-    return tg__sum8_get(&s);
 }
