@@ -87,9 +87,62 @@ def torch_worker(cfg, steps, threads):
     print(json.dumps(out))
 
 
+def torch_gpt_worker(cfg, steps, threads):
+    """One GPT training step as the book's train_model_simple runs it."""
+    import torch
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+    from reference.gpt_book import GPT_CONFIG_124M, GPTModel
+
+    torch.set_num_threads(threads)
+    _, batch, tokens = cfg
+    conf = dict(GPT_CONFIG_124M, context_length=tokens)
+    torch.manual_seed(123)
+    model = GPTModel(conf)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=4e-4, weight_decay=0.1)
+    x = torch.randint(0, conf["vocab_size"], (batch, tokens))
+    y = torch.randint(0, conf["vocab_size"], (batch, tokens))
+    fwd, bwd, upd, step = [], [], [], []
+    for i in range(steps + 1):
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        opt.step()
+        t3 = time.perf_counter()
+        if i > 0:
+            fwd.append((t1 - t0) * 1e3)
+            bwd.append((t2 - t1) * 1e3)
+            upd.append((t3 - t2) * 1e3)
+            step.append((t3 - t0) * 1e3)
+    ms = statistics.median(step)
+    print(json.dumps({
+        "fwd_ms": statistics.median(fwd),
+        "bwd_ms": statistics.median(bwd),
+        "opt_ms": statistics.median(upd),
+        "step_ms": ms,
+        "tokens_per_s": batch * tokens / (ms * 1e-3),
+        "gflops": gpt_flops(batch, tokens) / (ms * 1e-3) / 1e9,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+    }))
+
+
+def gpt_flops(batch, tokens, d=768, layers=12, vocab=50257):
+    """README.md ("Performance"): 6 x Linear weights x B x T + 12 x L x B x T^2 x d."""
+    return 6 * (layers * 12 * d * d + d * vocab) * batch * tokens + 12 * layers * batch * tokens ** 2 * d
+
+
 # ---- the driver ------------------------------------------------------------------------------
 
 def run_torch(cfg, steps, threads):
+    if cfg[0].startswith("GPT"):
+        cmd = [sys.executable, os.path.abspath(__file__), "--gpt-worker", json.dumps(cfg), "--steps", str(steps),
+               "--threads", str(threads)]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        return json.loads(out.strip().splitlines()[-1])
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(cfg), "--steps", str(steps),
            "--threads", str(threads)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -97,6 +150,12 @@ def run_torch(cfg, steps, threads):
 
 
 def run_tapegrad(exe, cfg, steps, threads):
+    if cfg[0].startswith("GPT"):
+        _, batch, tokens = cfg
+        cmd = [exe, "bench", "--model", "gpt", "--batch", str(batch), "--tokens", str(tokens), "--steps", str(steps),
+               "--threads", str(threads), "--json"]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        return json.loads(out.strip().splitlines()[-1])
     _, module, batch, tokens, d_in, d_out, heads, dropout = cfg
     cmd = [exe, "bench", "--module", module, "--batch", str(batch), "--tokens", str(tokens), "--d-in", str(d_in),
            "--d-out", str(d_out), "--heads", str(heads), "--dropout", str(dropout), "--steps", str(steps),
@@ -161,9 +220,13 @@ def main():
     ap.add_argument("--no-scaling", action="store_true")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--gpt-worker", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
         torch_worker(json.loads(a.worker), a.steps, a.threads)
+        return
+    if a.gpt_worker:
+        torch_gpt_worker(json.loads(a.gpt_worker), a.steps, a.threads)
         return
     rates = [run_sgemm(a.sgemm, a.threads) for _ in range(3)]
     sgemm = statistics.median(rates)

@@ -80,6 +80,12 @@ tg_args_status tg_cli_model_parse(const char *cmd, int argc, char **argv, const 
 /* tg_manual_seed(seed), then the GPTModel. */
 tg_module *tg_cli_model_build(tg_tape *tp, const tg_cli_model *m, const tg_gpt_config *cfg);
 
+/* The layers as pretrain and bench --model gpt run them: fused LayerNorm
+ * and GELU unless composed; the attention composed (PyTorch's numbers)
+ * unless fast_dropout. */
+void tg_cli_gpt_set_layers(tg_module *gpt, const tg_gpt_config *cfg, bool composed, bool fast_dropout);
+int tg_cmd_bench_gpt(int argc, char **argv);
+
 /* Prints "tapegrad <cmd>: <message>" as exactly one line on stderr (newlines in
  * the message become spaces) and returns TG_CLI_USAGE. */
 int tg_cli_error(const char *cmd, const char *fmt, ...)

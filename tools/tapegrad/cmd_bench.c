@@ -128,6 +128,9 @@ static int run(tg_tape *model, tg_tape *step, const bench_args *a, double *t_fwd
 
 int tg_cmd_bench(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++)
+        if (argv[i] && (strcmp(argv[i], "--model") == 0 || strncmp(argv[i], "--model=", 8) == 0))
+            return tg_cmd_bench_gpt(argc, argv);
     bench_args a = {.module = "mha", .batch = 2, .tokens = 1024, .d = 768, .heads = 12, .dropout = 0.1, .steps = 5};
     const int64_t big = 1 << 20;
     const tg_opt opts[] = {

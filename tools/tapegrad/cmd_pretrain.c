@@ -791,16 +791,7 @@ static int run(pt_run *r, const tg_cli_model *m)
     /* torch.manual_seed(123); model = GPTModel(cfg); optimizer = AdamW(...) */
     if (rc == TG_CLI_OK && !(r->gpt = tg_cli_model_build(r->model_tape, m, &r->cfg))) rc = tg_cli_lib_error(CMD, NULL);
     if (rc == TG_CLI_OK) {
-        tg_module_set_fused(r->gpt, !a->composed);
-        /* PyTorch's numbers: the fused LayerNorm and GELU round as the book's
-         * ops do, the fused attention does not (it never forms the T x T
-         * weights), so the attention runs composed unless dropout is the
-         * counter stream's anyway */
-        for (int64_t i = 0; !a->fast_dropout && i < r->cfg.n_layers; i++) {
-            char name[64];
-            snprintf(name, sizeof name, "trf_blocks.%lld.att", (long long)i);
-            tg_module_set_fused(tg_module_get_submodule(r->gpt, name), false);
-        }
+        tg_cli_gpt_set_layers(r->gpt, &r->cfg, a->composed, a->fast_dropout);
         tg_adam_options o = {a->lr, {0.9, 0.999}, 1e-8, a->weight_decay, false};
         bool adam = strcmp(a->optimizer, "adam") == 0;
         r->opt = adam ? tg_adam_new(r->model_tape, r->gpt, o) : tg_adamw_new(r->model_tape, r->gpt, o);

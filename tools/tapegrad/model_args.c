@@ -2,6 +2,7 @@
  * gpt: a preset and per-field overrides (README.md, "The command line"). */
 #include "cli.h"
 
+#include <stdio.h>
 #include <string.h>
 
 void tg_cli_model_defaults(tg_cli_model *m, int64_t context)
@@ -72,4 +73,18 @@ tg_args_status tg_cli_model_parse(const char *cmd, int argc, char **argv, const 
     if (st == TG_ARGS_OK && tg_cli_model_config(m, cfg, err, sizeof err) != 0) st = TG_ARGS_ERROR;
     if (st != TG_ARGS_OK) tg_cli_error(cmd, "%s", err);
     return st;
+}
+
+void tg_cli_gpt_set_layers(tg_module *gpt, const tg_gpt_config *cfg, bool composed, bool fast_dropout)
+{
+    tg_module_set_fused(gpt, !composed);
+    /* PyTorch's numbers: the fused LayerNorm and GELU round as the book's
+     * ops do, the fused attention does not (it never forms the T x T
+     * weights), so the attention runs composed unless dropout is the
+     * counter stream's anyway */
+    for (int64_t i = 0; !fast_dropout && i < cfg->n_layers; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "trf_blocks.%lld.att", (long long)i);
+        tg_module_set_fused(tg_module_get_submodule(gpt, name), false);
+    }
 }
