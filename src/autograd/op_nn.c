@@ -126,16 +126,12 @@ static tg_tensor *class_targets(tg_tape *tp, const char *op, const tg_tensor *x,
 NLL_CASCADE(float, nll_sum_f32)
 NLL_CASCADE(double, nll_sum_f64)
 
-/* loss_i = -logp[i, t_i] (0 for an ignored row), reduced as PyTorch's
- * nll_loss reduces (the mean divides by the rows not ignored, in the
- * element type); logp dense (N, C) */
-static tg_tensor *nll_forward(tg_tape *tp, const tg_tensor *logp, const tg_tensor *t, tg_reduction r, int64_t counted)
+/* Reduces the per-row losses elem (0 for an ignored row) as PyTorch's
+ * nll_loss does (the mean divides by the rows not ignored, in the element
+ * type). */
+static tg_tensor *nll_reduce(tg_tape *tp, tg_tensor *elem, const int64_t *tv, tg_reduction r, int64_t counted)
 {
-    int64_t N = logp->shape[0], C = logp->shape[1];
-    tg_tensor *elem = tg_empty(tp, logp->dtype, 1, &N);
-    if (!elem) return NULL;
-    const int64_t *tv = t->data;
-    for (int64_t i = 0; i < N; i++) tg__set_dense(elem, i, tv[i] < 0 ? 0.0 : -tg__get_dense(logp, i * C + tv[i]));
+    int64_t N = elem->shape[0];
     if (r == TG_REDUCE_NONE) return elem;
     tg_tensor *out = tg_scalar(tp, elem->dtype, 0.0);
     if (!out) return NULL;
@@ -148,6 +144,17 @@ static tg_tensor *nll_forward(tg_tape *tp, const tg_tensor *logp, const tg_tenso
         *(double *)out->data = r == TG_REDUCE_MEAN ? v / (double)counted : v;
     }
     return out;
+}
+
+/* loss_i = -logp[i, t_i], reduced; logp dense (N, C) */
+static tg_tensor *nll_forward(tg_tape *tp, const tg_tensor *logp, const tg_tensor *t, tg_reduction r, int64_t counted)
+{
+    int64_t N = logp->shape[0], C = logp->shape[1];
+    tg_tensor *elem = tg_empty(tp, logp->dtype, 1, &N);
+    if (!elem) return NULL;
+    const int64_t *tv = t->data;
+    for (int64_t i = 0; i < N; i++) tg__set_dense(elem, i, tv[i] < 0 ? 0.0 : -tg__get_dense(logp, i * C + tv[i]));
+    return nll_reduce(tp, elem, tv, r, counted);
 }
 
 /* dl_i: the incoming gradient of row i's loss (the mean divides by the rows
@@ -166,14 +173,30 @@ tg_tensor *tg_cross_entropy_ignore(tg_tape *tp, tg_tensor *logits, const tg_tens
     int64_t counted;
     tg_tensor *t = class_targets(tp, "cross_entropy", logits, target, r, ignore_index, &counted);
     if (!t) return NULL;
-    /* log-softmax is kept for backward: d logits = softmax - onehot */
-    tg_tensor *lsm = tg__new_like(tp, logits);
-    if (!lsm) return NULL;
-    tg_k_softmax(lsm, logits, 1, true);
-    tg_tensor *out = nll_forward(tp, lsm, t, r, counted);
-    tg_tensor *saved[2] = {lsm, t};
+    /* Backward needs log_softmax(x) = (x - max) - lse: each row's max and
+     * lse are kept, not a second logits-sized tensor */
+    int64_t N = logits->shape[0], C = logits->shape[1], sshape[2] = {N, 2};
+    const tg_tensor *x = tg__dense(tp, logits);
+    tg_tensor *stats = x ? tg_empty(tp, logits->dtype, 2, sshape) : NULL;
+    tg_tensor *elem = stats ? tg_empty(tp, logits->dtype, 1, &N) : NULL;
+    if (!elem) return NULL;
+    tg_k_log_softmax_stats(stats, x);
+    const int64_t *tv = t->data;
+    for (int64_t i = 0; i < N; i++) {
+        if (tv[i] < 0) {
+            tg__set_dense(elem, i, 0.0);
+        } else if (x->dtype == TG_F32) {
+            const float *xr = (const float *)x->data + x->offset + i * C, *st = (const float *)stats->data + 2 * i;
+            ((float *)elem->data)[i] = -((xr[tv[i]] - st[0]) - st[1]);
+        } else {
+            const double *xr = (const double *)x->data + x->offset + i * C, *st = (const double *)stats->data + 2 * i;
+            ((double *)elem->data)[i] = -((xr[tv[i]] - st[0]) - st[1]);
+        }
+    }
+    tg_tensor *out = nll_reduce(tp, elem, tv, r, counted);
+    tg_tensor *saved[3] = {(tg_tensor *)x, t, stats};
     tg_node *n;
-    out = tg__record(tp, TG_OP_CROSS_ENTROPY, out, 1, &logits, 2, saved, &n);
+    out = tg__record(tp, TG_OP_CROSS_ENTROPY, out, 1, &logits, 3, saved, &n);
     if (n) n->iarg[0] = r, n->iarg[2] = counted;
     return out;
 }
@@ -187,11 +210,11 @@ tg_tensor *tg_cross_entropy(tg_tape *tp, tg_tensor *logits, const tg_tensor *tar
  * (dl_i = dl / N for mean) */
 int tg__cross_entropy_backward(tg_node *n)
 {
-    const tg_tensor *lsm = n->saved[0];
+    const tg_tensor *x = n->saved[0], *stats = n->saved[2];
     const int64_t *tv = n->saved[1]->data;
     tg_reduction r = (tg_reduction)n->iarg[0];
-    int64_t N = lsm->shape[0], C = lsm->shape[1];
-    tg_tensor *gx = tg__new_like(tg__btape(n), lsm);
+    int64_t N = x->shape[0], C = x->shape[1];
+    tg_tensor *gx = tg_empty(tg__btape(n), x->dtype, 2, x->shape);
     if (!gx) return TG_ENOMEM;
     for (int64_t i = 0; i < N; i++) {
         if (tv[i] < 0) { /* ignored: no gradient */
@@ -200,18 +223,20 @@ int tg__cross_entropy_backward(tg_node *n)
         }
         double g = row_grad(n, r, i);
         if (gx->dtype == TG_F32) {
-            /* as PyTorch's nll_loss backward (-dl_i at the target) then
-             * log_softmax backward (dy - exp(y) * sum(dy), fused) */
-            const float *l = (const float *)lsm->data + i * C;
-            float *d = (float *)gx->data + i * C, gt = -(float)g;
-            tg__vexpf(d, l, C);
+            /* log_softmax's output again, then as PyTorch's nll_loss
+             * backward (-dl_i at the target) and log_softmax backward
+             * (dy - exp(y) * sum(dy), fused) */
+            const float *xr = (const float *)x->data + x->offset + i * C, *st = (const float *)stats->data + 2 * i;
+            float *d = (float *)gx->data + i * C, gt = -(float)g, m = st[0], lse = st[1];
+            for (int64_t j = 0; j < C; j++) d[j] = (xr[j] - m) - lse;
+            tg__vexpf(d, d, C);
             float et = d[tv[i]];
             for (int64_t j = 0; j < C; j++) d[j] = fmaf(-d[j], gt, 0.0f);
             d[tv[i]] = fmaf(-et, gt, gt);
         } else {
-            const double *l = (const double *)lsm->data + i * C;
+            const double *xr = (const double *)x->data + x->offset + i * C, *st = (const double *)stats->data + 2 * i;
             double *d = (double *)gx->data + i * C;
-            for (int64_t j = 0; j < C; j++) d[j] = exp(l[j]) * g;
+            for (int64_t j = 0; j < C; j++) d[j] = exp((xr[j] - st[0]) - st[1]) * g;
             d[tv[i]] -= g;
         }
     }

@@ -122,6 +122,10 @@ float tg__sum8_get(const tg__sum8 *s);
 void tg_k_max_dim(tg_tensor *out, tg_tensor *idx, const tg_tensor *x, int dim);
 /* out = softmax / log_softmax of x along dim (same shape). */
 void tg_k_softmax(tg_tensor *out, const tg_tensor *x, int dim, bool log);
+/* Per row of a dense (rows, n) x: stats (rows, 2) = (max, log(sum(exp(x -
+ * max)))), rounded as tg_k_softmax's log_softmax rounds them, so that
+ * (x - max) - lse is its output bit for bit. */
+void tg_k_log_softmax_stats(tg_tensor *stats, const tg_tensor *x);
 /* dx = y * (dy - sum(dy * y)) along dim; log: dx = dy - exp(y) * sum(dy). */
 void tg_k_softmax_backward(tg_tensor *dx, const tg_tensor *y, const tg_tensor *dy, int dim, bool log);
 /* Batched GEMM: c = alpha * op(a) @ op(b) + beta * c over identical batch dims

@@ -778,12 +778,18 @@ SOFTMAX_ROW(double, softmax_row_f64, exp, log)
  * exp(x - max) * (1 / sum) for softmax. */
 enum { SM_CHUNK = 256 };
 
-static void softmax_row_f32(float *y, int64_t sy, const float *x, int64_t sx, int64_t n, bool want_log)
+static float row_max_f32(const float *x, int64_t sx, int64_t n)
 {
     float m = -INFINITY;
     for (int64_t i = 0; i < n; i++) m = x[i * sx] > m ? x[i * sx] : m;
     for (int64_t i = 0; i < n; i++)
         if (x[i * sx] != x[i * sx]) m = x[i * sx];
+    return m;
+}
+
+static void softmax_row_f32(float *y, int64_t sy, const float *x, int64_t sx, int64_t n, bool want_log)
+{
+    float m = row_max_f32(x, sx, n);
     float e[SM_CHUNK];
     tg__sum8 acc = {{0}, 0};
     for (int64_t i0 = 0; i0 < n; i0 += SM_CHUNK) {
@@ -801,6 +807,43 @@ static void softmax_row_f32(float *y, int64_t sy, const float *x, int64_t sx, in
     } else {
         float inv = 1.0f / sum;
         for (int64_t i = 0; i < n; i++) y[i * sy] *= inv;
+    }
+}
+
+/* log(sum(exp(x - m))) of a float row, m its max, as softmax_row_f32 sums it */
+static float row_lse_f32(const float *x, int64_t n, float m)
+{
+    float e[SM_CHUNK];
+    tg__sum8 acc = {{0}, 0};
+    for (int64_t i0 = 0; i0 < n; i0 += SM_CHUNK) {
+        int64_t c = n - i0 < SM_CHUNK ? n - i0 : SM_CHUNK;
+        for (int64_t i = 0; i < c; i++) e[i] = x[i0 + i] - m;
+        tg__vexpf(e, e, c);
+        tg__sum8_add(&acc, e, c);
+    }
+    return tg__logf(tg__sum8_get(&acc));
+}
+
+void tg_k_log_softmax_stats(tg_tensor *stats, const tg_tensor *x)
+{
+    int64_t rows = x->shape[0], n = x->shape[1];
+    bool f64 = x->dtype == TG_F64;
+#pragma omp parallel for schedule(static) if (rows * n >= TG_PAR_MIN && rows > 1)
+    for (int64_t r = 0; r < rows; r++) {
+        if (f64) {
+            const double *xr = (const double *)x->data + x->offset + r * n;
+            double *st = (double *)stats->data + 2 * r, m = -INFINITY, sum = 0;
+            for (int64_t i = 0; i < n; i++) m = xr[i] > m ? xr[i] : m;
+            for (int64_t i = 0; i < n; i++)
+                if (xr[i] != xr[i]) m = xr[i];
+            for (int64_t i = 0; i < n; i++) sum += exp(xr[i] - m);
+            st[0] = m, st[1] = log(sum);
+        } else {
+            const float *xr = (const float *)x->data + x->offset + r * n;
+            float *st = (float *)stats->data + 2 * r;
+            st[0] = row_max_f32(xr, 1, n);
+            st[1] = row_lse_f32(xr, n, st[0]);
+        }
     }
 }
 
