@@ -744,6 +744,54 @@ static void test_deep_chain(void **state)
     tg_tape_free(tp);
 }
 
+/* Backward hands consumed gradients back to the tape's pool: through a deep
+ * network, backward's memory stays that of a few layers, and the gradients
+ * equal those of the same network run layer by layer by hand. */
+static void test_backward_pool(void **state)
+{
+    (void)state;
+    enum { DEPTH = 40, R = 32, C = 128 };
+    tg_tape *model = tg_tape_new(), *step = tg_tape_new();
+    tg_generator *g = tg_generator_new(5);
+    tg_tensor *w[DEPTH];
+    for (int i = 0; i < DEPTH; i++) {
+        w[i] = tg_parameter_new(model, TG_F64, 2, SH(C, C));
+        assert_int_equal(tg_uniform_(w[i], -0.15, 0.15, g), TG_OK);
+    }
+    tg_tensor *x = tg_rand(step, TG_F64, 2, SH(R, C), g);
+    tg_tensor *h[DEPTH + 1];
+    h[0] = x;
+    /* each layer: h = tanh(h @ w) + h (a residual: a gradient reaching one
+     * tensor from two consumers) */
+    for (int i = 0; i < DEPTH; i++) h[i + 1] = tg_add(step, tg_tanh(step, tg_matmul(step, h[i], w[i])), h[i]);
+    tg_tensor *loss = tg_sum(step, tg_mul(step, h[DEPTH], h[DEPTH]));
+    tu_assert_ok(loss);
+    size_t fwd = tg_tape_used(step), layer = (size_t)R * C * sizeof(double);
+    assert_int_equal(tg_backward(loss, NULL, false), TG_OK);
+    size_t bwd = tg_tape_used(step) - fwd;
+    printf("backward pool: forward %zu KiB, backward %zu KiB (one layer's gradient: %zu KiB)\n", fwd >> 10,
+           bwd >> 10, layer >> 10);
+    /* without the pool each layer leaves four (R, C) gradients behind */
+    assert_true(bwd < 8 * layer);
+    /* the same gradients by hand, every temporary kept: dh = dh + (dh * (1 - t^2)) @ w^T */
+    bool prev = tg_set_grad_enabled(false);
+    tg_tape *ref = tg_tape_new();
+    tg_tensor *dh = tg_mul_scalar(ref, h[DEPTH], 2.0);
+    for (int i = DEPTH - 1; i >= 0; i--) {
+        tg_tensor *t = tg_tanh(ref, tg_matmul(ref, h[i], w[i]));
+        tg_tensor *du = tg_mul(ref, dh, tg_rsub_scalar(ref, tg_mul(ref, t, t), 1.0));
+        tg_tensor *dw = tg_matmul(ref, tg_t(ref, h[i]), du);
+        tu_assert_ok(dw);
+        tu_assert_close(w[i]->grad, dw, 1e-10, 1e-12, "dw");
+        dh = tg_add(ref, dh, tg_matmul(ref, du, tg_t(ref, w[i])));
+    }
+    tg_set_grad_enabled(prev);
+    tg_tape_free(ref);
+    tg_generator_free(g);
+    tg_tape_free(step);
+    tg_tape_free(model);
+}
+
 /* ---- (f) backward's status and the error message ---------------------------------------------------- */
 
 static void test_backward_status(void **state)
@@ -789,6 +837,7 @@ int main(void)
         cmocka_unit_test(test_node_names),
         cmocka_unit_test(test_backward_across_tapes),
         cmocka_unit_test(test_deep_chain),
+        cmocka_unit_test(test_backward_pool),
         cmocka_unit_test(test_backward_status),
     };
     return cmocka_run_group_tests_name("autograd", tests, NULL, NULL);

@@ -181,6 +181,43 @@ int tg__accum_owned(tg_node *n, tg_tensor *t, const tg_tensor *g)
 
 /* ---- backward ---------------------------------------------------------------------- */
 
+static tg_tensor **grad_slot(tg_tensor *t) { return t->grad_fn ? &t->grad_fn->grad : &t->grad; }
+
+/* One node's backward. Its gradient is dropped afterwards (nothing reads it
+ * again); storage that backward handed out from the tape's pool and that no
+ * gradient slot points into goes back to the pool, with the dropped
+ * gradient's own block: consumed gradients make room for the next ones
+ * (src/tensor/tape.c). A user function's node runs outside the pool, and
+ * its gradient is never handed back: its backward may keep what it got. */
+enum { POOL_MAX_IN = 16 };
+
+static int run_node(tg_node *n)
+{
+    tg_tape *tp = n->tape;
+    bool pool = n->op != TG_OP_FUNCTION && n->nin <= POOL_MAX_IN;
+    bool was_set[POOL_MAX_IN];
+    for (int i = 0; pool && i < n->nin; i++) was_set[i] = tg__needs_grad(n->in[i]) && *grad_slot(n->in[i]);
+    if (pool) tg__tape_pool_begin(tp);
+    int status = tg_ops[n->op].backward(n);
+    if (pool) {
+        tg__tape_pool_end(tp);
+        /* each slot that backward filled holds a reference (a tensor given
+         * twice as an input counts once) */
+        for (int i = 0; i < n->nin; i++) {
+            if (was_set[i] || !tg__needs_grad(n->in[i])) continue;
+            tg_tensor **slot = grad_slot(n->in[i]);
+            bool dup = false;
+            for (int j = 0; j < i && !dup; j++) dup = tg__needs_grad(n->in[j]) && grad_slot(n->in[j]) == slot;
+            if (*slot && !dup) tg__tape_pool_ref(tp, (*slot)->data, 1);
+        }
+        const void *dropped = n->grad ? n->grad->data : NULL;
+        tg__tape_pool_ref(tp, dropped, -1);
+        tg__tape_pool_collect(tp, dropped);
+    }
+    n->grad = NULL;
+    return status;
+}
+
 /* Each backward pass takes a new number; a node reached by the pass carries it,
  * so "visited" needs no pass over old nodes to clear marks. */
 static atomic_uint_fast64_t backward_epoch;
@@ -321,10 +358,9 @@ int tg_backward(tg_tensor *root, const tg_tensor *grad, bool retain_graph)
                                                     "first time", n->head.name);
                 break;
             }
-            status = tg_ops[n->op].backward(n);
+            status = run_node(n);
             if (status != TG_OK) break;
             if (!retain_graph) n->released = true;
-            n->grad = NULL; /* dropped: nothing reads it again */
         }
         for (int i = 0; i < n->nin; i++) {
             tg_tensor *t = n->in[i];

@@ -240,9 +240,16 @@ static tg_tensor *mha_forward(tg_tape *tp, tg_module *m, int n, tg_tensor *const
     q = tg_transpose(tp, tg_view(tp, q, 4, split), 1, 2);
     v = tg_transpose(tp, tg_view(tp, v, 4, split), 1, 2);
     tg_tensor *ctx;
-    if (tg_module_is_fused(m)) {
-        double p = tg_module_is_training(m) ? c->dropout : 0.0;
-        ctx = tg_scaled_dot_product_attention(tp, q, k, v, true, p, tg_module_generator(m));
+    tg_generator *g = tg_module_generator(m);
+    double p = tg_module_is_training(m) ? c->dropout : 0.0;
+    if (tg_module_is_fused(m) && tg_generator_dropout_stream(g ? g : tg_default_generator()) == TG_DROPOUT_TORCH) {
+        /* PyTorch's dropout stream asks for PyTorch's numbers: the composed
+         * steps' bits in one node that keeps the weights only */
+        tg_tensor *mk = tg_module_get_buffer(m, "mask");
+        mk = tg_compare_scalar(tp, tg_narrow(tp, tg_narrow(tp, mk, 0, 0, T), 1, 0, T), 0.0, TG_CMP_NE);
+        ctx = tg__attention(tp, q, tg_transpose(tp, k, 2, 3), v, mk, pow((double)hd, 0.5), p, g);
+    } else if (tg_module_is_fused(m)) {
+        ctx = tg_scaled_dot_product_attention(tp, q, k, v, true, p, g);
     } else {
         tg_tensor *s = tg_matmul(tp, q, tg_transpose(tp, k, 2, 3)); /* (b, h, T, T) */
         s = tg_masked_fill(tp, s, mask_bool(tp, m, T), -INFINITY);

@@ -26,6 +26,29 @@ static inline void *tg__ptr(const tg_tensor *x, int64_t off)
 
 /* A tensor header in tp sharing x's storage (a view), with no autograd state. */
 tg_tensor *tg__alias(tg_tape *tp, const tg_tensor *x);
+
+/* The backward pool (src/tensor/tape.c). Between begin and end, tensor
+ * storage of 16 KiB and more on tp comes from blocks that collect hands back
+ * for reuse: the engine counts the gradient slots pointing into each block
+ * (ref), and after a node's backward, collect frees every block handed out
+ * during it, and the block of the node's own gradient (dropped), that no
+ * slot points into. Storage outside the pool is ignored by ref and collect. */
+void tg__tape_pool_begin(tg_tape *tp);
+void tg__tape_pool_end(tg_tape *tp);
+void *tg__tape_alloc_data(tg_tape *tp, size_t nbytes);
+void tg__tape_pool_ref(tg_tape *tp, const void *p, int delta);
+void tg__tape_pool_collect(tg_tape *tp, const void *dropped);
+/* A scratch buffer of at least nbytes owned by tp (kept across resets, freed
+ * with the tape): for temporaries an op drops before it returns. One at a
+ * time: the next call may move it. NULL with a message if out of memory. */
+void *tg__tape_scratch(tg_tape *tp, size_t nbytes);
+
+/* The book's attention from the scores to the context as one node with the
+ * composed ops' bits (src/autograd/op_attention.c): q, v (..., T, hd), kT
+ * (..., hd, T), mask bool (T, T) (true: -inf), d the scores' divisor, p the
+ * dropout drawn from g's PyTorch stream. */
+tg_tensor *tg__attention(tg_tape *tp, tg_tensor *q, tg_tensor *kT, tg_tensor *v, const tg_tensor *mask, double d,
+                         double p, tg_generator *g);
 /* Checks ndim and shape values and computes numel; error message prefixed by op. */
 bool tg__check_shape(const char *op, int ndim, const int64_t *shape, int64_t *numel);
 

@@ -22,11 +22,27 @@ typedef struct tg_chunk {
     char *mem;
 } tg_chunk;
 
+/* A block of the backward pool (tg__tape_pool_begin): tensor storage that
+ * backward hands out and takes back, so gradients that have been consumed
+ * make room for the next ones instead of piling up in the arena. */
+typedef struct {
+    char *base;
+    size_t size;
+    int refs;    /* gradient slots pointing into it */
+    bool free;   /* on the free list */
+    bool recent; /* handed out since tg__tape_pool_begin */
+} tg_pool_block;
+
 struct tg_tape {
     tg_chunk *chunks; /* newest first */
     size_t used;      /* bytes handed out since reset */
     size_t reserved;  /* bytes held in chunks */
     size_t limit;     /* 0 = no limit */
+    tg_pool_block *pool; /* blocks of the arena in the backward pool (malloc'd) */
+    int npool, cappool;
+    bool pooling;
+    void *scratch; /* tg__tape_scratch (malloc'd) */
+    size_t scratch_size;
 };
 
 /* ---- errors ------------------------------------------------------------------ */
@@ -120,6 +136,8 @@ void tg_tape_free(tg_tape *tp)
 {
     if (!tp) return;
     chunks_free(tp->chunks);
+    free(tp->pool);
+    free(tp->scratch);
     free(tp);
 }
 
@@ -127,6 +145,8 @@ void tg_tape_reset(tg_tape *tp)
 {
     if (!tp) return;
     tp->used = 0;
+    tp->npool = 0; /* the pool's blocks are arena memory, dropped with it */
+    tp->pooling = false;
     if (tp->chunks && tp->chunks->next) {
         /* Merge: one chunk holding what the last round needed. */
         size_t total = tp->reserved;
@@ -180,4 +200,78 @@ have:;
     tp->used += need;
     if (zero) memset(p, 0, nbytes);
     return p;
+}
+
+/* ---- the backward pool ------------------------------------------------------------ */
+
+/* Below this a tensor's storage comes from the arena even while pooling:
+ * small gradients cost little, and a short pool stays cheap to search. */
+#define TG_POOL_MIN ((size_t)16 << 10)
+
+void tg__tape_pool_begin(tg_tape *tp)
+{
+    tp->pooling = true;
+    for (int i = 0; i < tp->npool; i++) tp->pool[i].recent = false;
+}
+
+void tg__tape_pool_end(tg_tape *tp) { tp->pooling = false; }
+
+void *tg__tape_alloc_data(tg_tape *tp, size_t nbytes)
+{
+    if (!tp->pooling || nbytes < TG_POOL_MIN) return tg_tape_alloc(tp, nbytes, false);
+    size_t need = (nbytes + TG_ALIGN - 1) / TG_ALIGN * TG_ALIGN;
+    for (int i = 0; i < tp->npool; i++) {
+        tg_pool_block *b = &tp->pool[i];
+        if (b->free && b->size == need) {
+            b->free = false, b->recent = true, b->refs = 0;
+            return b->base;
+        }
+    }
+    if (tp->npool == tp->cappool) {
+        int nc = tp->cappool ? 2 * tp->cappool : 64;
+        tg_pool_block *np = realloc(tp->pool, sizeof *np * (size_t)nc);
+        if (!np) return tg_error("tape: out of memory");
+        tp->pool = np, tp->cappool = nc;
+    }
+    char *p = tg_tape_alloc(tp, need, false);
+    if (!p) return NULL;
+    tp->pool[tp->npool++] = (tg_pool_block){p, need, 0, false, true};
+    return p;
+}
+
+static tg_pool_block *pool_find(tg_tape *tp, const void *p)
+{
+    const char *c = p;
+    for (int i = 0; i < tp->npool; i++) {
+        tg_pool_block *b = &tp->pool[i];
+        if (!b->free && c >= b->base && c < b->base + b->size) return b;
+    }
+    return NULL;
+}
+
+void tg__tape_pool_ref(tg_tape *tp, const void *p, int delta)
+{
+    tg_pool_block *b = p ? pool_find(tp, p) : NULL;
+    if (b) b->refs += delta;
+}
+
+void tg__tape_pool_collect(tg_tape *tp, const void *dropped)
+{
+    tg_pool_block *d = dropped ? pool_find(tp, dropped) : NULL;
+    for (int i = 0; i < tp->npool; i++) {
+        tg_pool_block *b = &tp->pool[i];
+        if (!b->free && (b->recent || b == d) && b->refs <= 0) b->free = true;
+        b->recent = false;
+    }
+}
+
+void *tg__tape_scratch(tg_tape *tp, size_t nbytes)
+{
+    if (nbytes > tp->scratch_size) {
+        void *p = aligned_alloc(TG_ALIGN, (nbytes + TG_ALIGN - 1) / TG_ALIGN * TG_ALIGN);
+        if (!p) return tg_error("tape: out of memory allocating a scratch of %zu bytes", nbytes);
+        free(tp->scratch);
+        tp->scratch = p, tp->scratch_size = nbytes;
+    }
+    return tp->scratch;
 }

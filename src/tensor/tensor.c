@@ -203,7 +203,7 @@ tg_tensor *tg_empty(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape)
     if (!tg__check_shape("empty", ndim, shape, &numel)) return NULL;
     tg_tensor *t = tg_tape_alloc(tp, sizeof *t, true);
     if (!t) return NULL;
-    t->data = tg_tape_alloc(tp, (size_t)numel * tg_dtype_size(dt), false);
+    t->data = tg__tape_alloc_data(tp, (size_t)numel * tg_dtype_size(dt));
     if (!t->data) return NULL;
     t->dtype = dt;
     t->ndim = ndim;

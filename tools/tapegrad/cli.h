@@ -80,10 +80,9 @@ tg_args_status tg_cli_model_parse(const char *cmd, int argc, char **argv, const 
 /* tg_manual_seed(seed), then the GPTModel. */
 tg_module *tg_cli_model_build(tg_tape *tp, const tg_cli_model *m, const tg_gpt_config *cfg);
 
-/* The layers as pretrain and bench --model gpt run them: fused LayerNorm
- * and GELU unless composed; the attention composed (PyTorch's numbers)
- * unless fast_dropout. */
-void tg_cli_gpt_set_layers(tg_module *gpt, const tg_gpt_config *cfg, bool composed, bool fast_dropout);
+/* The layers as pretrain and bench --model gpt run them: fused (LayerNorm,
+ * GELU, attention) unless composed. */
+void tg_cli_gpt_set_layers(tg_module *gpt, bool composed);
 int tg_cmd_bench_gpt(int argc, char **argv);
 
 /* Prints "tapegrad <cmd>: <message>" as exactly one line on stderr (newlines in

@@ -75,7 +75,7 @@ static int run(const gpt_bench_args *a, const tg_cli_model *mo, const tg_gpt_con
     tg_optimizer *opt = NULL;
     tg_tensor *x = NULL, *y = NULL;
     if (gpt) {
-        tg_cli_gpt_set_layers(gpt, cfg, false, false);
+        tg_cli_gpt_set_layers(gpt, false);
         tg_adam_options o = {4e-4, {0.9, 0.999}, 1e-8, 0.1, false};
         opt = tg_adamw_new(model_tape, gpt, o);
         x = opt ? random_ids(model_tape, a->batch, a->tokens, cfg->vocab_size, g) : NULL;

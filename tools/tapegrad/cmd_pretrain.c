@@ -791,7 +791,7 @@ static int run(pt_run *r, const tg_cli_model *m)
     /* torch.manual_seed(123); model = GPTModel(cfg); optimizer = AdamW(...) */
     if (rc == TG_CLI_OK && !(r->gpt = tg_cli_model_build(r->model_tape, m, &r->cfg))) rc = tg_cli_lib_error(CMD, NULL);
     if (rc == TG_CLI_OK) {
-        tg_cli_gpt_set_layers(r->gpt, &r->cfg, a->composed, a->fast_dropout);
+        tg_cli_gpt_set_layers(r->gpt, a->composed);
         tg_adam_options o = {a->lr, {0.9, 0.999}, 1e-8, a->weight_decay, false};
         bool adam = strcmp(a->optimizer, "adam") == 0;
         r->opt = adam ? tg_adam_new(r->model_tape, r->gpt, o) : tg_adamw_new(r->model_tape, r->gpt, o);

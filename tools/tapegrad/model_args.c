@@ -75,16 +75,11 @@ tg_args_status tg_cli_model_parse(const char *cmd, int argc, char **argv, const 
     return st;
 }
 
-void tg_cli_gpt_set_layers(tg_module *gpt, const tg_gpt_config *cfg, bool composed, bool fast_dropout)
+void tg_cli_gpt_set_layers(tg_module *gpt, bool composed)
 {
+    /* PyTorch's numbers either way: the fused LayerNorm and GELU round as
+     * the book's ops do, and with PyTorch's dropout stream the fused
+     * attention is the exact node (src/autograd/op_attention.c); the
+     * counter stream (--fast-dropout) selects the flash-style one */
     tg_module_set_fused(gpt, !composed);
-    /* PyTorch's numbers: the fused LayerNorm and GELU round as the book's
-     * ops do, the fused attention does not (it never forms the T x T
-     * weights), so the attention runs composed unless dropout is the
-     * counter stream's anyway */
-    for (int64_t i = 0; !fast_dropout && i < cfg->n_layers; i++) {
-        char name[64];
-        snprintf(name, sizeof name, "trf_blocks.%lld.att", (long long)i);
-        tg_module_set_fused(tg_module_get_submodule(gpt, name), false);
-    }
 }

@@ -1,0 +1,169 @@
+/* The book's attention weights and context as one node, with PyTorch's bits:
+ *
+ *   s = q @ kT;  s.masked_fill_(mask, -inf);  w = softmax(s / d, dim=-1)
+ *   w = dropout(w);  ctx = w @ v
+ *
+ * (MultiHeadAttention.forward from the scores to the context; q, v
+ * (..., T, hd), kT (..., hd, T), mask bool (T, T) broadcast, d = sqrt(hd).)
+ * Every product is the GEMM call the composed ops make, and every
+ * elementwise step rounds as theirs, so the output and the gradients equal
+ * the composed graph's (and PyTorch's) bit for bit; the dropout mask is drawn
+ * from PyTorch's stream at the same point. What differs is memory: the node
+ * keeps the softmax output and the mask as bits, where the composed graph
+ * keeps the scores, the masked and scaled scores, the weights, the float
+ * mask and the dropped weights (five (..., T, T) tensors). The dropped
+ * weights are recomputed in a scratch buffer; backward's (..., T, T)
+ * temporaries come from the tape's backward pool. */
+#include "autograd_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+#define OP "attention"
+
+/* w * z for the dropout: z = 1/(1-p) in the element type where bit i is
+ * set, else 0 (PyTorch's noise.div_(1 - p), then x * noise) */
+static void apply_mask(tg_tensor *dst, const tg_tensor *w, const uint8_t *bits, double q)
+{
+    int64_t n = tg_numel(w);
+    if (w->dtype == TG_F32) {
+        const float *a = w->data;
+        float *o = dst->data, keep = 1.0f / (float)q;
+        for (int64_t i = 0; i < n; i++) o[i] = a[i] * ((bits[i >> 3] >> (i & 7)) & 1u ? keep : 0.0f);
+    } else {
+        const double *a = w->data;
+        double *o = dst->data, keep = 1.0 / q;
+        for (int64_t i = 0; i < n; i++) o[i] = a[i] * ((bits[i >> 3] >> (i & 7)) & 1u ? keep : 0.0);
+    }
+}
+
+/* x[..., i, j] = value where mask[i, j] (mask (T, T) bool, contiguous or not) */
+static void fill_masked(tg_tensor *x, const tg_tensor *mask, double value)
+{
+    int64_t T = x->shape[x->ndim - 1], rows = x->shape[x->ndim - 2], nb = tg_numel(x) / (rows * T);
+    const uint8_t *m = (const uint8_t *)mask->data + mask->offset;
+    int64_t s0 = mask->stride[0], s1 = mask->stride[1];
+    for (int64_t b = 0; b < nb; b++)
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < T; j++)
+                if (m[i * s0 + j * s1]) {
+                    int64_t k = (b * rows + i) * T + j;
+                    if (x->dtype == TG_F32)
+                        ((float *)x->data)[k] = (float)value;
+                    else
+                        ((double *)x->data)[k] = value;
+                }
+}
+
+/* A contiguous tensor of `shape` over `data` (scratch memory, not a tape's). */
+static tg_tensor over(void *data, const tg_tensor *like, int ndim, const int64_t *shape)
+{
+    tg_tensor t = *like;
+    t.data = data, t.offset = 0, t.ndim = ndim, t.grad = NULL, t.grad_fn = NULL, t.requires_grad = false;
+    for (int d = 0; d < ndim; d++) t.shape[d] = shape[d];
+    tg__contiguous_strides(ndim, t.shape, t.stride);
+    return t;
+}
+
+tg_tensor *tg__attention(tg_tape *tp, tg_tensor *q, tg_tensor *kT, tg_tensor *v, const tg_tensor *mask, double d,
+                         double p, tg_generator *g)
+{
+    char s1[64], s2[64], s3[64];
+    if (!q || !kT || !v || !mask) return tg__error_null_input(OP);
+    if (!tg__check_float(OP, q) || !tg__check_same_dtype(OP, q, kT) || !tg__check_same_dtype(OP, q, v)) return NULL;
+    int n = q->ndim;
+    bool ok = n >= 3 && kT->ndim == n && v->ndim == n && mask->ndim == 2 && mask->dtype == TG_BOOL;
+    int64_t T = ok ? q->shape[n - 2] : 0, hd = ok ? q->shape[n - 1] : 0;
+    ok = ok && kT->shape[n - 2] == hd && kT->shape[n - 1] == T && v->shape[n - 2] == T && mask->shape[0] == T &&
+         mask->shape[1] == T;
+    for (int i = 0; ok && i < n - 2; i++) ok = kT->shape[i] == q->shape[i] && v->shape[i] == q->shape[i];
+    if (!ok)
+        return tg_error("%s: expects q (..., T, hd), kT (..., hd, T), v (..., T, hd) and a bool (T, T) mask, got %s, "
+                        "%s and %s",
+                        OP, tg_shape_str(q, s1, 64), tg_shape_str(kT, s2, 64), tg_shape_str(v, s3, 64));
+    if (!(p >= 0 && p < 1)) return tg_error("%s: dropout probability %g is outside [0, 1)", OP, p);
+    int64_t wshape[TG_MAX_DIMS];
+    for (int i = 0; i < n - 1; i++) wshape[i] = q->shape[i];
+    wshape[n - 1] = T;
+    /* s = q @ kT, masked, / d, softmax: in place in w, which backward keeps */
+    tg_tensor *w = tg_empty(tp, q->dtype, n, wshape);
+    if (!w) return NULL;
+    tg_k_gemm(w, q, false, kT, false, 1.0, 0.0);
+    fill_masked(w, mask, -INFINITY);
+    tg_k_binary_scalar(w, w, d, TG_BIN_DIV, false);
+    tg_k_softmax(w, w, n - 1, false);
+    int64_t cnt = tg_numel(w), nbytes = (cnt + 7) / 8;
+    tg_tensor *bits = NULL;
+    const tg_tensor *wd = w;
+    tg_tensor scratch;
+    if (p > 0) {
+        if (!(bits = tg_empty(tp, TG_U8, 1, &nbytes))) return NULL;
+        tg__bernoulli_bits(g ? g : tg_default_generator(), 1.0 - p, bits->data, cnt);
+        void *buf = tg__tape_scratch(tp, (size_t)cnt * tg_dtype_size(w->dtype));
+        if (!buf) return NULL;
+        scratch = over(buf, w, n, wshape);
+        apply_mask(&scratch, w, bits->data, 1.0 - p);
+        wd = &scratch;
+    }
+    tg_tensor *out = tg_empty(tp, q->dtype, n, q->shape);
+    if (!out) return NULL;
+    out->shape[n - 1] = v->shape[n - 1];
+    tg__contiguous_strides(n, out->shape, out->stride);
+    tg_k_gemm(out, wd, false, v, false, 1.0, 0.0);
+    tg_tensor *in[3] = {q, kT, v}, *saved[3] = {w, (tg_tensor *)mask, bits};
+    tg_node *node;
+    out = tg__record(tp, TG_OP_ATTENTION, out, 3, in, bits ? 3 : 2, saved, &node);
+    if (node) node->darg[0] = d, node->darg[1] = p;
+    return out;
+}
+
+/* The composed graph's backward, node by node: BmmBackward0 (w @ v): dw =
+ * dctx @ v^T, dv = w^T @ dctx; MulBackward0 (dropout): dw *= z;
+ * SoftmaxBackward0; DivBackward0: / d; MaskedFillBackward0: 0 where masked;
+ * BmmBackward0 (q @ kT): dq = ds @ kT^T, dkT = q^T @ ds. */
+int tg__attention_backward(tg_node *nd)
+{
+    tg_tensor *q = nd->in[0], *kT = nd->in[1], *v = nd->in[2];
+    const tg_tensor *w = nd->saved[0], *mask = nd->saved[1], *bits = nd->nsaved > 2 ? nd->saved[2] : NULL;
+    double d = nd->darg[0], p = nd->darg[1];
+    tg_tape *tp = tg__btape(nd);
+    int n = w->ndim;
+    tg_tensor g = *nd->grad;
+    tg__contiguous_strides(n, g.shape, g.stride);
+    tg_tensor *dw = tg__new_like(tp, w);
+    if (!dw) return TG_ENOMEM;
+    tg_k_gemm(dw, &g, false, v, true, 1.0, 0.0);
+    if (tg__needs_grad(v)) {
+        const tg_tensor *wd = w;
+        tg_tensor *dropped = NULL;
+        if (bits) {
+            if (!(dropped = tg__new_like(tp, w))) return TG_ENOMEM;
+            apply_mask(dropped, w, bits->data, 1.0 - p);
+            wd = dropped;
+        }
+        tg_tensor *dv = tg_empty(tp, v->dtype, n, v->shape);
+        if (!dv) return TG_ENOMEM;
+        tg_k_gemm(dv, wd, true, &g, false, 1.0, 0.0);
+        int st = tg__accum_owned(nd, v, dv);
+        if (st) return st;
+    }
+    if (!tg__needs_grad(q) && !tg__needs_grad(kT)) return TG_OK;
+    if (bits) apply_mask(dw, dw, bits->data, 1.0 - p);
+    tg_k_softmax_backward(dw, w, dw, n - 1, false);
+    tg_k_binary_scalar(dw, dw, d, TG_BIN_DIV, false);
+    fill_masked(dw, mask, 0.0);
+    if (tg__needs_grad(q)) {
+        tg_tensor *dq = tg_empty(tp, q->dtype, n, q->shape);
+        if (!dq) return TG_ENOMEM;
+        tg_k_gemm(dq, dw, false, kT, true, 1.0, 0.0);
+        int st = tg__accum_owned(nd, q, dq);
+        if (st) return st;
+    }
+    if (tg__needs_grad(kT)) {
+        tg_tensor *dk = tg_empty(tp, kT->dtype, n, kT->shape);
+        if (!dk) return TG_ENOMEM;
+        tg_k_gemm(dk, q, true, dw, false, 1.0, 0.0);
+        return tg__accum_owned(nd, kT, dk);
+    }
+    return TG_OK;
+}
