@@ -72,29 +72,41 @@ typedef struct {
  * in its AVX2 build (fma/fmaf reproduce them); addcdiv_ is
  * p + (value * m) / denom, the division last, so nothing fuses. */
 #define ADAM_KERNEL(T, SUF, SQRT, FMA)                                                                      \
-    static void update_##SUF(T *restrict p, const T *restrict g, T *restrict m, T *restrict v,               \
-                             T *restrict vmax, int64_t n, const coef_t *c)                                  \
+    static inline void elem_##SUF(T *restrict p, const T *restrict g, T *restrict m, T *restrict v,         \
+                                  T *restrict vmax, int64_t i, const coef_t *c, bool adamw, bool l2, bool ams) \
     {                                                                                                       \
         const T decay = (T)c->decay, wd = (T)c->wd, b1 = (T)c->b1, c1 = (T)c->c1, b2 = (T)c->b2;           \
         const T c2 = (T)c->c2, bc2 = (T)c->bc2_sqrt, eps = (T)c->eps, ns = (T)c->neg_step;                 \
+        T pi = p[i], gi = g[i];                                                                             \
+        if (adamw) pi = pi * decay;                                                                         \
+        if (l2) gi = FMA(pi, wd, gi);                                                                       \
+        T mi = FMA(gi, c1, m[i] * b1);                                                                      \
+        T vi = FMA(c2 * gi, gi, v[i] * b2);                                                                 \
+        m[i] = mi;                                                                                          \
+        v[i] = vi;                                                                                          \
+        if (ams) {                                                                                          \
+            T w = vmax[i];                                                                                  \
+            w = vi > w || vi != vi ? vi : w;                                                                \
+            vmax[i] = w;                                                                                    \
+            vi = w;                                                                                         \
+        }                                                                                                   \
+        T denom = SQRT(vi) / bc2 + eps;                                                                     \
+        p[i] = pi + (ns * mi) / denom;                                                                      \
+    }                                                                                                       \
+    /* one loop per common case, so that each vectorises */                                                \
+    static void update_##SUF(T *restrict p, const T *restrict g, T *restrict m, T *restrict v,               \
+                             T *restrict vmax, int64_t n, const coef_t *c)                                  \
+    {                                                                                                       \
         const bool adamw = c->adamw, ams = c->ams, l2 = !c->adamw && c->wd != 0;                            \
-        _Pragma("omp parallel for if (n > 65536)") for (int64_t i = 0; i < n; i++)                          \
-        {                                                                                                   \
-            T pi = p[i], gi = g[i];                                                                         \
-            if (adamw) pi = pi * decay;                                                                     \
-            if (l2) gi = FMA(pi, wd, gi);                                                                   \
-            T mi = FMA(gi, c1, m[i] * b1);                                                                  \
-            T vi = FMA(c2 * gi, gi, v[i] * b2);                                                             \
-            m[i] = mi;                                                                                      \
-            v[i] = vi;                                                                                      \
-            if (ams) {                                                                                      \
-                T w = vmax[i];                                                                              \
-                w = vi > w || vi != vi ? vi : w;                                                            \
-                vmax[i] = w;                                                                                \
-                vi = w;                                                                                     \
-            }                                                                                               \
-            T denom = SQRT(vi) / bc2 + eps;                                                                 \
-            p[i] = pi + (ns * mi) / denom;                                                                  \
+        if (adamw && !ams) {                                                                                \
+            _Pragma("omp parallel for simd if (n > 65536)") for (int64_t i = 0; i < n; i++)                 \
+                elem_##SUF(p, g, m, v, vmax, i, c, true, false, false);                                     \
+        } else if (!adamw && !ams) {                                                                        \
+            _Pragma("omp parallel for simd if (n > 65536)") for (int64_t i = 0; i < n; i++)                 \
+                elem_##SUF(p, g, m, v, vmax, i, c, false, l2, false);                                       \
+        } else {                                                                                            \
+            _Pragma("omp parallel for if (n > 65536)") for (int64_t i = 0; i < n; i++)                      \
+                elem_##SUF(p, g, m, v, vmax, i, c, adamw, l2, true);                                        \
         }                                                                                                   \
     }
 
