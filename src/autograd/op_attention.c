@@ -21,22 +21,6 @@
 
 #define OP "attention"
 
-/* w * z for the dropout: z = 1/(1-p) in the element type where bit i is
- * set, else 0 (PyTorch's noise.div_(1 - p), then x * noise) */
-static void apply_mask(tg_tensor *dst, const tg_tensor *w, const uint8_t *bits, double q)
-{
-    int64_t n = tg_numel(w);
-    if (w->dtype == TG_F32) {
-        const float *a = w->data;
-        float *o = dst->data, keep = 1.0f / (float)q;
-        for (int64_t i = 0; i < n; i++) o[i] = a[i] * ((bits[i >> 3] >> (i & 7)) & 1u ? keep : 0.0f);
-    } else {
-        const double *a = w->data;
-        double *o = dst->data, keep = 1.0 / q;
-        for (int64_t i = 0; i < n; i++) o[i] = a[i] * ((bits[i >> 3] >> (i & 7)) & 1u ? keep : 0.0);
-    }
-}
-
 /* x[..., i, j] = value where mask[i, j] (mask (T, T) bool, contiguous or not) */
 static void fill_masked(tg_tensor *x, const tg_tensor *mask, double value)
 {
@@ -102,7 +86,7 @@ tg_tensor *tg__attention(tg_tape *tp, tg_tensor *q, tg_tensor *kT, tg_tensor *v,
         void *buf = tg__tape_scratch(tp, (size_t)cnt * tg_dtype_size(w->dtype));
         if (!buf) return NULL;
         scratch = over(buf, w, n, wshape);
-        apply_mask(&scratch, w, bits->data, 1.0 - p);
+        tg__dropout_mask_mul(&scratch, w, bits->data, 1.0 - p);
         wd = &scratch;
     }
     tg_tensor *out = tg_empty(tp, q->dtype, n, q->shape);
@@ -138,7 +122,7 @@ int tg__attention_backward(tg_node *nd)
         tg_tensor *dropped = NULL;
         if (bits) {
             if (!(dropped = tg__new_like(tp, w))) return TG_ENOMEM;
-            apply_mask(dropped, w, bits->data, 1.0 - p);
+            tg__dropout_mask_mul(dropped, w, bits->data, 1.0 - p);
             wd = dropped;
         }
         tg_tensor *dv = tg_empty(tp, v->dtype, n, v->shape);
@@ -148,7 +132,7 @@ int tg__attention_backward(tg_node *nd)
         if (st) return st;
     }
     if (!tg__needs_grad(q) && !tg__needs_grad(kT)) return TG_OK;
-    if (bits) apply_mask(dw, dw, bits->data, 1.0 - p);
+    if (bits) tg__dropout_mask_mul(dw, dw, bits->data, 1.0 - p);
     tg_k_softmax_backward(dw, w, dw, n - 1, false);
     tg_k_binary_scalar(dw, dw, d, TG_BIN_DIV, false);
     fill_masked(dw, mask, 0.0);

@@ -358,6 +358,22 @@ int tg__masked_fill_backward(tg_node *n) { return accum_masked(n, n->in[0], n->s
 
 /* ---- dropout ------------------------------------------------------------------------------------ */
 
+/* out = x * z, z = 1/q (in x's dtype: PyTorch's noise.div_(1 - p)) where
+ * bit i is set, else 0; x and out dense */
+void tg__dropout_mask_mul(tg_tensor *out, const tg_tensor *x, const uint8_t *bits, double q)
+{
+    int64_t n = tg_numel(x);
+    if (x->dtype == TG_F32) {
+        const float *a = (const float *)x->data + x->offset, keep = 1.0f / (float)q;
+        float *o = (float *)out->data + out->offset;
+        for (int64_t i = 0; i < n; i++) o[i] = a[i] * ((bits[i >> 3] >> (i & 7)) & 1u ? keep : 0.0f);
+    } else {
+        const double *a = (const double *)x->data + x->offset, keep = 1.0 / q;
+        double *o = (double *)out->data + out->offset;
+        for (int64_t i = 0; i < n; i++) o[i] = a[i] * ((bits[i >> 3] >> (i & 7)) & 1u ? keep : 0.0);
+    }
+}
+
 tg_tensor *tg_dropout(tg_tape *tp, tg_tensor *x, double p, tg_generator *g)
 {
     if (!x) return tg__error_null_input("dropout");
@@ -368,12 +384,26 @@ tg_tensor *tg_dropout(tg_tape *tp, tg_tensor *x, double p, tg_generator *g)
      * .bernoulli_(1 - p); noise.div_(1 - p) (in x's dtype); x * noise. The
      * scaled keep-mask is the only thing saved. With the counter stream
      * (tensor.h) the mask comes from one seed and a hash instead. */
-    tg_tensor *m = tg__new_like(tp, x);
     double q = 1.0 - p;
-    if (!m) return NULL;
     tg_generator *gen = g ? g : tg_default_generator();
-    int64_t cnt = tg_numel(m);
-    if (tg_generator_dropout_stream(gen) == TG_DROPOUT_COUNTER) {
+    int64_t cnt = tg_numel(x);
+    bool counter = tg_generator_dropout_stream(gen) == TG_DROPOUT_COUNTER;
+    if (!counter && tg_is_contiguous(x)) {
+        /* the draws kept as bits: 1/32 of the float mask's memory */
+        int64_t nbytes = (cnt + 7) / 8;
+        tg_tensor *bits = tg_empty(tp, TG_U8, 1, &nbytes);
+        tg_tensor *out = bits ? tg__new_like(tp, x) : NULL;
+        if (!out) return NULL;
+        tg__bernoulli_bits(gen, q, bits->data, cnt);
+        tg__dropout_mask_mul(out, x, bits->data, q);
+        tg_node *n;
+        out = tg__record(tp, TG_OP_DROPOUT_BITS, out, 1, &x, 1, &bits, &n);
+        if (n) n->darg[0] = q;
+        return out;
+    }
+    tg_tensor *m = tg__new_like(tp, x);
+    if (!m) return NULL;
+    if (counter) {
         uint64_t seed = tg_generator_random64(gen);
         uint32_t th = tg__dropout_threshold(p);
         bool f32 = m->dtype == TG_F32;
@@ -406,3 +436,15 @@ tg_tensor *tg_dropout(tg_tape *tp, tg_tensor *x, double p, tg_generator *g)
 
 /* forward: y = x * m; so dx = dy * m */
 int tg__dropout_backward(tg_node *n) { return accum_binary(n, n->in[0], n->grad, n->saved[0], TG_BIN_MUL); }
+
+/* the same with m kept as bits */
+int tg__dropout_bits_backward(tg_node *n)
+{
+    tg_tensor *x = n->in[0];
+    if (!tg__needs_grad(x)) return TG_OK;
+    const tg_tensor *g = tg__dense(tg__btape(n), n->grad);
+    tg_tensor *dx = g ? tg__new_like(tg__btape(n), x) : NULL;
+    if (!dx) return TG_ENOMEM;
+    tg__dropout_mask_mul(dx, g, n->saved[0]->data, n->darg[0]);
+    return tg__accum_owned(n, x, dx);
+}

@@ -198,6 +198,10 @@ void tg__rank(tg__ranked *r, size_t n, bool largest);
  * seed s keeps when the 32-bit half of tg__mix64(s + GOLDEN (i/2 + 1)) for
  * i's parity is >= floor(p 2^32). */
 void tg__bernoulli_bits(tg_generator *g, double q, uint8_t *bits, int64_t n);
+/* out = x * z with z = 1/q in x's dtype where bit i is set, else 0
+ * (PyTorch's dropout: noise.div_(1 - p), then x * noise); x, out dense
+ * (src/autograd/op_elementwise.c). */
+void tg__dropout_mask_mul(tg_tensor *out, const tg_tensor *x, const uint8_t *bits, double q);
 #define TG__GOLDEN 0x9E3779B97F4A7C15ull
 /* The counter stream's threshold for dropout probability p: keep a 32-bit
  * draw when it is >= floor(p 2^32). */
