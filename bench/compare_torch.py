@@ -37,6 +37,8 @@ CONFIGS = [
     ("wrapper B4 T512", "mha-wrapper", 4, 512, 768, 768, 12, 0.1),
 ]
 SCALING = [256, 512, 1024, 2048, 4096]
+# the book's GPT-2 124M training step (forward, cross-entropy, backward, AdamW)
+GPT_CONFIGS = [("GPT-2 124M B2 T256", 2, 256)]
 TORCH_MAX_T = 2048  # PyTorch keeps several (B, h, T, T) tensors: 4096 needs ~10 GB
 
 
@@ -209,6 +211,30 @@ def fmt_row(r, markdown, sgemm):
 FMT = "%-20s %10s %8s %9s %8s %10s %10s %9s %8s"
 
 
+def gpt_generation(a):
+    """Greedy generation, 50 new ids, with and without the KV cache, alternating."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import compare_generate as cg
+    rows = [("PyTorch, no cache", lambda: cg.run_torch(50, a.threads, False)),
+            ("tapegrad, no cache", lambda: cg.run_tapegrad(a.tapegrad, 50, a.threads, False)),
+            ("PyTorch, KV cache", lambda: cg.run_torch(50, a.threads, True)),
+            ("tapegrad, KV cache", lambda: cg.run_tapegrad(a.tapegrad, 50, a.threads, True))]
+    rates = {name: [] for name, _ in rows}
+    ids = set()
+    for _ in range(max(1, a.runs)):
+        for name, fn in rows:
+            r = fn()
+            rates[name].append(r["tokens_per_s"])
+            ids.add(tuple(r["ids"]))
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    print()
+    print("GPT-2 124M greedy generation, 50 new ids, %d threads, median of %d runs (ids %s):"
+          % (a.threads, max(1, a.runs), "equal" if len(ids) == 1 else "DIFFER"))
+    for cache in ("no cache", "KV cache"):
+        t, p = med["tapegrad, " + cache], med["PyTorch, " + cache]
+        print("  %-9s tapegrad %7.1f tokens/s   PyTorch %7.1f tokens/s   %.2fx" % (cache, t, p, t / p))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tapegrad", default=os.path.join(os.path.dirname(__file__), "..", "build", "tools", "tapegrad"))
@@ -219,6 +245,8 @@ def main():
     ap.add_argument("--only", help="run only configurations whose name contains this")
     ap.add_argument("--no-scaling", action="store_true")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--gpt", action="store_true",
+                    help="the GPT-2 rows only: the training step and generation (bench/compare_generate.py)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--gpt-worker", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -239,12 +267,14 @@ def main():
         print("|" + "---|" * len(hdr))
     else:
         print(FMT % tuple(hdr))
-    for cfg in CONFIGS:
+    for cfg in ([] if a.gpt else CONFIGS) + GPT_CONFIGS:
         if a.only and a.only not in cfg[0]:
             continue
         r = compare(a.tapegrad, list(cfg), a.runs, a.steps, a.threads)
         print(fmt_row(r, a.markdown, sgemm), flush=True)
-    if not (a.no_scaling or a.only):
+    if a.gpt:
+        gpt_generation(a)
+    if not (a.no_scaling or a.only or a.gpt):
         print()
         print("Scaling, MultiHeadAttention B=1 d=768 12 heads p=0.1 (runs: %d):" % max(1, a.runs // 2))
         print()

@@ -103,7 +103,11 @@ TG_API int tg_module_train(tg_module *m, bool training);
 TG_API bool tg_module_is_training(const tg_module *m);
 /* Fast paths for the whole tree: modules with two interchangeable paths
  * (MultiHeadAttention, CausalAttention: the book's composition or one fused
- * attention node) take the fused one when this is set. */
+ * attention node) take the fused one when this is set. A fused
+ * MultiHeadAttention whose generator draws PyTorch's dropout stream runs
+ * one MaskedAttentionBackward0 node with the composed ops' bits; with the
+ * counter stream (and CausalAttention always) the flash-style
+ * scaled_dot_product_attention. */
 TG_API int tg_module_set_fused(tg_module *m, bool fused);
 TG_API bool tg_module_is_fused(const tg_module *m);
 /* The generator that modules drawing random numbers (Dropout, the fused
