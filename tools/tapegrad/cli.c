@@ -158,3 +158,15 @@ char *tg_cli_read_file(const char *cmd, const char *opt, const char *path, bool 
     *len = n;
     return buf;
 }
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double tg_cli_median(double *v, int64_t n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}

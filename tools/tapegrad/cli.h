@@ -97,6 +97,9 @@ int tg_cli_lib_error(const char *cmd, const char *what);
 /* The whole of the file named by option opt (standard input for "-" when
  * allow_stdin), malloc'd; NULL with the error line printed for cmd. */
 char *tg_cli_read_file(const char *cmd, const char *opt, const char *path, bool allow_stdin, size_t *len);
+/* The median of v[0..n) (n >= 1; sorts v): benchmarks quote medians, so
+ * that one slow step does not move the figure. */
+double tg_cli_median(double *v, int64_t n);
 /* Seconds on the monotonic clock. */
 double tg_cli_now(void);
 /* --json output: prints o (dumped with jansson's flags) as one line on

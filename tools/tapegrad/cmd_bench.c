@@ -48,18 +48,6 @@ static const char *help =
     "step = 3 * forward. The book's toy: --batch 2 --tokens 6 --d-in 3 --d-out 2\n"
     "--heads 2.\n";
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int64_t n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 typedef struct {
     const char *module;
     int64_t batch, tokens, d, d_in, d_out, heads, steps, threads;
@@ -167,7 +155,8 @@ int tg_cmd_bench(int argc, char **argv)
         int64_t d_in = a.d_in_set ? a.d_in : a.d, d_out = a.d_out_set ? a.d_out : a.d;
         double B = (double)a.batch, T = (double)a.tokens, di = (double)d_in, dd = (double)d_out;
         double fwd_flops = 2 * B * T * 3 * di * dd + 2 * B * T * dd * dd + 4 * B * T * T * dd;
-        double fwd = median(t, a.steps), bwd = median(t + a.steps, a.steps), stp = median(t + 2 * a.steps, a.steps);
+        double fwd = tg_cli_median(t, a.steps), bwd = tg_cli_median(t + a.steps, a.steps);
+        double stp = tg_cli_median(t + 2 * a.steps, a.steps);
         double gflops = stp > 0 ? 3 * fwd_flops / (stp * 1e-3) / 1e9 : 0.0;
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);

@@ -41,18 +41,6 @@ typedef struct {
     bool threads_set, json;
 } gpt_bench_args;
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int64_t n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* Random ids (B, T) below vocab, drawn from g. */
 static tg_tensor *random_ids(tg_tape *tp, int64_t B, int64_t T, int64_t vocab, tg_generator *g)
 {
@@ -164,8 +152,8 @@ int tg_cmd_bench_gpt(int argc, char **argv)
         double V = (double)cfg.vocab_size;
         double linear = L * (4 * d * d + 8 * d * d) + d * V; /* W_query, W_key, W_value, out_proj, ff, out_head */
         double flops = 6 * linear * B * T + 12 * L * B * T * T * d;
-        double fwd = median(t[0], a.steps), bwd = median(t[1], a.steps), opt = median(t[2], a.steps);
-        double stp = median(t[3], a.steps);
+        double fwd = tg_cli_median(t[0], a.steps), bwd = tg_cli_median(t[1], a.steps), opt = tg_cli_median(t[2], a.steps);
+        double stp = tg_cli_median(t[3], a.steps);
         double gflops = stp > 0 ? flops / (stp * 1e-3) / 1e9 : 0.0;
         double tps = stp > 0 ? B * T / (stp * 1e-3) : 0.0;
         struct rusage ru;
