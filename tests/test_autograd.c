@@ -787,6 +787,25 @@ static void test_backward_pool(void **state)
     }
     tg_set_grad_enabled(prev);
     tg_tape_free(ref);
+
+    /* a big first gradient (as the logits' is) is split once consumed: the
+     * layers' gradients after it fit in its blocks and take nothing new */
+    tg_tape_reset(step);
+    for (int i = 0; i < DEPTH; i++) tg_zero_grad(w[i]);
+    tg_tensor *wide = tg_parameter_new(model, TG_F64, 2, SH(C, 16 * C));
+    assert_int_equal(tg_uniform_(wide, -0.1, 0.1, g), TG_OK);
+    h[0] = tg_rand(step, TG_F64, 2, SH(R, C), g);
+    for (int i = 0; i < DEPTH; i++) h[i + 1] = tg_add(step, tg_tanh(step, tg_matmul(step, h[i], w[i])), h[i]);
+    tg_tensor *y = tg_matmul(step, h[DEPTH], wide);
+    loss = tg_sum(step, tg_mul_scalar(step, tg_exp(step, y), 0.5));
+    tu_assert_ok(loss);
+    fwd = tg_tape_used(step);
+    assert_int_equal(tg_backward(loss, NULL, false), TG_OK);
+    bwd = tg_tape_used(step) - fwd;
+    printf("backward pool, wide head: backward %zu KiB (the head's gradient: %zu KiB)\n", bwd >> 10, (16 * layer) >> 10);
+    /* two head-sized gradients live at once (exp's and the scaling's); the
+     * layers' own would add 5 layers' worth (see above) without the split */
+    assert_true(bwd < 2 * 16 * layer + 2 * layer);
     tg_generator_free(g);
     tg_tape_free(step);
     tg_tape_free(model);

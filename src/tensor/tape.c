@@ -220,18 +220,28 @@ void *tg__tape_alloc_data(tg_tape *tp, size_t nbytes)
 {
     if (!tp->pooling || nbytes < TG_POOL_MIN) return tg_tape_alloc(tp, nbytes, false);
     size_t need = (nbytes + TG_ALIGN - 1) / TG_ALIGN * TG_ALIGN;
+    /* the smallest free block that fits; a bigger one is split, its rest
+     * staying free (the logits' gradient, the biggest, is consumed first and
+     * then serves the smaller gradients after it) */
+    int best = -1;
     for (int i = 0; i < tp->npool; i++) {
-        tg_pool_block *b = &tp->pool[i];
-        if (b->free && b->size == need) {
-            b->free = false, b->recent = true, b->refs = 0;
-            return b->base;
-        }
+        const tg_pool_block *b = &tp->pool[i];
+        if (b->free && b->size >= need && (best < 0 || b->size < tp->pool[best].size)) best = i;
     }
     if (tp->npool == tp->cappool) {
         int nc = tp->cappool ? 2 * tp->cappool : 64;
         tg_pool_block *np = realloc(tp->pool, sizeof *np * (size_t)nc);
         if (!np) return tg_error("tape: out of memory");
         tp->pool = np, tp->cappool = nc;
+    }
+    if (best >= 0) {
+        tg_pool_block *b = &tp->pool[best];
+        if (b->size - need >= TG_POOL_MIN) {
+            tp->pool[tp->npool++] = (tg_pool_block){b->base + need, b->size - need, 0, true, false};
+            b->size = need;
+        }
+        b->free = false, b->recent = true, b->refs = 0;
+        return b->base;
     }
     char *p = tg_tape_alloc(tp, need, false);
     if (!p) return NULL;
