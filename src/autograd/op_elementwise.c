@@ -51,6 +51,21 @@ tg_tensor *tg_sub(tg_tape *tp, tg_tensor *a, tg_tensor *b) { return binary(tp, "
 tg_tensor *tg_mul(tg_tape *tp, tg_tensor *a, tg_tensor *b) { return binary(tp, "mul", TG_OP_MUL, TG_BIN_MUL, a, b); }
 tg_tensor *tg_div(tg_tape *tp, tg_tensor *a, tg_tensor *b) { return binary(tp, "div", TG_OP_DIV, TG_BIN_DIV, a, b); }
 
+tg_tensor *tg__add_into(tg_tape *tp, tg_tensor *a, tg_tensor *b)
+{
+    char sa[64], sb[64];
+    if (!a || !b) return tg__error_null_input("add");
+    if (!tg__check_same_dtype("add", a, b)) return NULL;
+    if (!tg_same_shape(a, b) || !tg_is_contiguous(a))
+        return tg_error("add: in-place sum needs a contiguous %s and an addend of its shape, got %s",
+                        tg_shape_str(a, sa, 64), tg_shape_str(b, sb, 64));
+    tg_tensor *out = tg__alias(tp, a);
+    if (!out) return NULL;
+    tg_k_binary(out, a, b, TG_BIN_ADD);
+    tg_tensor *in[2] = {a, b};
+    return tg__record(tp, TG_OP_ADD, out, 2, in, 2, in, NULL);
+}
+
 /* forward: y = a + b; so da = dy, db = dy (summed over broadcast dims) */
 int tg__add_backward(tg_node *n)
 {

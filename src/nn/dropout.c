@@ -26,6 +26,8 @@ static int dropout_extra_repr(const tg_module *self, char *buf, size_t size)
 
 static const tg_module_type dropout_type = {"Dropout", dropout_forward, dropout_extra_repr};
 
+bool tg__is_dropout(const tg_module *m) { return m && m->type == &dropout_type; }
+
 tg_module *tg_dropout_new(tg_tape *tp, double p)
 {
     if (!tg__check_dropout("Dropout", p)) return NULL;

@@ -243,6 +243,19 @@ tg_module *tg_feed_forward_new(tg_tape *tp, const tg_gpt_config *cfg)
 
 /* ---- TransformerBlock ------------------------------------------------------------------------- */
 
+/* drop(y) + shortcut. Fused, when drop is the built-in Dropout and made a
+ * fresh tensor (training, p > 0), the sum is written over that tensor: its
+ * backward keeps the mask only and nothing else reads it, so one (B, T, d)
+ * tensor per residual instead of two. Same bits either way. */
+static tg_tensor *residual(tg_tape *tp, tg_module *self, tg_module *drop, tg_tensor *y, tg_tensor *shortcut)
+{
+    tg_tensor *d = y ? tg_module_forward(tp, drop, y) : NULL;
+    if (d && shortcut && d != y && tg_module_is_fused(self) && tg__is_dropout(drop) && tg_is_contiguous(d) &&
+        tg_same_shape(d, shortcut) && d->dtype == shortcut->dtype)
+        return tg__add_into(tp, d, shortcut);
+    return tg_add(tp, d, shortcut); /* x = x + shortcut */
+}
+
 static tg_tensor *block_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *const *in)
 {
     if (!tg__check_ninputs(self, n, 1)) return NULL;
@@ -251,13 +264,11 @@ static tg_tensor *block_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *
     tg_tensor *shortcut = x;
     x = tg_module_forward(tp, tg_module_get_submodule(self, "norm1"), x);
     x = x ? tg_module_forward(tp, tg_module_get_submodule(self, "att"), x) : NULL;
-    x = x ? tg_module_forward(tp, drop, x) : NULL;
-    x = tg_add(tp, x, shortcut); /* x = x + shortcut */
+    x = residual(tp, self, drop, x, shortcut);
     shortcut = x;
     x = x ? tg_module_forward(tp, tg_module_get_submodule(self, "norm2"), x) : NULL;
     x = x ? tg_module_forward(tp, tg_module_get_submodule(self, "ff"), x) : NULL;
-    x = x ? tg_module_forward(tp, drop, x) : NULL;
-    return tg_add(tp, x, shortcut);
+    return residual(tp, self, drop, x, shortcut);
 }
 
 static const tg_module_type block_type = {"TransformerBlock", block_forward, NULL};

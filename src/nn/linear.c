@@ -31,6 +31,8 @@ static int linear_extra_repr(const tg_module *self, char *buf, size_t size)
 
 static const tg_module_type linear_type = {"Linear", linear_forward, linear_extra_repr};
 
+bool tg__is_linear(const tg_module *m) { return m && m->type == &linear_type; }
+
 /* nn.Linear.reset_parameters: kaiming_uniform_(weight, a=sqrt(5)) then bias
  * from uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)); the bound arithmetic is
  * torch/nn/init.py's, in double, so the bounds are bit-identical. */

@@ -31,6 +31,10 @@ bool tg__check_size(const char *op, const char *what, int64_t v);
 bool tg__check_dropout(const char *op, double p);
 /* Checks that a module got exactly `want` inputs. */
 bool tg__check_ninputs(const tg_module *m, int n, int want);
+/* Whether m is the built-in Dropout / Linear (fused paths rely on what
+ * these keep for backward). */
+bool tg__is_dropout(const tg_module *m);
+bool tg__is_linear(const tg_module *m);
 /* v as Python's repr(float) writes it ("0.0", "0.1", "1e-05"). */
 void tg__py_float(char *buf, size_t size, double v);
 

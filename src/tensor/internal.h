@@ -49,6 +49,11 @@ void *tg__tape_scratch(tg_tape *tp, size_t nbytes);
  * dropout drawn from g's PyTorch stream. */
 tg_tensor *tg__attention(tg_tape *tp, tg_tensor *q, tg_tensor *kT, tg_tensor *v, const tg_tensor *mask, double d,
                          double p, tg_generator *g);
+/* a + b written over a (AddBackward0; a contiguous, b of a's shape and
+ * dtype): for a residual sum whose branch tensor nothing else reads, as the
+ * output of a dropout whose backward keeps only the mask. The caller vouches
+ * for that; the bits are tg_add's. */
+tg_tensor *tg__add_into(tg_tape *tp, tg_tensor *a, tg_tensor *b);
 /* Checks ndim and shape values and computes numel; error message prefixed by op. */
 bool tg__check_shape(const char *op, int ndim, const int64_t *shape, int64_t *numel);
 
