@@ -4,7 +4,10 @@
  *   w = dropout(w);  ctx = w @ v
  *
  * (MultiHeadAttention.forward from the scores to the context; q, v
- * (..., T, hd), kT (..., hd, T), mask bool (T, T) broadcast, d = sqrt(hd).)
+ * (..., T, hd), kT (..., hd, T), mask bool (T, T) broadcast, d = sqrt(hd).
+ * With heads_inner the context's storage is (..., T, h, hd), so the heads'
+ * merge that follows needs no copy; the products' bits do not depend on
+ * where the rows are written.)
  * Every product is the GEMM call the composed ops make, and every
  * elementwise step rounds as theirs, so the output and the gradients equal
  * the composed graph's (and PyTorch's) bit for bit; the dropout mask is drawn
@@ -50,7 +53,7 @@ static tg_tensor over(void *data, const tg_tensor *like, int ndim, const int64_t
 }
 
 tg_tensor *tg__attention(tg_tape *tp, tg_tensor *q, tg_tensor *kT, tg_tensor *v, const tg_tensor *mask, double d,
-                         double p, tg_generator *g)
+                         double p, tg_generator *g, bool heads_inner)
 {
     char s1[64], s2[64], s3[64];
     if (!q || !kT || !v || !mask) return tg__error_null_input(OP);
@@ -89,10 +92,18 @@ tg_tensor *tg__attention(tg_tape *tp, tg_tensor *q, tg_tensor *kT, tg_tensor *v,
         tg__dropout_mask_mul(&scratch, w, bits->data, 1.0 - p);
         wd = &scratch;
     }
-    tg_tensor *out = tg_empty(tp, q->dtype, n, q->shape);
+    int64_t oshape[TG_MAX_DIMS];
+    memcpy(oshape, q->shape, sizeof(int64_t) * (size_t)n);
+    oshape[n - 1] = v->shape[n - 1];
+    bool swap = heads_inner && n >= 4;
+    if (swap) oshape[n - 3] = q->shape[n - 2], oshape[n - 2] = q->shape[n - 3];
+    tg_tensor *out = tg_empty(tp, q->dtype, n, oshape);
     if (!out) return NULL;
-    out->shape[n - 1] = v->shape[n - 1];
-    tg__contiguous_strides(n, out->shape, out->stride);
+    if (swap) { /* the (..., T, h, hd) storage seen as (..., h, T, hd) */
+        int64_t t = out->stride[n - 3];
+        out->shape[n - 3] = q->shape[n - 3], out->shape[n - 2] = q->shape[n - 2];
+        out->stride[n - 3] = out->stride[n - 2], out->stride[n - 2] = t;
+    }
     tg_k_gemm(out, wd, false, v, false, 1.0, 0.0);
     tg_tensor *in[3] = {q, kT, v}, *saved[3] = {w, (tg_tensor *)mask, bits};
     tg_node *node;

@@ -247,7 +247,7 @@ static tg_tensor *mha_forward(tg_tape *tp, tg_module *m, int n, tg_tensor *const
          * steps' bits in one node that keeps the weights only */
         tg_tensor *mk = tg_module_get_buffer(m, "mask");
         mk = tg_compare_scalar(tp, tg_narrow(tp, tg_narrow(tp, mk, 0, 0, T), 1, 0, T), 0.0, TG_CMP_NE);
-        ctx = tg__attention(tp, q, tg_transpose(tp, k, 2, 3), v, mk, pow((double)hd, 0.5), p, g);
+        ctx = tg__attention(tp, q, tg_transpose(tp, k, 2, 3), v, mk, pow((double)hd, 0.5), p, g, true);
     } else if (tg_module_is_fused(m)) {
         ctx = tg_scaled_dot_product_attention(tp, q, k, v, true, p, g);
     } else {

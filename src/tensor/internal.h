@@ -46,9 +46,11 @@ void *tg__tape_scratch(tg_tape *tp, size_t nbytes);
 /* The book's attention from the scores to the context as one node with the
  * composed ops' bits (src/autograd/op_attention.c): q, v (..., T, hd), kT
  * (..., hd, T), mask bool (T, T) (true: -inf), d the scores' divisor, p the
- * dropout drawn from g's PyTorch stream. */
+ * dropout drawn from g's PyTorch stream. heads_inner (q 4-D or more): the
+ * (..., h, T, hd) context is a view of (..., T, h, hd) storage, which
+ * transpose(-3, -2) makes contiguous. */
 tg_tensor *tg__attention(tg_tape *tp, tg_tensor *q, tg_tensor *kT, tg_tensor *v, const tg_tensor *mask, double d,
-                         double p, tg_generator *g);
+                         double p, tg_generator *g, bool heads_inner);
 /* a + b written over a (AddBackward0; a contiguous, b of a's shape and
  * dtype): for a residual sum whose branch tensor nothing else reads, as the
  * output of a dropout whose backward keeps only the mask. The caller vouches
