@@ -48,6 +48,28 @@ struct tg_node {
 #include "ops.def"
 #undef TG_OP
 
+/* The linear layer on rows (src/autograd/op_matmul.c): y2 = x2 W^T + b
+ * (x2 (R, in), y2 (R, out) contiguous; b may be NULL), and its backward:
+ * dx = g2 W into x's gradient, or written to dx2 (R, in) when dx2 is not
+ * NULL (an intermediate of a fused node); dW += g2^T x2; db += rows' sum. */
+void tg__linear_rows(tg_tensor *y2, const tg_tensor *x2, const tg_tensor *w, const tg_tensor *b);
+int tg__linear_grads(tg_node *n, tg_tensor *x, const tg_tensor *x2, tg_tensor *w, tg_tensor *b, const tg_tensor *g2,
+                     tg_tensor *dx2);
+/* GELU's (tanh) input gradient for input a and output gradient dy, in tp
+ * (src/autograd/op_elementwise.c). NULL if out of memory. */
+tg_tensor *tg__gelu_grad(tg_tape *tp, const tg_tensor *a, const tg_tensor *dy);
+
+/* A contiguous tensor of `shape` over `data` (scratch memory, not a
+ * tape's), with like's dtype, outside the graph. */
+static inline tg_tensor tg__over(void *data, const tg_tensor *like, int ndim, const int64_t *shape)
+{
+    tg_tensor t = *like;
+    t.data = data, t.offset = 0, t.ndim = ndim, t.grad = NULL, t.grad_fn = NULL, t.requires_grad = false;
+    for (int d = 0; d < ndim; d++) t.shape[d] = shape[d];
+    tg__contiguous_strides(ndim, t.shape, t.stride);
+    return t;
+}
+
 /* True if t takes part in autograd (requires grad). */
 static inline bool tg__needs_grad(const tg_tensor *t) { return t && t->requires_grad; }
 

@@ -42,16 +42,6 @@ static void fill_masked(tg_tensor *x, const tg_tensor *mask, double value)
                 }
 }
 
-/* A contiguous tensor of `shape` over `data` (scratch memory, not a tape's). */
-static tg_tensor over(void *data, const tg_tensor *like, int ndim, const int64_t *shape)
-{
-    tg_tensor t = *like;
-    t.data = data, t.offset = 0, t.ndim = ndim, t.grad = NULL, t.grad_fn = NULL, t.requires_grad = false;
-    for (int d = 0; d < ndim; d++) t.shape[d] = shape[d];
-    tg__contiguous_strides(ndim, t.shape, t.stride);
-    return t;
-}
-
 tg_tensor *tg__attention(tg_tape *tp, tg_tensor *q, tg_tensor *kT, tg_tensor *v, const tg_tensor *mask, double d,
                          double p, tg_generator *g, bool heads_inner)
 {
@@ -88,7 +78,7 @@ tg_tensor *tg__attention(tg_tape *tp, tg_tensor *q, tg_tensor *kT, tg_tensor *v,
         tg__bernoulli_bits(g ? g : tg_default_generator(), 1.0 - p, bits->data, cnt);
         void *buf = tg__tape_scratch(tp, (size_t)cnt * tg_dtype_size(w->dtype));
         if (!buf) return NULL;
-        scratch = over(buf, w, n, wshape);
+        scratch = tg__over(buf, w, n, wshape);
         tg__dropout_mask_mul(&scratch, w, bits->data, 1.0 - p);
         wd = &scratch;
     }

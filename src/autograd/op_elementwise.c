@@ -252,22 +252,21 @@ int tg__relu_backward(tg_node *n)
 
 /* forward: y = a/2 (1 + tanh(k (a + c a^3))), k = sqrt(2/pi), c = 0.044715;
  * so da = dy (1/2 (1 + t) + a/2 (1 - t^2) k (1 + 3 c a^2)), t = tanh(...) */
-int tg__gelu_backward(tg_node *n)
+tg_tensor *tg__gelu_grad(tg_tape *tp, const tg_tensor *a, const tg_tensor *dy)
 {
-    tg_tape *tp = tg__btape(n);
-    const tg_tensor *a = n->saved[0];
+    tg_tensor *r = tg__new_like(tp, dy);
+    if (!r) return NULL;
     if (a->dtype == TG_F32) { /* rounded as the book's composed GELU's graph (kernels.c) */
-        tg_tensor *r = tg__new_like(tp, n->grad);
-        const tg_tensor *gd = tg__dense(tp, n->grad), *ad = tg__dense(tp, a);
-        if (!r || !gd || !ad) return TG_ENOMEM;
+        const tg_tensor *gd = tg__dense(tp, dy), *ad = tg__dense(tp, a);
+        if (!gd || !ad) return NULL;
         tg_k_gelu_backward_f32(tg__ptr(r, r->offset), tg__ptr(ad, ad->offset), tg__ptr(gd, gd->offset), tg_numel(r));
-        return tg__accum_owned(n, n->in[0], r);
+        return r;
     }
     tg_tensor *t = tg_empty(tp, TG_F64, a->ndim, a->shape);
     tg_tensor *g = tg_empty(tp, TG_F64, a->ndim, a->shape);
-    if (!t || !g) return TG_ENOMEM;
+    if (!t || !g) return NULL;
     tg_k_copy(t, a);
-    tg_k_copy(g, n->grad);
+    tg_k_copy(g, dy);
     double *x = t->data, *d = g->data;
     int64_t cnt = tg_numel(t);
     const double k = 0.7978845608028654, c = 0.044715;
@@ -275,10 +274,14 @@ int tg__gelu_backward(tg_node *n)
         double v = x[i], th = tanh(k * (v + c * v * v * v));
         x[i] = d[i] * (0.5 * (1 + th) + 0.5 * v * (1 - th * th) * k * (1 + 3 * c * v * v));
     }
-    tg_tensor *r = tg__new_like(tp, n->grad);
-    if (!r) return TG_ENOMEM;
     tg_k_copy(r, t);
-    return tg__accum(n->in[0], r);
+    return r;
+}
+
+int tg__gelu_backward(tg_node *n)
+{
+    tg_tensor *r = tg__gelu_grad(tg__btape(n), n->saved[0], n->grad);
+    return r ? tg__accum_owned(n, n->in[0], r) : TG_ENOMEM;
 }
 
 /* ---- comparisons, where, masked_fill ------------------------------------------------------- */

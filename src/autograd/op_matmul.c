@@ -242,8 +242,7 @@ tg_tensor *tg_linear(tg_tape *tp, tg_tensor *x, tg_tensor *w, tg_tensor *b)
     tg_tensor y2 = *out;
     y2.ndim = 2, y2.shape[0] = x2.shape[0], y2.shape[1] = outf;
     tg__contiguous_strides(2, y2.shape, y2.stride);
-    if (b) tg_k_copy(&y2, b);
-    tg_k_gemm(&y2, &x2, false, w, true, 1.0, b ? 1.0 : 0.0);
+    tg__linear_rows(&y2, &x2, w, b);
     tg_op_id id;
     if (x->ndim == 1)
         id = b ? TG_OP_LINEAR_ADD : TG_OP_LINEAR_VEC;
@@ -255,17 +254,32 @@ tg_tensor *tg_linear(tg_tape *tp, tg_tensor *x, tg_tensor *w, tg_tensor *b)
     return tg__record(tp, id, out, b ? 3 : 2, ins, 2, ins, NULL);
 }
 
+void tg__linear_rows(tg_tensor *y2, const tg_tensor *x2, const tg_tensor *w, const tg_tensor *b)
+{
+    if (b) tg_k_copy(y2, b);
+    tg_k_gemm(y2, x2, false, w, true, 1.0, b ? 1.0 : 0.0);
+}
+
 /* forward: y = x W^T + b (x folded to (R, in)); so dx = dy W, dW = dy^T x,
  * db = sum of dy over rows */
 int tg__linear_backward(tg_node *n)
 {
-    tg_tensor *x = n->in[0], *w = n->in[1], *b = n->nin > 2 ? n->in[2] : NULL;
     tg_tensor x2, g2;
     /* both fold: the forward folded x (or its clone), and n->grad is contiguous */
     if (!fold_rows(n->saved[0], &x2) || !fold_rows(n->grad, &g2))
         return tg_error_status(TG_ESTATE, "%s: cannot fold the input or gradient into rows", n->head.name);
-    int st = grad_product(n, x, &x2, true, &g2, false, n->saved[1], false);
-    if (!st) st = grad_product(n, w, n->saved[1], true, &g2, true, &x2, false);
+    return tg__linear_grads(n, n->in[0], &x2, n->in[1], n->nin > 2 ? n->in[2] : NULL, &g2, NULL);
+}
+
+int tg__linear_grads(tg_node *n, tg_tensor *x, const tg_tensor *x2, tg_tensor *w, tg_tensor *b, const tg_tensor *g2,
+                     tg_tensor *dx2)
+{
+    int st = TG_OK;
+    if (dx2)
+        tg_k_gemm(dx2, g2, false, w, false, 1.0, 0.0); /* as grad_product into a fresh buffer */
+    else
+        st = grad_product(n, x, x2, true, g2, false, w, false);
+    if (!st) st = grad_product(n, w, w, true, g2, true, x2, false);
     if (st) return st;
     if (tg__needs_grad(b)) {
         bool fresh;
@@ -274,11 +288,11 @@ int tg__linear_backward(tg_node *n)
         tg_tensor acc = *buf; /* (1, out) keepdim view */
         acc.ndim = 2, acc.shape[0] = 1, acc.shape[1] = buf->shape[0], acc.stride[0] = buf->shape[0], acc.stride[1] = 1;
         if (fresh) {
-            tg_k_sum_to(&acc, &g2);
+            tg_k_sum_to(&acc, g2);
         } else {
             tg_tensor *t = tg_empty(tg__btape(n), buf->dtype, 2, acc.shape);
             if (!t) return TG_ENOMEM;
-            tg_k_sum_to(t, &g2);
+            tg_k_sum_to(t, g2);
             tg_k_axpy(&acc, t, 1.0);
         }
     }

@@ -216,11 +216,35 @@ tg_module *tg_gelu_new(tg_tape *tp) { return tg_module_new(tp, &gelu_type, 0); }
 
 /* ---- FeedForward ------------------------------------------------------------------------------ */
 
-/* forward: self.layers(x) */
+/* The three layers' tensors when they are the built-in Linear (with bias),
+ * GELU, Linear that tg_feed_forward_new makes, else false. */
+static bool standard_layers(const tg_module *layers, tg_tensor *t[4])
+{
+    if (!layers || layers->children.n != 3) return false;
+    const tg_module *up = layers->children.items[0].ptr, *act = layers->children.items[1].ptr,
+                    *down = layers->children.items[2].ptr;
+    if (!tg__is_linear(up) || act->type != &gelu_type || !tg__is_linear(down)) return false;
+    const tg_module *lin[2] = {up, down};
+    for (int i = 0; i < 4; i++) {
+        const tg__entries *e = &lin[i / 2]->params;
+        t[i] = NULL;
+        for (int j = 0; j < e->n; j++)
+            if (!strcmp(e->items[j].name, i % 2 ? "bias" : "weight")) t[i] = e->items[j].ptr;
+        if (!t[i]) return false;
+    }
+    return true;
+}
+
+/* forward: self.layers(x). Fused, with the built-in layers: one node that
+ * computes the GELU output again in backward instead of keeping it. */
 static tg_tensor *feed_forward_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *const *in)
 {
     if (!tg__check_ninputs(self, n, 1)) return NULL;
-    return tg_module_forward(tp, tg_module_get_submodule(self, "layers"), in[0]);
+    tg_module *layers = tg_module_get_submodule(self, "layers");
+    tg_tensor *t[4], *x = in[0];
+    if (tg_module_is_fused(self) && x && tg_is_contiguous(x) && standard_layers(layers, t))
+        return tg__feed_forward(tp, x, t[0], t[1], t[2], t[3]);
+    return tg_module_forward(tp, layers, x);
 }
 
 static const tg_module_type feed_forward_type = {"FeedForward", feed_forward_forward, NULL};

@@ -51,6 +51,10 @@ void *tg__tape_scratch(tg_tape *tp, size_t nbytes);
  * transpose(-3, -2) makes contiguous. */
 tg_tensor *tg__attention(tg_tape *tp, tg_tensor *q, tg_tensor *kT, tg_tensor *v, const tg_tensor *mask, double d,
                          double p, tg_generator *g, bool heads_inner);
+/* The book's FeedForward, Linear (W1, b1), GELU (tanh), Linear (W2, b2), as
+ * one node with the three modules' bits that keeps x and the first layer's
+ * output only (src/autograd/op_feed_forward.c); x contiguous. */
+tg_tensor *tg__feed_forward(tg_tape *tp, tg_tensor *x, tg_tensor *w1, tg_tensor *b1, tg_tensor *w2, tg_tensor *b2);
 /* a + b written over a (AddBackward0; a contiguous, b of a's shape and
  * dtype): for a residual sum whose branch tensor nothing else reads, as the
  * output of a dropout whose backward keeps only the mask. The caller vouches
