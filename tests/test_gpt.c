@@ -372,6 +372,11 @@ static void test_node_names(void **state)
     tg_module_set_fused(gelu, true);
     assert_string_equal(tg_grad_fn_name(tg_module_forward(tp, ln, x)), "NativeLayerNormBackward0");
     assert_string_equal(tg_grad_fn_name(tg_module_forward(tp, gelu, x)), "GeluBackward0");
+    tg_gpt_config cfg = {10, 4, 8, 2, 1, 0.0, false};
+    tg_module *ff = tg_feed_forward_new(mt, &cfg);
+    assert_string_equal(tg_grad_fn_name(tg_module_forward(tp, ff, x)), "AddmmBackward0");
+    tg_module_set_fused(ff, true);
+    assert_string_equal(tg_grad_fn_name(tg_module_forward(tp, ff, x)), "FeedForwardBackward0");
     const int64_t idv[3] = {0, 9, 4}, is[1] = {3};
     assert_string_equal(tg_grad_fn_name(tg_module_forward(tp, emb, tg_from_data(tp, TG_I64, 1, is, idv))),
                         "EmbeddingBackward0");
@@ -596,6 +601,72 @@ static void test_bad_configs(void **state)
  * default generator ends where PyTorch's does (torch.rand(3) afterwards), on
  * the composed path and on the fused one: both draw PyTorch's dropout stream
  * in PyTorch's order. */
+/* Fused, a TransformerBlock in training (PyTorch's dropout stream) equals
+ * the composed block bit for bit in float32 (output, input and parameter
+ * gradients; in float64 the fused LayerNorm and GELU round differently from
+ * the composed ones, whose GELU constant is float32: close, not equal), and
+ * keeps what its backward needs and little else:
+ * per (B, T, d) unit U, the norms' outputs 2U, q, k, v 3U, the context U,
+ * the projection U and its dropout's output U (which takes the residual
+ * sum), the first FeedForward layer's output 4U, the second's U and its
+ * dropout's U (the same): 14U, plus the attention weights' lower triangle.
+ * Each saving undone breaks the bound: the GELU output (4U), a residual sum
+ * beside its dropout output (U), the context's head merge copy (U), the
+ * weights' upper triangle. */
+static void check_block_exact(tg_dtype dt, int64_t B, int64_t T)
+{
+    const int64_t D = 128, H = 4;
+    tg_gpt_config cfg = {50, T, D, H, 1, 0.1, false};
+    tg_tape *mt = tg_tape_new(), *tp = tg_tape_new();
+    tg_generator *gin = tg_generator_new(3);
+    int64_t xs[3] = {B, T, D};
+    tg_tensor *x[2], *y[2];
+    tg_module *m[2];
+    size_t used[2];
+    for (int k = 0; k < 2; k++) {
+        tg_generator_seed(gin, 3);
+        x[k] = tg_rand(mt, dt, 3, xs, gin);
+        tu_assert_ok(x[k]);
+        assert_int_equal(tg_requires_grad_(x[k], true), TG_OK);
+        tg_manual_seed(17);
+        m[k] = tg_transformer_block_new(mt, &cfg);
+        tu_assert_ok(m[k]);
+        if (dt == TG_F64) assert_int_equal(tg_module_to_dtype(mt, m[k], TG_F64), TG_OK);
+        assert_int_equal(tg_module_set_fused(m[k], k == 1), TG_OK);
+        assert_int_equal(tg_module_train(m[k], true), TG_OK);
+        tg_manual_seed(23); /* the same dropout draws */
+        size_t before = tg_tape_used(tp);
+        y[k] = tg_module_forward(tp, m[k], x[k]);
+        tu_assert_ok(y[k]);
+        used[k] = tg_tape_used(tp) - before;
+        assert_int_equal(tg_backward(tg_sum(tp, tg_mul(tp, y[k], y[k])), NULL, false), TG_OK);
+    }
+    double tol = dt == TG_F32 ? 0.0 : 1e-6;
+    tu_assert_close(y[1], y[0], tol, tol, "fused block output");
+    tu_assert_close(x[1]->grad, x[0]->grad, tol, tol, "fused block dx");
+    tg_named_list pa, pb;
+    assert_int_equal(tg_module_named_parameters(tp, m[0], &pa), TG_OK);
+    assert_int_equal(tg_module_named_parameters(tp, m[1], &pb), TG_OK);
+    assert_int_equal(pa.n, pb.n);
+    for (int i = 0; i < pa.n; i++) tu_assert_close(pb.tensors[i]->grad, pa.tensors[i]->grad, tol, tol, pa.names[i]);
+    assert_string_equal(tg_grad_fn_name(y[1]), "AddBackward0");
+    size_t es = dt == TG_F32 ? 4 : 8, U = (size_t)(B * T * D) * es, tri = (size_t)(B * H * T * (T + 1) / 2) * es;
+    size_t bound = 14 * U + tri + U / 2; /* U / 2: masks, statistics, tensor and node headers */
+    printf("fused block (%s, B %lld, T %lld): forward keeps %zu bytes (composed %zu), bound %zu\n",
+           tg_dtype_name(dt), (long long)B, (long long)T, used[1], used[0], bound);
+    assert_true(used[1] <= bound);
+    tg_generator_free(gin);
+    tg_tape_free(tp);
+    tg_tape_free(mt);
+}
+
+static void test_fused_block_exact(void **state)
+{
+    (void)state;
+    check_block_exact(TG_F32, 4, 48);
+    check_block_exact(TG_F64, 3, 40);
+}
+
 static void test_dropout_forward(void **state)
 {
     (void)state;
@@ -668,6 +739,7 @@ int main(void)
         cmocka_unit_test(test_bad_configs),
         cmocka_unit_test(test_book_124m),
         cmocka_unit_test(test_dropout_forward),
+        cmocka_unit_test(test_fused_block_exact),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     json_decref(g_ref);

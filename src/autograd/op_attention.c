@@ -12,7 +12,8 @@
  * elementwise step rounds as theirs, so the output and the gradients equal
  * the composed graph's (and PyTorch's) bit for bit; the dropout mask is drawn
  * from PyTorch's stream at the same point. What differs is memory: the node
- * keeps the softmax output and the mask as bits, where the composed graph
+ * keeps the softmax output (under the causal mask its lower triangle only)
+ * and the mask as bits, where the composed graph
  * keeps the scores, the masked and scaled scores, the weights, the float
  * mask and the dropped weights (five (..., T, T) tensors). The dropped
  * weights are recomputed in a scratch buffer; backward's (..., T, T)
@@ -42,6 +43,46 @@ static void fill_masked(tg_tensor *x, const tg_tensor *mask, double value)
                 }
 }
 
+/* q (..., T, hd) -> the weights' shape (..., T, T) */
+static void weights_shape(const tg_tensor *q, int64_t *shape)
+{
+    int n = q->ndim;
+    for (int i = 0; i < n - 1; i++) shape[i] = q->shape[i];
+    shape[n - 1] = q->shape[n - 2];
+}
+
+/* mask[i, j] == (j > i): the book's causal mask */
+static bool is_causal(const tg_tensor *mask)
+{
+    int64_t T = mask->shape[0], s0 = mask->stride[0], s1 = mask->stride[1];
+    const uint8_t *m = (const uint8_t *)mask->data + mask->offset;
+    for (int64_t i = 0; i < T; i++)
+        for (int64_t j = 0; j < T; j++)
+            if ((m[i * s0 + j * s1] != 0) != (j > i)) return false;
+    return true;
+}
+
+/* (..., T, T) full <-> the rows' first i + 1 entries back to back in
+ * packed (pack: full -> packed; else packed -> full, zeros above the
+ * diagonal). Both contiguous. */
+static void pack_lower(tg_tensor *packed, tg_tensor *full, int64_t T, bool pack)
+{
+    size_t es = tg_dtype_size(full->dtype);
+    int64_t nb = tg_numel(full) / (T * T);
+    char *pk = (char *)packed->data + (size_t)packed->offset * es, *fu = (char *)full->data + (size_t)full->offset * es;
+#pragma omp parallel for if (nb * T * T > TG_PAR_MIN) schedule(static)
+    for (int64_t b = 0; b < nb; b++)
+        for (int64_t i = 0; i < T; i++) {
+            char *row = fu + (size_t)((b * T + i) * T) * es, *pr = pk + (size_t)(b * (T * (T + 1) / 2) + i * (i + 1) / 2) * es;
+            if (pack) {
+                memcpy(pr, row, (size_t)(i + 1) * es);
+            } else {
+                memcpy(row, pr, (size_t)(i + 1) * es);
+                memset(row + (size_t)(i + 1) * es, 0, (size_t)(T - i - 1) * es);
+            }
+        }
+}
+
 tg_tensor *tg__attention(tg_tape *tp, tg_tensor *q, tg_tensor *kT, tg_tensor *v, const tg_tensor *mask, double d,
                          double p, tg_generator *g, bool heads_inner)
 {
@@ -60,25 +101,35 @@ tg_tensor *tg__attention(tg_tape *tp, tg_tensor *q, tg_tensor *kT, tg_tensor *v,
                         OP, tg_shape_str(q, s1, 64), tg_shape_str(kT, s2, 64), tg_shape_str(v, s3, 64));
     if (!(p >= 0 && p < 1)) return tg_error("%s: dropout probability %g is outside [0, 1)", OP, p);
     int64_t wshape[TG_MAX_DIMS];
-    for (int i = 0; i < n - 1; i++) wshape[i] = q->shape[i];
-    wshape[n - 1] = T;
-    /* s = q @ kT, masked, / d, softmax: in place in w, which backward keeps */
-    tg_tensor *w = tg_empty(tp, q->dtype, n, wshape);
+    weights_shape(q, wshape);
+    /* s = q @ kT, masked, / d, softmax: in place in w. Backward keeps w, or
+     * under a causal mask only its lower triangle (the rest is 0). */
+    int64_t cnt = 1;
+    for (int i = 0; i < n; i++) cnt *= wshape[i];
+    int64_t nbytes = (cnt + 7) / 8;
+    bool packed = cnt > 0 && is_causal(mask);
+    size_t wbytes = (size_t)cnt * tg_dtype_size(q->dtype);
+    char *buf = packed || p > 0 ? tg__tape_scratch(tp, (packed ? wbytes : 0) + (p > 0 ? wbytes : 0)) : NULL;
+    if ((packed || p > 0) && !buf) return NULL;
+    tg_tensor wfull, scratch;
+    tg_tensor *w = packed ? (wfull = tg__over(buf, q, n, wshape), &wfull) : tg_empty(tp, q->dtype, n, wshape);
     if (!w) return NULL;
     tg_k_gemm(w, q, false, kT, false, 1.0, 0.0);
     fill_masked(w, mask, -INFINITY);
     tg_k_binary_scalar(w, w, d, TG_BIN_DIV, false);
     tg_k_softmax(w, w, n - 1, false);
-    int64_t cnt = tg_numel(w), nbytes = (cnt + 7) / 8;
+    tg_tensor *keep = w;
+    if (packed) {
+        int64_t np = cnt / (T * T) * (T * (T + 1) / 2);
+        if (!(keep = tg_empty(tp, q->dtype, 1, &np))) return NULL;
+        pack_lower(keep, w, T, true);
+    }
     tg_tensor *bits = NULL;
     const tg_tensor *wd = w;
-    tg_tensor scratch;
     if (p > 0) {
         if (!(bits = tg_empty(tp, TG_U8, 1, &nbytes))) return NULL;
         tg__bernoulli_bits(g ? g : tg_default_generator(), 1.0 - p, bits->data, cnt);
-        void *buf = tg__tape_scratch(tp, (size_t)cnt * tg_dtype_size(w->dtype));
-        if (!buf) return NULL;
-        scratch = tg__over(buf, w, n, wshape);
+        scratch = tg__over(buf + (packed ? wbytes : 0), q, n, wshape);
         tg__dropout_mask_mul(&scratch, w, bits->data, 1.0 - p);
         wd = &scratch;
     }
@@ -95,10 +146,10 @@ tg_tensor *tg__attention(tg_tape *tp, tg_tensor *q, tg_tensor *kT, tg_tensor *v,
         out->stride[n - 3] = out->stride[n - 2], out->stride[n - 2] = t;
     }
     tg_k_gemm(out, wd, false, v, false, 1.0, 0.0);
-    tg_tensor *in[3] = {q, kT, v}, *saved[3] = {w, (tg_tensor *)mask, bits};
+    tg_tensor *in[3] = {q, kT, v}, *saved[3] = {keep, (tg_tensor *)mask, bits};
     tg_node *node;
     out = tg__record(tp, TG_OP_ATTENTION, out, 3, in, bits ? 3 : 2, saved, &node);
-    if (node) node->darg[0] = d, node->darg[1] = p;
+    if (node) node->darg[0] = d, node->darg[1] = p, node->iarg[0] = packed;
     return out;
 }
 
@@ -112,7 +163,15 @@ int tg__attention_backward(tg_node *nd)
     const tg_tensor *w = nd->saved[0], *mask = nd->saved[1], *bits = nd->nsaved > 2 ? nd->saved[2] : NULL;
     double d = nd->darg[0], p = nd->darg[1];
     tg_tape *tp = tg__btape(nd);
-    int n = w->ndim;
+    int n = q->ndim;
+    if (nd->iarg[0]) { /* the weights again from their lower triangle */
+        int64_t wshape[TG_MAX_DIMS];
+        weights_shape(q, wshape);
+        tg_tensor *full = tg_empty(tp, q->dtype, n, wshape);
+        if (!full) return TG_ENOMEM;
+        pack_lower((tg_tensor *)w, full, wshape[n - 1], false);
+        w = full;
+    }
     tg_tensor g = *nd->grad;
     tg__contiguous_strides(n, g.shape, g.stride);
     tg_tensor *dw = tg__new_like(tp, w);
