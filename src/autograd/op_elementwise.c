@@ -392,6 +392,31 @@ void tg__dropout_mask_mul(tg_tensor *out, const tg_tensor *x, const uint8_t *bit
     }
 }
 
+/* PyTorch's stream, x contiguous: the draws kept as bits (1/32 of the float
+ * mask's memory); over: the product written over x */
+static tg_tensor *dropout_bits(tg_tape *tp, tg_tensor *x, double q, tg_generator *gen, bool over)
+{
+    int64_t cnt = tg_numel(x), nbytes = (cnt + 7) / 8;
+    tg_tensor *bits = tg_empty(tp, TG_U8, 1, &nbytes);
+    tg_tensor *out = !bits ? NULL : over ? tg__alias(tp, x) : tg__new_like(tp, x);
+    if (!out) return NULL;
+    tg__bernoulli_bits(gen, q, bits->data, cnt);
+    tg__dropout_mask_mul(out, x, bits->data, q);
+    tg_node *n;
+    out = tg__record(tp, TG_OP_DROPOUT_BITS, out, 1, &x, 1, &bits, &n);
+    if (n) n->darg[0] = q;
+    return out;
+}
+
+tg_tensor *tg__dropout_over(tg_tape *tp, tg_tensor *x, double p, tg_generator *g)
+{
+    tg_generator *gen = g ? g : tg_default_generator();
+    if (!x || !(p > 0 && p < 1) || !tg__is_float(x->dtype) || !tg_is_contiguous(x) ||
+        tg_generator_dropout_stream(gen) != TG_DROPOUT_TORCH)
+        return tg_dropout(tp, x, p, g);
+    return dropout_bits(tp, x, 1.0 - p, gen, true);
+}
+
 tg_tensor *tg_dropout(tg_tape *tp, tg_tensor *x, double p, tg_generator *g)
 {
     if (!x) return tg__error_null_input("dropout");
@@ -406,19 +431,7 @@ tg_tensor *tg_dropout(tg_tape *tp, tg_tensor *x, double p, tg_generator *g)
     tg_generator *gen = g ? g : tg_default_generator();
     int64_t cnt = tg_numel(x);
     bool counter = tg_generator_dropout_stream(gen) == TG_DROPOUT_COUNTER;
-    if (!counter && tg_is_contiguous(x)) {
-        /* the draws kept as bits: 1/32 of the float mask's memory */
-        int64_t nbytes = (cnt + 7) / 8;
-        tg_tensor *bits = tg_empty(tp, TG_U8, 1, &nbytes);
-        tg_tensor *out = bits ? tg__new_like(tp, x) : NULL;
-        if (!out) return NULL;
-        tg__bernoulli_bits(gen, q, bits->data, cnt);
-        tg__dropout_mask_mul(out, x, bits->data, q);
-        tg_node *n;
-        out = tg__record(tp, TG_OP_DROPOUT_BITS, out, 1, &x, 1, &bits, &n);
-        if (n) n->darg[0] = q;
-        return out;
-    }
+    if (!counter && tg_is_contiguous(x)) return dropout_bits(tp, x, q, gen, false);
     tg_tensor *m = tg__new_like(tp, x);
     if (!m) return NULL;
     if (counter) {

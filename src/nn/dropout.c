@@ -28,6 +28,13 @@ static const tg_module_type dropout_type = {"Dropout", dropout_forward, dropout_
 
 bool tg__is_dropout(const tg_module *m) { return m && m->type == &dropout_type; }
 
+tg_tensor *tg__dropout_forward_over(tg_tape *tp, tg_module *m, tg_tensor *x)
+{
+    double p = ((const dropout_state *)tg_module_state(m))->p;
+    if (!tg_module_is_training(m) || p == 0) return x;
+    return tg__dropout_over(tp, x, p, tg_module_generator(m));
+}
+
 tg_module *tg_dropout_new(tg_tape *tp, double p)
 {
     if (!tg__check_dropout("Dropout", p)) return NULL;

@@ -267,15 +267,31 @@ tg_module *tg_feed_forward_new(tg_tape *tp, const tg_gpt_config *cfg)
 
 /* ---- TransformerBlock ------------------------------------------------------------------------- */
 
-/* drop(y) + shortcut. Fused, when drop is the built-in Dropout and made a
- * fresh tensor (training, p > 0), the sum is written over that tensor: its
- * backward keeps the mask only and nothing else reads it, so one (B, T, d)
- * tensor per residual instead of two. Same bits either way. */
-static tg_tensor *residual(tg_tape *tp, tg_module *self, tg_module *drop, tg_tensor *y, tg_tensor *shortcut)
+/* Whether branch (the block's att or ff) is built-in and returns a fresh
+ * tensor nothing else reads: a Linear layer's output or the fused
+ * FeedForward node's. */
+static bool owns_output(const tg_module *branch)
 {
-    tg_tensor *d = y ? tg_module_forward(tp, drop, y) : NULL;
-    if (d && shortcut && d != y && tg_module_is_fused(self) && tg__is_dropout(drop) && tg_is_contiguous(d) &&
-        tg_same_shape(d, shortcut) && d->dtype == shortcut->dtype)
+    tg_tensor *t[4];
+    if (branch && branch->type == &feed_forward_type)
+        return standard_layers(tg_module_get_submodule(branch, "layers"), t);
+    return tg__is_mha_owning_output(branch);
+}
+
+/* drop(y) + shortcut, y = branch(...). Fused, with the built-in Dropout in
+ * training (p > 0), the sum is written over the dropout's output, and when
+ * the branch is built-in the dropout's product over y: backward keeps the
+ * mask only and nothing else reads either, so one (B, T, d) tensor per
+ * residual instead of three. Same bits either way. */
+static tg_tensor *residual(tg_tape *tp, tg_module *self, tg_module *drop, const tg_module *branch, tg_tensor *y,
+                           tg_tensor *shortcut)
+{
+    bool fused = tg_module_is_fused(self) && tg__is_dropout(drop);
+    tg_tensor *d = !y ? NULL
+                   : fused && owns_output(branch) ? tg__dropout_forward_over(tp, drop, y)
+                                                  : tg_module_forward(tp, drop, y);
+    if (d && shortcut && d != y && fused && tg_is_contiguous(d) && tg_same_shape(d, shortcut) &&
+        d->dtype == shortcut->dtype)
         return tg__add_into(tp, d, shortcut);
     return tg_add(tp, d, shortcut); /* x = x + shortcut */
 }
@@ -286,13 +302,14 @@ static tg_tensor *block_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *
     tg_module *drop = tg_module_get_submodule(self, "drop_shortcut");
     tg_tensor *x = in[0];
     tg_tensor *shortcut = x;
+    tg_module *att = tg_module_get_submodule(self, "att"), *ff = tg_module_get_submodule(self, "ff");
     x = tg_module_forward(tp, tg_module_get_submodule(self, "norm1"), x);
-    x = x ? tg_module_forward(tp, tg_module_get_submodule(self, "att"), x) : NULL;
-    x = residual(tp, self, drop, x, shortcut);
+    x = x ? tg_module_forward(tp, att, x) : NULL;
+    x = residual(tp, self, drop, att, x, shortcut);
     shortcut = x;
     x = x ? tg_module_forward(tp, tg_module_get_submodule(self, "norm2"), x) : NULL;
-    x = x ? tg_module_forward(tp, tg_module_get_submodule(self, "ff"), x) : NULL;
-    return residual(tp, self, drop, x, shortcut);
+    x = x ? tg_module_forward(tp, ff, x) : NULL;
+    return residual(tp, self, drop, ff, x, shortcut);
 }
 
 static const tg_module_type block_type = {"TransformerBlock", block_forward, NULL};

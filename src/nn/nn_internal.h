@@ -35,6 +35,12 @@ bool tg__check_ninputs(const tg_module *m, int n, int want);
  * these keep for backward). */
 bool tg__is_dropout(const tg_module *m);
 bool tg__is_linear(const tg_module *m);
+/* Whether m is the built-in MultiHeadAttention with the built-in Linear as
+ * out_proj: its output is a fresh tensor that nothing else reads. */
+bool tg__is_mha_owning_output(const tg_module *m);
+/* The built-in Dropout m's forward, its product written over x (x a tensor
+ * nothing else reads; tg__dropout_over). */
+tg_tensor *tg__dropout_forward_over(tg_tape *tp, tg_module *m, tg_tensor *x);
 /* v as Python's repr(float) writes it ("0.0", "0.1", "1e-05"). */
 void tg__py_float(char *buf, size_t size, double v);
 

@@ -55,6 +55,10 @@ tg_tensor *tg__attention(tg_tape *tp, tg_tensor *q, tg_tensor *kT, tg_tensor *v,
  * one node with the three modules' bits that keeps x and the first layer's
  * output only (src/autograd/op_feed_forward.c); x contiguous. */
 tg_tensor *tg__feed_forward(tg_tape *tp, tg_tensor *x, tg_tensor *w1, tg_tensor *b1, tg_tensor *w2, tg_tensor *b2);
+/* tg_dropout, with PyTorch's stream on a contiguous x written over x (its
+ * backward keeps the mask only): for a tensor nothing else reads, as a
+ * Linear layer's fresh output; otherwise tg_dropout. Same draws and bits. */
+tg_tensor *tg__dropout_over(tg_tape *tp, tg_tensor *x, double p, tg_generator *g);
 /* a + b written over a (AddBackward0; a contiguous, b of a's shape and
  * dtype): for a residual sum whose branch tensor nothing else reads, as the
  * output of a dropout whose backward keeps only the mask. The caller vouches
