@@ -107,7 +107,11 @@ TG_API bool tg_module_is_training(const tg_module *m);
  * MultiHeadAttention whose generator draws PyTorch's dropout stream runs
  * one MaskedAttentionBackward0 node with the composed ops' bits; with the
  * counter stream (and CausalAttention always) the flash-style
- * scaled_dot_product_attention. */
+ * scaled_dot_product_attention. The GPT modules (gpt.h): LayerNorm and GELU
+ * one node each, FeedForward with its built-in layers one
+ * FeedForwardBackward0 node (same bits, the GELU output recomputed in
+ * backward), TransformerBlock's residual sums written over their built-in
+ * branches' dropout outputs. */
 TG_API int tg_module_set_fused(tg_module *m, bool fused);
 TG_API bool tg_module_is_fused(const tg_module *m);
 /* The generator that modules drawing random numbers (Dropout, the fused
