@@ -5,7 +5,6 @@
 #include "nn_internal.h"
 
 #include <math.h>
-#include <string.h>
 #include <stdio.h>
 
 /* What every attention module keeps: its sizes (context_length 0 = no mask). */
@@ -265,10 +264,7 @@ static const tg_module_type mha_type = {"MultiHeadAttention", mha_forward, NULL}
 
 bool tg__is_mha_owning_output(const tg_module *m)
 {
-    if (!m || m->type != &mha_type) return false;
-    for (int i = 0; i < m->children.n; i++)
-        if (!strcmp(m->children.items[i].name, "out_proj")) return tg__is_linear(m->children.items[i].ptr);
-    return false;
+    return m && m->type == &mha_type && tg__is_linear(tg__entry_get(&m->children, "out_proj"));
 }
 
 tg_module *tg_mha_new(tg_tape *tp, int64_t d_in, int64_t d_out, int64_t context_length, double dropout,

@@ -224,15 +224,9 @@ static bool standard_layers(const tg_module *layers, tg_tensor *t[4])
     const tg_module *up = layers->children.items[0].ptr, *act = layers->children.items[1].ptr,
                     *down = layers->children.items[2].ptr;
     if (!tg__is_linear(up) || act->type != &gelu_type || !tg__is_linear(down)) return false;
-    const tg_module *lin[2] = {up, down};
-    for (int i = 0; i < 4; i++) {
-        const tg__entries *e = &lin[i / 2]->params;
-        t[i] = NULL;
-        for (int j = 0; j < e->n; j++)
-            if (!strcmp(e->items[j].name, i % 2 ? "bias" : "weight")) t[i] = e->items[j].ptr;
-        if (!t[i]) return false;
-    }
-    return true;
+    t[0] = tg__entry_get(&up->params, "weight"), t[1] = tg__entry_get(&up->params, "bias");
+    t[2] = tg__entry_get(&down->params, "weight"), t[3] = tg__entry_get(&down->params, "bias");
+    return t[0] && t[1] && t[2] && t[3];
 }
 
 /* forward: self.layers(x). Fused, with the built-in layers: one node that

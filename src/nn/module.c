@@ -120,6 +120,12 @@ static int find(const tg__entries *e, const char *name)
     return -1;
 }
 
+void *tg__entry_get(const tg__entries *e, const char *name)
+{
+    int i = find(e, name);
+    return i < 0 ? NULL : e->items[i].ptr;
+}
+
 static const char *const kind_names[3] = {"parameter", "buffer", "module"};
 
 /* Adds (or replaces, same kind and name) an entry, after the checks every

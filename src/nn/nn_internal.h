@@ -26,6 +26,9 @@ struct tg_module {
     tg__entries params, buffers, children;
 };
 
+/* The entry `name` of e (a tg_tensor * or tg_module *), or NULL; no error
+ * is recorded. */
+void *tg__entry_get(const tg__entries *e, const char *name);
 /* Configuration checks: record an error naming op and return false. */
 bool tg__check_size(const char *op, const char *what, int64_t v);
 bool tg__check_dropout(const char *op, double p);
