@@ -83,6 +83,9 @@ static inline bool tg__needs_grad(const tg_tensor *t) { return t && t->requires_
  * recorded. */
 tg_tensor *tg__record(tg_tape *tp, tg_op_id op, tg_tensor *out, int nin, tg_tensor *const *in, int nsaved,
                       tg_tensor *const *saved, tg_node **node);
+/* Whether tg__record with these inputs records a node (grad mode on, an
+ * input requiring grad): an op whose saved tensors cost work may skip them. */
+bool tg__will_record(int nin, tg_tensor *const *in);
 
 /* The gradient buffer of t (contiguous, t's shape): a leaf's .grad in the
  * leaf's tape or the producing node's grad. *fresh is set when the buffer was

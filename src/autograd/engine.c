@@ -83,15 +83,20 @@ const tg_tensor *tg__dense(tg_tape *tp, const tg_tensor *x)
 /* Nodes are numbered as they are created (PyTorch's sequence_nr). */
 static atomic_uint_fast64_t node_seq;
 
+bool tg__will_record(int nin, tg_tensor *const *in)
+{
+    if (grad_disabled) return false;
+    bool any = false;
+    for (int i = 0; i < nin; i++) any |= tg__needs_grad(in[i]);
+    return any;
+}
+
 tg_tensor *tg__record(tg_tape *tp, tg_op_id op, tg_tensor *out, int nin, tg_tensor *const *in, int nsaved,
                       tg_tensor *const *saved, tg_node **node)
 {
     if (node) *node = NULL;
     if (!out) return NULL;
-    if (grad_disabled) return out;
-    bool any = false;
-    for (int i = 0; i < nin; i++) any |= tg__needs_grad(in[i]);
-    if (!any) return out;
+    if (!tg__will_record(nin, in)) return out;
     /* One block: the node, then its inputs, then its saved tensors. */
     size_t size = sizeof(tg_node) + sizeof(tg_tensor *) * ((size_t)nin + (size_t)nsaved);
     tg_node *n = tg_tape_alloc(tp, size, true);

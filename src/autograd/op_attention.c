@@ -103,16 +103,19 @@ tg_tensor *tg__attention(tg_tape *tp, tg_tensor *q, tg_tensor *kT, tg_tensor *v,
     int64_t wshape[TG_MAX_DIMS];
     weights_shape(q, wshape);
     /* s = q @ kT, masked, / d, softmax: in place in w. Backward keeps w, or
-     * under a causal mask only its lower triangle (the rest is 0). */
+     * under a causal mask only its lower triangle (the rest is 0); without
+     * backward w is a scratch. */
     int64_t cnt = 1;
     for (int i = 0; i < n; i++) cnt *= wshape[i];
     int64_t nbytes = (cnt + 7) / 8;
-    bool packed = cnt > 0 && is_causal(mask);
-    size_t wbytes = (size_t)cnt * tg_dtype_size(q->dtype);
-    char *buf = packed || p > 0 ? tg__tape_scratch(tp, (packed ? wbytes : 0) + (p > 0 ? wbytes : 0)) : NULL;
-    if ((packed || p > 0) && !buf) return NULL;
+    tg_tensor *in[3] = {q, kT, v};
+    bool record = tg__will_record(3, in);
+    bool packed = record && cnt > 0 && is_causal(mask), wscratch = packed || !record;
+    size_t wbytes = (size_t)cnt * tg_dtype_size(q->dtype), need = (wscratch ? wbytes : 0) + (p > 0 ? wbytes : 0);
+    char *buf = need ? tg__tape_scratch(tp, need) : NULL;
+    if (need && !buf) return NULL;
     tg_tensor wfull, scratch;
-    tg_tensor *w = packed ? (wfull = tg__over(buf, q, n, wshape), &wfull) : tg_empty(tp, q->dtype, n, wshape);
+    tg_tensor *w = wscratch ? (wfull = tg__over(buf, q, n, wshape), &wfull) : tg_empty(tp, q->dtype, n, wshape);
     if (!w) return NULL;
     tg_k_gemm(w, q, false, kT, false, 1.0, 0.0);
     fill_masked(w, mask, -INFINITY);
@@ -129,7 +132,7 @@ tg_tensor *tg__attention(tg_tape *tp, tg_tensor *q, tg_tensor *kT, tg_tensor *v,
     if (p > 0) {
         if (!(bits = tg_empty(tp, TG_U8, 1, &nbytes))) return NULL;
         tg__bernoulli_bits(g ? g : tg_default_generator(), 1.0 - p, bits->data, cnt);
-        scratch = tg__over(buf + (packed ? wbytes : 0), q, n, wshape);
+        scratch = tg__over(buf + (wscratch ? wbytes : 0), q, n, wshape);
         tg__dropout_mask_mul(&scratch, w, bits->data, 1.0 - p);
         wd = &scratch;
     }
@@ -146,7 +149,7 @@ tg_tensor *tg__attention(tg_tape *tp, tg_tensor *q, tg_tensor *kT, tg_tensor *v,
         out->stride[n - 3] = out->stride[n - 2], out->stride[n - 2] = t;
     }
     tg_k_gemm(out, wd, false, v, false, 1.0, 0.0);
-    tg_tensor *in[3] = {q, kT, v}, *saved[3] = {keep, (tg_tensor *)mask, bits};
+    tg_tensor *saved[3] = {keep, (tg_tensor *)mask, bits};
     tg_node *node;
     out = tg__record(tp, TG_OP_ATTENTION, out, 3, in, bits ? 3 : 2, saved, &node);
     if (node) node->darg[0] = d, node->darg[1] = p, node->iarg[0] = packed;
