@@ -42,7 +42,8 @@ typedef enum {
     X(ENOMEM, -2, "out of memory (an allocation failed or a tape limit was hit)")  \
     X(EIO, -3, "input/output error (a file could not be opened, read or written)") \
     X(EFORMAT, -4, "malformed file")                                              \
-    X(ESTATE, -5, "operation not allowed in the current state")
+    X(ESTATE, -5, "operation not allowed in the current state")                    \
+    X(EDIST, -6, "distributed training: MPI is not available or an MPI call failed")
 
 typedef enum {
 #define TG_STATUS_ENUM_(name, value, text) TG_##name = value,
@@ -189,6 +190,16 @@ TG_API int tg_generator_set_state(tg_generator *g, const uint8_t *state, size_t 
 typedef enum { TG_DROPOUT_TORCH = 0, TG_DROPOUT_COUNTER = 1 } tg_dropout_stream;
 TG_API int tg_generator_set_dropout_stream(tg_generator *g, tg_dropout_stream s);
 TG_API tg_dropout_stream tg_generator_dropout_stream(const tg_generator *g);
+/* Data parallel dropout: with a batch slice (index, count), every dropout
+ * mask g draws (tg_dropout, the fused attention's) is part index of count
+ * equal parts of the mask one process would draw for count times the
+ * tensor along its first dimension: the tensor is this process's share of
+ * a global batch, and g advances as the whole mask's draws would, so all
+ * the parts' generators stay in step and the masks do not depend on count.
+ * tg_dist_ddp_new (dist.h) sets it; (0, 1) = whole masks, the default.
+ * Kept across reseeding and state loads; not part of the state. */
+TG_API int tg_generator_set_batch_slice(tg_generator *g, int64_t index, int64_t count);
+TG_API void tg_generator_batch_slice(const tg_generator *g, int64_t *index, int64_t *count);
 
 /* torch.randperm(n, generator=g) into out (n int64): a permutation of 0..n-1
  * drawn as PyTorch's CPU kernel draws it. */

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 const tg_op_def tg_ops[TG_OP_COUNT] = {
 #define TG_OP(id, name, fn) [TG_OP_##id] = {name, fn},
@@ -315,6 +316,88 @@ static void heap_pop(tg_node **h, size_t *n)
     if (*n > 0) h[i] = x;
 }
 
+/* ---- the gradient watch (internal.h) ---------------------------------------------------- */
+
+static _Thread_local tg__grad_watch *watch;
+
+static size_t leaf_hash(const tg_tensor *t, size_t mask)
+{
+    return (size_t)(((uint64_t)(uintptr_t)t >> 4) * UINT64_C(0x9E3779B97F4A7C15) >> 20) & mask;
+}
+
+static int64_t watch_find(const tg__grad_watch *w, const tg_tensor *t)
+{
+    for (size_t h = leaf_hash(t, w->mask);; h = (h + 1) & w->mask) {
+        int64_t i = w->index[h];
+        if (i < 0 || w->leaves[i] == t) return i;
+    }
+}
+
+int tg__grad_watch_set(tg__grad_watch *w)
+{
+    if (watch) return tg_error_status(TG_ESTATE, "backward: another gradient watch is already set on this thread");
+    if (!w || w->n < 0 || (w->n > 0 && !w->leaves) || !w->ready)
+        return tg_error_status(TG_EINVAL, "backward: bad gradient watch");
+    size_t cap = 16;
+    while (cap < 2 * (size_t)w->n) cap *= 2;
+    w->mask = cap - 1;
+    w->index = malloc(sizeof *w->index * cap);
+    w->pending = calloc((size_t)w->n + 1, sizeof *w->pending);
+    if (!w->index || !w->pending) {
+        free(w->index), free(w->pending);
+        w->index = w->pending = NULL;
+        return tg_error_status(TG_ENOMEM, "backward: out of memory for the gradient watch");
+    }
+    for (size_t h = 0; h < cap; h++) w->index[h] = -1;
+    for (int64_t i = 0; i < w->n; i++) {
+        if (watch_find(w, w->leaves[i]) >= 0) continue; /* listed twice: the first */
+        size_t h = leaf_hash(w->leaves[i], w->mask);
+        while (w->index[h] >= 0) h = (h + 1) & w->mask;
+        w->index[h] = i;
+    }
+    watch = w;
+    return TG_OK;
+}
+
+void tg__grad_watch_clear(tg__grad_watch *w)
+{
+    if (!w) return;
+    if (watch == w) watch = NULL;
+    free(w->index), free(w->pending);
+    w->index = w->pending = NULL;
+}
+
+static bool watched_leaf(const tg_tensor *t, int64_t *i)
+{
+    if (!t || t->grad_fn || !t->requires_grad) return false;
+    *i = watch_find(watch, t);
+    return *i >= 0;
+}
+
+/* Before the walk: each watched leaf's count of edges from the graph's nodes. */
+static void watch_count(tg_node *const *nodes, size_t count)
+{
+    memset(watch->pending, 0, sizeof *watch->pending * (size_t)watch->n);
+    for (size_t k = 0; k < count; k++)
+        for (int j = 0; j < nodes[k]->nin; j++) {
+            int64_t i;
+            if (watched_leaf(nodes[k]->in[j], &i)) watch->pending[i]++;
+        }
+}
+
+/* After node n: the leaves it fed for the last time are ready. */
+static int watch_after(const tg_node *n)
+{
+    for (int j = 0; j < n->nin; j++) {
+        int64_t i;
+        if (watched_leaf(n->in[j], &i) && --watch->pending[i] == 0) {
+            int st = watch->ready(watch->ctx, i);
+            if (st != TG_OK) return st;
+        }
+    }
+    return watch->progress ? watch->progress(watch->ctx) : TG_OK;
+}
+
 int tg_backward(tg_tensor *root, const tg_tensor *grad, bool retain_graph)
 {
     if (!root) return tg_error_status(TG_EINVAL, "backward: NULL tensor");
@@ -348,6 +431,7 @@ int tg_backward(tg_tensor *root, const tg_tensor *grad, bool retain_graph)
      * order decides how gradients reaching one tensor from several
      * consumers are added up, so float32 sums round as PyTorch's. The heap
      * reuses the array collect filled. */
+    if (watch) watch_count(order, count);
     tg_node **heap = order;
     size_t hn = 0;
     heap[hn++] = rn;
@@ -372,6 +456,7 @@ int tg_backward(tg_tensor *root, const tg_tensor *grad, bool retain_graph)
             tg_node *c = tg__needs_grad(t) ? t->grad_fn : NULL;
             if (c && --c->pending == 0) heap_push(heap, &hn, c);
         }
+        if (watch && status == TG_OK) status = watch_after(n);
     }
     tg_set_grad_enabled(prev);
     return status;

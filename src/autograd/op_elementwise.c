@@ -434,6 +434,8 @@ tg_tensor *tg_dropout(tg_tape *tp, tg_tensor *x, double p, tg_generator *g)
     if (!counter && tg_is_contiguous(x)) return dropout_bits(tp, x, q, gen, false);
     tg_tensor *m = tg__new_like(tp, x);
     if (!m) return NULL;
+    int64_t before, after; /* a batch slice's place in the whole mask */
+    tg__mask_slice(gen, cnt, &before, &after);
     if (counter) {
         uint64_t seed = tg_generator_random64(gen);
         uint32_t th = tg__dropout_threshold(p);
@@ -441,8 +443,9 @@ tg_tensor *tg_dropout(tg_tape *tp, tg_tensor *x, double p, tg_generator *g)
         double keep = f32 ? (double)(1.0f / (float)q) : 1.0 / q;
 #pragma omp parallel for if (cnt > 65536)
         for (int64_t i = 0; i < cnt; i++) {
-            uint64_t h = tg__mix64(seed + TG__GOLDEN * (uint64_t)(i / 2 + 1));
-            uint32_t r = (i & 1) ? (uint32_t)(h >> 32) : (uint32_t)h;
+            uint64_t e = (uint64_t)(before + i);
+            uint64_t h = tg__mix64(seed + TG__GOLDEN * (e / 2 + 1));
+            uint32_t r = (e & 1) ? (uint32_t)(h >> 32) : (uint32_t)h;
             double v = r >= th ? keep : 0.0;
             if (f32)
                 ((float *)m->data)[i] = (float)v;
@@ -450,7 +453,9 @@ tg_tensor *tg_dropout(tg_tape *tp, tg_tensor *x, double p, tg_generator *g)
                 ((double *)m->data)[i] = v;
         }
     } else {
+        tg__skip_uniform(gen, before);
         if (tg_bernoulli_(m, q, gen) != TG_OK) return NULL;
+        tg__skip_uniform(gen, after);
         if (m->dtype == TG_F32) {
             float *d = m->data, fq = (float)q;
             for (int64_t i = 0; i < cnt; i++) d[i] = d[i] / fq;

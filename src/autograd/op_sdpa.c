@@ -386,7 +386,11 @@ tg_tensor *tg_scaled_dot_product_attention(tg_tape *tp, tg_tensor *q, tg_tensor 
     if (dropout_p > 0) {
         tg_generator *gen = g ? g : tg_default_generator();
         if (tg_generator_dropout_stream(gen) == TG_DROPOUT_COUNTER) {
-            seed = tg_generator_random64(gen);
+            /* a batch slice's rows follow the rows of the parts before it:
+             * row r's key is the whole mask's row before_rows + r's */
+            int64_t before, after;
+            tg__mask_slice(gen, tg_numel(q) / hd, &before, &after);
+            seed = tg_generator_random64(gen) + TG__GOLDEN * (uint64_t)before;
         } else {
             int64_t n = tg_numel(q) / hd * T;
             int64_t nbytes = (n + 7) / 8;

@@ -208,11 +208,38 @@ typedef struct {
  * PyTorch's max-style ops count it, equal values by increasing index. */
 void tg__rank(tg__ranked *r, size_t n, bool largest);
 
+/* Gradient readiness during backward (src/autograd/engine.c), for the
+ * data-parallel reducer (src/dist/dist.c). While a watch is set on this
+ * thread, each tg_backward counts the graph's edges into each of the n
+ * watched leaves; ready(ctx, i) runs when the last node feeding leaves[i]
+ * has run (its .grad is final for this backward), progress(ctx) after every
+ * node. A status other than TG_OK stops backward with it. Set builds the
+ * engine's index of the leaves (malloc'd; TG_ENOMEM) and fails when another
+ * watch is set on the thread; clear frees it. */
+typedef struct tg__grad_watch {
+    int (*ready)(void *ctx, int64_t i);
+    int (*progress)(void *ctx);
+    void *ctx;
+    int64_t n;
+    tg_tensor *const *leaves;
+    /* the engine's: */
+    int64_t *index, *pending;
+    size_t mask;
+} tg__grad_watch;
+int tg__grad_watch_set(tg__grad_watch *w);
+void tg__grad_watch_clear(tg__grad_watch *w);
+
 /* Dropout masks (rng.c). tg__bernoulli_bits: n draws of bernoulli_(q) as
  * bits, in PyTorch's stream. The counter stream: element i of the mask with
  * seed s keeps when the 32-bit half of tg__mix64(s + GOLDEN (i/2 + 1)) for
  * i's parity is >= floor(p 2^32). */
 void tg__bernoulli_bits(tg_generator *g, double q, uint8_t *bits, int64_t n);
+/* A mask of n elements drawn from g is one part of the whole mask under a
+ * batch slice (tg_generator_set_batch_slice): *before / *after elements of
+ * the whole mask come before / after it (0 and 0 without a slice). */
+void tg__mask_slice(const tg_generator *g, int64_t n, int64_t *before, int64_t *after);
+/* Advances g as n float64 uniform draws (bernoulli_'s) would. */
+void tg__skip_uniform(tg_generator *g, int64_t n);
 /* out = x * z with z = 1/q in x's dtype where bit i is set, else 0
  * (PyTorch's dropout: noise.div_(1 - p), then x * noise); x, out dense
  * (src/autograd/op_elementwise.c). */

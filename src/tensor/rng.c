@@ -37,6 +37,9 @@ struct tg_generator {
     /* Not part of the stream: how dropout masks are drawn (tensor.h). Kept
      * across reseeding and state loads. */
     tg_dropout_stream dropout_stream;
+    /* Not part of the stream either: the part of every dropout mask this
+     * generator keeps (tg_generator_set_batch_slice); count 0 or 1 = all. */
+    int64_t slice_index, slice_count;
 };
 
 void tg_generator_seed(tg_generator *g, uint64_t seed)
@@ -482,13 +485,63 @@ int tg_bernoulli_(tg_tensor *x, double p, tg_generator *g)
 }
 
 /* bernoulli_(q) into a bit mask: bit i (bits[i / 8] >> i % 8) is 1 when the
- * float64 uniform of draw i is < q, drawn exactly as tg_bernoulli_ draws. */
+ * float64 uniform of draw i is < q, drawn exactly as tg_bernoulli_ draws;
+ * with a batch slice, the draws of the other parts are skipped around it. */
 void tg__bernoulli_bits(tg_generator *g, double q, uint8_t *bits, int64_t n)
 {
     g = pick(g);
+    int64_t before, after;
+    tg__mask_slice(g, n, &before, &after);
+    tg__skip_uniform(g, before);
     memset(bits, 0, (size_t)((n + 7) / 8));
     for (int64_t i = 0; i < n; i++)
         if (uniform_f64(g, 0.0, 1.0) < q) bits[i >> 3] |= (uint8_t)(1u << (i & 7));
+    tg__skip_uniform(g, after);
+}
+
+int tg_generator_set_batch_slice(tg_generator *g, int64_t index, int64_t count)
+{
+    if (count < 1 || index < 0 || index >= count)
+        return tg_error_status(TG_EINVAL, "generator_set_batch_slice: part %lld of %lld does not exist", (long long)index,
+                               (long long)count);
+    g = pick(g);
+    g->slice_index = index;
+    g->slice_count = count;
+    return TG_OK;
+}
+
+void tg_generator_batch_slice(const tg_generator *g, int64_t *index, int64_t *count)
+{
+    if (!g) g = tg_default_generator();
+    *index = g->slice_count > 1 ? g->slice_index : 0;
+    *count = g->slice_count > 1 ? g->slice_count : 1;
+}
+
+void tg__mask_slice(const tg_generator *g, int64_t n, int64_t *before, int64_t *after)
+{
+    int64_t index, count;
+    tg_generator_batch_slice(g, &index, &count);
+    *before = index * n;
+    *after = (count - 1 - index) * n;
+}
+
+/* As n float64 uniform draws would (two 32-bit outputs each), without
+ * tempering or converting them: only the state's twists. */
+void tg__skip_uniform(tg_generator *g, int64_t n)
+{
+    g = pick(g);
+    uint64_t k = 2 * (uint64_t)(n > 0 ? n : 0);
+    while (k > 0) {
+        uint64_t avail = (uint64_t)g->left - 1; /* draws before the next twist */
+        if (k <= avail) {
+            g->left -= (int)k;
+            g->next += (uint32_t)k;
+            return;
+        }
+        k -= avail + 1; /* up to the twist, and the draw that makes it */
+        next_state(g);
+        g->next = 1;
+    }
 }
 
 int tg_randperm(tg_generator *g, int64_t n, int64_t *out)
