@@ -350,6 +350,7 @@ generate --prompt "$(printf 'bad \377')"
 generate --context 4 --vocab 100 --emb 8 --heads 2 --layers 1
 pretrain
 pretrain --text $TMP/no/such/file.txt
+pretrain --text $VERDICT --dist
 pretrain --text $TMP/dir
 pretrain --text $TMP/empty.safetensors
 pretrain --text $TMP/verdict_small.txt

@@ -37,8 +37,9 @@ extern "C" {
 
 /* Whether this build of tapegrad has MPI. */
 TG_API bool tg_dist_available(void);
-/* Whether mpirun (or another MPI launcher) started this process. */
-TG_API bool tg_dist_launched(void);
+/* How many processes mpirun (or another MPI launcher) started in this job;
+ * 0 when no launcher started this process. */
+TG_API int tg_dist_launched(void);
 /* MPI_Init_thread (funneled) when the process was launched by mpirun;
  * otherwise one rank of one, without MPI. TG_EDIST when mpirun started
  * several processes and this build has no MPI, or MPI fails to start.

@@ -52,7 +52,7 @@ static long launched_size(void)
     return getenv("PMIX_RANK") ? 1 : 0;
 }
 
-bool tg_dist_launched(void) { return launched_size() > 0; }
+int tg_dist_launched(void) { return (int)launched_size(); }
 int tg_dist_rank(void) { return job.rank; }
 int tg_dist_size(void) { return job.size; }
 int tg_dist_local_size(void) { return job.local_size; }

@@ -6,7 +6,15 @@
  * after manual_seed(seed); the loaders draw when an iteration starts (the
  * train loader again at each evaluation); dropout draws its masks during
  * the forward. So the table equals the one PyTorch prints for the same
- * arguments. */
+ * arguments.
+ *
+ * Under mpirun (README.md, "Many processes") every rank runs this same
+ * program: the same seed, model and shuffle; each trains on its slice of
+ * every global batch (tg_dist_ddp averages the gradients) and evaluates its
+ * slice of every evaluation batch; losses are all-reduced, so every rank
+ * takes the same decisions. Only rank 0 prints, samples, plots and saves. A
+ * rank that fails alone ends the job (tg_dist_abort): the others would
+ * otherwise wait in a collective forever. */
 #include "cli.h"
 
 #include <errno.h>
@@ -57,7 +65,11 @@ static const char *help =
     "                       seen (SVG)\n"
     "  --composed           the book's composed layers instead of the fused kernels\n"
     "  --fast-dropout       counter-based dropout masks and the fused attention (faster, not PyTorch's numbers)\n"
-    "  --threads N          OpenMP threads (all cores)\n"
+    "  --threads N          OpenMP threads (all cores; under mpirun, the cores\n"
+    "                       shared among the ranks on the machine)\n"
+    "  --dist               train data parallel: start with mpirun -np N, N dividing\n"
+    "                       --batch (a job mpirun started is data parallel anyway;\n"
+    "                       --dist makes a missing mpirun an error)\n"
     "  --json               end with one JSON line: {\"rows\": [...], \"samples\":\n"
     "                       [...], \"seconds\": S, \"tokens_per_s\": R}\n"
     "\n" TG_CLI_MODEL_HELP "                  (pretrain's --context defaults to 256, as the book's)\n"
@@ -70,7 +82,7 @@ typedef struct {
     int64_t batch, epochs, eval_freq, eval_iter, stride, sample_tokens, warmup, threads;
     double lr, weight_decay, train_ratio, initial_lr, min_lr, clip;
     bool stride_seen, warmup_seen, initial_seen, min_seen, clip_seen;
-    bool composed, fast_dropout, json;
+    bool composed, fast_dropout, json, dist;
 } pt_args;
 
 /* One evaluation: the book's row. */
@@ -105,6 +117,12 @@ typedef struct {
     double t0, trained_seconds;
     int64_t tokens_this_run, steps_this_run, total_steps;
     bool progress;
+    /* data parallel: this rank of size (0 of 1 alone); lead: rank 0, the one
+     * that prints and writes */
+    int rank, size;
+    bool lead;
+    tg_dist_ddp *ddp;
+    tg_dist_ddp_stats dist_stats; /* at the end of the run */
 } pt_run;
 
 /* ---- small helpers ------------------------------------------------------------------ */
@@ -203,7 +221,10 @@ static tg_tensor *loss_batch(pt_run *r, tg_tensor *x, tg_tensor *y)
 }
 
 /* calc_loss_loader(loader, model, num_batches): starting the iteration draws
- * as PyTorch's does; the mean of the first num_batches batch losses. */
+ * as PyTorch's does; the mean of the first num_batches batch losses. With
+ * several ranks each takes rows [B rank / N, B (rank + 1) / N) of a batch
+ * of B (a short last batch too) and the batch's loss is the rows' weighted
+ * sum of the ranks' mean losses. */
 static int loss_loader(pt_run *r, tg_loader *l, int64_t num_batches, double *out)
 {
     int64_t len = tg_loader_len(l);
@@ -215,14 +236,20 @@ static int loss_loader(pt_run *r, tg_loader *l, int64_t num_batches, double *out
     int st = 0;
     for (int64_t i = 0; i < num_batches && !st; i++) {
         tg_tensor *x, *y, *loss = NULL;
-        if (tg_loader_iter_next(it, r->step_tape, &x, &y) == 1) loss = loss_batch(r, x, y);
+        int64_t rows = 0, b0 = 0, b1 = 0;
+        if (tg_loader_iter_next(it, r->step_tape, &x, &y) == 1) {
+            rows = x->shape[0], b0 = rows * r->rank / r->size, b1 = rows * (r->rank + 1) / r->size;
+            if (r->size > 1) x = tg_narrow(r->step_tape, x, 0, b0, b1 - b0), y = tg_narrow(r->step_tape, y, 0, b0, b1 - b0);
+            loss = b1 > b0 ? loss_batch(r, x, y) : x;
+        }
         if (loss)
-            total += tg_item(loss);
+            total += b1 > b0 ? tg_item(loss) * (double)(b1 - b0) / (double)rows : 0.0;
         else
             st = -1;
         tg_tape_reset(r->step_tape);
     }
     tg_loader_iter_free(it);
+    if (!st && tg_dist_all_reduce_f64(&total, 1, TG_DIST_SUM) != TG_OK) st = -1;
     *out = total / (double)num_batches;
     return st;
 }
@@ -597,6 +624,12 @@ static void json_out(const pt_run *r, double seconds)
     json_object_set_new(o, "samples", samples);
     json_object_set_new(o, "seconds", json_real(seconds));
     json_object_set_new(o, "tokens_per_s", json_real(seconds > 0 ? (double)r->tokens_this_run / seconds : 0.0));
+    if (r->size > 1) { /* data parallel: how long a step waited for the gradients' all-reduce */
+        const tg_dist_ddp_stats *d = &r->dist_stats;
+        json_object_set_new(o, "ranks", json_integer(r->size));
+        json_object_set_new(o, "buckets", json_integer(d->buckets));
+        json_object_set_new(o, "mpi_wait_per_step_s", json_real(d->syncs ? d->total_wait_seconds / (double)d->syncs : 0.0));
+    }
     tg_cli_print_json(CMD, o, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(17));
 }
 
@@ -609,9 +642,13 @@ static int train_step(pt_run *r, tg_tensor *x, tg_tensor *y, double *loss_out)
         tg_optimizer_set_lr(r->opt, tg_lr_schedule_at(&s, r->global_step + 1));
     }
     tg_optimizer_zero_grad(r->opt);
-    tg_tensor *loss = loss_batch(r, x, y);
+    tg_tensor *xs = tg_dist_batch_slice(r->step_tape, x), *ys = xs ? tg_dist_batch_slice(r->step_tape, y) : NULL;
+    tg_tensor *loss = ys ? loss_batch(r, xs, ys) : NULL;
     if (!loss || tg_backward(loss, NULL, false) != TG_OK) return -1;
-    *loss_out = tg_item(loss);
+    /* the mean of the ranks' means: the global batch's loss, the same on every rank */
+    double l = tg_item(loss);
+    if (r->ddp && (tg_dist_ddp_sync(r->ddp) != TG_OK || tg_dist_all_reduce_f64(&l, 1, TG_DIST_SUM) != TG_OK)) return -1;
+    *loss_out = l / r->size;
     /* appendix D: clipping once the warm-up is over */
     if (a->clip_seen && (!a->warmup_seen || r->global_step + 1 > a->warmup) &&
         tg_optimizer_clip_grad_norm_(r->opt, a->clip, 2.0, NULL) != TG_OK)
@@ -649,7 +686,7 @@ static int epoch_loop(pt_run *r, tg_loader_iter *it, int64_t epoch, int64_t nb)
             if (evaluate(r, &w.train, &w.val)) return tg_cli_lib_error(CMD, "evaluation");
             if (history_add_row(&r->h, w)) return tg_cli_error(CMD, "out of memory");
             progress_clear(r);
-            print_row(&w);
+            if (r->lead) print_row(&w);
             fflush(stdout);
         }
         progress_draw(r, epoch + 1, b + 1, nb);
@@ -670,12 +707,13 @@ static int train(pt_run *r)
     }
     /* a resumed run prints the table so far first, so its output equals an
      * uninterrupted run's */
-    for (int64_t e = 1, i = 0; e <= r->epoch_done; e++) {
+    for (int64_t e = 1, i = 0; r->lead && e <= r->epoch_done; e++) {
         for (; i < r->h.n_rows && r->h.rows[i].epoch == e; i++) print_row(&r->h.rows[i]);
         puts(r->h.samples[e - 1]);
     }
     fflush(stdout);
     if (r->epoch_done >= a->epochs) {
+        if (!r->lead) return TG_CLI_OK;
         fprintf(stderr, "tapegrad pretrain: the checkpoint is at epoch %lld of %lld: nothing to train\n",
                 (long long)r->epoch_done, (long long)a->epochs);
         return TG_CLI_OK;
@@ -690,6 +728,8 @@ static int train(pt_run *r)
         tg_loader_iter_free(it);
         if (rc != TG_CLI_OK) return rc;
         r->trained_seconds = tg_cli_now() - r->t0;
+        r->epoch_done = epoch + 1;
+        if (!r->lead) continue; /* generation draws nothing: the ranks stay in step */
         char *s = sample(r);
         if (!s) return tg_cli_lib_error(CMD, "sample");
         if (history_add_sample(&r->h, s)) {
@@ -699,7 +739,6 @@ static int train(pt_run *r)
         progress_clear(r);
         puts(s);
         fflush(stdout);
-        r->epoch_done = epoch + 1;
         if (a->checkpoint) rc = save_checkpoint(r, a->checkpoint);
     }
     progress_clear(r);
@@ -763,10 +802,94 @@ static int prepare_data(pt_run *r, tg_text_dataset **dtrain, tg_text_dataset **d
     return r->val ? TG_CLI_OK : tg_cli_lib_error(CMD, NULL);
 }
 
-static int run(pt_run *r, const tg_cli_model *m)
+/* ---- many processes ---------------------------------------------------------------------- */
+
+/* A rank other than 0 keeps its error lines (tg_cli_errfile) until it is
+ * known to be the one that failed; then they go to stderr, named. */
+static char *rank_errors;
+static size_t rank_errors_len;
+
+static void show_rank_errors(const pt_run *r)
+{
+    if (!tg_cli_errfile) return;
+    fflush(tg_cli_errfile);
+    if (rank_errors_len) fprintf(stderr, "rank %d of %d: %.*s", r->rank, r->size, (int)rank_errors_len, rank_errors);
+    fflush(stderr);
+}
+
+/* A failure of this rank alone, while the others run on: ends the job. */
+static int rank_failed(const pt_run *r, int rc)
+{
+    if (r->size > 1 && rc == TG_CLI_USAGE) {
+        progress_clear(r);
+        show_rank_errors(r);
+        tg_dist_abort(rc);
+    }
+    return rc;
+}
+
+/* Every rank has set up (or failed to): they agree on it, rank 0's
+ * settings must be everyone's, then the ddp (a broadcast of rank 0's model). */
+static int dist_join(pt_run *r, int rc)
+{
+    int failed = -1;
+    int64_t iv[CK_NKEYS + 1], iv0[CK_NKEYS + 1];
+    double fv[CKF_NKEYS], fv0[CKF_NKEYS];
+    if (rc == TG_CLI_OK) {
+        settings(r, iv, fv);
+        iv[CK_NKEYS] = r->a->epochs;
+        memcpy(iv0, iv, sizeof iv), memcpy(fv0, fv, sizeof fv);
+        if (tg_dist_broadcast(iv0, sizeof iv0, 0) != TG_OK || tg_dist_broadcast(fv0, sizeof fv0, 0) != TG_OK)
+            rc = tg_cli_lib_error(CMD, NULL);
+        for (int k = 0; rc == TG_CLI_OK && k <= CK_NKEYS; k++)
+            if (iv[k] != iv0[k])
+                rc = tg_cli_error(CMD, "this rank's run differs from rank 0's: %s %lld, rank 0 %lld",
+                                  k == CK_NKEYS ? "--epochs" : ck_names[k], (long long)iv[k], (long long)iv0[k]);
+        for (int k = 0; rc == TG_CLI_OK && k < CKF_NKEYS; k++)
+            if (!(fv[k] == fv0[k]))
+                rc = tg_cli_error(CMD, "this rank's run differs from rank 0's: %s %g, rank 0 %g", ckf_names[k], fv[k],
+                                  fv0[k]);
+    }
+    /* twice: the ddp's broadcast is a collective every rank must reach */
+    for (int pass = 0; pass < 2; pass++) {
+        if (tg_dist_agree(rc == TG_CLI_OK ? TG_OK : TG_EINVAL, &failed) != TG_OK) {
+            if (failed == r->rank) show_rank_errors(r);
+            return rc != TG_CLI_OK ? rc : TG_CLI_USAGE;
+        }
+        if (pass == 0 && !(r->ddp = tg_dist_ddp_new(r->gpt, (tg_dist_ddp_options){0}))) rc = tg_cli_lib_error(CMD, NULL);
+    }
+    return TG_CLI_OK;
+}
+
+/* Started by mpirun (or asked to be, --dist): MPI, this rank, the threads. */
+static int dist_begin(const pt_args *a, pt_run *r)
+{
+    if (!a->dist && !tg_dist_launched()) return TG_CLI_OK;
+    if (a->dist && !tg_dist_available())
+        return tg_cli_error(CMD, "--dist: this tapegrad was built without MPI (install libopenmpi-dev and "
+                                 "openmpi-bin, then rebuild)");
+    if (a->dist && !tg_dist_launched())
+        return tg_cli_error(CMD, "--dist: not started by mpirun; run mpirun -np N tapegrad pretrain --dist ... "
+                                 "(N dividing --batch)");
+    r->rank = tg_dist_rank(), r->size = tg_dist_size(), r->lead = r->rank == 0;
+    if (a->batch % r->size != 0)
+        return tg_cli_error(CMD, "--batch %lld is not divisible by the %d ranks mpirun started", (long long)a->batch,
+                            r->size);
+#ifdef _OPENMP
+    if (!a->threads && r->size > 1) {
+        int t = omp_get_num_procs() / tg_dist_local_size();
+        omp_set_num_threads(t > 1 ? t : 1);
+    }
+#endif
+    return TG_CLI_OK;
+}
+
+/* ---- the run ------------------------------------------------------------------------------- */
+
+/* Tokenizer, start ids, data, model, optimizer, and the checkpoint resumed. */
+static int setup(pt_run *r, const tg_cli_model *m, tg_text_dataset **dtrain, tg_text_dataset **dval)
 {
     const pt_args *a = r->a;
-    tg_text_dataset *dtrain = NULL, *dval = NULL;
     int rc = TG_CLI_OK;
     r->tok = tg_cli_tokenizer();
     if (!r->tok) return tg_cli_lib_error(CMD, NULL);
@@ -780,14 +903,14 @@ static int run(pt_run *r, const tg_cli_model *m)
     /* the outputs are written at the end of an epoch or of the run: a bad
      * path fails now, not after hours of training */
     const char *outs[3] = {a->plot, a->checkpoint, a->save}, *names[3] = {"--plot", "--checkpoint", "--save"};
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; r->lead && k < 3; k++)
         if (outs[k] && !writable(outs[k]))
             return tg_cli_error(CMD, "%s: cannot write '%.300s': %s", names[k], outs[k], strerror(errno));
     if (a->fast_dropout) tg_generator_set_dropout_stream(NULL, TG_DROPOUT_COUNTER);
 
     /* torch.manual_seed(123); train_loader = ...; val_loader = ... */
     tg_manual_seed(r->seed);
-    rc = prepare_data(r, &dtrain, &dval);
+    rc = prepare_data(r, dtrain, dval);
     /* torch.manual_seed(123); model = GPTModel(cfg); optimizer = AdamW(...) */
     if (rc == TG_CLI_OK && !(r->gpt = tg_cli_model_build(r->model_tape, m, &r->cfg))) rc = tg_cli_lib_error(CMD, NULL);
     if (rc == TG_CLI_OK) {
@@ -798,15 +921,29 @@ static int run(pt_run *r, const tg_cli_model *m)
         if (!r->opt) rc = tg_cli_lib_error(CMD, NULL);
     }
     if (rc == TG_CLI_OK && a->resume) rc = load_checkpoint(r, a->resume);
+    return rc;
+}
+
+static int run(pt_run *r, const tg_cli_model *m)
+{
+    const pt_args *a = r->a;
+    tg_text_dataset *dtrain = NULL, *dval = NULL;
+    int rc = setup(r, m, &dtrain, &dval);
+    if (r->size > 1) rc = dist_join(r, rc);
     double t0 = tg_cli_now();
-    if (rc == TG_CLI_OK) rc = train(r);
+    if (rc == TG_CLI_OK) rc = rank_failed(r, train(r));
     double seconds = tg_cli_now() - t0;
-    if (rc == TG_CLI_OK && a->save && tg_module_save(r->gpt, a->save) != TG_OK) rc = tg_cli_lib_error(CMD, "--save");
-    if (rc == TG_CLI_OK && a->plot) rc = write_plot(r, a->plot);
-    if (rc == TG_CLI_OK && a->json) json_out(r, seconds);
-    if (rc == TG_CLI_OK && !a->json && r->steps_this_run > 0)
+    if (r->ddp) tg_dist_ddp_get_stats(r->ddp, &r->dist_stats);
+    tg_dist_ddp_free(r->ddp);
+    if (rc == TG_CLI_OK && r->lead && a->save && tg_module_save(r->gpt, a->save) != TG_OK) rc = tg_cli_lib_error(CMD, "--save");
+    if (rc == TG_CLI_OK && r->lead && a->plot) rc = write_plot(r, a->plot);
+    if (rc == TG_CLI_OK && r->lead && a->json) json_out(r, seconds);
+    if (rc == TG_CLI_OK && r->lead && !a->json && r->steps_this_run > 0)
         fprintf(stderr, "%lld steps in %.1f s (%.0f tokens/s)\n", (long long)r->steps_this_run, seconds,
                 seconds > 0 ? (double)r->tokens_this_run / seconds : 0.0);
+    if (rc == TG_CLI_OK && r->lead && !a->json && r->size > 1 && r->dist_stats.syncs)
+        fprintf(stderr, "%d ranks: %.1f ms per step waiting for the gradients' all-reduce (%lld buckets)\n", r->size,
+                1e3 * r->dist_stats.total_wait_seconds / (double)r->dist_stats.syncs, (long long)r->dist_stats.buckets);
     tg_loader_free(r->train);
     tg_loader_free(r->val);
     tg_text_dataset_free(dtrain);
@@ -814,7 +951,7 @@ static int run(pt_run *r, const tg_cli_model *m)
     return rc;
 }
 
-int tg_cmd_pretrain(int argc, char **argv)
+static int pretrain(int argc, char **argv)
 {
     pt_args a = {.optimizer = "adamw", .start = "Every effort moves you", .batch = 2, .epochs = 10, .eval_freq = 5,
                  .eval_iter = 5, .sample_tokens = 50, .lr = 4e-4, .weight_decay = 0.1, .train_ratio = 0.9,
@@ -844,9 +981,10 @@ int tg_cmd_pretrain(int argc, char **argv)
         {"--fast-dropout", TG_OPT_FLAG, &a.fast_dropout, 0, 0, 0, 0, false, NULL},
         {"--threads", TG_OPT_INT, &a.threads, 1, 1024, 0, 0, false, NULL},
         {"--json", TG_OPT_FLAG, &a.json, 0, 0, 0, 0, false, NULL},
+        {"--dist", TG_OPT_FLAG, &a.dist, 0, 0, 0, 0, false, NULL},
     };
     tg_cli_model m;
-    pt_run r = {.a = &a, .global_step = -1};
+    pt_run r = {.a = &a, .global_step = -1, .size = 1, .lead = true};
     tg_cli_model_defaults(&m, 256);
     tg_args_status st = tg_cli_model_parse(CMD, argc, argv, own, (int)(sizeof own / sizeof own[0]), &m, &r.cfg, help);
     if (st != TG_ARGS_OK) return st == TG_ARGS_HELP ? TG_CLI_OK : TG_CLI_USAGE;
@@ -863,7 +1001,9 @@ int tg_cmd_pretrain(int argc, char **argv)
 #ifdef _OPENMP
     if (a.threads) omp_set_num_threads((int)a.threads);
 #endif
-    r.progress = isatty(STDERR_FILENO) && !a.json;
+    int drc = dist_begin(&a, &r);
+    if (drc != TG_CLI_OK) return drc;
+    r.progress = isatty(STDERR_FILENO) && !a.json && r.lead;
     r.model_tape = tg_tape_new();
     r.step_tape = tg_tape_new();
     int rc = r.model_tape && r.step_tape ? run(&r, &m) : tg_cli_error(CMD, "out of memory");
@@ -872,5 +1012,24 @@ int tg_cmd_pretrain(int argc, char **argv)
     tg_tape_free(r.step_tape);
     tg_tape_free(r.model_tape);
     fflush(stdout);
+    return rc;
+}
+
+/* Under mpirun every rank starts MPI first, so that only rank 0 shows the
+ * errors all ranks meet alike (a bad argument); MPI ends on every path. */
+int tg_cmd_pretrain(int argc, char **argv)
+{
+    bool launched = tg_dist_launched() > 0 && !tg_cli_check_only;
+    if (launched && tg_dist_init(NULL, NULL) != TG_OK) return tg_cli_lib_error(CMD, NULL);
+    FILE *errfile = tg_cli_errfile;
+    if (launched && tg_dist_rank() != 0 && !errfile) tg_cli_errfile = open_memstream(&rank_errors, &rank_errors_len);
+    int rc = pretrain(argc, argv);
+    if (tg_cli_errfile != errfile) {
+        fclose(tg_cli_errfile);
+        tg_cli_errfile = errfile;
+        free(rank_errors);
+        rank_errors = NULL, rank_errors_len = 0;
+    }
+    if (launched) tg_dist_finalize();
     return rc;
 }

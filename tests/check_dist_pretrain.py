@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""tapegrad pretrain on two ranks (mpirun -np 2 on this machine) against the
+same run on one process, for the committed pretraining runs of
+tests/ref/pretrain.json (global batch 2: one row per rank):
+
+  - the loss table (every row, as --json gives it) equals the one-process
+    table to float32 rounding, with dropout 0 and 0.1, and the samples are
+    the same text;
+  - a checkpoint written by two ranks resumes on one, and one written by one
+    resumes on two, each giving the uninterrupted one-process table;
+  - errors: a batch the ranks do not divide, ranks whose settings differ,
+    another command under mpirun, and rank 0 failing alone in the middle of
+    the run (its checkpoint cannot be written) end every rank with a
+    message and a non-zero status, never a hang.
+
+    check_dist_pretrain.py TAPEGRAD REF_JSON TEXT
+
+Exits 77 (skipped) when mpirun is not installed.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from check_pretrain_output import cli_args
+
+TIMEOUT = 300
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_btl_vader_single_copy_mechanism="none", OMP_NUM_THREADS="1")
+failures = []
+
+
+def mpirun(n, *cmds):
+    """mpirun -np n for one command, or one rank per command (MPMD)."""
+    base = ["mpirun", "--oversubscribe", "--bind-to", "none"]
+    if len(cmds) == 1:
+        return base + ["-np", str(n)] + cmds[0]
+    out = base[:]
+    for i, c in enumerate(cmds):
+        out += ([":"] if i else []) + ["-np", "1"] + c
+    return out
+
+
+def run(argv, timeout=TIMEOUT):
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=ENV)
+    return p.returncode, p.stdout, p.stderr
+
+
+def table(argv, what):
+    rc, out, err = run(argv + ["--json"])
+    if rc != 0:
+        failures.append(f"{what}: exit status {rc}: {err.strip()[-400:]}")
+        return None
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def same_table(got, want, what):
+    if got is None or want is None:
+        return
+    if len(got["rows"]) != len(want["rows"]):
+        failures.append(f"{what}: {len(got['rows'])} rows, one process {len(want['rows'])}")
+        return
+    worst = 0.0
+    for g, w in zip(got["rows"], want["rows"]):
+        for k in ("epoch", "step", "tokens_seen"):
+            if g[k] != w[k]:
+                failures.append(f"{what}: row {w['step']}: {k} {g[k]}, one process {w[k]}")
+        for k in ("train_loss", "val_loss"):
+            d = abs(g[k] - w[k]) / abs(w[k])
+            worst = max(worst, d)
+            if d > 1e-4:
+                failures.append(f"{what}: step {w['step']} {k} {g[k]!r}, one process {w[k]!r}")
+    if got["samples"] != want["samples"]:
+        failures.append(f"{what}: samples differ: {got['samples']} vs {want['samples']}")
+    print(f"{what}: {len(got['rows'])} rows, worst relative loss difference {worst:.2e}")
+
+
+def expect_error(argv, needle, what):
+    try:
+        rc, out, err = run(argv, timeout=60)
+    except subprocess.TimeoutExpired:
+        failures.append(f"{what}: did not end within 60 s")
+        return
+    if rc == 0:
+        failures.append(f"{what}: exit status 0")
+    if needle not in err:
+        failures.append(f"{what}: stderr lacks '{needle}': {err.strip()[-400:]}")
+    return err
+
+
+def main():
+    tg, ref, text = sys.argv[1:4]
+    if shutil.which("mpirun") is None:
+        print("skipped: mpirun not found (apt-get install openmpi-bin)")
+        return 77
+    runs = {r["name"]: r for r in json.load(open(ref))["runs"]}
+    tmp = tempfile.mkdtemp()
+    try:
+        for name in ("ctx64_p0", "ctx64_p01"):
+            a = [tg] + cli_args(runs[name], text) + ["--threads", "1"]
+            one = table(a, f"{name}, 1 process")
+            same_table(table(mpirun(2, a), f"{name}, 2 ranks"), one, f"{name}, 2 ranks")
+            # a checkpoint after epoch 1 of 2, resumed on the other number of ranks
+            if name == "ctx64_p01":
+                half = [x if x != "2" or a[i - 1] != "--epochs" else "1" for i, x in enumerate(a)]
+                for first, then in ((2, 1), (1, 2)):
+                    ck = os.path.join(tmp, f"ck{first}.safetensors")
+                    rc, _, err = run((mpirun(first, half) if first > 1 else half) + ["--checkpoint", ck])
+                    if rc != 0:
+                        failures.append(f"checkpoint on {first} rank(s): {err.strip()[-300:]}")
+                        continue
+                    resumed = a + ["--resume", ck]
+                    same_table(table(mpirun(then, resumed) if then > 1 else resumed, "resume"), one,
+                               f"{name}, epoch 1 on {first} rank(s), epoch 2 on {then}")
+        a = [tg] + cli_args(runs["ctx64_p0"], text) + ["--threads", "1"]
+        err = expect_error(mpirun(2, a + ["--batch", "3"]), "--batch 3 is not divisible by the 2 ranks",
+                           "batch 3 on 2 ranks")
+        if err is not None and err.count("not divisible") != 1:
+            failures.append("batch 3 on 2 ranks: the error should be printed once, by rank 0")
+        expect_error(mpirun(2, a, a + ["--lr", "0.001"]), "rank 1 of 2: tapegrad pretrain: this rank's run differs "
+                     "from rank 0's: --lr 0.001, rank 0 0.0004", "ranks with different settings")
+        expect_error(mpirun(2, [tg, "summary"]), "only tapegrad pretrain trains data parallel", "summary on 2 ranks")
+        expect_error(mpirun(2, a + ["--checkpoint", "/proc/self/comm"]), "--checkpoint: safetensors_save: cannot create a temporary file",
+                     "rank 0 failing alone after epoch 1")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    for f in failures:
+        print("FAIL:", f)
+    print("ok" if not failures else f"{len(failures)} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
