@@ -3,7 +3,10 @@
  * train_model_simple. Prints the book's loss table and samples, equal to
  * PyTorch's for seed 123 (tapegrad pretrain is the same run with options).
  *   pretrain DATA_DIR [small]   (DATA_DIR holds the-verdict.txt and gpt2/;
- *                                small: a 2-layer model for 2 epochs) */
+ *                                small: a 2-layer model for 2 epochs)
+ * Data parallel, the same table: mpirun -np 2 pretrain DATA_DIR. Every rank
+ * runs this program; tg_dist_ddp averages the gradients of the ranks'
+ * slices of each batch, rank 0 prints (include/tapegrad/dist.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +14,7 @@
 #include <tapegrad.h>
 
 static tg_tape *step; /* one batch's activations, reset after each */
+static int rank, size;
 
 /* calc_loss_batch: cross_entropy(logits.flatten(0, 1), targets.flatten()) */
 static tg_tensor *loss_batch(tg_module *model, tg_tensor *x, tg_tensor *y)
@@ -21,7 +25,8 @@ static tg_tensor *loss_batch(tg_module *model, tg_tensor *x, tg_tensor *y)
     return tg_cross_entropy(step, tg_view(step, logits, 2, flat), tg_view(step, y, 1, &n), TG_REDUCE_MEAN);
 }
 
-/* calc_loss_loader: the mean loss of the first num_batches batches */
+/* calc_loss_loader: the mean loss of the first num_batches batches, each
+ * rank taking its slice of every batch (the validation batch of 2 too) */
 static double loss_loader(tg_module *model, const tg_loader *loader, int64_t num_batches)
 {
     if (num_batches > tg_loader_len(loader)) num_batches = tg_loader_len(loader);
@@ -29,10 +34,12 @@ static double loss_loader(tg_module *model, const tg_loader *loader, int64_t num
     double total = 0;
     tg_tensor *x, *y;
     for (int64_t i = 0; i < num_batches; i++) {
-        total += tg_loader_iter_next(it, step, &x, &y) == 1 ? tg_item(loss_batch(model, x, y)) : NAN;
+        if (tg_loader_iter_next(it, step, &x, &y) != 1) total = NAN;
+        else total += tg_item(loss_batch(model, tg_dist_batch_slice(step, x), tg_dist_batch_slice(step, y))) / size;
         tg_tape_reset(step);
     }
     tg_loader_iter_free(it);
+    tg_dist_all_reduce_f64(&total, 1, TG_DIST_SUM);
     return total / (double)num_batches;
 }
 
@@ -50,6 +57,11 @@ static char *read_file(const char *dir, const char *name, size_t *len)
 
 int main(int argc, char **argv)
 {
+    if (tg_dist_init(&argc, &argv) != TG_OK) {
+        fprintf(stderr, "pretrain: %s\n", tg_last_error());
+        return 1;
+    }
+    rank = tg_dist_rank(), size = tg_dist_size();
     const char *dir = argc > 1 ? argv[1] : "data";
     int small = argc > 2 && strcmp(argv[2], "small") == 0;
     int64_t epochs = small ? 2 : 10, eval_freq = 5, eval_iter = 5, batch = 2, sample_tokens = small ? 20 : 50;
@@ -67,6 +79,7 @@ int main(int argc, char **argv)
     tg_text_dataset *ds[2] = {NULL, NULL};
     tg_loader *loader[2] = {NULL, NULL};
     tg_tape *model_tape = tg_tape_new();
+    tg_dist_ddp *ddp = NULL;
     step = tg_tape_new();
     int ok = 0;
     /* train_data = text[:split_idx]; val_data = text[split_idx:]; each cut into windows */
@@ -83,7 +96,7 @@ int main(int argc, char **argv)
     tg_module *model = tg_gpt_new(model_tape, &cfg);
     if (!model || tg_module_set_fused(model, true) != TG_OK) goto done;
     tg_optimizer *opt = tg_adamw_new(model_tape, model, (tg_adam_options){4e-4, {0.9, 0.999}, 1e-8, 0.1, false});
-    if (!opt) goto done;
+    if (!opt || !(ddp = tg_dist_ddp_new(model, (tg_dist_ddp_options){0}))) goto done;
     int64_t start[64], out[64 + 50], n_out, global_step = -1;
     size_t n_start;
     int64_t *s;
@@ -99,8 +112,10 @@ int main(int argc, char **argv)
         int got;
         while ((got = tg_loader_iter_next(it, step, &x, &y)) == 1) {
             tg_optimizer_zero_grad(opt);
-            tg_tensor *loss = loss_batch(model, x, y);
-            if (!loss || tg_backward(loss, NULL, false) != TG_OK || tg_optimizer_step(opt) != TG_OK) got = -1;
+            tg_tensor *loss = loss_batch(model, tg_dist_batch_slice(step, x), tg_dist_batch_slice(step, y));
+            if (!loss || tg_backward(loss, NULL, false) != TG_OK || tg_dist_ddp_sync(ddp) != TG_OK ||
+                tg_optimizer_step(opt) != TG_OK)
+                got = -1;
             tg_tape_reset(step);
             if (got < 0) break;
             if (++global_step % eval_freq == 0) { /* evaluate_model */
@@ -110,12 +125,14 @@ int main(int argc, char **argv)
                 double val_loss = loss_loader(model, loader[1], eval_iter);
                 tg_set_grad_enabled(grad);
                 tg_module_train(model, true);
-                printf("Ep %lld (Step %06lld): Train loss %.3f, Val loss %.3f\n", (long long)epoch + 1,
-                       (long long)global_step, train_loss, val_loss);
+                if (rank == 0)
+                    printf("Ep %lld (Step %06lld): Train loss %.3f, Val loss %.3f\n", (long long)epoch + 1,
+                           (long long)global_step, train_loss, val_loss);
             }
         }
         tg_loader_iter_free(it);
         if (got < 0) goto done;
+        if (rank != 0) continue;
         /* generate_and_print_sample: greedy, in eval mode, newlines as spaces */
         tg_generate_options g = {.max_new_tokens = sample_tokens, .eos_id = -1};
         char *sample;
@@ -130,11 +147,14 @@ int main(int argc, char **argv)
     }
     ok = 1;
 done:
-    if (!ok) fprintf(stderr, "pretrain: %s\n", tg_last_error());
+    if (!ok) fprintf(stderr, "pretrain (rank %d): %s\n", rank, tg_last_error());
+    if (!ok && size > 1) tg_dist_abort(1); /* the other ranks may be waiting in a collective */
+    tg_dist_ddp_free(ddp);
     for (int k = 0; k < 2; k++) tg_loader_free(loader[k]), tg_text_dataset_free(ds[k]), free(ids[k]);
     free(text);
     tg_tokenizer_free(tok);
     tg_tape_free(step);
     tg_tape_free(model_tape);
+    tg_dist_finalize();
     return ok ? 0 : 1;
 }
