@@ -104,7 +104,7 @@ def main():
             same_table(table(mpirun(2, a), f"{name}, 2 ranks"), one, f"{name}, 2 ranks")
             # a checkpoint after epoch 1 of 2, resumed on the other number of ranks
             if name == "ctx64_p01":
-                half = [x if x != "2" or a[i - 1] != "--epochs" else "1" for i, x in enumerate(a)]
+                half = [tg] + cli_args(dict(runs[name], epochs=1), text) + ["--threads", "1"]
                 for first, then in ((2, 1), (1, 2)):
                     ck = os.path.join(tmp, f"ck{first}.safetensors")
                     rc, _, err = run((mpirun(first, half) if first > 1 else half) + ["--checkpoint", ck])

@@ -277,7 +277,7 @@ struct tg_dist_ddp {
 
 static tg_dist_ddp *active; /* one at a time: MPI calls come from one thread */
 
-static int start_bucket(tg_dist_ddp *d, bucket *k)
+static int start_bucket(bucket *k)
 {
     k->started = true;
     if (!many()) {
@@ -298,7 +298,6 @@ static int start_bucket(tg_dist_ddp *d, bucket *k)
               MPI_Iallreduce(MPI_IN_PLACE, k->data, (int)k->numel, k->dtype == TG_F32 ? MPI_FLOAT : MPI_DOUBLE, MPI_SUM,
                              job.comm, &k->req));
 #endif
-    (void)d;
     return TG_OK;
 }
 
@@ -307,7 +306,7 @@ static int start_bucket(tg_dist_ddp *d, bucket *k)
 static int start_ready(tg_dist_ddp *d)
 {
     while (d->next_start < d->nb && d->b[d->next_start].pending == 0) {
-        int st = start_bucket(d, &d->b[d->next_start++]);
+        int st = start_bucket(&d->b[d->next_start++]);
         if (st != TG_OK) return st;
     }
     return TG_OK;
@@ -367,9 +366,15 @@ static void reset_step(tg_dist_ddp *d)
     d->status = TG_OK;
 }
 
+/* Where a parameter's elements start in its bucket: a 64-byte boundary. */
+static int64_t aligned(int64_t off, tg_dtype dt)
+{
+    int64_t align = 64 / (int64_t)tg_dtype_size(dt);
+    return (off + align - 1) / align * align;
+}
+
 /* Buckets of the reversed list: a bucket closes when it reaches its cap
- * (1 MiB for the first, then the cap) or the dtype changes. Elements of
- * each parameter start at a 64-byte boundary. */
+ * (1 MiB for the first, then the cap) or the dtype changes. */
 static int plan_buckets(tg_dist_ddp *d, size_t cap)
 {
     d->b = tg_tape_alloc(d->tape, sizeof *d->b * (size_t)(d->n ? d->n : 1), true);
@@ -383,8 +388,7 @@ static int plan_buckets(tg_dist_ddp *d, size_t cap)
             k = &d->b[nb++];
             *k = (bucket){.first = i, .dtype = p->dtype};
         }
-        int64_t align = 64 / (int64_t)tg_dtype_size(p->dtype);
-        k->numel = (k->numel + align - 1) / align * align + tg_numel(p);
+        k->numel = aligned(k->numel, p->dtype) + tg_numel(p);
         k->bytes += (size_t)tg_numel(p) * tg_dtype_size(p->dtype);
         k->count++;
         d->bucket_of[i] = nb - 1;
@@ -407,15 +411,13 @@ static int make_views(tg_dist_ddp *d)
         int64_t off = 0;
         for (int64_t i = b->first; i < b->first + b->count; i++) {
             tg_tensor *p = d->params[i];
-            size_t es = tg_dtype_size(p->dtype);
-            int64_t align = 64 / (int64_t)es;
-            off = (off + align - 1) / align * align;
+            off = aligned(off, p->dtype);
             tg_tensor *v = tg__alias(d->tape, buf);
             if (!v) return TG_ENOMEM;
             v->ndim = p->ndim;
             memcpy(v->shape, p->shape, sizeof v->shape);
             tg__contiguous_strides(v->ndim, v->shape, v->stride);
-            v->data = (char *)b->data + (size_t)off * es;
+            v->data = (char *)b->data + (size_t)off * tg_dtype_size(p->dtype);
             v->offset = 0;
             v->requires_grad = false;
             if (p->grad) tg_k_copy(v, p->grad);

@@ -235,17 +235,20 @@ static int loss_loader(pt_run *r, tg_loader *l, int64_t num_batches, double *out
     double total = 0;
     int st = 0;
     for (int64_t i = 0; i < num_batches && !st; i++) {
-        tg_tensor *x, *y, *loss = NULL;
-        int64_t rows = 0, b0 = 0, b1 = 0;
-        if (tg_loader_iter_next(it, r->step_tape, &x, &y) == 1) {
-            rows = x->shape[0], b0 = rows * r->rank / r->size, b1 = rows * (r->rank + 1) / r->size;
-            if (r->size > 1) x = tg_narrow(r->step_tape, x, 0, b0, b1 - b0), y = tg_narrow(r->step_tape, y, 0, b0, b1 - b0);
-            loss = b1 > b0 ? loss_batch(r, x, y) : x;
-        }
-        if (loss)
-            total += b1 > b0 ? tg_item(loss) * (double)(b1 - b0) / (double)rows : 0.0;
-        else
+        tg_tensor *x, *y, *loss;
+        if (tg_loader_iter_next(it, r->step_tape, &x, &y) != 1) {
             st = -1;
+        } else {
+            int64_t rows = x->shape[0], b0 = rows * r->rank / r->size, b1 = rows * (r->rank + 1) / r->size;
+            if (b1 > b0) { /* a short batch may leave a rank no row */
+                if (r->size > 1)
+                    x = tg_narrow(r->step_tape, x, 0, b0, b1 - b0), y = tg_narrow(r->step_tape, y, 0, b0, b1 - b0);
+                if ((loss = loss_batch(r, x, y)))
+                    total += tg_item(loss) * (double)(b1 - b0) / (double)rows;
+                else
+                    st = -1;
+            }
+        }
         tg_tape_reset(r->step_tape);
     }
     tg_loader_iter_free(it);
