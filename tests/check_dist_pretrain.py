@@ -8,6 +8,11 @@ tests/ref/pretrain.json (global batch 2: one row per rank):
     the same text;
   - a checkpoint written by two ranks resumes on one, and one written by one
     resumes on two, each giving the uninterrupted one-process table;
+  - an evaluation batch the ranks do not divide (9 validation windows in
+    batches of 2: rank 0 has no row of the last) gives the one-process table;
+  - tapegrad bench --model gpt on two ranks: one report, by rank 0, with the
+    gradient bytes of the model, its buckets, the wait after backward, the
+    all-reduces alone and the share hidden (between 0 and 1);
   - errors: a batch the ranks do not divide, ranks whose settings differ,
     another command under mpirun, and rank 0 failing alone in the middle of
     the run (its checkpoint cannot be written) end every rank with a
@@ -90,6 +95,47 @@ def expect_error(argv, needle, what):
     return err
 
 
+def check_bench(tg):
+    """bench --model gpt, data parallel: one JSON line from rank 0, figures
+    that hold together."""
+    V, C, d, L = 1000, 16, 32, 2
+    argv = [tg, "bench", "--model", "gpt", "--vocab", str(V), "--emb", str(d), "--heads", "2", "--layers", str(L),
+            "--tokens", str(C), "--batch", "2", "--steps", "3", "--json"]
+    rc, out, err = run(mpirun(2, argv))
+    if rc != 0:
+        failures.append(f"bench on 2 ranks: exit status {rc}: {err.strip()[-400:]}")
+        return
+    lines = out.strip().splitlines()
+    if len(lines) != 1:
+        failures.append(f"bench on 2 ranks: {len(lines)} lines on stdout, expected rank 0's one")
+        return
+    b = json.loads(lines[0])
+    # tok_emb, pos_emb, per block W_query/W_key/W_value, out_proj, two ff
+    # Linears, two LayerNorms; final_norm; out_head (float32)
+    params = V * d + C * d + L * (12 * d * d + 10 * d) + 2 * d + d * V
+    tensors = 2 + L * 13 + 3
+    grad = b.get("grad_mib", 0) * 2 ** 20
+    checks = [
+        (b.get("ranks") == 2, f"ranks {b.get('ranks')}"),
+        (b.get("buckets", 0) >= 1, f"buckets {b.get('buckets')}"),
+        (4 * params <= grad < 4 * params + 64 * tensors, f"gradient bytes {grad:.0f}, the model's {4 * params}"),
+        (b.get("allreduce_ms", 0) > 0, f"allreduce_ms {b.get('allreduce_ms')}"),
+        (b.get("wait_ms", -1) >= 0, f"wait_ms {b.get('wait_ms')}"),
+        (0 <= b.get("overlap", -1) <= 1, f"overlap {b.get('overlap')}"),
+        (1 <= b.get("started_in_backward", 0) <= b.get("buckets", 0), f"started {b.get('started_in_backward')}"),
+        (b.get("step_ms", 0) >= b.get("wait_ms", 0), "the wait is longer than the step"),
+    ]
+    for ok, what in checks:
+        if not ok:
+            failures.append(f"bench on 2 ranks: {what}: {lines[0]}")
+    print(f"bench on 2 ranks: {b.get('buckets')} bucket(s), {grad:.0f} gradient bytes, wait {b.get('wait_ms'):.3f} ms, "
+          f"alone {b.get('allreduce_ms'):.3f} ms")
+    err = expect_error(mpirun(2, argv[:-1] + ["--batch", "3"]), "tapegrad bench: --batch 3 is not divisible by the 2 ranks",
+                       "bench --batch 3 on 2 ranks")
+    if err is not None and err.count("not divisible") != 1:
+        failures.append("bench --batch 3 on 2 ranks: the error should be printed once, by rank 0")
+
+
 def main():
     tg, ref, text = sys.argv[1:4]
     if shutil.which("mpirun") is None:
@@ -115,13 +161,20 @@ def main():
                     same_table(table(mpirun(then, resumed) if then > 1 else resumed, "resume"), one,
                                f"{name}, epoch 1 on {first} rank(s), epoch 2 on {then}")
         a = [tg] + cli_args(runs["ctx64_p0"], text) + ["--threads", "1"]
+        # stride 56 over the 534 validation ids: 9 windows, the fifth batch has one row
+        uneven = [tg] + cli_args(dict(runs["ctx64_p0"], epochs=1, stride=56), text) + ["--threads", "1"]
+        same_table(table(mpirun(2, uneven), "uneven evaluation, 2 ranks"), table(uneven, "uneven, 1 process"),
+                   "ctx64_p0 --stride 56 (rank 0 without a row of the last evaluation batch), 2 ranks")
+        check_bench(tg)
         err = expect_error(mpirun(2, a + ["--batch", "3"]), "--batch 3 is not divisible by the 2 ranks",
                            "batch 3 on 2 ranks")
         if err is not None and err.count("not divisible") != 1:
             failures.append("batch 3 on 2 ranks: the error should be printed once, by rank 0")
         expect_error(mpirun(2, a, a + ["--lr", "0.001"]), "rank 1 of 2: tapegrad pretrain: this rank's run differs "
                      "from rank 0's: --lr 0.001, rank 0 0.0004", "ranks with different settings")
-        expect_error(mpirun(2, [tg, "summary"]), "only tapegrad pretrain trains data parallel", "summary on 2 ranks")
+        expect_error(mpirun(2, [tg, "bench", "--tokens", "8", "--d", "8", "--heads", "2"]),
+                     "an attention module's bench runs alone", "bench of an attention module on 2 ranks")
+        expect_error(mpirun(2, [tg, "summary"]), "only tapegrad pretrain and bench --model gpt run data parallel", "summary on 2 ranks")
         expect_error(mpirun(2, a + ["--checkpoint", "/proc/self/comm"]), "--checkpoint: safetensors_save: cannot create a temporary file",
                      "rank 0 failing alone after epoch 1")
     finally:

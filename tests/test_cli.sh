@@ -330,6 +330,7 @@ bench --steps 0
 bench --tokens 100000
 bench --batch 100000 --tokens 65536
 bench --nope
+bench --model gpt --layers 1 --emb 8 --heads 2 --vocab 50 --tokens 4 --dist
 summary --layers 0
 summary --heads 5
 summary --config gpt5

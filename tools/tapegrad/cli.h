@@ -85,6 +85,18 @@ tg_module *tg_cli_model_build(tg_tape *tp, const tg_cli_model *m, const tg_gpt_c
 void tg_cli_gpt_set_layers(tg_module *gpt, bool composed);
 int tg_cmd_bench_gpt(int argc, char **argv);
 
+/* Data parallel under mpirun (tools/tapegrad/dist_cli.c). main: when a
+ * launcher started this process, MPI around command; ranks other than 0 keep
+ * their error lines until show_errors (so that an error every rank meets
+ * prints once). begin: --dist's checks (an MPI build, started by mpirun),
+ * --batch divisible by the ranks, and the machine's cores shared among its
+ * ranks unless --threads was given. agree: TG_CLI_OK when every rank's rc
+ * was; otherwise the failing rank shows its lines and all return an error. */
+int tg_cli_dist_main(int (*command)(int, char **), int argc, char **argv);
+int tg_cli_dist_begin(const char *cmd, bool dist, int64_t batch, bool threads_set);
+int tg_cli_dist_agree(int rc);
+void tg_cli_dist_show_errors(void);
+
 /* Prints "tapegrad <cmd>: <message>" as exactly one line on stderr (newlines in
  * the message become spaces) and returns TG_CLI_USAGE. */
 int tg_cli_error(const char *cmd, const char *fmt, ...)

@@ -118,7 +118,10 @@ int tg_cmd_bench(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++)
         if (argv[i] && (strcmp(argv[i], "--model") == 0 || strncmp(argv[i], "--model=", 8) == 0))
-            return tg_cmd_bench_gpt(argc, argv);
+            return tg_cli_dist_main(tg_cmd_bench_gpt, argc, argv);
+    if (tg_dist_launched() > 1)
+        return tg_cli_error(CMD, "mpirun started %d processes, but an attention module's bench runs alone; "
+                                 "data parallel: tapegrad bench --model gpt", tg_dist_launched());
     bench_args a = {.module = "mha", .batch = 2, .tokens = 1024, .d = 768, .heads = 12, .dropout = 0.1, .steps = 5};
     const int64_t big = 1 << 20;
     const tg_opt opts[] = {

@@ -2,7 +2,11 @@
  * it (forward, cross-entropy, backward, AdamW step) on random ids: one warm-up
  * step, then --steps timed steps; medians of each phase, tokens/s, GFLOP/s by
  * the dense FLOP count of README.md ("Performance"), and peak RSS. The model
- * runs as `tapegrad pretrain` runs it (same layers, same dropout stream). */
+ * runs as `tapegrad pretrain` runs it (same layers, same dropout stream).
+ * Under mpirun it runs as pretrain does there: each rank its slice of the
+ * global batch, gradients all-reduced in buckets during backward; it then
+ * also times the wait after backward, the same all-reduces alone, and the
+ * share of them that backward hid (README.md, "Many processes"). */
 #include "cli.h"
 
 #include <omp.h>
@@ -20,15 +24,24 @@ static const char *help =
     "random target ids, backward, AdamW lr 4e-4 weight decay 0.1) in training\n"
     "mode, as tapegrad pretrain runs it: one warm-up step, then --steps timed\n"
     "steps; prints the median forward, backward, optimizer and step times,\n"
-    "tokens/s, GFLOP/s and peak memory.\n"
+    "tokens/s, GFLOP/s and peak memory. Under mpirun -np N (N dividing --batch)\n"
+    "each rank takes its slice of the batch and the gradients are averaged as\n"
+    "pretrain averages them; it prints the time waiting for the all-reduce\n"
+    "after backward, the same all-reduces alone, and the share backward hid.\n"
     "\n"
-    "  --batch N       batch size (2)\n"
+    "  --batch N       batch size (2); the global batch under mpirun\n"
     "  --tokens N      tokens per row (256); the context length too unless\n"
     "                  --context is given\n"
     "  --steps N       timed steps (5)\n"
-    "  --threads N     OpenMP threads (default: OpenMP's default)\n"
+    "  --threads N     OpenMP threads (default: OpenMP's default; under mpirun\n"
+    "                  the cores shared among the ranks on the machine)\n"
+    "  --dist          data parallel: start with mpirun -np N (a job mpirun\n"
+    "                  started is data parallel anyway; --dist makes a missing\n"
+    "                  mpirun an error)\n"
     "  --json          one JSON object: step_ms, fwd_ms, bwd_ms, opt_ms,\n"
-    "                  tokens_per_s, gflops, peak_rss_mib and the configuration\n"
+    "                  tokens_per_s, gflops, peak_rss_mib and the configuration;\n"
+    "                  under mpirun also ranks, buckets, grad_mib, wait_ms,\n"
+    "                  allreduce_ms, overlap, started_in_backward\n"
     "  --help          this text\n"
     "\n" TG_CLI_MODEL_HELP
     "\n"
@@ -38,8 +51,18 @@ static const char *help =
 typedef struct {
     const char *model;
     int64_t batch, tokens, steps, threads;
-    bool threads_set, json;
+    bool threads_set, json, dist;
 } gpt_bench_args;
+
+/* Phases of a step, each a median over the timed steps. */
+enum { T_FWD, T_BWD, T_WAIT, T_OPT, T_STEP, T_ALONE, T_N };
+
+typedef struct {
+    double ms[T_N];
+    double tape_mib;
+    tg_dist_ddp_stats dist;
+    int ranks;
+} gpt_bench_result;
 
 /* Random ids (B, T) below vocab, drawn from g. */
 static tg_tensor *random_ids(tg_tape *tp, int64_t B, int64_t T, int64_t vocab, tg_generator *g)
@@ -52,24 +75,78 @@ static tg_tensor *random_ids(tg_tape *tp, int64_t B, int64_t T, int64_t vocab, t
     return t;
 }
 
-/* t[phase][s]: forward (with the loss), backward, optimizer, whole step. */
-static int run(const gpt_bench_args *a, const tg_cli_model *mo, const tg_gpt_config *cfg, double *t[4],
-               double *tape_mib)
+/* A failure of this rank while the others may wait in a collective ends
+ * the job; in one process it is an error like any other. */
+static int step_failed(void)
+{
+    int rc = tg_cli_lib_error(CMD, NULL);
+    if (tg_dist_size() > 1) {
+        tg_cli_dist_show_errors();
+        tg_dist_abort(rc);
+    }
+    return rc;
+}
+
+/* The ddp's all-reduces alone, bucket by bucket after a barrier, reps
+ * times: what the wait after backward would be if backward hid none. */
+static int time_all_reduce_alone(tg_tape *tp, const tg_dist_ddp *ddp, int64_t reps, double *ms)
+{
+    tg_dist_ddp_stats st;
+    if (tg_dist_ddp_get_stats(ddp, &st) != TG_OK) return step_failed();
+    int64_t first, count, most = 0;
+    size_t bytes;
+    for (int64_t k = 0; k < st.buckets; k++) {
+        if (tg_dist_ddp_bucket(ddp, k, &first, &count, &bytes) != TG_OK) return step_failed();
+        if ((int64_t)(bytes / sizeof(float)) > most) most = (int64_t)(bytes / sizeof(float));
+    }
+    tg_tensor *buf = tg_zeros(tp, TG_F32, 1, &most); /* the bench's model is float32 */
+    if (!buf) return step_failed();
+    for (int64_t r = 0; r < reps; r++) {
+        if (tg_dist_barrier() != TG_OK) return step_failed();
+        double t0 = tg_cli_now();
+        for (int64_t k = 0; k < st.buckets; k++) {
+            tg_dist_ddp_bucket(ddp, k, &first, &count, &bytes);
+            tg_tensor *part = tg_narrow(tp, buf, 0, 0, (int64_t)(bytes / sizeof(float)));
+            if (!part || tg_dist_all_reduce(part, TG_DIST_SUM) != TG_OK) return step_failed();
+        }
+        ms[r] = 1e3 * (tg_cli_now() - t0);
+    }
+    return TG_CLI_OK;
+}
+
+/* t[phase][s] (ms): forward with the loss, backward, waiting for the
+ * gradients' all-reduce, optimizer, whole step; then the all-reduces alone.
+ * dist: data parallel (the global batch sliced, a ddp). */
+static int run(const gpt_bench_args *a, const tg_cli_model *mo, const tg_gpt_config *cfg, bool dist, double *t[T_N],
+               gpt_bench_result *res)
 {
     tg_tape *model_tape = tg_tape_new(), *step = tg_tape_new();
     tg_generator *g = tg_generator_new(7);
     int rc = TG_CLI_OK;
     tg_module *gpt = model_tape && step && g ? tg_cli_model_build(model_tape, mo, cfg) : NULL;
     tg_optimizer *opt = NULL;
+    tg_dist_ddp *ddp = NULL;
     tg_tensor *x = NULL, *y = NULL;
     if (gpt) {
         tg_cli_gpt_set_layers(gpt, false);
         tg_adam_options o = {4e-4, {0.9, 0.999}, 1e-8, 0.1, false};
         opt = tg_adamw_new(model_tape, gpt, o);
+        /* the same global batch on every rank, then this rank's rows */
         x = opt ? random_ids(model_tape, a->batch, a->tokens, cfg->vocab_size, g) : NULL;
         y = x ? random_ids(model_tape, a->batch, a->tokens, cfg->vocab_size, g) : NULL;
+        if (dist && y) {
+            x = tg_dist_batch_slice(model_tape, x);
+            y = x ? tg_dist_batch_slice(model_tape, y) : NULL;
+        }
     }
     if (!y) rc = g ? tg_cli_lib_error(CMD, NULL) : tg_cli_error(CMD, "out of memory");
+    if (dist) { /* every rank built its model (or says why not), then the ddp's broadcast */
+        rc = tg_cli_dist_agree(rc);
+        if (rc == TG_CLI_OK) {
+            if (!(ddp = tg_dist_ddp_new(gpt, (tg_dist_ddp_options){0}))) rc = tg_cli_lib_error(CMD, NULL);
+            rc = tg_cli_dist_agree(rc);
+        }
+    }
     if (rc == TG_CLI_OK) tg_module_train(gpt, true);
     int64_t flat[2] = {-1, cfg->vocab_size}, n = -1;
     for (int64_t s = -1; rc == TG_CLI_OK && s < a->steps; s++) { /* s = -1: the warm-up step */
@@ -81,24 +158,33 @@ static int run(const gpt_bench_args *a, const tg_cli_model *mo, const tg_gpt_con
                                  : NULL;
         double t1 = tg_cli_now();
         if (!loss || tg_backward(loss, NULL, false) != TG_OK) {
-            rc = tg_cli_lib_error(CMD, NULL);
+            rc = step_failed();
             break;
         }
         double t2 = tg_cli_now();
-        if (tg_optimizer_step(opt) != TG_OK) {
-            rc = tg_cli_lib_error(CMD, NULL);
+        if (ddp && tg_dist_ddp_sync(ddp) != TG_OK) {
+            rc = step_failed();
             break;
         }
-        *tape_mib = (double)tg_tape_used(step) / (1024.0 * 1024.0);
-        tg_tape_reset(step);
         double t3 = tg_cli_now();
+        if (tg_optimizer_step(opt) != TG_OK) {
+            rc = step_failed();
+            break;
+        }
+        res->tape_mib = (double)tg_tape_used(step) / (1024.0 * 1024.0);
+        tg_tape_reset(step);
+        double t4 = tg_cli_now();
         if (s >= 0) {
-            t[0][s] = 1e3 * (t1 - t0);
-            t[1][s] = 1e3 * (t2 - t1);
-            t[2][s] = 1e3 * (t3 - t2);
-            t[3][s] = 1e3 * (t3 - t0);
+            double at[5] = {t0, t1, t2, t3, t4};
+            for (int k = 0; k < T_STEP; k++) t[k][s] = 1e3 * (at[k + 1] - at[k]);
+            t[T_STEP][s] = 1e3 * (t4 - t0);
         }
     }
+    if (rc == TG_CLI_OK && ddp) {
+        tg_dist_ddp_get_stats(ddp, &res->dist);
+        rc = time_all_reduce_alone(step, ddp, a->steps, t[T_ALONE]);
+    }
+    tg_dist_ddp_free(ddp);
     tg_generator_free(g);
     tg_tape_free(step);
     tg_tape_free(model_tape);
@@ -115,6 +201,7 @@ int tg_cmd_bench_gpt(int argc, char **argv)
         {"--steps", TG_OPT_INT, &a.steps, 1, 100000, 0, 0, false, NULL},
         {"--threads", TG_OPT_INT, &a.threads, 1, 1024, 0, 0, false, &a.threads_set},
         {"--json", TG_OPT_FLAG, &a.json, 0, 0, 0, 0, false, NULL},
+        {"--dist", TG_OPT_FLAG, &a.dist, 0, 0, 0, 0, false, NULL},
     };
     /* the context defaults to --tokens, so MODEL is parsed after --tokens is known */
     tg_cli_model mo;
@@ -140,20 +227,28 @@ int tg_cmd_bench_gpt(int argc, char **argv)
                             (long long)a.batch, (long long)a.tokens, TG_CLI_MEMORY_BUDGET / (1024.0 * 1024 * 1024));
     if (tg_cli_check_only) return TG_CLI_OK;
     if (a.threads_set) omp_set_num_threads((int)a.threads);
+    int rc = tg_cli_dist_begin(CMD, a.dist, a.batch, a.threads_set);
+    if (rc != TG_CLI_OK) return rc;
+    bool dist = a.dist || tg_dist_launched() > 0;
 
-    double *t[4];
-    double *buf = malloc(sizeof(double) * 4 * (size_t)a.steps);
+    double *t[T_N];
+    double *buf = calloc((size_t)T_N * (size_t)a.steps, sizeof(double));
     if (!buf) return tg_cli_error(CMD, "out of memory");
-    for (int i = 0; i < 4; i++) t[i] = buf + i * a.steps;
-    double tape_mib = 0;
-    int rc = run(&a, &mo, &cfg, t, &tape_mib);
-    if (rc == TG_CLI_OK) {
+    for (int i = 0; i < T_N; i++) t[i] = buf + i * a.steps;
+    gpt_bench_result res = {.ranks = tg_dist_size()};
+    rc = run(&a, &mo, &cfg, dist, t, &res);
+    if (rc == TG_CLI_OK && tg_dist_rank() == 0) {
         double B = (double)a.batch, T = (double)a.tokens, d = (double)cfg.emb_dim, L = (double)cfg.n_layers;
         double V = (double)cfg.vocab_size;
         double linear = L * (4 * d * d + 8 * d * d) + d * V; /* W_query, W_key, W_value, out_proj, ff, out_head */
         double flops = 6 * linear * B * T + 12 * L * B * T * T * d;
-        double fwd = tg_cli_median(t[0], a.steps), bwd = tg_cli_median(t[1], a.steps), opt = tg_cli_median(t[2], a.steps);
-        double stp = tg_cli_median(t[3], a.steps);
+        for (int k = 0; k < T_N; k++) res.ms[k] = tg_cli_median(t[k], a.steps);
+        double fwd = res.ms[T_FWD], bwd = res.ms[T_BWD], opt = res.ms[T_OPT], stp = res.ms[T_STEP];
+        double wait = res.ms[T_WAIT], alone = res.ms[T_ALONE];
+        /* the share of the all-reduces' time that backward hid */
+        double overlap = alone > 0 ? 1.0 - wait / alone : 0.0;
+        overlap = overlap < 0 ? 0.0 : overlap;
+        double grad_mib = (double)res.dist.bytes / (1024.0 * 1024.0);
         double gflops = stp > 0 ? flops / (stp * 1e-3) / 1e9 : 0.0;
         double tps = stp > 0 ? B * T / (stp * 1e-3) : 0.0;
         struct rusage ru;
@@ -181,14 +276,23 @@ int tg_cmd_bench_gpt(int argc, char **argv)
             json_object_set_new(o, "gflop", json_real(flops / 1e9));
             json_object_set_new(o, "gflops", json_real(gflops));
             json_object_set_new(o, "peak_rss_mib", json_real(rss));
-            json_object_set_new(o, "step_tape_mib", json_real(tape_mib));
+            json_object_set_new(o, "step_tape_mib", json_real(res.tape_mib));
+            if (dist) {
+                json_object_set_new(o, "ranks", json_integer(res.ranks));
+                json_object_set_new(o, "buckets", json_integer(res.dist.buckets));
+                json_object_set_new(o, "grad_mib", json_real(grad_mib));
+                json_object_set_new(o, "wait_ms", json_real(wait));
+                json_object_set_new(o, "allreduce_ms", json_real(alone));
+                json_object_set_new(o, "overlap", json_real(overlap));
+                json_object_set_new(o, "started_in_backward", json_integer(res.dist.started_in_backward));
+            }
             rc = tg_cli_print_json(CMD, o, JSON_REAL_PRECISION(9) | JSON_PRESERVE_ORDER);
         } else {
             printf("tapegrad bench: GPTModel %s (emb %lld, %lld layers, %lld heads, vocab %lld, dropout %g), "
-                   "batch %lld, tokens %lld, %d threads, median of %lld steps\n",
+                   "batch %lld, tokens %lld, %d threads%s, median of %lld steps\n",
                    mo.config, (long long)cfg.emb_dim, (long long)cfg.n_layers, (long long)cfg.n_heads,
                    (long long)cfg.vocab_size, cfg.drop_rate, (long long)a.batch, (long long)a.tokens, threads,
-                   (long long)a.steps);
+                   dist ? " per rank" : "", (long long)a.steps);
             printf("  %-10s %12.1f ms\n", "forward", fwd);
             printf("  %-10s %12.1f ms\n", "backward", bwd);
             printf("  %-10s %12.1f ms\n", "AdamW", opt);
@@ -196,7 +300,15 @@ int tg_cmd_bench_gpt(int argc, char **argv)
             printf("  %-10s %12.1f tokens/s\n", "speed", tps);
             printf("  %-10s %12.2f GFLOP/s (%.1f GFLOP per step)\n", "", gflops, flops / 1e9);
             printf("  %-10s %12.1f MiB\n", "peak RSS", rss);
-            printf("  %-10s %12.1f MiB (activations and gradients of one step)\n", "step tape", tape_mib);
+            printf("  %-10s %12.1f MiB (activations and gradients of one step)\n", "step tape", res.tape_mib);
+            if (dist) {
+                printf("  %-10s %12.1f ms waiting after backward: %d ranks, %.1f MiB of gradients in %lld buckets, "
+                       "%lld started during backward\n",
+                       "all-reduce", wait, res.ranks, grad_mib, (long long)res.dist.buckets,
+                       (long long)res.dist.started_in_backward);
+                printf("  %-10s %12.1f ms the same all-reduces alone; backward hid %.0f%% of them\n", "", alone,
+                       100.0 * overlap);
+            }
         }
     }
     free(buf);

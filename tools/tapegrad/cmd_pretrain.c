@@ -807,25 +807,12 @@ static int prepare_data(pt_run *r, tg_text_dataset **dtrain, tg_text_dataset **d
 
 /* ---- many processes ---------------------------------------------------------------------- */
 
-/* A rank other than 0 keeps its error lines (tg_cli_errfile) until it is
- * known to be the one that failed; then they go to stderr, named. */
-static char *rank_errors;
-static size_t rank_errors_len;
-
-static void show_rank_errors(const pt_run *r)
-{
-    if (!tg_cli_errfile) return;
-    fflush(tg_cli_errfile);
-    if (rank_errors_len) fprintf(stderr, "rank %d of %d: %.*s", r->rank, r->size, (int)rank_errors_len, rank_errors);
-    fflush(stderr);
-}
-
 /* A failure of this rank alone, while the others run on: ends the job. */
 static int rank_failed(const pt_run *r, int rc)
 {
     if (r->size > 1 && rc == TG_CLI_USAGE) {
         progress_clear(r);
-        show_rank_errors(r);
+        tg_cli_dist_show_errors();
         tg_dist_abort(rc);
     }
     return rc;
@@ -835,7 +822,6 @@ static int rank_failed(const pt_run *r, int rc)
  * settings must be everyone's, then the ddp (a broadcast of rank 0's model). */
 static int dist_join(pt_run *r, int rc)
 {
-    int failed = -1;
     int64_t iv[CK_NKEYS + 1], iv0[CK_NKEYS + 1];
     double fv[CKF_NKEYS], fv0[CKF_NKEYS];
     if (rc == TG_CLI_OK) {
@@ -854,37 +840,9 @@ static int dist_join(pt_run *r, int rc)
                                   fv0[k]);
     }
     /* twice: the ddp's broadcast is a collective every rank must reach */
-    for (int pass = 0; pass < 2; pass++) {
-        if (tg_dist_agree(rc == TG_CLI_OK ? TG_OK : TG_EINVAL, &failed) != TG_OK) {
-            if (failed == r->rank) show_rank_errors(r);
-            return rc != TG_CLI_OK ? rc : TG_CLI_USAGE;
-        }
-        if (pass == 0 && !(r->ddp = tg_dist_ddp_new(r->gpt, (tg_dist_ddp_options){0}))) rc = tg_cli_lib_error(CMD, NULL);
-    }
-    return TG_CLI_OK;
-}
-
-/* Started by mpirun (or asked to be, --dist): MPI, this rank, the threads. */
-static int dist_begin(const pt_args *a, pt_run *r)
-{
-    if (!a->dist && !tg_dist_launched()) return TG_CLI_OK;
-    if (a->dist && !tg_dist_available())
-        return tg_cli_error(CMD, "--dist: this tapegrad was built without MPI (install libopenmpi-dev and "
-                                 "openmpi-bin, then rebuild)");
-    if (a->dist && !tg_dist_launched())
-        return tg_cli_error(CMD, "--dist: not started by mpirun; run mpirun -np N tapegrad pretrain --dist ... "
-                                 "(N dividing --batch)");
-    r->rank = tg_dist_rank(), r->size = tg_dist_size(), r->lead = r->rank == 0;
-    if (a->batch % r->size != 0)
-        return tg_cli_error(CMD, "--batch %lld is not divisible by the %d ranks mpirun started", (long long)a->batch,
-                            r->size);
-#ifdef _OPENMP
-    if (!a->threads && r->size > 1) {
-        int t = omp_get_num_procs() / tg_dist_local_size();
-        omp_set_num_threads(t > 1 ? t : 1);
-    }
-#endif
-    return TG_CLI_OK;
+    if ((rc = tg_cli_dist_agree(rc)) != TG_CLI_OK) return rc;
+    if (!(r->ddp = tg_dist_ddp_new(r->gpt, (tg_dist_ddp_options){0}))) rc = tg_cli_lib_error(CMD, NULL);
+    return tg_cli_dist_agree(rc);
 }
 
 /* ---- the run ------------------------------------------------------------------------------- */
@@ -1004,8 +962,9 @@ static int pretrain(int argc, char **argv)
 #ifdef _OPENMP
     if (a.threads) omp_set_num_threads((int)a.threads);
 #endif
-    int drc = dist_begin(&a, &r);
+    int drc = tg_cli_dist_begin(CMD, a.dist, a.batch, a.threads != 0);
     if (drc != TG_CLI_OK) return drc;
+    r.rank = tg_dist_rank(), r.size = tg_dist_size(), r.lead = r.rank == 0;
     r.progress = isatty(STDERR_FILENO) && !a.json && r.lead;
     r.model_tape = tg_tape_new();
     r.step_tape = tg_tape_new();
@@ -1022,17 +981,5 @@ static int pretrain(int argc, char **argv)
  * errors all ranks meet alike (a bad argument); MPI ends on every path. */
 int tg_cmd_pretrain(int argc, char **argv)
 {
-    bool launched = tg_dist_launched() > 0 && !tg_cli_check_only;
-    if (launched && tg_dist_init(NULL, NULL) != TG_OK) return tg_cli_lib_error(CMD, NULL);
-    FILE *errfile = tg_cli_errfile;
-    if (launched && tg_dist_rank() != 0 && !errfile) tg_cli_errfile = open_memstream(&rank_errors, &rank_errors_len);
-    int rc = pretrain(argc, argv);
-    if (tg_cli_errfile != errfile) {
-        fclose(tg_cli_errfile);
-        tg_cli_errfile = errfile;
-        free(rank_errors);
-        rank_errors = NULL, rank_errors_len = 0;
-    }
-    if (launched) tg_dist_finalize();
-    return rc;
+    return tg_cli_dist_main(pretrain, argc, argv);
 }
