@@ -124,6 +124,8 @@ def check_bench(tg):
         (0 <= b.get("overlap", -1) <= 1, f"overlap {b.get('overlap')}"),
         (1 <= b.get("started_in_backward", 0) <= b.get("buckets", 0), f"started {b.get('started_in_backward')}"),
         (b.get("step_ms", 0) >= b.get("wait_ms", 0), "the wait is longer than the step"),
+        (len(b.get("bucket_bytes", [])) == b.get("buckets") and abs(sum(b.get("bucket_bytes", [])) - grad) < 1,
+         f"bucket_bytes {b.get('bucket_bytes')}"),
     ]
     for ok, what in checks:
         if not ok:

@@ -41,7 +41,7 @@ static const char *help =
     "  --json          one JSON object: step_ms, fwd_ms, bwd_ms, opt_ms,\n"
     "                  tokens_per_s, gflops, peak_rss_mib and the configuration;\n"
     "                  under mpirun also ranks, buckets, grad_mib, wait_ms,\n"
-    "                  allreduce_ms, overlap, started_in_backward\n"
+    "                  allreduce_ms, overlap, started_in_backward, bucket_bytes\n"
     "  --help          this text\n"
     "\n" TG_CLI_MODEL_HELP
     "\n"
@@ -61,6 +61,7 @@ typedef struct {
     double ms[T_N];
     double tape_mib;
     tg_dist_ddp_stats dist;
+    json_t *buckets; /* each bucket's bytes, in all-reduce order */
     int ranks;
 } gpt_bench_result;
 
@@ -182,6 +183,13 @@ static int run(const gpt_bench_args *a, const tg_cli_model *mo, const tg_gpt_con
     }
     if (rc == TG_CLI_OK && ddp) {
         tg_dist_ddp_get_stats(ddp, &res->dist);
+        res->buckets = json_array();
+        for (int64_t k = 0; k < res->dist.buckets; k++) {
+            int64_t first, count;
+            size_t bytes;
+            tg_dist_ddp_bucket(ddp, k, &first, &count, &bytes);
+            json_array_append_new(res->buckets, json_integer((json_int_t)bytes));
+        }
         rc = time_all_reduce_alone(step, ddp, a->steps, t[T_ALONE]);
     }
     tg_dist_ddp_free(ddp);
@@ -285,6 +293,8 @@ int tg_cmd_bench_gpt(int argc, char **argv)
                 json_object_set_new(o, "allreduce_ms", json_real(alone));
                 json_object_set_new(o, "overlap", json_real(overlap));
                 json_object_set_new(o, "started_in_backward", json_integer(res.dist.started_in_backward));
+                json_object_set_new(o, "bucket_bytes", res.buckets);
+                res.buckets = NULL;
             }
             rc = tg_cli_print_json(CMD, o, JSON_REAL_PRECISION(9) | JSON_PRESERVE_ORDER);
         } else {
@@ -311,6 +321,7 @@ int tg_cmd_bench_gpt(int argc, char **argv)
             }
         }
     }
+    json_decref(res.buckets);
     free(buf);
     fflush(stdout);
     return rc;
