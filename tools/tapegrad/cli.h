@@ -90,11 +90,12 @@ int tg_cmd_bench_gpt(int argc, char **argv);
  * their error lines until show_errors (so that an error every rank meets
  * prints once). begin: --dist's checks (an MPI build, started by mpirun),
  * --batch divisible by the ranks, and the machine's cores shared among its
- * ranks unless --threads was given. agree: TG_CLI_OK when every rank's rc
- * was; otherwise the failing rank shows its lines and all return an error. */
+ * ranks unless --threads was given. */
 int tg_cli_dist_main(int (*command)(int, char **), int argc, char **argv);
 int tg_cli_dist_begin(const char *cmd, bool dist, int64_t batch, bool threads_set);
-int tg_cli_dist_agree(int rc);
+/* Every rank has set up (rc) or failed to: they agree, then the ddp (rank
+ * 0's model broadcast) with its defaults, and agree on that. */
+int tg_cli_dist_ddp(const char *cmd, int rc, tg_module *model, tg_dist_ddp **ddp);
 void tg_cli_dist_show_errors(void);
 
 /* Prints "tapegrad <cmd>: <message>" as exactly one line on stderr (newlines in

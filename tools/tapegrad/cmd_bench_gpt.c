@@ -141,13 +141,7 @@ static int run(const gpt_bench_args *a, const tg_cli_model *mo, const tg_gpt_con
         }
     }
     if (!y) rc = g ? tg_cli_lib_error(CMD, NULL) : tg_cli_error(CMD, "out of memory");
-    if (dist) { /* every rank built its model (or says why not), then the ddp's broadcast */
-        rc = tg_cli_dist_agree(rc);
-        if (rc == TG_CLI_OK) {
-            if (!(ddp = tg_dist_ddp_new(gpt, (tg_dist_ddp_options){0}))) rc = tg_cli_lib_error(CMD, NULL);
-            rc = tg_cli_dist_agree(rc);
-        }
-    }
+    if (dist) rc = tg_cli_dist_ddp(CMD, rc, gpt, &ddp);
     if (rc == TG_CLI_OK) tg_module_train(gpt, true);
     int64_t flat[2] = {-1, cfg->vocab_size}, n = -1;
     for (int64_t s = -1; rc == TG_CLI_OK && s < a->steps; s++) { /* s = -1: the warm-up step */

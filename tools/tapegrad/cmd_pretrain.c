@@ -839,10 +839,7 @@ static int dist_join(pt_run *r, int rc)
                 rc = tg_cli_error(CMD, "this rank's run differs from rank 0's: %s %g, rank 0 %g", ckf_names[k], fv[k],
                                   fv0[k]);
     }
-    /* twice: the ddp's broadcast is a collective every rank must reach */
-    if ((rc = tg_cli_dist_agree(rc)) != TG_CLI_OK) return rc;
-    if (!(r->ddp = tg_dist_ddp_new(r->gpt, (tg_dist_ddp_options){0}))) rc = tg_cli_lib_error(CMD, NULL);
-    return tg_cli_dist_agree(rc);
+    return tg_cli_dist_ddp(CMD, rc, r->gpt, &r->ddp);
 }
 
 /* ---- the run ------------------------------------------------------------------------------- */
