@@ -1,6 +1,7 @@
 /* The book's GPT-2 124M from C: tokenize a prompt, build the model after
  * manual_seed(123), generate greedily with and without the KV cache, decode.
- *   gpt_generate VOCAB_DIR ["prompt"]      (VOCAB_DIR: encoder.json, vocab.bpe) */
+ *   gpt_generate [VOCAB_DIR ["prompt"]]    (VOCAB_DIR: encoder.json, vocab.bpe;
+ *                                          by default the installed vocabulary) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,7 @@
 int main(int argc, char **argv)
 {
     const char *prompt = argc > 2 ? argv[2] : "Hello, I am";
-    tg_tokenizer *tok = tg_tokenizer_load_dir(argc > 1 ? argv[1] : "data/gpt2");
+    tg_tokenizer *tok = tg_tokenizer_load_dir(argc > 1 ? argv[1] : NULL);
     tg_tape *tp = tg_tape_new();
     int64_t *ids = NULL, out[2][1024 + NEW_TOKENS], n[2];
     size_t n_ids = 0;

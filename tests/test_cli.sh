@@ -91,6 +91,22 @@ assert d["bytes"] == 20479, d["bytes"]
 assert d["ids"][:4] == [40, 367, 2885, 1464], d["ids"][:4]
 assert d["mb_per_s"] > 0
 ' "$TMP/tok.json"; then ok; else bad "tokenize the-verdict --json: $(head -1 "$TMP/err")"; fi
+# --json streams the ids as the plain line writes them: the same ids
+if "$TG" tokenize --file "$DATA/the-verdict.txt" >"$TMP/tok.txt" 2>"$TMP/err" &&
+    $PY -c '
+import json, sys
+plain = [int(t) for t in open(sys.argv[2]).read().split()]
+assert json.load(open(sys.argv[1]))["ids"] == plain, "ids differ"
+' "$TMP/tok.json" "$TMP/tok.txt"; then ok; else bad "tokenize --json ids = plain ids: $(head -1 "$TMP/err")"; fi
+# output that cannot be written (a full disk) fails with one line, never exit 0
+for json in "" --json; do
+    if [ ! -w /dev/full ]; then break; fi
+    "$TG" tokenize --file "$DATA/the-verdict.txt" $json >/dev/full 2>"$TMP/err"
+    rc=$?
+    if [ $rc -eq 2 ] && grep -q "^tapegrad: writing standard output: " "$TMP/err" &&
+        [ "$(grep -vc 'tokens from' "$TMP/err")" -eq 1 ]; then ok
+    else bad "tokenize $json >/dev/full: exit $rc, $(cat "$TMP/err")"; fi
+done
 if "$TG" tokenize --decode "40 367 2885 1464" --json >"$TMP/dec.json" 2>"$TMP/err" &&
     $PY -c '
 import json, sys
@@ -180,6 +196,8 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 for k in ("fwd_ms", "bwd_ms", "step_ms", "gflops", "peak_rss_mib"):
     assert isinstance(d[k], (int, float)) and d[k] >= 0, k
+# the BLAS and its threading (tg_blas_info), as tools/check_install.sh reads it
+assert d["blas"].endswith(" build)") or d["blas"].startswith("a CBLAS"), d["blas"]
 ' "$TMP/bench.json"; then ok; else bad "bench --json $* ($(head -1 "$TMP/err"))"; fi
 }
 check_bench

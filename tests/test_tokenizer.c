@@ -246,9 +246,57 @@ static void test_null_arguments(void **state)
     tu_assert_status_error(tg_tokenizer_decode(NULL, NULL, 0, &text, &len), "NULL");
     tu_assert_status_error(tg_tokenizer_decode(tok, NULL, 1, &text, &len), "NULL");
     tu_assert_null_error(tg_tokenizer_load(NULL, "x"), "NULL");
-    tu_assert_null_error(tg_tokenizer_load_dir(NULL), "NULL");
     assert_int_equal(tg_tokenizer_vocab_size(NULL), -1);
     tg_tokenizer_free(NULL);
+}
+
+/* tg_tokenizer_load_dir(NULL): $TAPEGRAD_DATA/gpt2, else the installed
+ * vocabulary (a build tree's prefix may or may not hold one). */
+static void test_default_dir(void **state)
+{
+    (void)state;
+    char *saved = getenv("TAPEGRAD_DATA") ? strdup(getenv("TAPEGRAD_DATA")) : NULL;
+    char data[4096], want[4096 + 8];
+    data_path(data, sizeof data, "");
+    snprintf(want, sizeof want, "%s/gpt2", data);
+
+    assert_int_equal(setenv("TAPEGRAD_DATA", data, 1), 0);
+    const char *dir = tg_tokenizer_default_dir();
+    assert_non_null(dir);
+    assert_string_equal(dir, want);
+    tg_tokenizer *t = tg_tokenizer_load_dir(NULL);
+    assert_non_null(t);
+    int64_t *ids;
+    size_t n;
+    assert_int_equal(tg_tokenizer_encode(t, "Hello", 5, &ids, &n), TG_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(ids[0], 15496);
+    free(ids);
+    tg_tokenizer_free(t);
+
+    assert_int_equal(setenv("TAPEGRAD_DATA", "/nonexistent/tapegrad-data", 1), 0);
+    tu_assert_null_error(tg_tokenizer_default_dir(), "TAPEGRAD_DATA=/nonexistent/tapegrad-data has no gpt2/encoder.json");
+    tu_assert_null_error(tg_tokenizer_load_dir(NULL), "has no gpt2/encoder.json");
+    char *longdir = malloc(5000);
+    assert_non_null(longdir);
+    memset(longdir, 'a', 4999);
+    longdir[4999] = '\0';
+    assert_int_equal(setenv("TAPEGRAD_DATA", longdir, 1), 0);
+    tu_assert_null_error(tg_tokenizer_load_dir(NULL), "TAPEGRAD_DATA is too long");
+    free(longdir);
+
+    /* unset: the installed folder, or an error that says it is not installed */
+    assert_int_equal(unsetenv("TAPEGRAD_DATA"), 0);
+    dir = tg_tokenizer_default_dir();
+    if (dir) {
+        char path[4096 + 16];
+        snprintf(path, sizeof path, "%s/encoder.json", dir);
+        assert_int_equal(access(path, R_OK), 0);
+    } else {
+        assert_non_null(strstr(tg_last_error(), "not installed"));
+    }
+    if (saved) setenv("TAPEGRAD_DATA", saved, 1);
+    free(saved);
 }
 
 /* ---- malformed vocabulary files ---------------------------------------------------------------- */
@@ -380,6 +428,7 @@ int main(void)
         cmocka_unit_test(test_round_trip_random), cmocka_unit_test(test_cache_overflow),
         cmocka_unit_test(test_invalid_utf8),      cmocka_unit_test(test_decode),
         cmocka_unit_test(test_null_arguments),    cmocka_unit_test(test_malformed_vocabulary),
+        cmocka_unit_test(test_default_dir),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

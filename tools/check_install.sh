@@ -16,7 +16,20 @@
 #       tg_[a-z0-9_]+ followed by `(` outside comments and #define lines),
 #       and none may start with tg__ or tg_k_ (private by convention);
 #   (e) libtapegrad.a links statically with `pkg-config --static --libs
-#       tapegrad` (Libs.private is complete) and that program runs.
+#       tapegrad` (Libs.private is complete) and that program runs; with
+#       the run path `pkg-config --variable=blas_rpath tapegrad` names, it
+#       loads the OpenMP OpenBLAS;
+#   (f) the installed library is the fast one (meson.build, "BLAS"): a
+#       program built against it and the installed tapegrad resolve
+#       libopenblas.so.0 to OpenBLAS's OpenMP build (ldd), whichever flavour
+#       Debian's alternatives select; tapegrad runs without LD_LIBRARY_PATH
+#       and reports that build (bench --json "blas"); its bench step is
+#       within BENCH_RATIO of the build tree's tapegrad (the same code;
+#       alternating runs, medians; once more with more runs before failing,
+#       as the machine is noisy); `pkg-config --variable=datadir tapegrad`
+#       is the installed vocabulary's folder, and the installed tapegrad and
+#       gpt_generate (run with no argument in (c): tg_tokenizer_load_dir(NULL))
+#       find it with TAPEGRAD_DATA unset.
 # Every step runs; the offending names are printed. Exit status 0 if all
 # passed, 1 if any failed, 2 if the build or install itself failed.
 #
@@ -30,11 +43,10 @@ RUN_TIMEOUT=120
 # Installed examples that are compiled but not run (ones that need arguments
 # or input files); none so far.
 SKIP_RUN=()
-# Examples run with arguments: gpt_generate takes the installed vocabulary
-# (<datadir>/tapegrad/gpt2), which so checks that it is installed too;
-# pretrain the installed data directory (the vocabulary and the-verdict.txt)
-# and its small run.
-declare -A RUN_ARGS=([gpt_generate]=VOCAB [pretrain]=DATA)
+# Examples run with arguments: pretrain the installed data directory (the
+# vocabulary and the-verdict.txt) and its small run. gpt_generate runs with
+# none: it loads the installed vocabulary (tg_tokenizer_load_dir(NULL)).
+declare -A RUN_ARGS=([pretrain]=DATA)
 # Linked statically against libtapegrad.a in step (e).
 STATIC_EXAMPLE=train_toy
 
@@ -114,9 +126,8 @@ for src in "${exdir:-/nonexistent}"/*.c; do
   if [[ " ${SKIP_RUN[*]} " == *" $name "* ]]; then pass "(c) $name: compiles (not run: SKIP_RUN)"; continue; fi
   t0=$SECONDS rc=0
   args=()
-  [ "${RUN_ARGS[$name]:-}" = VOCAB ] && args=("$(dirname "$exdir")/gpt2")
   [ "${RUN_ARGS[$name]:-}" = DATA ] && args=("$(dirname "$exdir")" small)
-  (cd "$work" && timeout "$RUN_TIMEOUT" "./$name" "${args[@]}") >"$work/$name.out" 2>&1 || rc=$?
+  (cd "$work" && env -u TAPEGRAD_DATA timeout "$RUN_TIMEOUT" "./$name" "${args[@]}") >"$work/$name.out" 2>&1 || rc=$?
   if [ "$rc" -eq 0 ]; then pass "(c) $name: compiles, runs, exit 0 in $((SECONDS - t0)) s"
   else fail "(c) $name: exit status $rc after $((SECONDS - t0)) s (124: timeout):"; tail -n 10 "$work/$name.out" | indent; fi
 done
@@ -153,8 +164,14 @@ else
   [ "$n_priv" -eq 0 ] || { echo "      of which tg__*/tg_k_*:"; indent <<<"$private"; }
 fi
 
+# The file libopenblas.so.0 resolves to for a program or library, as the
+# loader finds it without LD_LIBRARY_PATH ("" if it does not load one).
+blas_of() { env -u LD_LIBRARY_PATH ldd "$1" 2>/dev/null | awk '$1 == "libopenblas.so.0" { print $3 }'; }
+ompdir=$(pkg-config --variable=blas_rpath tapegrad)
+
 echo "=== check_install: (e) static link of $STATIC_EXAMPLE with pkg-config --static ==="
 read -r -a static_flags <<<"$(pkg-config --cflags --static --libs tapegrad | sed 's/\(^\| \)-ltapegrad\( \|$\)/\1-l:libtapegrad.a\2/')"
+[ -z "$ompdir" ] || static_flags+=("-Wl,-rpath,$ompdir")
 if ! (cd "$work" && "$CC" -std=c11 -Wall -Wextra -Werror "$STATIC_EXAMPLE.c" -o "$STATIC_EXAMPLE-static" \
         "${static_flags[@]}" -lm) >"$work/static.log" 2>&1; then
   fail "(e) $STATIC_EXAMPLE does not link against libtapegrad.a:"; head -n 20 "$work/static.log" | indent
@@ -162,8 +179,69 @@ elif ldd "$work/$STATIC_EXAMPLE-static" | grep -q libtapegrad; then
   fail "(e) $STATIC_EXAMPLE-static still loads libtapegrad.so"
 elif ! (cd "$work" && timeout "$RUN_TIMEOUT" "./$STATIC_EXAMPLE-static") >"$work/static.out" 2>&1; then
   fail "(e) $STATIC_EXAMPLE-static does not run:"; tail -n 10 "$work/static.out" | indent
+elif [ -n "$ompdir" ] && [[ "$(blas_of "$work/$STATIC_EXAMPLE-static")" != "$ompdir"/* ]]; then
+  fail "(e) $STATIC_EXAMPLE-static, linked with -Wl,-rpath,$ompdir, loads '$(blas_of "$work/$STATIC_EXAMPLE-static")'"
 else
   pass "(e) $STATIC_EXAMPLE linked against libtapegrad.a (${static_flags[*]//$PREFIX/<prefix>}) runs"
+fi
+
+echo "=== check_install: (f) the installed library and tapegrad are the fast ones ==="
+exe=$PREFIX/bin/tapegrad
+tree_exe=$BUILD/tools/tapegrad
+selected=$(readlink -f "$(ldconfig -p | awk '$1 == "libopenblas.so.0" { print $NF; exit }')" 2>/dev/null || true)
+if [ -z "$ompdir" ]; then
+  pass "(f) built without OpenBLAS's OpenMP build (blas_rpath is empty): no flavour to check"
+else
+  for bin in "$so" "$exe" "$work/$STATIC_EXAMPLE"; do
+    got=$(blas_of "$bin")
+    if [[ "$got" == "$ompdir"/* ]]; then pass "(f) ${bin#"$TMP"/} loads $got"
+    else fail "(f) ${bin#"$TMP"/} loads libopenblas.so.0 from '${got:-nowhere}', not $ompdir"; fi
+  done
+  echo "        (the system's alternatives select ${selected:-no libopenblas.so.0})"
+fi
+if v=$(cd / && env -u LD_LIBRARY_PATH "$exe" --version 2>&1); then pass "(f) installed tapegrad runs without LD_LIBRARY_PATH: $v"
+else fail "(f) installed tapegrad does not run without LD_LIBRARY_PATH:"; indent <<<"$v"; fi
+datadir=$(pkg-config --variable=datadir tapegrad)
+if [[ "$datadir" == "$PREFIX"/* ]] && [ -f "$datadir/encoder.json" ] && [ -f "$datadir/vocab.bpe" ]; then
+  pass "(f) pkg-config --variable=datadir tapegrad: ${datadir/#$PREFIX/<prefix>} holds encoder.json and vocab.bpe"
+else fail "(f) pkg-config --variable=datadir tapegrad: '$datadir' is not the installed vocabulary's folder"; fi
+ids=$(cd / && env -u LD_LIBRARY_PATH -u TAPEGRAD_DATA "$exe" tokenize --text "Hello, world" 2>"$TMP/tok.err")
+if [ "$ids" = "15496 11 995" ]; then pass "(f) installed tapegrad tokenize finds the installed vocabulary"
+else fail "(f) installed tapegrad tokenize --text 'Hello, world': '$ids' $(head -n 1 "$TMP/tok.err")"; fi
+
+# The bench step of the installed tapegrad and the build tree's, alternating,
+# n runs each; prints "installed_ms tree_ms ratio blas".
+BENCH_RATIO=1.3
+bench_pair() {
+  local n=$1 i
+  : >"$TMP/bench.inst"; : >"$TMP/bench.tree"
+  for ((i = 0; i < n; i++)); do
+    (cd / && env -u LD_LIBRARY_PATH "$exe" bench --steps 5 --json) >>"$TMP/bench.inst" 2>>"$TMP/bench.err" || return 1
+    (cd / && env -u LD_LIBRARY_PATH "$tree_exe" bench --steps 5 --json) >>"$TMP/bench.tree" 2>>"$TMP/bench.err" || return 1
+  done
+  python3 - "$TMP/bench.inst" "$TMP/bench.tree" <<'EOF'
+import json, statistics, sys
+runs = [[json.loads(l) for l in open(p) if l.strip()] for p in sys.argv[1:]]
+inst, tree = (statistics.median(r["step_ms"] for r in rs) for rs in runs)
+print("%.1f %.1f %.3f %s" % (inst, tree, max(inst, tree) / min(inst, tree), runs[0][0]["blas"]))
+EOF
+}
+within() { python3 -c "import sys; sys.exit(0 if $1 <= $BENCH_RATIO else 1)"; }
+result=""
+for n in 3 5; do
+  result=$(bench_pair "$n") || { result=""; break; }
+  read -r inst_ms tree_ms ratio blas <<<"$result"
+  within "$ratio" || [ "$n" = 5 ] && break
+  echo "        bench: installed $inst_ms ms, build tree $tree_ms ms per step (${ratio}x, $n runs each); once more"
+done
+if [ -z "$result" ]; then
+  fail "(f) tapegrad bench failed:"; tail -n 5 "$TMP/bench.err" | indent
+else
+  read -r inst_ms tree_ms ratio blas <<<"$result"
+  msg="installed $inst_ms ms, build tree $tree_ms ms per step (medians of $n alternating runs each, ${ratio}x; BLAS: $blas)"
+  if ! within "$ratio"; then fail "(f) bench: more than ${BENCH_RATIO}x apart: $msg"
+  elif [ -n "$ompdir" ] && [[ "$blas" != *"(OpenMP build)" ]]; then fail "(f) bench: the installed tapegrad runs on $blas"
+  else pass "(f) bench: $msg"; fi
 fi
 
 if [ ${#failed[@]} -eq 0 ]; then echo "=== check_install: all passed ($((SECONDS)) s) ==="; exit 0; fi

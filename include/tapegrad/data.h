@@ -4,7 +4,8 @@
  * shuffle exactly as PyTorch's DataLoader.
  *
  * A tokenizer reads GPT-2's encoder.json and vocab.bpe once (the project
- * ships them: data/gpt2/, installed to share/tapegrad/gpt2/). Encoding
+ * ships them: data/gpt2/, installed to share/tapegrad/gpt2/, found by
+ * tg_tokenizer_load_dir(NULL)). Encoding
  * splits the text at "<|endoftext|>" (which becomes its id, 50256), cuts the
  * rest with GPT-2's pattern (PCRE2), maps each piece's bytes through the
  * byte-level alphabet and merges pairs by lowest rank; decoding gives back
@@ -24,8 +25,16 @@ typedef struct tg_tokenizer tg_tokenizer;
 /* Reads encoder.json (with jansson) and vocab.bpe; NULL and a message naming
  * the file and the problem if either is missing or malformed. */
 TG_API tg_tokenizer *tg_tokenizer_load(const char *encoder_json_path, const char *vocab_bpe_path);
-/* dir/encoder.json and dir/vocab.bpe. */
+/* dir/encoder.json and dir/vocab.bpe. dir NULL: the folder
+ * tg_tokenizer_default_dir() names. */
 TG_API tg_tokenizer *tg_tokenizer_load_dir(const char *dir);
+/* The folder of GPT-2's vocabulary: $TAPEGRAD_DATA/gpt2 when the
+ * environment variable TAPEGRAD_DATA is set (a data folder as installed:
+ * gpt2/ and the-verdict.txt), else the installed one,
+ * <prefix>/share/tapegrad/gpt2 (`pkg-config --variable=datadir tapegrad`).
+ * NULL with a message if that folder holds no encoder.json. The string
+ * stays valid until the next call on the same thread. */
+TG_API const char *tg_tokenizer_default_dir(void);
 TG_API void tg_tokenizer_free(tg_tokenizer *tok);
 /* Number of ids (50257 for GPT-2: one more than the largest id). */
 TG_API int64_t tg_tokenizer_vocab_size(const tg_tokenizer *tok);

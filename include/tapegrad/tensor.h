@@ -86,6 +86,15 @@ TG_API void *tg_error(const char *fmt, ...);
 /* Same, returning the status code given (TG_EINVAL, ...). */
 TG_API int tg_error_status(int status, const char *fmt, ...);
 
+/* ---- the BLAS it runs on --------------------------------------------- */
+
+/* The BLAS this process loaded and how it threads, as
+ * torch.__config__.show() reports PyTorch's, e.g. "OpenBLAS 0.3.21 ...
+ * USE_OPENMP ... (OpenMP build)". The OpenMP build shares one thread pool
+ * with the library's own OpenMP regions; a "(pthreads build)" fights them
+ * for the cores, several times slower (README.md, "Installing"). */
+TG_API const char *tg_blas_info(void);
+
 /* ---- tapes ----------------------------------------------------------- */
 
 /* A new empty tape; NULL if out of memory. Free with tg_tape_free. */

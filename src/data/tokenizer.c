@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "data_internal.h"
 
@@ -376,9 +377,40 @@ tg_tokenizer *tg_tokenizer_load(const char *encoder_json_path, const char *vocab
     return t;
 }
 
+#ifndef TG_DATA_INSTALLED
+#define TG_DATA_INSTALLED ""
+#endif
+
+/* dir + "/" + name in buf; false (with a message naming what) if too long. */
+static bool join_path(char *buf, size_t size, const char *dir, const char *name, const char *what)
+{
+    int n = snprintf(buf, size, "%s/%s", dir, name);
+    if (n < 0 || (size_t)n >= size) {
+        tg_error("tokenizer: %s is too long (%zu bytes)", what, strlen(dir));
+        return false;
+    }
+    return true;
+}
+
+const char *tg_tokenizer_default_dir(void)
+{
+    static _Thread_local char dir[4096];
+    char probe[4096 + 16];
+    const char *env = getenv("TAPEGRAD_DATA");
+    bool from_env = env && *env;
+    if (!join_path(dir, sizeof dir, from_env ? env : TG_DATA_INSTALLED, "gpt2",
+                   from_env ? "TAPEGRAD_DATA" : "the installed data folder") ||
+        !join_path(probe, sizeof probe, dir, "encoder.json", "the vocabulary's path"))
+        return NULL;
+    if (access(probe, R_OK) == 0) return dir;
+    if (from_env) return tg_error("TAPEGRAD_DATA=%.300s has no gpt2/encoder.json", env);
+    return tg_error("GPT-2's vocabulary is not installed (%.300s/encoder.json: not readable); "
+                    "set TAPEGRAD_DATA to the folder that holds gpt2/", dir);
+}
+
 tg_tokenizer *tg_tokenizer_load_dir(const char *dir)
 {
-    if (!dir) return tg_error("tokenizer: NULL directory");
+    if (!dir && !(dir = tg_tokenizer_default_dir())) return NULL;
     size_t n = strlen(dir) + 16;
     char *a = malloc(n), *b = malloc(n);
     tg_tokenizer *t = NULL;

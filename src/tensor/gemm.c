@@ -7,6 +7,8 @@
 #include "internal.h"
 
 #include <cblas.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -181,4 +183,29 @@ void tg_k_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bo
     } else {
         for (int64_t bi = 0; bi < nb; bi++) gemm_one(&job, bi);
     }
+}
+
+/* ---- the BLAS this process runs on --------------------------------------------------------------- */
+
+#if TG_HAVE_OPENBLAS_INFO
+static char blas_info[320];
+
+static void blas_info_init(void)
+{
+    int par = openblas_get_parallel();
+    const char *kind = par == 2 ? "OpenMP build" : par == 1 ? "pthreads build" : "sequential build";
+    const char *cfg = openblas_get_config();
+    snprintf(blas_info, sizeof blas_info, "%.250s (%s)", cfg ? cfg : "OpenBLAS", kind);
+}
+#endif
+
+const char *tg_blas_info(void)
+{
+#if TG_HAVE_OPENBLAS_INFO
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, blas_info_init);
+    return blas_info;
+#else
+    return "a CBLAS without OpenBLAS's build queries (threading unknown)";
+#endif
 }

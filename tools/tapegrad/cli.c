@@ -60,6 +60,15 @@ double tg_cli_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+void tg_cli_warn_blas(const char *cmd)
+{
+    const char *info = tg_blas_info();
+    if (strstr(info, "(pthreads build)"))
+        fprintf(stderr, "tapegrad %s: warning: the BLAS loaded is OpenBLAS's pthreads build, whose threads fight "
+                        "OpenMP's for the cores (several times slower); install libopenblas-openmp-dev and "
+                        "rebuild, or see README.md, \"Installing\"\n", cmd);
+}
+
 int tg_cli_print_json(const char *cmd, json_t *o, size_t flags)
 {
     char *text = o ? json_dumps(o, flags) : NULL;

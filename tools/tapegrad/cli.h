@@ -41,10 +41,8 @@ int tg_cmd_generate(int argc, char **argv);
 int tg_cmd_tokenize(int argc, char **argv);
 int tg_cmd_pretrain(int argc, char **argv);
 
-/* The directory holding gpt2/encoder.json and gpt2/vocab.bpe
- * (tools/tapegrad/datadir.c), or NULL with a message. */
-const char *tg_cli_data_dir(void);
-/* The GPT-2 tokenizer from there, or NULL with a message. The CLI owns it
+/* The GPT-2 tokenizer from $TAPEGRAD_DATA/gpt2, the installed vocabulary
+ * or the source tree's (tools/tapegrad/datadir.c), or NULL with a message. The CLI owns it
  * (loaded once per process): callers do not free it. */
 tg_tokenizer *tg_cli_tokenizer(void);
 
@@ -115,6 +113,11 @@ char *tg_cli_read_file(const char *cmd, const char *opt, const char *path, bool 
 double tg_cli_median(double *v, int64_t n);
 /* Seconds on the monotonic clock. */
 double tg_cli_now(void);
+/* One warning line on stderr for cmd when the BLAS loaded is not one that
+ * shares OpenMP's threads (tg_blas_info: OpenBLAS's pthreads build, several
+ * times slower here); commands that train or time call it before they
+ * start. */
+void tg_cli_warn_blas(const char *cmd);
 /* --json output: prints o (dumped with jansson's flags) as one line on
  * stdout and releases it; TG_CLI_OK, or TG_CLI_USAGE with a message. */
 int tg_cli_print_json(const char *cmd, json_t *o, size_t flags);

@@ -70,6 +70,7 @@ static int run(tg_tape *model, tg_tape *step, const bench_args *a, double *t_fwd
                             (long long)B, (long long)T, (long long)d_in, (long long)d_out, (long long)H,
                             TG_CLI_MEMORY_BUDGET / (1024.0 * 1024 * 1024));
     if (tg_cli_check_only) return TG_CLI_OK;
+    tg_cli_warn_blas(CMD);
     if (a->threads_set) omp_set_num_threads((int)a->threads);
 
     tg_manual_seed(123);
@@ -178,6 +179,7 @@ int tg_cmd_bench(int argc, char **argv)
             json_object_set_new(o, "dropout", json_real(a.dropout));
             json_object_set_new(o, "steps", json_integer(a.steps));
             json_object_set_new(o, "threads", json_integer(threads));
+            json_object_set_new(o, "blas", json_string(tg_blas_info()));
             json_object_set_new(o, "fwd_ms", json_real(fwd));
             json_object_set_new(o, "bwd_ms", json_real(bwd));
             json_object_set_new(o, "step_ms", json_real(stp));
@@ -196,6 +198,7 @@ int tg_cmd_bench(int argc, char **argv)
             printf("  %-10s %12.3f ms\n", "step", stp);
             printf("  %-10s %12.2f GFLOP/s\n", "speed", gflops);
             printf("  %-10s %12.1f MiB\n", "peak RSS", rss);
+            printf("  %-10s %s\n", "BLAS", tg_blas_info());
         }
     }
     free(t);

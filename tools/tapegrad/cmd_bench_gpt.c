@@ -232,6 +232,7 @@ int tg_cmd_bench_gpt(int argc, char **argv)
     int rc = tg_cli_dist_begin(CMD, a.dist, a.batch, a.threads_set);
     if (rc != TG_CLI_OK) return rc;
     bool dist = a.dist || tg_dist_launched() > 0;
+    if (tg_dist_rank() == 0) tg_cli_warn_blas(CMD);
 
     double *t[T_N];
     double *buf = calloc((size_t)T_N * (size_t)a.steps, sizeof(double));
@@ -270,6 +271,7 @@ int tg_cmd_bench_gpt(int argc, char **argv)
             json_object_set_new(o, "dropout", json_real(cfg.drop_rate));
             json_object_set_new(o, "steps", json_integer(a.steps));
             json_object_set_new(o, "threads", json_integer(threads));
+            json_object_set_new(o, "blas", json_string(tg_blas_info()));
             json_object_set_new(o, "fwd_ms", json_real(fwd));
             json_object_set_new(o, "bwd_ms", json_real(bwd));
             json_object_set_new(o, "opt_ms", json_real(opt));
@@ -305,6 +307,7 @@ int tg_cmd_bench_gpt(int argc, char **argv)
             printf("  %-10s %12.2f GFLOP/s (%.1f GFLOP per step)\n", "", gflops, flops / 1e9);
             printf("  %-10s %12.1f MiB\n", "peak RSS", rss);
             printf("  %-10s %12.1f MiB (activations and gradients of one step)\n", "step tape", res.tape_mib);
+            printf("  %-10s %s\n", "BLAS", tg_blas_info());
             if (dist) {
                 printf("  %-10s %12.1f ms waiting after backward: %d ranks, %.1f MiB of gradients in %lld buckets, "
                        "%lld started during backward\n",

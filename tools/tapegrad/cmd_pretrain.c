@@ -962,6 +962,7 @@ static int pretrain(int argc, char **argv)
     int drc = tg_cli_dist_begin(CMD, a.dist, a.batch, a.threads != 0);
     if (drc != TG_CLI_OK) return drc;
     r.rank = tg_dist_rank(), r.size = tg_dist_size(), r.lead = r.rank == 0;
+    if (r.lead) tg_cli_warn_blas(CMD);
     r.progress = isatty(STDERR_FILENO) && !a.json && r.lead;
     r.model_tape = tg_tape_new();
     r.step_tape = tg_tape_new();

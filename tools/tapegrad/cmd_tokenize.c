@@ -25,7 +25,8 @@ static const char *tokenize_help =
     "                    null if the ids end inside a UTF-8 character)\n"
     "\n"
     "The vocabulary (gpt2/encoder.json, gpt2/vocab.bpe) is found in $TAPEGRAD_DATA,\n"
-    "the installed share/tapegrad/, or the source tree's data/.\n";
+    "the installed share/tapegrad/ (pkg-config --variable=datadir tapegrad), or\n"
+    "the source tree's data/.\n";
 
 /* "ID ID ..." (spaces, tabs or commas between) -> ids; -1 with a message. */
 static int parse_ids(const char *s, int64_t vocab, int64_t **ids, size_t *n)
@@ -92,15 +93,16 @@ static int decode(tg_tokenizer *tok, const char *spec, bool json)
     return rc;
 }
 
-/* The ids space-separated on one line (ids are in [0, 2^31): no sign; a
- * million of them print in milliseconds, not through printf). */
-static void print_ids(const int64_t *ids, size_t n)
+/* The ids separated by sep, streamed to stdout through one buffer: no JSON
+ * tree, no printf (ids are in [0, 2^31): no sign; a million print in
+ * milliseconds). */
+static void write_ids(const int64_t *ids, size_t n, char sep)
 {
     char buf[1 << 16];
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
         if (o > sizeof buf - 24) fwrite(buf, 1, o, stdout), o = 0;
-        if (i) buf[o++] = ' ';
+        if (i) buf[o++] = sep;
         char d[20];
         int k = 0;
         uint64_t v = (uint64_t)ids[i];
@@ -108,8 +110,30 @@ static void print_ids(const int64_t *ids, size_t n)
         while (v);
         while (k) buf[o++] = d[--k];
     }
-    buf[o++] = '\n';
     fwrite(buf, 1, o, stdout);
+}
+
+/* --json: {"ids": [...], "tokens", "bytes", "seconds", "mb_per_s"} on one
+ * line. The ids are streamed; the rest is one small jansson object whose
+ * text follows them. */
+static int print_encode_json(const int64_t *ids, size_t n, size_t len, double seconds, double mbps)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "tokens", json_integer((json_int_t)n));
+    json_object_set_new(o, "bytes", json_integer((json_int_t)len));
+    json_object_set_new(o, "seconds", json_real(seconds));
+    json_object_set_new(o, "mb_per_s", json_real(mbps));
+    char *rest = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+    json_decref(o);
+    if (!rest || rest[0] != '{') {
+        free(rest);
+        return tg_cli_error("tokenize", "--json: out of memory");
+    }
+    fputs("{\"ids\":[", stdout);
+    write_ids(ids, n, ',');
+    printf("],%s\n", rest + 1);
+    free(rest);
+    return TG_CLI_OK;
 }
 
 static int encode(tg_tokenizer *tok, const char *text, size_t len, bool json)
@@ -122,15 +146,10 @@ static int encode(tg_tokenizer *tok, const char *text, size_t len, bool json)
     double mbps = seconds > 0 ? (double)len / 1e6 / seconds : 0.0;
     int rc = TG_CLI_OK;
     if (json) {
-        json_t *o = json_object();
-        json_object_set_new(o, "ids", tg_cli_json_ids(ids, n));
-        json_object_set_new(o, "tokens", json_integer((json_int_t)n));
-        json_object_set_new(o, "bytes", json_integer((json_int_t)len));
-        json_object_set_new(o, "seconds", json_real(seconds));
-        json_object_set_new(o, "mb_per_s", json_real(mbps));
-        rc = tg_cli_print_json("tokenize", o, JSON_COMPACT | JSON_ENSURE_ASCII);
+        rc = print_encode_json(ids, n, len, seconds, mbps);
     } else {
-        print_ids(ids, n);
+        write_ids(ids, n, ' ');
+        putchar('\n');
         fflush(stdout);
         fprintf(stderr, "%zu tokens from %zu bytes in %.3f ms (%.1f MB/s)\n", n, len, seconds * 1e3, mbps);
     }

@@ -1,7 +1,7 @@
-/* Where the CLI finds GPT-2's vocabulary (README.md, "Tokenizer"): the
- * directory in $TAPEGRAD_DATA, else the installed share/tapegrad, else the
- * source tree's data/ (a build run in place). Each must hold
- * gpt2/encoder.json. */
+/* Where the CLI finds GPT-2's vocabulary (README.md, "Tokenizer"): where
+ * the library looks (tg_tokenizer_default_dir: $TAPEGRAD_DATA/gpt2, else the
+ * installed share/tapegrad/gpt2), else the source tree's data/gpt2 (a build
+ * run in place). */
 #include "cli.h"
 
 #include <stdio.h>
@@ -9,33 +9,26 @@
 #include <string.h>
 #include <unistd.h>
 
-#ifndef TG_DATA_INSTALLED
-#define TG_DATA_INSTALLED ""
-#endif
 #ifndef TG_DATA_SOURCE
 #define TG_DATA_SOURCE ""
 #endif
 
-static bool has_vocab(const char *dir)
+static const char *vocab_dir(void)
 {
-    char path[4096];
-    if (!dir || !*dir || snprintf(path, sizeof path, "%s/gpt2/encoder.json", dir) >= (int)sizeof path) return false;
-    return access(path, R_OK) == 0;
-}
-
-const char *tg_cli_data_dir(void)
-{
+    static const char source[] = TG_DATA_SOURCE "/gpt2";
+    const char *dir = tg_tokenizer_default_dir();
+    if (dir) return dir;
     const char *env = getenv("TAPEGRAD_DATA");
-    if (env && *env) {
-        if (has_vocab(env)) return env;
-        tg_error("TAPEGRAD_DATA=%.300s has no gpt2/encoder.json", env);
-        return NULL;
+    if (env && *env) return NULL; /* its message stands */
+    char path[sizeof source + 16];
+    snprintf(path, sizeof path, "%s/encoder.json", source);
+    if (*TG_DATA_SOURCE && access(path, R_OK) == 0) {
+        tg_clear_error();
+        return source;
     }
-    if (has_vocab(TG_DATA_INSTALLED)) return TG_DATA_INSTALLED;
-    if (has_vocab(TG_DATA_SOURCE)) return TG_DATA_SOURCE;
-    tg_error("GPT-2's vocabulary (gpt2/encoder.json) is neither installed (%s) nor in the source tree (%s); "
+    tg_error("GPT-2's vocabulary (gpt2/encoder.json) is neither installed nor in the source tree (%s); "
              "set TAPEGRAD_DATA to the directory that holds gpt2/",
-             TG_DATA_INSTALLED, TG_DATA_SOURCE);
+             TG_DATA_SOURCE);
     return NULL;
 }
 
@@ -52,15 +45,14 @@ static void free_cached(void)
 
 tg_tokenizer *tg_cli_tokenizer(void)
 {
-    const char *dir = tg_cli_data_dir();
+    const char *dir = vocab_dir();
     if (!dir) return NULL;
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s/gpt2", dir) >= (int)sizeof path) return tg_error("data directory path too long");
-    if (cached && strcmp(path, cached_dir) == 0) return cached;
+    if (cached && strcmp(dir, cached_dir) == 0) return cached;
+    if (strlen(dir) >= sizeof cached_dir) return tg_error("data directory path too long");
     static bool registered;
     if (!registered) registered = atexit(free_cached) == 0;
     free_cached();
-    cached = tg_tokenizer_load_dir(path);
-    if (cached) snprintf(cached_dir, sizeof cached_dir, "%s", path);
+    cached = tg_tokenizer_load_dir(dir);
+    if (cached) snprintf(cached_dir, sizeof cached_dir, "%s", dir);
     return cached;
 }
