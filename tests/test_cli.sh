@@ -231,7 +231,7 @@ if "$TG" pretrain $TINY --epochs 1 --json --plot "$TMP/loss.svg" >"$TMP/pt.json"
     tail -1 "$TMP/pt.json" | "$PY" -c '
 import json, sys
 o = json.loads(sys.stdin.read())
-assert set(o) == {"rows", "samples", "seconds", "tokens_per_s"}, o.keys()
+assert set(o) == {"rows", "samples", "seconds", "precision", "tokens_per_s"} and o["precision"] == "exact", o.keys()
 r = o["rows"][0]
 assert set(r) == {"epoch", "step", "train_loss", "val_loss", "tokens_seen"} and r["step"] == 0 and r["tokens_seen"] == 64, r
 assert len(o["samples"]) == 1 and o["samples"][0].startswith("Every effort moves you"), o["samples"]

@@ -202,6 +202,12 @@ TG_API tg_tensor *tg_embedding(tg_tape *tp, tg_tensor *weight, const tg_tensor *
 /* The book's LayerNorm over the last dim in one node (NativeLayerNormBackward0):
  * scale * (x - mean) / sqrt(var_biased + eps) + shift; scale, shift (D). */
 TG_API tg_tensor *tg_layer_norm(tg_tape *tp, tg_tensor *x, tg_tensor *scale, tg_tensor *shift, double eps);
+/* RMSNorm over the last dim in one node (RmsNormBackward0): x / sqrt(mean(x^2)
+ * + eps) * weight; weight (D). Sums in double: FAST numerics (its composed
+ * form is in the layer table below). */
+TG_API tg_tensor *tg_rms_norm(tg_tape *tp, tg_tensor *x, tg_tensor *weight, double eps);
+/* F.silu: x * sigmoid(x) in one node (SiluBackward0), PyTorch's formulas. */
+TG_API tg_tensor *tg_silu(tg_tape *tp, tg_tensor *x);
 
 /* ---- dropout --------------------------------------------------------------- */
 
@@ -217,6 +223,44 @@ TG_API tg_tensor *tg_dropout(tg_tape *tp, tg_tensor *x, double p, tg_generator *
  * log-sum-exp. q, k, v: (..., T, hd) of the same shape. */
 TG_API tg_tensor *tg_scaled_dot_product_attention(tg_tape *tp, tg_tensor *q, tg_tensor *k, tg_tensor *v,
                                            bool causal, double dropout_p, tg_generator *g);
+
+/* ---- layers and their numerics (README.md, "Numerics") --------------------- */
+
+/* Every layer with more than one way to compute it is one entry of one
+ * table: the book's composition of recorded ops (the oracle, and the graph
+ * the unfused modules record), its exact op (one node with the composed
+ * graph's bits, forward and backward), its fast op (float32, the library's
+ * own kernel and call shapes, within fast_tol of the oracle), and the bf16
+ * slot. tg_layer_apply picks the variant for a module's settings; the test
+ * harness (tests/test_layers.c) walks every entry. */
+typedef struct {
+    double dropout;   /* attention: dropout on the weights (0 in eval) */
+    double scale;     /* attention: the scores' divisor (the book's keys.shape[-1] ** 0.5) */
+    double eps;       /* LayerNorm, RMSNorm */
+    tg_generator *gen; /* the dropout's generator (NULL: the default) */
+    bool heads_inner; /* attention: the exact op may write (..., T, h, hd) storage viewed as (..., h, T, hd) */
+} tg_layer_args;
+typedef tg_tensor *(*tg_layer_fn)(tg_tape *tp, int n, tg_tensor *const *in, const tg_layer_args *a);
+typedef struct {
+    const char *name;    /* "attention", "layer_norm", "gelu", "feed_forward", "rms_norm", "silu" */
+    const char *inputs;  /* what in[] holds, e.g. "q, k, v (..., T, hd), mask (T, T) bool" */
+    int nin;
+    tg_layer_fn composed; /* the oracle */
+    tg_layer_fn exact;    /* NULL: the composed graph is the exact variant */
+    tg_layer_fn fast;     /* NULL: the exact op is also the fast one */
+    tg_layer_fn bf16;     /* NULL: the exact op, its products under the bf16 GEMM */
+    double fast_tol;      /* max |fast - composed| / (1 + |composed|) in float32, outputs and gradients */
+    bool exact_bits;      /* exact reproduces composed's bits (else: exact_tol, PyTorch's own formulas) */
+} tg_layer;
+/* The table: its size, its i-th entry, the entry named name (NULL with an error). */
+TG_API int tg_layer_count(void);
+TG_API const tg_layer *tg_layer_get(int i);
+TG_API const tg_layer *tg_layer_find(const char *name);
+/* The variant for a module's settings: composed when !fused, else by
+ * numerics (EXACT: exact; FAST: fast; BF16: bf16), falling back as the
+ * entry says. The ops it records run under numerics. */
+TG_API tg_tensor *tg_layer_apply(tg_tape *tp, const tg_layer *layer, bool fused, tg_numerics numerics, int n,
+                                 tg_tensor *const *in, const tg_layer_args *a);
 
 /* ---- gradcheck ----------------------------------------------------------------- */
 

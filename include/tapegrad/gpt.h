@@ -43,6 +43,11 @@ TG_API tg_module *tg_embedding_new(tg_tape *tp, int64_t num_embeddings, int64_t 
 TG_API tg_module *tg_layer_norm_new(tg_tape *tp, int64_t emb_dim);
 /* The book's GELU (tanh approximation); fused: one GeluBackward0 node. */
 TG_API tg_module *tg_gelu_new(tg_tape *tp);
+/* RMSNorm(dim, eps) (Llama's: x / sqrt(mean(x^2) + eps) * weight, weight
+ * ones) and SiLU (x * sigmoid(x)): unfused the composed ops, fused one node
+ * (RmsNormBackward0, FAST numerics; SiluBackward0). */
+TG_API tg_module *tg_rms_norm_new(tg_tape *tp, int64_t dim, double eps);
+TG_API tg_module *tg_silu_new(tg_tape *tp);
 /* FeedForward(cfg): layers = Sequential(Linear(d, 4d), GELU(), Linear(4d, d)). */
 TG_API tg_module *tg_feed_forward_new(tg_tape *tp, const tg_gpt_config *cfg);
 /* TransformerBlock(cfg): att, ff, norm1, norm2, drop_shortcut (in this order);

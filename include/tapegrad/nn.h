@@ -101,19 +101,21 @@ TG_API tg_tensor *tg_module_forward(tg_tape *tp, tg_module *m, tg_tensor *x);
 /* train(true) / eval (train(false)) for the whole tree; what a forward reads. */
 TG_API int tg_module_train(tg_module *m, bool training);
 TG_API bool tg_module_is_training(const tg_module *m);
-/* Fast paths for the whole tree: modules with two interchangeable paths
- * (MultiHeadAttention, CausalAttention: the book's composition or one fused
- * attention node) take the fused one when this is set. A fused
- * MultiHeadAttention whose generator draws PyTorch's dropout stream runs
- * one MaskedAttentionBackward0 node with the composed ops' bits; with the
- * counter stream (and CausalAttention always) the flash-style
- * scaled_dot_product_attention. The GPT modules (gpt.h): LayerNorm and GELU
- * one node each, FeedForward with its built-in layers one
- * FeedForwardBackward0 node (same bits, the GELU output recomputed in
- * backward), TransformerBlock's residual sums written over their built-in
- * branches' dropout outputs. */
+/* The graph's shape for the whole tree, never its numbers: the book's
+ * composition of recorded ops (the graph shows PyTorch's node names:
+ * MaskedFillBackward0, SoftmaxBackward0, ...) or, when set, one node per
+ * layer that keeps only what its backward needs (the attention modules'
+ * attention, LayerNorm, GELU, FeedForward, RMSNorm, TransformerBlock's
+ * residual sums written over their built-in branches' dropout outputs).
+ * Under TG_NUMERICS_EXACT both shapes give the same bits. */
 TG_API int tg_module_set_fused(tg_module *m, bool fused);
 TG_API bool tg_module_is_fused(const tg_module *m);
+/* The numerics policy (tensor.h, tg_numerics) for the whole tree, as
+ * tg_module_train: every op a module's forward records runs under its
+ * module's policy, and so does that op's backward. EXACT by default.
+ * tg_module_numerics is what a forward reads. */
+TG_API int tg_module_set_numerics(tg_module *m, tg_numerics mode);
+TG_API tg_numerics tg_module_numerics(const tg_module *m);
 /* The generator that modules drawing random numbers (Dropout, the fused
  * attention's dropout) use, for the whole tree (NULL = default generator). */
 TG_API int tg_module_set_generator(tg_module *m, tg_generator *g);

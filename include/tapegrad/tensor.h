@@ -95,6 +95,32 @@ TG_API int tg_error_status(int status, const char *fmt, ...);
  * for the cores, several times slower (README.md, "Installing"). */
 TG_API const char *tg_blas_info(void);
 
+/* ---- numerics ---------------------------------------------------------- */
+
+/* How a model's arithmetic runs, set on a model as train/eval is
+ * (tg_module_set_numerics, nn.h; README.md, "Numerics"):
+ *   EXACT  PyTorch 1.13's float32 bits: its GEMM calls, shapes and orders
+ *          (the default; the book's tables print digit for digit);
+ *   FAST   float32 with the library's own call shapes and kernels (q, k and
+ *          v as one product, all heads' attention in one threaded kernel,
+ *          gradients accumulated in place): the same results to float32
+ *          rounding, not the same bits;
+ *   BF16   every matrix product with bf16 operands (rounded to nearest even
+ *          from float32) and float32 accumulation; everything else float32.
+ *          Products of float64 tensors stay float64.
+ * Dropout masks are a draw, not arithmetic: every policy draws the same
+ * masks from the generator's stream. */
+typedef enum { TG_NUMERICS_EXACT = 0, TG_NUMERICS_FAST = 1, TG_NUMERICS_BF16 = 2 } tg_numerics;
+/* "exact", "fast", "bf16" ("?" for a value outside the enum). */
+TG_API const char *tg_numerics_name(tg_numerics n);
+/* The policy named s ("exact", "fast" or "bf16"); an error naming s otherwise. */
+TG_API int tg_numerics_parse(const char *s, tg_numerics *out);
+/* Whether this CPU multiplies bf16 in hardware (AVX512_BF16 or AMX-BF16,
+ * with the operating system's support for their registers). Without it,
+ * BF16 products are emulated: bf16-rounded operands on float32 sgemm, the
+ * same numbers, slower. This version emulates them on every CPU. */
+TG_API bool tg_numerics_bf16_native(void);
+
 /* ---- tapes ----------------------------------------------------------- */
 
 /* A new empty tape; NULL if out of memory. Free with tg_tape_free. */

@@ -41,6 +41,7 @@ struct tg_node {
     uint64_t seq;       /* creation order: backward runs the latest ready node first */
     int64_t pending;    /* during backward: consumers that have not yet sent their gradient */
     bool released;
+    tg_numerics numerics; /* the policy it was recorded under; its backward runs under it */
 };
 
 /* Declarations of every backward function named in ops.def. */

@@ -109,6 +109,7 @@ tg_tensor *tg__record(tg_tape *tp, tg_op_id op, tg_tensor *out, int nin, tg_tens
     n->head.name = tg_ops[op].name;
     n->seq = (uint64_t)atomic_fetch_add(&node_seq, 1);
     n->op = op;
+    n->numerics = tg__numerics_current();
     n->tape = tp;
     n->out = out;
     n->nin = nin;
@@ -204,7 +205,9 @@ static int run_node(tg_node *n)
     bool was_set[POOL_MAX_IN];
     for (int i = 0; pool && i < n->nin; i++) was_set[i] = tg__needs_grad(n->in[i]) && *grad_slot(n->in[i]);
     if (pool) tg__tape_pool_begin(tp);
+    tg_numerics prev = tg__numerics_enter(n->numerics);
     int status = tg_ops[n->op].backward(n);
+    tg__numerics_leave(prev);
     if (pool) {
         tg__tape_pool_end(tp);
         /* each slot that backward filled holds a reference (a tensor given

@@ -11,7 +11,8 @@
  * Every product is the GEMM call the composed ops make, and every
  * elementwise step rounds as theirs, so the output and the gradients equal
  * the composed graph's (and PyTorch's) bit for bit; the dropout mask is drawn
- * from PyTorch's stream at the same point. What differs is memory: the node
+ * from the generator's stream (PyTorch's, or the counter stream) at the same
+ * point and as tg_dropout draws it. What differs is memory: the node
  * keeps the softmax output (under the causal mask its lower triangle only)
  * and the mask as bits, where the composed graph
  * keeps the scores, the masked and scaled scores, the weights, the float
@@ -52,7 +53,7 @@ static void weights_shape(const tg_tensor *q, int64_t *shape)
 }
 
 /* mask[i, j] == (j > i): the book's causal mask */
-static bool is_causal(const tg_tensor *mask)
+bool tg__mask_is_causal(const tg_tensor *mask)
 {
     int64_t T = mask->shape[0], s0 = mask->stride[0], s1 = mask->stride[1];
     const uint8_t *m = (const uint8_t *)mask->data + mask->offset;
@@ -110,7 +111,7 @@ tg_tensor *tg__attention(tg_tape *tp, tg_tensor *q, tg_tensor *kT, tg_tensor *v,
     int64_t nbytes = (cnt + 7) / 8;
     tg_tensor *in[3] = {q, kT, v};
     bool record = tg__will_record(3, in);
-    bool packed = record && cnt > 0 && is_causal(mask), wscratch = packed || !record;
+    bool packed = record && cnt > 0 && tg__mask_is_causal(mask), wscratch = packed || !record;
     size_t wbytes = (size_t)cnt * tg_dtype_size(q->dtype), need = (wscratch ? wbytes : 0) + (p > 0 ? wbytes : 0);
     char *buf = need ? tg__tape_scratch(tp, need) : NULL;
     if (need && !buf) return NULL;
@@ -131,7 +132,7 @@ tg_tensor *tg__attention(tg_tape *tp, tg_tensor *q, tg_tensor *kT, tg_tensor *v,
     const tg_tensor *wd = w;
     if (p > 0) {
         if (!(bits = tg_empty(tp, TG_U8, 1, &nbytes))) return NULL;
-        tg__bernoulli_bits(g ? g : tg_default_generator(), 1.0 - p, bits->data, cnt);
+        tg__dropout_bits(g, p, bits->data, cnt);
         scratch = tg__over(buf + (wscratch ? wbytes : 0), q, n, wshape);
         tg__dropout_mask_mul(&scratch, w, bits->data, 1.0 - p);
         wd = &scratch;

@@ -394,13 +394,14 @@ void tg__dropout_mask_mul(tg_tensor *out, const tg_tensor *x, const uint8_t *bit
 
 /* PyTorch's stream, x contiguous: the draws kept as bits (1/32 of the float
  * mask's memory); over: the product written over x */
-static tg_tensor *dropout_bits(tg_tape *tp, tg_tensor *x, double q, tg_generator *gen, bool over)
+static tg_tensor *dropout_bits(tg_tape *tp, tg_tensor *x, double p, tg_generator *gen, bool over)
 {
     int64_t cnt = tg_numel(x), nbytes = (cnt + 7) / 8;
+    double q = 1.0 - p;
     tg_tensor *bits = tg_empty(tp, TG_U8, 1, &nbytes);
     tg_tensor *out = !bits ? NULL : over ? tg__alias(tp, x) : tg__new_like(tp, x);
     if (!out) return NULL;
-    tg__bernoulli_bits(gen, q, bits->data, cnt);
+    tg__dropout_bits(gen, p, bits->data, cnt);
     tg__dropout_mask_mul(out, x, bits->data, q);
     tg_node *n;
     out = tg__record(tp, TG_OP_DROPOUT_BITS, out, 1, &x, 1, &bits, &n);
@@ -411,10 +412,8 @@ static tg_tensor *dropout_bits(tg_tape *tp, tg_tensor *x, double q, tg_generator
 tg_tensor *tg__dropout_over(tg_tape *tp, tg_tensor *x, double p, tg_generator *g)
 {
     tg_generator *gen = g ? g : tg_default_generator();
-    if (!x || !(p > 0 && p < 1) || !tg__is_float(x->dtype) || !tg_is_contiguous(x) ||
-        tg_generator_dropout_stream(gen) != TG_DROPOUT_TORCH)
-        return tg_dropout(tp, x, p, g);
-    return dropout_bits(tp, x, 1.0 - p, gen, true);
+    if (!x || !(p > 0 && p < 1) || !tg__is_float(x->dtype) || !tg_is_contiguous(x)) return tg_dropout(tp, x, p, g);
+    return dropout_bits(tp, x, p, gen, true);
 }
 
 tg_tensor *tg_dropout(tg_tape *tp, tg_tensor *x, double p, tg_generator *g)
@@ -431,7 +430,7 @@ tg_tensor *tg_dropout(tg_tape *tp, tg_tensor *x, double p, tg_generator *g)
     tg_generator *gen = g ? g : tg_default_generator();
     int64_t cnt = tg_numel(x);
     bool counter = tg_generator_dropout_stream(gen) == TG_DROPOUT_COUNTER;
-    if (!counter && tg_is_contiguous(x)) return dropout_bits(tp, x, q, gen, false);
+    if (tg_is_contiguous(x)) return dropout_bits(tp, x, p, gen, false);
     tg_tensor *m = tg__new_like(tp, x);
     if (!m) return NULL;
     int64_t before, after; /* a batch slice's place in the whole mask */
@@ -443,10 +442,7 @@ tg_tensor *tg_dropout(tg_tape *tp, tg_tensor *x, double p, tg_generator *g)
         double keep = f32 ? (double)(1.0f / (float)q) : 1.0 / q;
 #pragma omp parallel for if (cnt > 65536)
         for (int64_t i = 0; i < cnt; i++) {
-            uint64_t e = (uint64_t)(before + i);
-            uint64_t h = tg__mix64(seed + TG__GOLDEN * (e / 2 + 1));
-            uint32_t r = (e & 1) ? (uint32_t)(h >> 32) : (uint32_t)h;
-            double v = r >= th ? keep : 0.0;
+            double v = tg__counter_keep(seed, (uint64_t)(before + i), th) ? keep : 0.0;
             if (f32)
                 ((float *)m->data)[i] = (float)v;
             else

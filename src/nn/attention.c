@@ -158,20 +158,29 @@ tg_module *tg_self_attention_v2_new(tg_tape *tp, int64_t d_in, int64_t d_out, bo
 
 /* ---- CausalAttention -------------------------------------------------------------------------------- */
 
+/* The attention step of CausalAttention and MultiHeadAttention from the
+ * scores to the context, through the layer table (autograd.h, tg_layer):
+ * the book's ops, or one node as the module's numerics choose. */
+static tg_tensor *attention_step(tg_tape *tp, tg_module *m, tg_tensor *q, tg_tensor *k, tg_tensor *v, int64_t d_k)
+{
+    static const tg_layer *layer;
+    if (!layer && !(layer = tg_layer_find("attention"))) return NULL;
+    tg_layer_args a = {.dropout = tg_module_is_training(m) ? cfg(m)->dropout : 0.0,
+                       .scale = pow((double)d_k, 0.5),
+                       .gen = tg_module_generator(m),
+                       .heads_inner = q && q->ndim == 4};
+    tg_tensor *in[4] = {q, k, v, q ? mask_bool(tp, m, q->shape[q->ndim - 2]) : NULL};
+    return tg_layer_apply(tp, layer, tg_module_is_fused(m), tg_module_numerics(m), 4, in, &a);
+}
+
 static tg_tensor *causal_forward(tg_tape *tp, tg_module *m, int n, tg_tensor *const *in)
 {
     if (!check_input(m, n, in, 3)) return NULL;
     tg_tensor *x = in[0];
-    int64_t T = x->shape[1];
     tg_tensor *k = tg_module_forward(tp, child(m, "W_key"), x); /* (b, T, d_out) */
     tg_tensor *q = tg_module_forward(tp, child(m, "W_query"), x);
     tg_tensor *v = tg_module_forward(tp, child(m, "W_value"), x);
-    double p = tg_module_is_training(m) ? cfg(m)->dropout : 0.0;
-    if (tg_module_is_fused(m)) /* one node, no (b, T, T) tensor kept for backward */
-        return tg_scaled_dot_product_attention(tp, q, k, v, true, p, tg_module_generator(m));
-    tg_tensor *s = tg_matmul(tp, q, tg_transpose(tp, k, 1, 2)); /* (b, T, T) */
-    s = tg_masked_fill(tp, s, mask_bool(tp, m, T), -INFINITY);
-    return attend(tp, child(m, "dropout"), s, v, cfg(m)->d_out);
+    return attention_step(tp, m, q, k, v, cfg(m)->d_out);
 }
 
 static const tg_module_type causal_type = {"CausalAttention", causal_forward, NULL};
@@ -226,6 +235,33 @@ tg_module *tg_mha_wrapper_new(tg_tape *tp, int64_t d_in, int64_t d_out, int64_t 
 
 /* ---- MultiHeadAttention --------------------------------------------------------------------------------- */
 
+/* FAST numerics with the built-in Linear layers: q, k and v as one
+ * product, x @ cat(W_query, W_key, W_value)^T, split into three views. */
+static bool qkv_one_product(tg_tape *tp, tg_module *m, tg_tensor *x, tg_tensor **q, tg_tensor **k, tg_tensor **v)
+{
+    static const char *const names[3] = {"W_query", "W_key", "W_value"};
+    if (tg_module_numerics(m) != TG_NUMERICS_FAST || !tg_module_is_fused(m)) return false;
+    tg_tensor *w[3], *b[3];
+    int nbias = 0;
+    for (int i = 0; i < 3; i++) {
+        const tg_module *l = tg__entry_get(&m->children, names[i]);
+        if (!tg__is_linear(l) || tg_module_numerics(l) != TG_NUMERICS_FAST) return false;
+        w[i] = tg__entry_get(&l->params, "weight");
+        b[i] = tg__entry_get(&l->params, "bias");
+        nbias += b[i] != NULL;
+        if (!w[i]) return false;
+    }
+    if (nbias != 0 && nbias != 3) return false;
+    int64_t d = cfg(m)->d_out;
+    tg_numerics prev = tg__numerics_enter(TG_NUMERICS_FAST);
+    tg_tensor *qkv = tg_linear(tp, x, tg_cat(tp, 3, w, 0), nbias ? tg_cat(tp, 3, b, 0) : NULL); /* (b, T, 3 d) */
+    *q = tg_narrow(tp, qkv, 2, 0, d);
+    *k = tg_narrow(tp, qkv, 2, d, d);
+    *v = tg_narrow(tp, qkv, 2, 2 * d, d);
+    tg__numerics_leave(prev);
+    return true;
+}
+
 static tg_tensor *mha_forward(tg_tape *tp, tg_module *m, int n, tg_tensor *const *in)
 {
     if (!check_input(m, n, in, 3)) return NULL;
@@ -233,28 +269,16 @@ static tg_tensor *mha_forward(tg_tape *tp, tg_module *m, int n, tg_tensor *const
     tg_tensor *x = in[0];
     int64_t b = x->shape[0], T = x->shape[1], h = c->num_heads, hd = c->d_out / c->num_heads;
     int64_t split[4] = {b, T, h, hd}, merged[3] = {b, T, c->d_out};
-    tg_tensor *k = tg_module_forward(tp, child(m, "W_key"), x); /* (b, T, d_out) */
-    tg_tensor *q = tg_module_forward(tp, child(m, "W_query"), x);
-    tg_tensor *v = tg_module_forward(tp, child(m, "W_value"), x);
+    tg_tensor *k, *q, *v;
+    if (!qkv_one_product(tp, m, x, &q, &k, &v)) {
+        k = tg_module_forward(tp, child(m, "W_key"), x); /* (b, T, d_out) */
+        q = tg_module_forward(tp, child(m, "W_query"), x);
+        v = tg_module_forward(tp, child(m, "W_value"), x);
+    }
     k = tg_transpose(tp, tg_view(tp, k, 4, split), 1, 2); /* (b, h, T, hd) */
     q = tg_transpose(tp, tg_view(tp, q, 4, split), 1, 2);
     v = tg_transpose(tp, tg_view(tp, v, 4, split), 1, 2);
-    tg_tensor *ctx;
-    tg_generator *g = tg_module_generator(m);
-    double p = tg_module_is_training(m) ? c->dropout : 0.0;
-    if (tg_module_is_fused(m) && tg_generator_dropout_stream(g ? g : tg_default_generator()) == TG_DROPOUT_TORCH) {
-        /* PyTorch's dropout stream asks for PyTorch's numbers: the composed
-         * steps' bits in one node that keeps the weights only */
-        tg_tensor *mk = tg_module_get_buffer(m, "mask");
-        mk = tg_compare_scalar(tp, tg_narrow(tp, tg_narrow(tp, mk, 0, 0, T), 1, 0, T), 0.0, TG_CMP_NE);
-        ctx = tg__attention(tp, q, tg_transpose(tp, k, 2, 3), v, mk, pow((double)hd, 0.5), p, g, true);
-    } else if (tg_module_is_fused(m)) {
-        ctx = tg_scaled_dot_product_attention(tp, q, k, v, true, p, g);
-    } else {
-        tg_tensor *s = tg_matmul(tp, q, tg_transpose(tp, k, 2, 3)); /* (b, h, T, T) */
-        s = tg_masked_fill(tp, s, mask_bool(tp, m, T), -INFINITY);
-        ctx = attend(tp, child(m, "dropout"), s, v, hd);
-    }
+    tg_tensor *ctx = attention_step(tp, m, q, k, v, hd);
     ctx = tg_transpose(tp, ctx, 1, 2); /* (b, T, h, hd) */
     ctx = tg_view(tp, tg_contiguous(tp, ctx), 3, merged);
     return tg_module_forward(tp, child(m, "out_proj"), ctx);

@@ -157,22 +157,22 @@ static bool check_last_dim(tg_module *m, const tg_tensor *x, int64_t dim)
     return true;
 }
 
+/* The layer table's entry `name` (autograd.h, tg_layer) as self's settings choose. */
+static tg_tensor *apply_layer(tg_tape *tp, tg_module *self, const char *name, int n, tg_tensor *const *in, double eps)
+{
+    const tg_layer *layer = tg_layer_find(name);
+    tg_layer_args a = {.eps = eps, .gen = tg_module_generator(self)};
+    return layer ? tg_layer_apply(tp, layer, tg_module_is_fused(self), tg_module_numerics(self), n, in, &a) : NULL;
+}
+
 static tg_tensor *layer_norm_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *const *in)
 {
     if (!tg__check_ninputs(self, n, 1)) return NULL;
     const layer_norm_state *s = tg_module_state(self);
     tg_tensor *x = in[0];
     if (!check_last_dim(self, x, s->dim)) return NULL;
-    tg_tensor *scale = tg_module_get_parameter(self, "scale"), *shift = tg_module_get_parameter(self, "shift");
-    if (tg_module_is_fused(self)) return tg_layer_norm(tp, x, scale, shift, s->eps);
-    static const int last[1] = {-1};
-    tg_tensor *mean = tg_mean_dims(tp, x, 1, last, true); /* mean = x.mean(dim=-1, keepdim=True) */
-    tg_tensor *var = tg_var(tp, x, -1, false, true);      /* var = x.var(dim=-1, keepdim=True, unbiased=False) */
-    /* norm_x = (x - mean) / torch.sqrt(var + self.eps), the nodes made in
-     * Python's order (backward's schedule follows it, tg_backward) */
-    tg_tensor *centered = tg_sub(tp, x, mean);
-    tg_tensor *norm = tg_div(tp, centered, tg_sqrt(tp, tg_add_scalar(tp, var, s->eps)));
-    return tg_add(tp, tg_mul(tp, scale, norm), shift); /* self.scale * norm_x + self.shift */
+    tg_tensor *in3[3] = {x, tg_module_get_parameter(self, "scale"), tg_module_get_parameter(self, "shift")};
+    return apply_layer(tp, self, "layer_norm", 3, in3, s->eps);
 }
 
 static const tg_module_type layer_norm_type = {"LayerNorm", layer_norm_forward, NULL};
@@ -197,22 +197,59 @@ tg_module *tg_layer_norm_new(tg_tape *tp, int64_t dim)
 
 /* forward: 0.5 * x * (1 + torch.tanh(torch.sqrt(torch.tensor(2.0 / torch.pi)) *
  *                                    (x + 0.044715 * torch.pow(x, 3))))
- * torch.tensor(2.0 / torch.pi) is float32, and so is its sqrt, whatever x's dtype. */
+ * (src/autograd/layers.c, "gelu") */
 static tg_tensor *gelu_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *const *in)
 {
     if (!tg__check_ninputs(self, n, 1)) return NULL;
-    tg_tensor *x = in[0];
-    if (tg_module_is_fused(self)) return tg_gelu(tp, x);
-    const double c = (double)sqrtf((float)(2.0 / 3.141592653589793));
-    tg_tensor *half = tg_mul_scalar(tp, x, 0.5); /* Python makes 0.5 * x first */
-    tg_tensor *inner = tg_add(tp, x, tg_mul_scalar(tp, tg_pow_scalar(tp, x, 3.0), 0.044715));
-    tg_tensor *t = tg_add_scalar(tp, tg_tanh(tp, tg_mul_scalar(tp, inner, c)), 1.0);
-    return tg_mul(tp, half, t);
+    return apply_layer(tp, self, "gelu", 1, in, 0.0);
 }
 
 static const tg_module_type gelu_type = {"GELU", gelu_forward, NULL};
 
 tg_module *tg_gelu_new(tg_tape *tp) { return tg_module_new(tp, &gelu_type, 0); }
+
+/* ---- RMSNorm and SiLU (Llama's; not in the book's GPT-2) ------------------------------------------- */
+
+static tg_tensor *rms_norm_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *const *in)
+{
+    if (!tg__check_ninputs(self, n, 1)) return NULL;
+    const layer_norm_state *s = tg_module_state(self);
+    if (!check_last_dim(self, in[0], s->dim)) return NULL;
+    tg_tensor *in2[2] = {in[0], tg_module_get_parameter(self, "weight")};
+    return apply_layer(tp, self, "rms_norm", 2, in2, s->eps);
+}
+
+static int rms_norm_extra_repr(const tg_module *self, char *buf, size_t size)
+{
+    const layer_norm_state *s = tg_module_state_const(self);
+    return snprintf(buf, size, "(%lld,), eps=%g", (long long)s->dim, s->eps);
+}
+
+static const tg_module_type rms_norm_type = {"RMSNorm", rms_norm_forward, rms_norm_extra_repr};
+
+tg_module *tg_rms_norm_new(tg_tape *tp, int64_t dim, double eps)
+{
+    if (!tg__check_size("RMSNorm", "dim", dim)) return NULL;
+    if (!(eps >= 0)) return tg_error("RMSNorm: eps must be >= 0, got %g", eps);
+    tg_module *m = tg_module_new(tp, &rms_norm_type, sizeof(layer_norm_state));
+    if (!m) return NULL;
+    *(layer_norm_state *)tg_module_state(m) = (layer_norm_state){dim, eps};
+    int64_t shape[1] = {dim};
+    tg_tensor *w = tg_parameter_new(tp, TG_F32, 1, shape);
+    if (!w) return NULL;
+    tg_k_fill(w, 1.0); /* torch.ones(dim) */
+    return tg_module_register_parameter(m, "weight", w) == TG_OK ? m : NULL;
+}
+
+static tg_tensor *silu_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *const *in)
+{
+    if (!tg__check_ninputs(self, n, 1)) return NULL;
+    return apply_layer(tp, self, "silu", 1, in, 0.0);
+}
+
+static const tg_module_type silu_type = {"SiLU", silu_forward, NULL};
+
+tg_module *tg_silu_new(tg_tape *tp) { return tg_module_new(tp, &silu_type, 0); }
 
 /* ---- FeedForward ------------------------------------------------------------------------------ */
 
@@ -236,8 +273,10 @@ static tg_tensor *feed_forward_forward(tg_tape *tp, tg_module *self, int n, tg_t
     if (!tg__check_ninputs(self, n, 1)) return NULL;
     tg_module *layers = tg_module_get_submodule(self, "layers");
     tg_tensor *t[4], *x = in[0];
-    if (tg_module_is_fused(self) && x && tg_is_contiguous(x) && standard_layers(layers, t))
-        return tg__feed_forward(tp, x, t[0], t[1], t[2], t[3]);
+    if (tg_module_is_fused(self) && x && tg_is_contiguous(x) && standard_layers(layers, t)) {
+        tg_tensor *in5[5] = {x, t[0], t[1], t[2], t[3]};
+        return apply_layer(tp, self, "feed_forward", 5, in5, 0.0);
+    }
     return tg_module_forward(tp, layers, x);
 }
 

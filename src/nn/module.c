@@ -317,7 +317,11 @@ tg_tensor *tg_module_call(tg_tape *tp, tg_module *m, int n, tg_tensor *const *in
     if (!m->type->forward) return tg_error("%s: this module has no forward (a container: call its children)", name);
     tg__saved_error before;
     tg__error_push(&before);
+    /* the module's numerics reach every op its forward records, and those
+     * ops' backward (tensor.h, tg_numerics) */
+    tg_numerics prev = tg__numerics_enter(m->numerics);
     tg_tensor *y = m->type->forward(tp, m, n, inputs);
+    tg__numerics_leave(prev);
     if (!y) {
         if (!tg_last_error()[0]) tg_error("%s: forward returned NULL without an error", name);
         return NULL;
@@ -330,41 +334,53 @@ tg_tensor *tg_module_forward(tg_tape *tp, tg_module *m, tg_tensor *x) { return t
 
 /* ---- tree-wide settings ------------------------------------------------------------------------------- */
 
-typedef enum { SET_TRAINING, SET_FUSED, SET_GENERATOR } setting;
+typedef enum { SET_TRAINING, SET_FUSED, SET_GENERATOR, SET_NUMERICS } setting;
 
-static void set_tree(tg_module *m, setting what, bool flag, tg_generator *g)
+static void set_tree(tg_module *m, setting what, bool flag, tg_generator *g, tg_numerics nm)
 {
     switch (what) {
     case SET_TRAINING: m->training = flag; break;
     case SET_FUSED: m->fused = flag; break;
     case SET_GENERATOR: m->gen = g; break;
+    case SET_NUMERICS: m->numerics = nm; break;
     }
-    for (int i = 0; i < m->children.n; i++) set_tree(m->children.items[i].ptr, what, flag, g);
+    for (int i = 0; i < m->children.n; i++) set_tree(m->children.items[i].ptr, what, flag, g, nm);
 }
 
 int tg_module_train(tg_module *m, bool training)
 {
     if (!m) return tg_error_status(TG_EINVAL, "train: NULL module");
-    set_tree(m, SET_TRAINING, training, NULL);
+    set_tree(m, SET_TRAINING, training, NULL, TG_NUMERICS_EXACT);
     return TG_OK;
 }
 
 int tg_module_set_fused(tg_module *m, bool fused)
 {
     if (!m) return tg_error_status(TG_EINVAL, "set_fused: NULL module");
-    set_tree(m, SET_FUSED, fused, NULL);
+    set_tree(m, SET_FUSED, fused, NULL, TG_NUMERICS_EXACT);
     return TG_OK;
 }
 
 int tg_module_set_generator(tg_module *m, tg_generator *g)
 {
     if (!m) return tg_error_status(TG_EINVAL, "set_generator: NULL module");
-    set_tree(m, SET_GENERATOR, false, g);
+    set_tree(m, SET_GENERATOR, false, g, TG_NUMERICS_EXACT);
     return TG_OK;
 }
 
 bool tg_module_is_training(const tg_module *m) { return m && m->training; }
 bool tg_module_is_fused(const tg_module *m) { return m && m->fused; }
+
+int tg_module_set_numerics(tg_module *m, tg_numerics mode)
+{
+    if (!m) return tg_error_status(TG_EINVAL, "set_numerics: NULL module");
+    if (mode != TG_NUMERICS_EXACT && mode != TG_NUMERICS_FAST && mode != TG_NUMERICS_BF16)
+        return tg_error_status(TG_EINVAL, "set_numerics: %d is not a tg_numerics value", (int)mode);
+    set_tree(m, SET_NUMERICS, false, NULL, mode);
+    return TG_OK;
+}
+
+tg_numerics tg_module_numerics(const tg_module *m) { return m ? m->numerics : TG_NUMERICS_EXACT; }
 tg_generator *tg_module_generator(const tg_module *m) { return m ? m->gen : NULL; }
 
 /* ---- walking the tree ------------------------------------------------------------------------------------ */

@@ -22,6 +22,7 @@ struct tg_module {
     tg_tape *tape;
     void *state;
     bool training, fused;
+    tg_numerics numerics;
     tg_generator *gen;
     tg__entries params, buffers, children;
 };

@@ -1,4 +1,6 @@
-/* Batched GEMM on strided operands, through cblas_sgemm / cblas_dgemm.
+/* Batched GEMM on strided operands, through cblas_sgemm / cblas_dgemm: the
+ * one GEMM backend every product of the library goes through, and the
+ * numerics policy it runs under (tensor.h, tg_numerics).
  *
  * A matrix whose last two dims have a unit stride in either order goes to BLAS
  * as it is: row-major with ld = stride[-2], or as the transpose of a row-major
@@ -7,8 +9,12 @@
 #include "internal.h"
 
 #include <cblas.h>
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#endif
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -126,9 +132,100 @@ static void gemm_one(const gemm_job *j, int64_t bi)
     }
 }
 
+/* ---- the numerics policy ------------------------------------------------------------------------ */
+
+static _Thread_local tg_numerics current_numerics = TG_NUMERICS_EXACT;
+
+tg_numerics tg__numerics_current(void) { return current_numerics; }
+
+tg_numerics tg__numerics_enter(tg_numerics n)
+{
+    tg_numerics prev = current_numerics;
+    current_numerics = n;
+    return prev;
+}
+
+void tg__numerics_leave(tg_numerics prev) { current_numerics = prev; }
+
+const char *tg_numerics_name(tg_numerics n)
+{
+    switch (n) {
+    case TG_NUMERICS_EXACT: return "exact";
+    case TG_NUMERICS_FAST: return "fast";
+    case TG_NUMERICS_BF16: return "bf16";
+    }
+    return "?";
+}
+
+int tg_numerics_parse(const char *s, tg_numerics *out)
+{
+    static const tg_numerics all[] = {TG_NUMERICS_EXACT, TG_NUMERICS_FAST, TG_NUMERICS_BF16};
+    for (size_t i = 0; s && out && i < sizeof all / sizeof all[0]; i++)
+        if (!strcmp(s, tg_numerics_name(all[i]))) {
+            *out = all[i];
+            return TG_OK;
+        }
+    return tg_error_status(TG_EINVAL, "numerics: '%.40s' is not one of exact, fast, bf16", s ? s : "(null)");
+}
+
+bool tg_numerics_bf16_native(void)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    unsigned a, b, c, d;
+    /* the OS must save the AVX-512 state, which __builtin_cpu_supports checks */
+    if (!__builtin_cpu_supports("avx512f") || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    bool amx = (d >> 22) & 1; /* AMX-BF16 */
+    bool avx512_bf16 = __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1);
+    return amx || avx512_bf16;
+#else
+    return false;
+#endif
+}
+
+float tg__bf16_round(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return x; /* NaN */
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&x, &u, sizeof u);
+    return x;
+}
+
+/* x (float32) rounded to bf16 into buf (numel floats) as a contiguous tensor */
+static tg_tensor bf16_operand(float *buf, const tg_tensor *x)
+{
+    tg_tensor t = *x;
+    t.data = buf;
+    t.offset = 0;
+    t.grad_fn = NULL;
+    tg__contiguous_strides(t.ndim, t.shape, t.stride);
+    tg_k_copy(&t, x);
+    int64_t n = tg_numel(&t);
+#pragma omp parallel for if (n > TG_PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++) buf[i] = tg__bf16_round(buf[i]);
+    return t;
+}
+
 void tg_k_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
                double beta)
 {
+    if (current_numerics == TG_NUMERICS_BF16 && c->dtype == TG_F32) {
+        /* emulated bf16 products: the operands rounded, float32 accumulation
+         * (scratch outside any tape: a leaf's gradient lives in the model's) */
+        size_t na = (size_t)tg_numel(a), nb = (size_t)tg_numel(b);
+        float *buf = malloc(sizeof(float) * (na + nb + 1));
+        if (!buf) {
+            tg_error("gemm: out of memory rounding the operands to bf16");
+            return;
+        }
+        tg_tensor ra = bf16_operand(buf, a), rb = bf16_operand(buf + na, b);
+        tg_numerics prev = tg__numerics_enter(TG_NUMERICS_FAST);
+        tg_k_gemm(c, &ra, ta, &rb, tb, alpha, beta);
+        tg__numerics_leave(prev);
+        free(buf);
+        return;
+    }
     int n = c->ndim;
     int64_t M = c->shape[n - 2], N = c->shape[n - 1];
     int64_t K = ta ? a->shape[n - 2] : a->shape[n - 1];

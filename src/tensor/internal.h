@@ -49,6 +49,8 @@ void *tg__tape_scratch(tg_tape *tp, size_t nbytes);
  * dropout drawn from g's PyTorch stream. heads_inner (q 4-D or more): the
  * (..., h, T, hd) context is a view of (..., T, h, hd) storage, which
  * transpose(-3, -2) makes contiguous. */
+/* Whether a bool (T, T) mask is the book's causal one (j > i masked). */
+bool tg__mask_is_causal(const tg_tensor *mask);
 tg_tensor *tg__attention(tg_tape *tp, tg_tensor *q, tg_tensor *kT, tg_tensor *v, const tg_tensor *mask, double d,
                          double p, tg_generator *g, bool heads_inner);
 /* The book's FeedForward, Linear (W1, b1), GELU (tanh), Linear (W2, b2), as
@@ -166,10 +168,23 @@ void tg_k_softmax(tg_tensor *out, const tg_tensor *x, int dim, bool log);
 void tg_k_log_softmax_stats(tg_tensor *stats, const tg_tensor *x);
 /* dx = y * (dy - sum(dy * y)) along dim; log: dx = dy - exp(y) * sum(dy). */
 void tg_k_softmax_backward(tg_tensor *dx, const tg_tensor *y, const tg_tensor *dy, int dim, bool log);
+/* The numerics policy in force on this thread (tensor.h, tg_numerics): a
+ * module's forward runs under its module's (tg_module_call), a node's
+ * backward under the policy it was recorded with (src/autograd/engine.c).
+ * tg__numerics_enter returns the previous policy for tg__numerics_leave.
+ * The GEMM backend below reads it: under BF16 a float32 product's operands
+ * are rounded to bf16 first. */
+tg_numerics tg__numerics_current(void);
+tg_numerics tg__numerics_enter(tg_numerics n);
+void tg__numerics_leave(tg_numerics prev);
+/* x rounded to the nearest bf16 (ties to even), as a float (NaN stays NaN). */
+float tg__bf16_round(float x);
 /* Batched GEMM: c = alpha * op(a) @ op(b) + beta * c over identical batch dims
  * (a, b, c all have the same ndim >= 2 and equal (possibly broadcast, stride 0)
  * batch shape). Strided operands whose last two dims have a unit stride are
- * passed to BLAS without copying. */
+ * passed to BLAS without copying. The one GEMM backend: sgemm as PyTorch
+ * calls it under EXACT and FAST (FAST differs in the shapes its callers
+ * ask for), bf16-rounded operands under BF16. */
 void tg_k_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
                double beta);
 
@@ -259,5 +274,15 @@ static inline uint64_t tg__mix64(uint64_t z)
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
+/* The counter stream's element e of the mask with seed s: kept? */
+static inline bool tg__counter_keep(uint64_t seed, uint64_t e, uint32_t thresh)
+{
+    uint64_t h = tg__mix64(seed + TG__GOLDEN * (e / 2 + 1));
+    return ((e & 1) ? (uint32_t)(h >> 32) : (uint32_t)h) >= thresh;
+}
+/* The dropout mask (probability p) of n elements as bits, from g's stream
+ * (tensor.h, tg_dropout_stream): PyTorch's bernoulli_ draws, or the counter
+ * stream with one seed drawn from g, as tg_dropout draws either. */
+void tg__dropout_bits(tg_generator *g, double p, uint8_t *bits, int64_t n);
 
 #endif

@@ -517,6 +517,27 @@ void tg_generator_batch_slice(const tg_generator *g, int64_t *index, int64_t *co
     *count = g->slice_count > 1 ? g->slice_count : 1;
 }
 
+void tg__dropout_bits(tg_generator *g, double p, uint8_t *bits, int64_t n)
+{
+    g = pick(g);
+    if (tg_generator_dropout_stream(g) != TG_DROPOUT_COUNTER) {
+        tg__bernoulli_bits(g, 1.0 - p, bits, n);
+        return;
+    }
+    int64_t before, after;
+    tg__mask_slice(g, n, &before, &after);
+    uint64_t seed = tg_generator_random64(g);
+    uint32_t th = tg__dropout_threshold(p);
+    int64_t nbytes = (n + 7) / 8;
+#pragma omp parallel for if (n > 65536) schedule(static)
+    for (int64_t k = 0; k < nbytes; k++) {
+        uint8_t byte = 0;
+        for (int64_t i = k * 8; i < n && i < k * 8 + 8; i++)
+            if (tg__counter_keep(seed, (uint64_t)(before + i), th)) byte |= (uint8_t)(1u << (i & 7));
+        bits[k] = byte;
+    }
+}
+
 void tg__mask_slice(const tg_generator *g, int64_t n, int64_t *before, int64_t *after)
 {
     int64_t index, count;

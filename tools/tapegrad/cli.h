@@ -54,14 +54,16 @@ typedef struct {
     double dropout;
     bool dropout_seen, qkv_bias;
     uint64_t seed;
+    const char *precision; /* --precision: exact (default), fast, bf16 */
+    tg_numerics numerics;  /* what it names, set by tg_cli_model_config */
 } tg_cli_model;
-#define TG_CLI_MODEL_NOPTS 9
+#define TG_CLI_MODEL_NOPTS 10
 /* gpt2-small, seed 123; context 0 keeps the preset's (pretrain passes 256). */
 void tg_cli_model_defaults(tg_cli_model *m, int64_t context);
 /* Writes the TG_CLI_MODEL_NOPTS option rows into opts; returns their count. */
 int tg_cli_model_opts(tg_cli_model *m, tg_opt *opts);
 /* The configuration the options ask for, checked; -1 with a message in err. */
-int tg_cli_model_config(const tg_cli_model *m, tg_gpt_config *cfg, char *err, size_t errlen);
+int tg_cli_model_config(tg_cli_model *m, tg_gpt_config *cfg, char *err, size_t errlen);
 /* Parses the command's nown own options followed by MODEL's into m and the
  * checked configuration; prints help (TG_ARGS_HELP) or the error line. */
 tg_args_status tg_cli_model_parse(const char *cmd, int argc, char **argv, const tg_opt *own, int nown, tg_cli_model *m,
@@ -73,13 +75,16 @@ tg_args_status tg_cli_model_parse(const char *cmd, int argc, char **argv, const 
     "  --vocab N --context N --emb N --heads N --layers N\n"                               \
     "  --dropout P     drop_rate in [0, 1) (0.1)\n"                                        \
     "  --qkv-bias      biases on the query/key/value projections\n"                        \
-    "  --seed N        torch.manual_seed before the model is built (123)\n"
+    "  --seed N        torch.manual_seed before the model is built (123)\n"                \
+    "  --precision P   exact (PyTorch's float32 bits, default), fast (float32, own\n"       \
+    "                  kernels and call shapes) or bf16 (bf16 products, float32\n"         \
+    "                  accumulation; emulated on sgemm) (README.md, \"Numerics\")\n"
 
-/* tg_manual_seed(seed), then the GPTModel. */
+/* tg_manual_seed(seed), then the GPTModel, under --precision's numerics. */
 tg_module *tg_cli_model_build(tg_tape *tp, const tg_cli_model *m, const tg_gpt_config *cfg);
 
-/* The layers as pretrain and bench --model gpt run them: fused (LayerNorm,
- * GELU, attention) unless composed. */
+/* The graph's shape as pretrain and bench --model gpt run it: one node per
+ * layer (LayerNorm, GELU, attention, FeedForward) unless composed. */
 void tg_cli_gpt_set_layers(tg_module *gpt, bool composed);
 int tg_cmd_bench_gpt(int argc, char **argv);
 

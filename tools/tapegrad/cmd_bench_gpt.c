@@ -272,6 +272,8 @@ int tg_cmd_bench_gpt(int argc, char **argv)
             json_object_set_new(o, "steps", json_integer(a.steps));
             json_object_set_new(o, "threads", json_integer(threads));
             json_object_set_new(o, "blas", json_string(tg_blas_info()));
+            json_object_set_new(o, "precision", json_string(tg_numerics_name(mo.numerics)));
+            if (mo.numerics == TG_NUMERICS_BF16) json_object_set_new(o, "bf16", json_string("emulated"));
             json_object_set_new(o, "fwd_ms", json_real(fwd));
             json_object_set_new(o, "bwd_ms", json_real(bwd));
             json_object_set_new(o, "opt_ms", json_real(opt));
@@ -295,10 +297,11 @@ int tg_cmd_bench_gpt(int argc, char **argv)
             rc = tg_cli_print_json(CMD, o, JSON_REAL_PRECISION(9) | JSON_PRESERVE_ORDER);
         } else {
             printf("tapegrad bench: GPTModel %s (emb %lld, %lld layers, %lld heads, vocab %lld, dropout %g), "
-                   "batch %lld, tokens %lld, %d threads%s, median of %lld steps\n",
+                   "batch %lld, tokens %lld, %d threads%s, precision %s%s, median of %lld steps\n",
                    mo.config, (long long)cfg.emb_dim, (long long)cfg.n_layers, (long long)cfg.n_heads,
                    (long long)cfg.vocab_size, cfg.drop_rate, (long long)a.batch, (long long)a.tokens, threads,
-                   dist ? " per rank" : "", (long long)a.steps);
+                   dist ? " per rank" : "", tg_numerics_name(mo.numerics),
+                   mo.numerics == TG_NUMERICS_BF16 ? " (emulated)" : "", (long long)a.steps);
             printf("  %-10s %12.1f ms\n", "forward", fwd);
             printf("  %-10s %12.1f ms\n", "backward", bwd);
             printf("  %-10s %12.1f ms\n", "AdamW", opt);

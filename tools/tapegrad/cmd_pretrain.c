@@ -64,7 +64,7 @@ static const char *help =
     "  --plot FILE          train and validation loss against epochs and tokens\n"
     "                       seen (SVG)\n"
     "  --composed           the book's composed layers instead of the fused kernels\n"
-    "  --fast-dropout       counter-based dropout masks and the fused attention (faster, not PyTorch's numbers)\n"
+    "  --fast-dropout       counter-based dropout masks (not PyTorch's draws, so not its numbers)\n"
     "  --threads N          OpenMP threads (all cores; under mpirun, the cores\n"
     "                       shared among the ranks on the machine)\n"
     "  --dist               train data parallel: start with mpirun -np N, N dividing\n"
@@ -626,6 +626,8 @@ static void json_out(const pt_run *r, double seconds)
     json_object_set_new(o, "rows", rows);
     json_object_set_new(o, "samples", samples);
     json_object_set_new(o, "seconds", json_real(seconds));
+    json_object_set_new(o, "precision", json_string(tg_numerics_name(tg_module_numerics(r->gpt))));
+    if (tg_module_numerics(r->gpt) == TG_NUMERICS_BF16) json_object_set_new(o, "bf16", json_string("emulated"));
     json_object_set_new(o, "tokens_per_s", json_real(seconds > 0 ? (double)r->tokens_this_run / seconds : 0.0));
     if (r->size > 1) { /* data parallel: how long a step waited for the gradients' all-reduce */
         const tg_dist_ddp_stats *d = &r->dist_stats;

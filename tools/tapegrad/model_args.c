@@ -7,7 +7,7 @@
 
 void tg_cli_model_defaults(tg_cli_model *m, int64_t context)
 {
-    *m = (tg_cli_model){.config = "gpt2-small", .seed = 123, .context = context};
+    *m = (tg_cli_model){.config = "gpt2-small", .seed = 123, .context = context, .precision = "exact"};
 }
 
 int tg_cli_model_opts(tg_cli_model *m, tg_opt *opts)
@@ -22,13 +22,18 @@ int tg_cli_model_opts(tg_cli_model *m, tg_opt *opts)
         {"--dropout", TG_OPT_DOUBLE, &m->dropout, 0, 0, 0.0, 1.0, true, &m->dropout_seen},
         {"--qkv-bias", TG_OPT_FLAG, &m->qkv_bias, 0, 0, 0, 0, false, NULL},
         {"--seed", TG_OPT_U64, &m->seed, 0, 0, 0, 0, false, NULL},
+        {"--precision", TG_OPT_STRING, &m->precision, 0, 0, 0, 0, false, NULL},
     };
     memcpy(opts, o, sizeof o);
     return TG_CLI_MODEL_NOPTS;
 }
 
-int tg_cli_model_config(const tg_cli_model *m, tg_gpt_config *cfg, char *err, size_t errlen)
+int tg_cli_model_config(tg_cli_model *m, tg_gpt_config *cfg, char *err, size_t errlen)
 {
+    if (tg_numerics_parse(m->precision, &m->numerics) != TG_OK) {
+        snprintf(err, errlen, "--precision: '%.40s' is not one of exact, fast, bf16", m->precision);
+        return -1;
+    }
     if (tg_gpt_config_preset(m->config, cfg) != TG_OK) {
         snprintf(err, errlen, "--config: %s", tg_last_error());
         return -1;
@@ -50,7 +55,9 @@ int tg_cli_model_config(const tg_cli_model *m, tg_gpt_config *cfg, char *err, si
 tg_module *tg_cli_model_build(tg_tape *tp, const tg_cli_model *m, const tg_gpt_config *cfg)
 {
     tg_manual_seed(m->seed); /* torch.manual_seed(seed); model = GPTModel(cfg) */
-    return tg_gpt_new(tp, cfg);
+    tg_module *gpt = tg_gpt_new(tp, cfg);
+    if (gpt && tg_module_set_numerics(gpt, m->numerics) != TG_OK) return NULL;
+    return gpt;
 }
 
 /* Parses the command's own options followed by MODEL's. */
@@ -77,9 +84,7 @@ tg_args_status tg_cli_model_parse(const char *cmd, int argc, char **argv, const 
 
 void tg_cli_gpt_set_layers(tg_module *gpt, bool composed)
 {
-    /* PyTorch's numbers either way: the fused LayerNorm and GELU round as
-     * the book's ops do, and with PyTorch's dropout stream the fused
-     * attention is the exact node (src/autograd/op_attention.c); the
-     * counter stream (--fast-dropout) selects the flash-style one */
+    /* the graph's shape only: under --precision exact both give PyTorch's
+     * bits (src/autograd/layers.c) */
     tg_module_set_fused(gpt, !composed);
 }

@@ -1,0 +1,329 @@
+/* The layer table (autograd.h, tg_layer; src/autograd/layers.c), walked
+ * entry by entry: the exact variant against the composed oracle (bit for bit
+ * where the entry says so, outputs and every input's gradient), the fast
+ * variant within its tolerance, the bf16 variant within bf16's, the
+ * dispatch tg_layer_apply makes for each setting, and every variant
+ * gradchecked in float64. A new entry needs one row in `examples` below;
+ * test_every_entry_has_a_row fails until it has one. */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- example inputs -------------------------------------------------------------------------- */
+
+typedef struct {
+    const char *name;
+    int nin;
+    int ndim[5];
+    int64_t shape[5][4];
+    bool mask_last;         /* in[nin - 1] is the causal (T, T) bool mask */
+    tg_layer_args args;     /* dropout set per case */
+} example;
+
+static const example examples[] = {
+    {"attention", 4, {4, 4, 4, 2}, {{2, 3, 5, 4}, {2, 3, 5, 4}, {2, 3, 5, 4}, {5, 5}}, true, {.scale = 2.0}},
+    {"layer_norm", 3, {3, 1, 1}, {{2, 3, 6}, {6}, {6}}, false, {.eps = 1e-5}},
+    {"gelu", 1, {2}, {{3, 7}}, false, {.dropout = 0}},
+    {"feed_forward", 5, {3, 2, 1, 2, 1}, {{2, 3, 4}, {8, 4}, {8}, {4, 8}, {4}}, false, {.dropout = 0}},
+    {"rms_norm", 2, {3, 1}, {{2, 3, 6}, {6}}, false, {.eps = 1e-5}},
+    {"silu", 1, {2}, {{3, 7}}, false, {.dropout = 0}},
+};
+enum { NEXAMPLES = (int)(sizeof examples / sizeof examples[0]) };
+
+static const example *example_for(const char *name)
+{
+    for (int i = 0; i < NEXAMPLES; i++)
+        if (!strcmp(examples[i].name, name)) return &examples[i];
+    return NULL;
+}
+
+/* the example's inputs in dt, float ones requiring grad; same seed, same values */
+static void make_inputs(tg_tape *tp, const example *e, tg_dtype dt, uint64_t seed, tg_tensor **in)
+{
+    tg_generator *g = tg_generator_new(seed);
+    assert_non_null(g);
+    for (int i = 0; i < e->nin; i++) {
+        if (e->mask_last && i == e->nin - 1) {
+            int64_t T = e->shape[i][0];
+            tg_tensor *m = tg_empty(tp, TG_BOOL, 2, e->shape[i]);
+            tu_assert_ok(m);
+            uint8_t *p = tg_data_ptr(m);
+            for (int64_t r = 0; r < T; r++)
+                for (int64_t c = 0; c < T; c++) p[r * T + c] = c > r;
+            in[i] = m;
+            continue;
+        }
+        tg_tensor *x = tg_randn(tp, TG_F64, e->ndim[i], e->shape[i], g);
+        tu_assert_ok(x);
+        in[i] = dt == TG_F64 ? x : tg_to_dtype(tp, x, dt);
+        tu_assert_ok(in[i]);
+        assert_int_equal(tg_requires_grad_(in[i], true), TG_OK);
+    }
+    tg_generator_free(g);
+}
+
+/* One variant's output and gradients (of sum(y * w), w fixed) as float64
+ * copies: out[0] the output, out[1 + i] input i's gradient (NULL if none). */
+typedef struct {
+    tg_tensor *t[6];
+    uint8_t raw[6][4096]; /* the float32 bits, for the exact comparison */
+    size_t rawn[6];
+} result;
+
+static tg_tape *results_tape; /* the float64 copies of results, freed after each test */
+
+static void run_variant(tg_layer_fn fn, bool use_apply, bool fused, tg_numerics nm, const example *e, tg_dtype dt,
+                        double p, tg_dropout_stream stream, result *r)
+{
+    const tg_layer *layer = tg_layer_find(e->name);
+    tg_tape *tp = tg_tape_new();
+    tg_tensor *in[5];
+    make_inputs(tp, e, dt, 7, in);
+    tg_layer_args a = e->args;
+    a.dropout = p;
+    tg_generator *g = tg_generator_new(99);
+    assert_int_equal(tg_generator_set_dropout_stream(g, stream), TG_OK);
+    a.gen = g;
+    tg_tensor *y = use_apply ? tg_layer_apply(tp, layer, fused, nm, e->nin, in, &a) : fn(tp, e->nin, in, &a);
+    tu_assert_ok(y);
+    tg_generator *wg = tg_generator_new(5);
+    tg_tensor *w = tg_randn(tp, y->dtype, y->ndim, y->shape, wg);
+    tu_assert_ok(w);
+    tg_tensor *loss = tg_sum(tp, tg_mul(tp, y, w));
+    tu_assert_ok(loss);
+    assert_int_equal(tg_backward(loss, NULL, false), TG_OK);
+    tg_tensor *outs[6] = {y};
+    for (int i = 0; i < e->nin; i++) outs[1 + i] = (e->mask_last && i == e->nin - 1) ? NULL : in[i]->grad;
+    for (int i = 0; i < 6; i++) {
+        r->t[i] = NULL;
+        r->rawn[i] = 0;
+        if (i > e->nin || !outs[i]) continue;
+        tg_tensor *c = tg_contiguous(tp, outs[i]);
+        tu_assert_ok(c);
+        r->rawn[i] = (size_t)tg_numel(c) * tg_dtype_size(c->dtype);
+        assert_true(r->rawn[i] <= sizeof r->raw[i]);
+        memcpy(r->raw[i], tg_data_ptr(c), r->rawn[i]);
+        r->t[i] = tg_to_dtype(results_tape, c, TG_F64); /* outlives tp */
+        tu_assert_ok(r->t[i]);
+    }
+    tg_generator_free(g);
+    tg_generator_free(wg);
+    tg_tape_free(tp);
+}
+
+/* max |a - b| / (1 + |b|) over every tensor of the two results */
+static double max_rel(const result *a, const result *b, int n)
+{
+    double worst = 0;
+    for (int i = 0; i <= n; i++) {
+        assert_true((a->t[i] == NULL) == (b->t[i] == NULL));
+        if (!a->t[i]) continue;
+        const double *x = tg_data_ptr(a->t[i]), *y = tg_data_ptr(b->t[i]);
+        for (int64_t k = 0; k < tg_numel(a->t[i]); k++) {
+            double d = fabs(x[k] - y[k]) / (1.0 + fabs(y[k]));
+            if (!(d <= worst)) worst = d; /* NaN propagates */
+        }
+    }
+    return worst;
+}
+
+static bool same_bits(const result *a, const result *b, int n)
+{
+    for (int i = 0; i <= n; i++)
+        if (a->rawn[i] != b->rawn[i] || memcmp(a->raw[i], b->raw[i], a->rawn[i])) return false;
+    return true;
+}
+
+/* ---- gradcheck of one variant in float64 --------------------------------------------------------- */
+
+typedef struct {
+    tg_layer_fn fn;
+    const example *e;
+    tg_tensor *mask;
+} gc_ctx;
+
+static tg_tensor *gc_fn(tg_tape *tp, tg_tensor *const *inputs, int n, void *vctx)
+{
+    const gc_ctx *c = vctx;
+    tg_tensor *in[5];
+    for (int i = 0; i < n; i++) in[i] = inputs[i];
+    if (c->mask) in[n] = c->mask;
+    tg_layer_args a = c->e->args; /* no dropout: a function of its inputs */
+    return c->fn(tp, c->e->nin, in, &a);
+}
+
+static void gradcheck_variant(const char *what, tg_layer_fn fn, const example *e)
+{
+    tg_tape *tp = tg_tape_new();
+    tg_tensor *in[5];
+    make_inputs(tp, e, TG_F64, 3, in);
+    gc_ctx c = {fn, e, e->mask_last ? in[e->nin - 1] : NULL};
+    tg_gradcheck_result res;
+    int nf = e->mask_last ? e->nin - 1 : e->nin;
+    assert_int_equal(tg_gradcheck(gc_fn, in, nf, &c, 1e-6, 1e-5, 1e-3, &res), TG_OK);
+    if (!res.passed) fail_msg("%s %s: gradcheck: %s", e->name, what, res.message);
+    tg_tape_free(tp);
+}
+
+/* ---- the walk ---------------------------------------------------------------------------------- */
+
+static void test_every_entry_has_a_row(void **state)
+{
+    (void)state;
+    assert_true(tg_layer_count() >= 6);
+    for (int i = 0; i < tg_layer_count(); i++) {
+        const tg_layer *l = tg_layer_get(i);
+        tu_assert_ok(l);
+        const example *e = example_for(l->name);
+        if (!e) fail_msg("layer '%s' has no row in tests/test_layers.c", l->name);
+        assert_int_equal(e->nin, l->nin);
+        assert_non_null(l->composed);
+        assert_ptr_equal(tg_layer_find(l->name), l);
+    }
+}
+
+static void check_entry(const tg_layer *l)
+{
+    const example *e = example_for(l->name);
+    assert_non_null(e);
+    tg_layer_fn exact = l->exact ? l->exact : l->composed;
+    double ps[2] = {0.0, e->mask_last ? 0.3 : 0.0};
+    for (int k = 0; k < (ps[1] > 0 ? 2 : 1); k++) {
+        for (int s = 0; s < 2; s++) {
+            tg_dropout_stream stream = s ? TG_DROPOUT_COUNTER : TG_DROPOUT_TORCH;
+            if (s && ps[k] == 0) continue;
+            result rc, re, rf, rb, ra;
+            run_variant(l->composed, false, false, TG_NUMERICS_EXACT, e, TG_F32, ps[k], stream, &rc);
+            run_variant(exact, false, false, TG_NUMERICS_EXACT, e, TG_F32, ps[k], stream, &re);
+            /* exact: the composed graph's bits, or (PyTorch's own formulas) its tolerance */
+            if (l->exact_bits) {
+                if (!same_bits(&re, &rc, e->nin))
+                    fail_msg("%s (p=%g, stream %d): exact differs from composed by %g", l->name, ps[k], s,
+                             max_rel(&re, &rc, e->nin));
+            } else if (max_rel(&re, &rc, e->nin) > l->fast_tol) {
+                fail_msg("%s: exact %g from composed, tolerance %g", l->name, max_rel(&re, &rc, e->nin), l->fast_tol);
+            }
+            /* the dispatch: unfused = composed, fused EXACT = exact, in bits */
+            run_variant(NULL, true, false, TG_NUMERICS_FAST, e, TG_F32, ps[k], stream, &ra);
+            assert_true(same_bits(&ra, &rc, e->nin));
+            run_variant(NULL, true, true, TG_NUMERICS_EXACT, e, TG_F32, ps[k], stream, &ra);
+            assert_true(same_bits(&ra, &re, e->nin));
+            /* fast: within its tolerance (the counter stream's masks are the
+             * fast kernel's own, so only PyTorch's stream compares) */
+            if (!s) {
+                run_variant(NULL, true, true, TG_NUMERICS_FAST, e, TG_F32, ps[k], stream, &rf);
+                double d = max_rel(&rf, &rc, e->nin);
+                if (d > (l->fast ? l->fast_tol : 0) && !(l->fast == NULL && !l->exact_bits && d <= l->fast_tol))
+                    fail_msg("%s (p=%g): fast %g from composed, tolerance %g", l->name, ps[k], d, l->fast_tol);
+                /* bf16: products on bf16-rounded operands (8 bits of
+                 * mantissa): within a few bf16 roundings of float32 */
+                run_variant(NULL, true, true, TG_NUMERICS_BF16, e, TG_F32, ps[k], stream, &rb);
+                double db = max_rel(&rb, &rc, e->nin);
+                if (db > 0.05) fail_msg("%s (p=%g): bf16 %g from composed", l->name, ps[k], db);
+            }
+        }
+    }
+    gradcheck_variant("composed", l->composed, e);
+    if (l->exact) gradcheck_variant("exact", l->exact, e);
+    if (l->fast) gradcheck_variant("fast", l->fast, e);
+    if (l->bf16) gradcheck_variant("bf16", l->bf16, e);
+}
+
+static void test_walk_every_entry(void **state)
+{
+    (void)state;
+    for (int i = 0; i < tg_layer_count(); i++) {
+        results_tape = tg_tape_new();
+        check_entry(tg_layer_get(i));
+        tg_tape_free(results_tape);
+    }
+}
+
+/* x rounded to the nearest bf16, ties to even */
+static double bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* Under BF16 a product's operands are rounded to bf16 and accumulated in
+ * float32: a Linear's output equals float64 products of the rounded
+ * operands to float32 rounding, and differs from the float32 product. A
+ * float64 module's products stay float64. */
+static void test_bf16_products(void **state)
+{
+    (void)state;
+    tg_tape *tp = tg_tape_new();
+    tg_manual_seed(1);
+    tg_module *lin = tg_linear_new(tp, 64, 8, true);
+    tu_assert_ok(lin);
+    tg_tensor *x = tg_randn(tp, TG_F32, 2, (int64_t[]){5, 64}, NULL);
+    tu_assert_ok(x);
+    tg_tensor *y32 = tg_module_forward(tp, lin, x);
+    assert_int_equal(tg_module_set_numerics(lin, TG_NUMERICS_BF16), TG_OK);
+    assert_int_equal(tg_module_numerics(lin), TG_NUMERICS_BF16);
+    tg_tensor *y = tg_module_forward(tp, lin, x);
+    tu_assert_ok(y32);
+    tu_assert_ok(y);
+    const float *xs = tg_data_ptr(x), *w = tg_data_ptr(tg_module_get_parameter(lin, "weight")),
+                *b = tg_data_ptr(tg_module_get_parameter(lin, "bias")), *yb = tg_data_ptr(y), *yf = tg_data_ptr(y32);
+    double worst = 0, apart = 0;
+    for (int r = 0; r < 5; r++)
+        for (int o = 0; o < 8; o++) {
+            double acc = b[o];
+            for (int k = 0; k < 64; k++) acc += bf16(xs[r * 64 + k]) * bf16(w[o * 64 + k]);
+            worst = fmax(worst, fabs(yb[r * 8 + o] - acc) / (1 + fabs(acc)));
+            apart = fmax(apart, fabs(yf[r * 8 + o] - acc));
+        }
+    if (worst > 1e-5) fail_msg("bf16 product %g from the float64 product of rounded operands", worst);
+    assert_true(apart > 1e-3); /* the float32 product is another number */
+    /* float64: unchanged by the policy */
+    assert_int_equal(tg_module_to_dtype(tp, lin, TG_F64), TG_OK);
+    tg_tensor *x64 = tg_to_dtype(tp, x, TG_F64);
+    tg_tensor *ya = tg_module_forward(tp, lin, x64);
+    assert_int_equal(tg_module_set_numerics(lin, TG_NUMERICS_EXACT), TG_OK);
+    tg_tensor *yb64 = tg_module_forward(tp, lin, x64);
+    tu_assert_ok(ya);
+    tu_assert_ok(yb64);
+    assert_memory_equal(tg_data_ptr(ya), tg_data_ptr(yb64), sizeof(double) * 40);
+    tu_assert_status_error(tg_module_set_numerics(lin, (tg_numerics)9), "not a tg_numerics value");
+    tu_assert_status_error(tg_module_set_numerics(NULL, TG_NUMERICS_FAST), "NULL module");
+    tg_tape_free(tp);
+}
+
+static void test_errors(void **state)
+{
+    (void)state;
+    tu_assert_null_error(tg_layer_find("nope"), "no layer named 'nope'");
+    tu_assert_null_error(tg_layer_get(-1), "outside");
+    tu_assert_null_error(tg_layer_get(tg_layer_count()), "outside");
+    tg_tape *tp = tg_tape_new();
+    tg_layer_args a = {0};
+    const tg_layer *g = tg_layer_find("gelu");
+    tu_assert_null_error(tg_layer_apply(tp, g, true, TG_NUMERICS_EXACT, 2, NULL, &a), "gelu", "expected 1 inputs");
+    tg_tensor *x = tg_zeros(tp, TG_F32, 1, (int64_t[]){3});
+    tu_assert_null_error(tg_layer_apply(tp, g, true, (tg_numerics)7, 1, &x, &a), "not a tg_numerics value");
+    tu_assert_null_error(tg_layer_apply(tp, NULL, true, TG_NUMERICS_EXACT, 1, &x, &a), "NULL layer");
+    tg_numerics nm;
+    tu_assert_status_error(tg_numerics_parse("fp16", &nm), "'fp16' is not one of exact, fast, bf16");
+    assert_int_equal(tg_numerics_parse("bf16", &nm), TG_OK);
+    assert_int_equal(nm, TG_NUMERICS_BF16);
+    assert_string_equal(tg_numerics_name(TG_NUMERICS_FAST), "fast");
+    tg_tape_free(tp);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_entry_has_a_row),
+        cmocka_unit_test(test_walk_every_entry),
+        cmocka_unit_test(test_bf16_products),
+        cmocka_unit_test(test_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
