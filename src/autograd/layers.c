@@ -99,6 +99,16 @@ static tg_tensor *gelu_exact(tg_tape *tp, int n, tg_tensor *const *in, const tg_
     return tg_gelu(tp, in[0]);
 }
 
+/* the same op; under FAST its float32 kernels take a polynomial tanh
+ * (src/tensor/kernels.c, gelu_tanh) where PyTorch's takes SLEEF's */
+static tg_tensor *gelu_fast(tg_tape *tp, int n, tg_tensor *const *in, const tg_layer_args *a)
+{
+    tg_numerics prev = tg__numerics_enter(TG_NUMERICS_FAST);
+    tg_tensor *y = gelu_exact(tp, n, in, a);
+    tg__numerics_leave(prev);
+    return y;
+}
+
 /* ---- FeedForward: x (..., d), W1 (h, d), b1 (h), W2 (d, h), b2 (d) ----------------------------------- */
 
 /* nn.Sequential(Linear(d, h), GELU(), Linear(h, d)) */
@@ -113,6 +123,15 @@ static tg_tensor *feed_forward_exact(tg_tape *tp, int n, tg_tensor *const *in, c
 {
     if (!in[0] || !tg_is_contiguous(in[0])) return feed_forward_composed(tp, n, in, a);
     return tg__feed_forward(tp, in[0], in[1], in[2], in[3], in[4]);
+}
+
+/* the same node under FAST: GELU's polynomial tanh */
+static tg_tensor *feed_forward_fast(tg_tape *tp, int n, tg_tensor *const *in, const tg_layer_args *a)
+{
+    tg_numerics prev = tg__numerics_enter(TG_NUMERICS_FAST);
+    tg_tensor *y = feed_forward_exact(tp, n, in, a);
+    tg__numerics_leave(prev);
+    return y;
 }
 
 /* ---- RMSNorm: x (..., D), weight (D) ------------------------------------------------------------ */
@@ -156,9 +175,9 @@ static const tg_layer layers[] = {
      attention_exact, attention_fast, NULL, 2e-5, true},
     {"layer_norm", "x (..., D), scale (D), shift (D)", 3, layer_norm_composed, layer_norm_exact, NULL, NULL, 0,
      true},
-    {"gelu", "x", 1, gelu_composed, gelu_exact, NULL, NULL, 0, true},
+    {"gelu", "x", 1, gelu_composed, gelu_exact, gelu_fast, NULL, 1e-6, true},
     {"feed_forward", "x (..., d), W1 (h, d), b1 (h), W2 (d, h), b2 (d)", 5, feed_forward_composed,
-     feed_forward_exact, NULL, NULL, 0, true},
+     feed_forward_exact, feed_forward_fast, NULL, 2e-6, true},
     {"rms_norm", "x (..., D), weight (D)", 2, rms_norm_composed, NULL, rms_norm_fast, NULL, 2e-6, true},
     {"silu", "x", 1, silu_composed, silu_exact, NULL, NULL, 2e-6, false},
 };

@@ -68,34 +68,9 @@ static dropout_t make_dropout(double p, uint64_t seed, const uint8_t *bits)
     return d;
 }
 
-/* ---- float exp for the softmax rows --------------------------------------------- */
+/* ---- float exp for the softmax rows (tg__exp_f32, src/tensor/internal.h) ------------------------ */
 
-/* exp(x) = 2^n exp(r), n = round(x log2 e), |r| <= ln2/2, exp(r) by its degree-7
- * Taylor polynomial (relative error < 1e-8, below float's rounding). Written
- * so the compiler vectorises it (glibc's expf is a call per element). Here x
- * is S - max <= 0 (or S - lse, a rounding above 0 at most); below -87 the
- * weight is under FLT_MIN and is returned as 0. */
-static inline float exp_f32(float x)
-{
-    float xc = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-    float t = xc * 1.44269504f + 12582912.0f; /* 1.5*2^23: rounds to an integer */
-    float n = t - 12582912.0f;
-    float r = xc - n * 0.693145752f - n * 1.42860677e-6f; /* ln 2 = hi + lo */
-    float p = 1.0f / 5040;
-    p = p * r + 1.0f / 720;
-    p = p * r + 1.0f / 120;
-    p = p * r + 1.0f / 24;
-    p = p * r + 1.0f / 6;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    union {
-        int32_t i;
-        float f;
-    } s = {.i = ((int32_t)n + 127) * (1 << 23)};
-    return x < -87.0f ? 0.0f : p * s.f;
-}
-
+#define exp_f32 tg__exp_f32
 static inline double exp_f64(double x) { return exp(x); }
 
 /* ---- per-row work, once per element type ----------------------------------------- */

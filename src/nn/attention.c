@@ -235,33 +235,6 @@ tg_module *tg_mha_wrapper_new(tg_tape *tp, int64_t d_in, int64_t d_out, int64_t 
 
 /* ---- MultiHeadAttention --------------------------------------------------------------------------------- */
 
-/* FAST numerics with the built-in Linear layers: q, k and v as one
- * product, x @ cat(W_query, W_key, W_value)^T, split into three views. */
-static bool qkv_one_product(tg_tape *tp, tg_module *m, tg_tensor *x, tg_tensor **q, tg_tensor **k, tg_tensor **v)
-{
-    static const char *const names[3] = {"W_query", "W_key", "W_value"};
-    if (tg_module_numerics(m) != TG_NUMERICS_FAST || !tg_module_is_fused(m)) return false;
-    tg_tensor *w[3], *b[3];
-    int nbias = 0;
-    for (int i = 0; i < 3; i++) {
-        const tg_module *l = tg__entry_get(&m->children, names[i]);
-        if (!tg__is_linear(l) || tg_module_numerics(l) != TG_NUMERICS_FAST) return false;
-        w[i] = tg__entry_get(&l->params, "weight");
-        b[i] = tg__entry_get(&l->params, "bias");
-        nbias += b[i] != NULL;
-        if (!w[i]) return false;
-    }
-    if (nbias != 0 && nbias != 3) return false;
-    int64_t d = cfg(m)->d_out;
-    tg_numerics prev = tg__numerics_enter(TG_NUMERICS_FAST);
-    tg_tensor *qkv = tg_linear(tp, x, tg_cat(tp, 3, w, 0), nbias ? tg_cat(tp, 3, b, 0) : NULL); /* (b, T, 3 d) */
-    *q = tg_narrow(tp, qkv, 2, 0, d);
-    *k = tg_narrow(tp, qkv, 2, d, d);
-    *v = tg_narrow(tp, qkv, 2, 2 * d, d);
-    tg__numerics_leave(prev);
-    return true;
-}
-
 static tg_tensor *mha_forward(tg_tape *tp, tg_module *m, int n, tg_tensor *const *in)
 {
     if (!check_input(m, n, in, 3)) return NULL;
@@ -269,12 +242,9 @@ static tg_tensor *mha_forward(tg_tape *tp, tg_module *m, int n, tg_tensor *const
     tg_tensor *x = in[0];
     int64_t b = x->shape[0], T = x->shape[1], h = c->num_heads, hd = c->d_out / c->num_heads;
     int64_t split[4] = {b, T, h, hd}, merged[3] = {b, T, c->d_out};
-    tg_tensor *k, *q, *v;
-    if (!qkv_one_product(tp, m, x, &q, &k, &v)) {
-        k = tg_module_forward(tp, child(m, "W_key"), x); /* (b, T, d_out) */
-        q = tg_module_forward(tp, child(m, "W_query"), x);
-        v = tg_module_forward(tp, child(m, "W_value"), x);
-    }
+    tg_tensor *k = tg_module_forward(tp, child(m, "W_key"), x); /* (b, T, d_out) */
+    tg_tensor *q = tg_module_forward(tp, child(m, "W_query"), x);
+    tg_tensor *v = tg_module_forward(tp, child(m, "W_value"), x);
     k = tg_transpose(tp, tg_view(tp, k, 4, split), 1, 2); /* (b, h, T, hd) */
     q = tg_transpose(tp, tg_view(tp, q, 4, split), 1, 2);
     v = tg_transpose(tp, tg_view(tp, v, 4, split), 1, 2);

@@ -295,11 +295,21 @@ static inline float gelu_inner_f32(float x)
     return k * (x + c * (x * x * x));
 }
 
+/* GELU's tanh in place: PyTorch's vector tanh (SLEEF), or under FAST
+ * numerics a polynomial one the compiler vectorises (tg__tanh_fast_f32). */
+static void gelu_tanh(float *t, int64_t m, bool fast)
+{
+    if (fast)
+        for (int64_t i = 0; i < m; i++) t[i] = tg__tanh_fast_f32(t[i]);
+    else
+        tg__vtanhf(t, t, m);
+}
+
 /* exp, log, tanh and GELU of float32 elements as PyTorch's cpu_kernel_vec
  * runs them on one chunk: the first n - n % 16 elements of a contiguous row
  * (two vectors a step) by the vector functions, the rest and strided rows by
  * the C library (vmath.c). */
-static void un_math_f32(tg_unop op, int64_t n, float *o, int64_t so, const float *x, int64_t sa)
+static void un_math_f32(tg_unop op, bool fast, int64_t n, float *o, int64_t so, const float *x, int64_t sa)
 {
     int64_t nv = so == 1 && sa == 1 && tg__vec_math() ? n - n % 16 : 0;
     enum { CH = 256 };
@@ -312,7 +322,7 @@ static void un_math_f32(tg_unop op, int64_t n, float *o, int64_t so, const float
         case TG_UN_TANH: tg__vtanhf(o + i0, x + i0, m); break;
         default: /* TG_UN_GELU */
             for (int64_t i = 0; i < m; i++) buf[i] = gelu_inner_f32(x[i0 + i]);
-            tg__vtanhf(buf, buf, m);
+            gelu_tanh(buf, m, fast);
             for (int64_t i = 0; i < m; i++) o[i0 + i] = gelu_f32(x[i0 + i], buf[i]);
         }
     }
@@ -322,7 +332,7 @@ static void un_math_f32(tg_unop op, int64_t n, float *o, int64_t so, const float
         case TG_UN_EXP: r = expf(a); break;
         case TG_UN_LOG: r = logf(a); break;
         case TG_UN_TANH: r = tanhf(a); break;
-        default: r = gelu_f32(a, tanhf(gelu_inner_f32(a)));
+        default: r = gelu_f32(a, fast ? tg__tanh_fast_f32(gelu_inner_f32(a)) : tanhf(gelu_inner_f32(a)));
         }
         o[i * so] = r;
     }
@@ -347,22 +357,34 @@ static inline float gelu_grad_f32(float x, float t, float dy)
 void tg_k_gelu_backward_f32(float *dx, const float *x, const float *dy, int64_t n)
 {
     int64_t nv = tg__vec_math() ? n - n % 16 : 0;
+    bool fast = tg__numerics_current() == TG_NUMERICS_FAST;
     enum { CH = 256 };
-    float t[CH];
+#pragma omp parallel for if (n > TG_PAR_MIN) schedule(static)
     for (int64_t i0 = 0; i0 < nv; i0 += CH) {
+        float t[CH];
         int64_t m = nv - i0 < CH ? nv - i0 : CH;
         for (int64_t i = 0; i < m; i++) t[i] = gelu_inner_f32(x[i0 + i]);
-        tg__vtanhf(t, t, m);
+        gelu_tanh(t, m, fast);
         for (int64_t i = 0; i < m; i++) dx[i0 + i] = gelu_grad_f32(x[i0 + i], t[i], dy[i0 + i]);
     }
-    for (int64_t i = nv; i < n; i++) dx[i] = gelu_grad_f32(x[i], tanhf(gelu_inner_f32(x[i])), dy[i]);
+    for (int64_t i = nv; i < n; i++) {
+        float u = gelu_inner_f32(x[i]);
+        dx[i] = gelu_grad_f32(x[i], fast ? tg__tanh_fast_f32(u) : tanhf(u), dy[i]);
+    }
 }
+
+/* the op first: un_basic_f32 and un_f64 read it through the same pointer;
+ * the policy read on the calling thread (OpenMP's workers do not share it) */
+typedef struct {
+    tg_unop op;
+    bool fast;
+} un_ctx;
 
 static void un_f32(void *vctx, int64_t n, char *const *p, const int64_t *s)
 {
-    tg_unop op = *(const tg_unop *)vctx;
-    if (op == TG_UN_EXP || op == TG_UN_LOG || op == TG_UN_TANH || op == TG_UN_GELU)
-        un_math_f32(op, n, (float *)p[0], s[0] / (int64_t)sizeof(float), (const float *)p[1],
+    const un_ctx *c = vctx;
+    if (c->op == TG_UN_EXP || c->op == TG_UN_LOG || c->op == TG_UN_TANH || c->op == TG_UN_GELU)
+        un_math_f32(c->op, c->fast, n, (float *)p[0], s[0] / (int64_t)sizeof(float), (const float *)p[1],
                     s[1] / (int64_t)sizeof(float));
     else
         un_basic_f32(vctx, n, p, s);
@@ -371,7 +393,8 @@ static void un_f32(void *vctx, int64_t n, char *const *p, const int64_t *s)
 void tg_k_unary(tg_tensor *out, const tg_tensor *a, tg_unop op)
 {
     const tg_tensor *ops[2] = {out, a};
-    iter_apply(2, ops, out->dtype == TG_F64 ? un_f64 : un_f32, &op);
+    un_ctx c = {op, tg__numerics_current() == TG_NUMERICS_FAST};
+    iter_apply(2, ops, out->dtype == TG_F64 ? un_f64 : un_f32, &c);
 }
 
 /* ---- copy, fill, axpy ------------------------------------------------------------------- */
