@@ -101,16 +101,20 @@ static void next_state(tg_generator *g)
     *p = p[MT_M - MT_N] ^ twist(p[0], g->state[0]);
 }
 
-uint32_t tg_generator_random(tg_generator *g)
+static inline uint32_t temper(uint32_t y)
 {
-    if (!g) g = tg_default_generator();
-    if (--g->left == 0) next_state(g);
-    uint32_t y = g->state[g->next++];
     y ^= y >> 11;
     y ^= (y << 7) & 0x9d2c5680u;
     y ^= (y << 15) & 0xefc60000u;
     y ^= y >> 18;
     return y;
+}
+
+uint32_t tg_generator_random(tg_generator *g)
+{
+    if (!g) g = tg_default_generator();
+    if (--g->left == 0) next_state(g);
+    return temper(g->state[g->next++]);
 }
 
 uint64_t tg_generator_random64(tg_generator *g)
@@ -494,8 +498,33 @@ void tg__bernoulli_bits(tg_generator *g, double q, uint8_t *bits, int64_t n)
     tg__mask_slice(g, n, &before, &after);
     tg__skip_uniform(g, before);
     memset(bits, 0, (size_t)((n + 7) / 8));
-    for (int64_t i = 0; i < n; i++)
-        if (uniform_f64(g, 0.0, 1.0) < q) bits[i >> 3] |= (uint8_t)(1u << (i & 7));
+    /* u = b 2^-53 < q (b the draw's low 53 bits) <=> b < ceil(q 2^53): the
+     * same test in integers, on the state's untwisted words in blocks the
+     * compiler vectorises (tempering, combining, comparing) */
+    double qs = ceil(q * 9007199254740992.0);
+    uint64_t thresh = qs <= 0 ? 0 : qs >= 9007199254740992.0 ? UINT64_C(1) << 53 : (uint64_t)qs;
+    enum { BLK = 256 };
+    uint8_t keep[BLK];
+    int64_t i = 0;
+    while (i < n) {
+        int64_t avail = ((int64_t)g->left - 1) / 2; /* whole draws before the next twist */
+        if (avail == 0) { /* a draw that starts or straddles a twist */
+            if (uniform_f64(g, 0.0, 1.0) < q) bits[i >> 3] |= (uint8_t)(1u << (i & 7));
+            i++;
+            continue;
+        }
+        int64_t k = avail < n - i ? avail : n - i;
+        if (k > BLK) k = BLK;
+        const uint32_t *w = g->state + g->next;
+        for (int64_t j = 0; j < k; j++) {
+            uint64_t hi = temper(w[2 * j]), lo = temper(w[2 * j + 1]);
+            keep[j] = ((hi << 32 | lo) & ((UINT64_C(1) << 53) - 1)) < thresh;
+        }
+        g->next += (uint32_t)(2 * k);
+        g->left -= (int)(2 * k);
+        for (int64_t j = 0; j < k; j++) bits[(i + j) >> 3] |= (uint8_t)(keep[j] << ((i + j) & 7));
+        i += k;
+    }
     tg__skip_uniform(g, after);
 }
 
