@@ -8,6 +8,13 @@
 
 With --cli the program is `tapegrad pretrain --text TEXT` with the run's
 settings as options, then EXTRA (--composed, --threads N, ...).
+
+    check_pretrain_output.py --tol X --cli TAPEGRAD REF_JSON RUN_NAME TEXT [EXTRA...]
+
+compares numbers instead of lines (a policy that is not PyTorch's bits,
+--precision fast or bf16): the run's --json rows, every train and val loss
+within X of PyTorch's, the same steps and tokens seen, and "precision" in
+the JSON as EXTRA asks.
 """
 import json
 import subprocess
@@ -28,8 +35,41 @@ def cli_args(run, text):
     return [str(x) for x in a]
 
 
+def check_tol(prog, args, run, tol):
+    p = subprocess.run([prog] + args + ["--json"], capture_output=True, timeout=1200)
+    if p.returncode != 0:
+        print("exit status %d: %s" % (p.returncode, p.stderr.decode(errors="replace").strip()))
+        return 1
+    got = json.loads(p.stdout.decode("utf-8").strip().splitlines()[-1])
+    want_prec = args[args.index("--precision") + 1] if "--precision" in args else "exact"
+    bad = 0 if got.get("precision") == want_prec else 1
+    if bad:
+        print("precision %r, expected %r" % (got.get("precision"), want_prec))
+    rows, ref = got["rows"], run["rows"]
+    if len(rows) != len(ref):
+        print("%d rows, PyTorch's run has %d" % (len(rows), len(ref)))
+        return 1
+    worst = 0.0
+    for g, w in zip(rows, ref):
+        if (g["epoch"], g["step"], g["tokens_seen"]) != (w["epoch"], w["step"], w["tokens_seen"]):
+            print("row %r differs from PyTorch's %r" % (g, w))
+            bad += 1
+        for k in ("train_loss", "val_loss"):
+            d = abs(g[k] - w[k])
+            worst = max(worst, d)
+            if not d <= tol:
+                print("Ep %d step %d %s: %.6f, PyTorch %.6f (|d| %.2e > %g)" % (g["epoch"], g["step"], k, g[k], w[k], d, tol))
+                bad += 1
+    print("%d rows, largest difference from PyTorch's %.2e (tolerance %g, %s)" % (len(rows), worst, tol, run["name"]))
+    return 1 if bad else 0
+
+
 def main():
     argv = sys.argv[1:]
+    tol = None
+    if argv[:1] == ["--tol"]:
+        tol = float(argv[1])
+        argv = argv[2:]
     cli = argv[:1] == ["--cli"]
     if cli:
         argv = argv[1:]
@@ -41,6 +81,8 @@ def main():
         args = cli_args(run, argv[3]) + argv[4:]
     else:
         args = argv[4:] if argv[3:4] == ["--"] else argv[3:]
+    if tol is not None:
+        return check_tol(prog, args, run, tol)
     want = run["lines"]
     p = subprocess.run([prog] + args, capture_output=True, timeout=1200)
     got = p.stdout.decode("utf-8", errors="replace").splitlines()

@@ -60,6 +60,13 @@ expect_contains "summary small" "(trf_blocks): Sequential(" "$TG" summary --voca
 HELLO="Hello, I am Featureiman Byeswickattribute argue logger Normandy Compton analogous"
 expect_contains "generate greedy (KV cache)" "$HELLO" "$TG" generate --config gpt2-small --seed 123 --prompt "Hello, I am" --max-new-tokens 10
 expect_contains "generate greedy (no cache)" "$HELLO" "$TG" generate --config gpt2-small --seed 123 --prompt "Hello, I am" --max-new-tokens 10 --no-kv-cache
+# FAST numerics: float32 to rounding, so the same greedy ids here
+expect_contains "generate greedy (fast)" "$HELLO" "$TG" generate --config gpt2-small --seed 123 --prompt "Hello, I am" --max-new-tokens 10 --precision fast
+# bench --model gpt reports the policy it ran
+for p in exact fast bf16; do
+    if "$TG" bench --model gpt --layers 1 --emb 16 --heads 2 --vocab 50 --tokens 8 --steps 1 --precision $p --json >"$TMP/bg.json" 2>"$TMP/err" &&
+        $PY -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["precision"] == sys.argv[2], d; assert ("bf16" in d) == (sys.argv[2] == "bf16")' "$TMP/bg.json" $p; then ok; else bad "bench --model gpt --precision $p: $(head -1 "$TMP/err")"; fi
+done
 if "$TG" generate --max-new-tokens 3 --temperature 1 --top-k 50 --json >"$TMP/gen.json" 2>"$TMP/err" &&
     $PY -c '
 import json, sys
@@ -352,6 +359,9 @@ bench --model gpt --layers 1 --emb 8 --heads 2 --vocab 50 --tokens 4 --dist
 summary --layers 0
 summary --heads 5
 summary --config gpt5
+bench --model gpt --layers 1 --emb 8 --heads 2 --vocab 50 --tokens 4 --precision fp16
+generate --precision EXACT
+pretrain --text data/the-verdict.txt --precision
 summary --dropout 1
 summary --emb 100000000
 summary --vocab 0

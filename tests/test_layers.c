@@ -296,6 +296,54 @@ static void test_bf16_products(void **state)
     tg_tape_free(tp);
 }
 
+/* The modules over the new entries: RMSNorm (weight ones, eps) and SiLU,
+ * composed unfused and under EXACT, one node fused under FAST. */
+static void test_rms_norm_silu_modules(void **state)
+{
+    (void)state;
+    tg_tape *tp = tg_tape_new();
+    tg_module *rn = tg_rms_norm_new(tp, 6, 1e-5), *si = tg_silu_new(tp);
+    tu_assert_ok(rn);
+    tu_assert_ok(si);
+    char buf[128];
+    tg_module_repr(rn, buf, sizeof buf);
+    assert_string_equal(buf, "RMSNorm((6,), eps=1e-05)");
+    tg_module_repr(si, buf, sizeof buf);
+    assert_string_equal(buf, "SiLU()");
+    tg_named_list sd;
+    assert_int_equal(tg_module_state_dict(tp, rn, &sd), TG_OK);
+    assert_int_equal(sd.n, 1);
+    assert_string_equal(sd.names[0], "weight");
+    tg_tensor *x = tg_randn(tp, TG_F32, 3, (int64_t[]){2, 3, 6}, NULL);
+    assert_int_equal(tg_requires_grad_(x, true), TG_OK);
+    tg_tensor *ys[2][3]; /* [module][unfused, fused exact, fused fast] */
+    tg_module *ms[2] = {rn, si};
+    for (int k = 0; k < 2; k++) {
+        tg_module_set_fused(ms[k], false);
+        ys[k][0] = tg_module_forward(tp, ms[k], x);
+        tg_module_set_fused(ms[k], true);
+        ys[k][1] = tg_module_forward(tp, ms[k], x);
+        tg_module_set_numerics(ms[k], TG_NUMERICS_FAST);
+        ys[k][2] = tg_module_forward(tp, ms[k], x);
+        for (int v = 0; v < 3; v++) tu_assert_ok(ys[k][v]);
+        tu_assert_close(ys[k][2], ys[k][0], 1e-5, 1e-6, "fast module");
+    }
+    assert_string_equal(tg_grad_fn_name(ys[0][0]), "MulBackward0");
+    assert_string_equal(tg_grad_fn_name(ys[0][1]), "MulBackward0"); /* EXACT: the composed ops */
+    assert_string_equal(tg_grad_fn_name(ys[0][2]), "RmsNormBackward0");
+    assert_string_equal(tg_grad_fn_name(ys[1][0]), "DivBackward0");
+    assert_string_equal(tg_grad_fn_name(ys[1][1]), "SiluBackward0");
+    assert_memory_equal(tg_data_ptr(ys[0][0]), tg_data_ptr(ys[0][1]), sizeof(float) * 36);
+    tu_assert_null_error(tg_rms_norm_new(tp, 0, 1e-5), "RMSNorm", "dim");
+    tu_assert_null_error(tg_rms_norm_new(tp, 4, -1), "RMSNorm", "eps");
+    tu_assert_null_error(tg_module_forward(tp, rn, tg_zeros(tp, TG_F32, 2, (int64_t[]){2, 5})), "RMSNorm",
+                         "last dim must be 6");
+    tu_assert_null_error(tg_rms_norm(tp, x, tg_zeros(tp, TG_F32, 1, (int64_t[]){5}), 1e-5), "rms_norm", "(6)");
+    tg_clear_error();
+    tu_assert_null_error(tg_silu(tp, NULL), "silu");
+    tg_tape_free(tp);
+}
+
 static void test_errors(void **state)
 {
     (void)state;
@@ -323,6 +371,7 @@ int main(void)
         cmocka_unit_test(test_every_entry_has_a_row),
         cmocka_unit_test(test_walk_every_entry),
         cmocka_unit_test(test_bf16_products),
+        cmocka_unit_test(test_rms_norm_silu_modules),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

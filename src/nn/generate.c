@@ -157,6 +157,8 @@ int tg_gpt_generate(tg_module *gpt, const int64_t *prompt, int64_t n_prompt, con
 
     bool was_training = tg_module_is_training(gpt), grad = tg_set_grad_enabled(false);
     tg_module_train(gpt, false);
+    /* the ops below run under the model's numerics, as its forward would */
+    tg_numerics prev_numerics = tg__numerics_enter(tg_module_numerics(gpt));
     tg_tape *tp = tg_tape_new();
     kv_cache kv = {0};
     tg_dtype dt = tg_module_get_parameter(gpt, "tok_emb.weight")->dtype;
@@ -185,6 +187,7 @@ int tg_gpt_generate(tg_module *gpt, const int64_t *prompt, int64_t n_prompt, con
     }
     tg_tape_free(kv.tp);
     tg_tape_free(tp);
+    tg__numerics_leave(prev_numerics);
     tg_module_train(gpt, was_training);
     tg_set_grad_enabled(grad);
     const char *e = tg_last_error();
