@@ -37,8 +37,9 @@ CONFIGS = [
     ("wrapper B4 T512", "mha-wrapper", 4, 512, 768, 768, 12, 0.1),
 ]
 SCALING = [256, 512, 1024, 2048, 4096]
-# the book's GPT-2 124M training step (forward, cross-entropy, backward, AdamW)
-GPT_CONFIGS = [("GPT-2 124M B2 T256", 2, 256)]
+# the book's GPT-2 124M training step (forward, cross-entropy, backward, AdamW),
+# tapegrad under each numerics policy (README.md, "Numerics")
+GPT_CONFIGS = [("GPT-2 124M B2 T256 exact", 2, 256, "exact"), ("GPT-2 124M B2 T256 fast", 2, 256, "fast")]
 TORCH_MAX_T = 2048  # PyTorch keeps several (B, h, T, T) tensors: 4096 needs ~10 GB
 
 
@@ -97,7 +98,7 @@ def torch_gpt_worker(cfg, steps, threads):
     from reference.gpt_book import GPT_CONFIG_124M, GPTModel
 
     torch.set_num_threads(threads)
-    _, batch, tokens = cfg
+    batch, tokens = cfg[1], cfg[2]
     conf = dict(GPT_CONFIG_124M, context_length=tokens)
     torch.manual_seed(123)
     model = GPTModel(conf)
@@ -153,9 +154,9 @@ def run_torch(cfg, steps, threads):
 
 def run_tapegrad(exe, cfg, steps, threads):
     if cfg[0].startswith("GPT"):
-        _, batch, tokens = cfg
+        _, batch, tokens, precision = cfg
         cmd = [exe, "bench", "--model", "gpt", "--batch", str(batch), "--tokens", str(tokens), "--steps", str(steps),
-               "--threads", str(threads), "--json"]
+               "--threads", str(threads), "--precision", precision, "--json"]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         return json.loads(out.strip().splitlines()[-1])
     _, module, batch, tokens, d_in, d_out, heads, dropout = cfg

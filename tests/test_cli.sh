@@ -205,11 +205,14 @@ for k in ("fwd_ms", "bwd_ms", "step_ms", "gflops", "peak_rss_mib"):
     assert isinstance(d[k], (int, float)) and d[k] >= 0, k
 # the BLAS and its threading (tg_blas_info), as tools/check_install.sh reads it
 assert d["blas"].endswith(" build)") or d["blas"].startswith("a CBLAS"), d["blas"]
+assert d["precision"] in ("exact", "fast", "bf16"), d
 ' "$TMP/bench.json"; then ok; else bad "bench --json $* ($(head -1 "$TMP/err"))"; fi
 }
 check_bench
 check_bench --composed
 check_bench --module mha-wrapper
+check_bench --precision exact
+check_bench --precision bf16 --module mha-wrapper
 check_bench --module mha-wrapper --composed
 check_bench --threads 1 --dropout 0
 check_bench --torch-dropout
@@ -346,6 +349,7 @@ train --plot $TMP/no/such/dir/loss.svg
 train --seed
 train --threads 0
 bench --module causal
+bench --precision half
 bench --heads 0
 bench --d 0
 bench --d-out 10 --heads 3

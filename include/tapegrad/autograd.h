@@ -220,7 +220,9 @@ TG_API tg_tensor *tg_dropout(tg_tape *tp, tg_tensor *x, double p, tg_generator *
 
 /* softmax(q k^T / sqrt(hd) [+ causal mask]) v, dropout p on the weights, in
  * one node (ScaledDotProductAttentionBackward0) that keeps only the per-row
- * log-sum-exp. q, k, v: (..., T, hd) of the same shape. */
+ * log-sum-exp. q, k, v: (..., T, hd) of the same shape. The FAST numerics'
+ * attention (tg_layer "attention"): float32 products under every policy,
+ * its own summation order (not PyTorch's bits). */
 TG_API tg_tensor *tg_scaled_dot_product_attention(tg_tape *tp, tg_tensor *q, tg_tensor *k, tg_tensor *v,
                                            bool causal, double dropout_p, tg_generator *g);
 

@@ -44,8 +44,10 @@ TG_API tg_module *tg_layer_norm_new(tg_tape *tp, int64_t emb_dim);
 /* The book's GELU (tanh approximation); fused: one GeluBackward0 node. */
 TG_API tg_module *tg_gelu_new(tg_tape *tp);
 /* RMSNorm(dim, eps) (Llama's: x / sqrt(mean(x^2) + eps) * weight, weight
- * ones) and SiLU (x * sigmoid(x)): unfused the composed ops, fused one node
- * (RmsNormBackward0, FAST numerics; SiluBackward0). */
+ * ones): the composed ops, or fused under TG_NUMERICS_FAST one
+ * RmsNormBackward0 node. SiLU (x * sigmoid(x)): the composed ops, or fused
+ * one SiluBackward0 node (PyTorch's formulas). Entries of the layer table
+ * (autograd.h, tg_layer). */
 TG_API tg_module *tg_rms_norm_new(tg_tape *tp, int64_t dim, double eps);
 TG_API tg_module *tg_silu_new(tg_tape *tp);
 /* FeedForward(cfg): layers = Sequential(Linear(d, 4d), GELU(), Linear(4d, d)). */

@@ -36,7 +36,10 @@ static const char *help =
     "  --steps N       timed steps (5)\n"
     "  --threads N     OpenMP threads (default: OpenMP's default)\n"
     "  --composed      the book's composition of ops (masked_fill, softmax, ...)\n"
-    "                  instead of the fused attention op (the default)\n"
+    "                  instead of one attention node (the default)\n"
+    "  --precision P   fast (default here: the flash-style attention kernel),\n"
+    "                  exact (PyTorch's call shapes and bits) or bf16\n"
+    "                  (README.md, \"Numerics\")\n"
     "  --torch-dropout the fused op draws PyTorch's dropout masks (bernoulli_,\n"
     "                  element by element, as pretrain does) instead of the\n"
     "                  counter-based stream it uses here by default\n"
@@ -53,6 +56,8 @@ typedef struct {
     int64_t batch, tokens, d, d_in, d_out, heads, steps, threads;
     double dropout;
     bool d_in_set, d_out_set, threads_set, composed, torch_dropout, json;
+    const char *precision;
+    tg_numerics numerics;
 } bench_args;
 
 static int run(tg_tape *model, tg_tape *step, const bench_args *a, double *t_fwd, double *t_bwd, double *t_step)
@@ -64,7 +69,9 @@ static int run(tg_tape *model, tg_tape *step, const bench_args *a, double *t_fwd
     int64_t B = a->batch, T = a->tokens, H = a->heads;
     if (d_out % H != 0)
         return tg_cli_error(CMD, "d_out (%lld) must be divisible by --heads (%lld)", (long long)d_out, (long long)H);
-    if (tg_cli_estimate_bytes(B, T, d_in, d_out, H, !a->composed) > TG_CLI_MEMORY_BUDGET)
+    /* only the flash-style kernel keeps no (T, T) tensor */
+    bool flash = !a->composed && a->numerics == TG_NUMERICS_FAST;
+    if (tg_cli_estimate_bytes(B, T, d_in, d_out, H, flash) > TG_CLI_MEMORY_BUDGET)
         return tg_cli_error(CMD, "configuration too large: batch %lld, tokens %lld, d_in %lld, d_out %lld, heads %lld "
                                  "would need more than %.0f GiB",
                             (long long)B, (long long)T, (long long)d_in, (long long)d_out, (long long)H,
@@ -78,6 +85,7 @@ static int run(tg_tape *model, tg_tape *step, const bench_args *a, double *t_fwd
                            : tg_mha_new(model, d_in, d_out, T, a->dropout, H, false);
     if (!m) return tg_cli_lib_error(CMD, NULL);
     tg_module_set_fused(m, !a->composed); /* the wrapper's CausalAttention heads too */
+    tg_module_set_numerics(m, a->numerics);
     tg_module_train(m, true);
     tg_generator *g = tg_generator_new(7);
     if (!g) return tg_cli_error(CMD, "out of memory");
@@ -123,7 +131,8 @@ int tg_cmd_bench(int argc, char **argv)
     if (tg_dist_launched() > 1)
         return tg_cli_error(CMD, "mpirun started %d processes, but an attention module's bench runs alone; "
                                  "data parallel: tapegrad bench --model gpt", tg_dist_launched());
-    bench_args a = {.module = "mha", .batch = 2, .tokens = 1024, .d = 768, .heads = 12, .dropout = 0.1, .steps = 5};
+    bench_args a = {.module = "mha", .batch = 2, .tokens = 1024, .d = 768, .heads = 12, .dropout = 0.1, .steps = 5,
+                    .precision = "fast"};
     const int64_t big = 1 << 20;
     const tg_opt opts[] = {
         {"--module", TG_OPT_STRING, &a.module, 0, 0, 0, 0, false, NULL},
@@ -138,6 +147,7 @@ int tg_cmd_bench(int argc, char **argv)
         {"--threads", TG_OPT_INT, &a.threads, 1, 1024, 0, 0, false, &a.threads_set},
         {"--composed", TG_OPT_FLAG, &a.composed, 0, 0, 0, 0, false, NULL},
         {"--torch-dropout", TG_OPT_FLAG, &a.torch_dropout, 0, 0, 0, 0, false, NULL},
+        {"--precision", TG_OPT_STRING, &a.precision, 0, 0, 0, 0, false, NULL},
         {"--json", TG_OPT_FLAG, &a.json, 0, 0, 0, 0, false, NULL},
     };
     char err[512];
@@ -147,6 +157,8 @@ int tg_cmd_bench(int argc, char **argv)
         return TG_CLI_OK;
     }
     if (st != TG_ARGS_OK) return tg_cli_error(CMD, "%s", err);
+    if (tg_numerics_parse(a.precision, &a.numerics) != TG_OK)
+        return tg_cli_error(CMD, "--precision: '%.40s' is not one of exact, fast, bf16", a.precision);
 
     double *t = malloc(sizeof(double) * 3 * (size_t)a.steps);
     tg_tape *model = tg_tape_new(), *step = tg_tape_new();
@@ -171,6 +183,7 @@ int tg_cmd_bench(int argc, char **argv)
             json_t *o = json_object();
             json_object_set_new(o, "module", json_string(a.module));
             json_object_set_new(o, "fused", json_boolean(fused));
+            json_object_set_new(o, "precision", json_string(tg_numerics_name(a.numerics)));
             json_object_set_new(o, "batch", json_integer(a.batch));
             json_object_set_new(o, "tokens", json_integer(a.tokens));
             json_object_set_new(o, "d_in", json_integer(d_in));
@@ -187,10 +200,10 @@ int tg_cmd_bench(int argc, char **argv)
             json_object_set_new(o, "peak_rss_mib", json_real(rss));
             rc = tg_cli_print_json(CMD, o, JSON_REAL_PRECISION(9) | JSON_PRESERVE_ORDER);
         } else {
-            printf("tapegrad bench: %s%s, batch %lld, tokens %lld, d_in %lld, d_out %lld, heads %lld, dropout %g, "
-                   "%d threads, median of %lld steps\n",
+            printf("tapegrad bench: %s%s, precision %s, batch %lld, tokens %lld, d_in %lld, d_out %lld, heads %lld, "
+                   "dropout %g, %d threads, median of %lld steps\n",
                    strcmp(a.module, "mha") == 0 ? "MultiHeadAttention" : "MultiHeadAttentionWrapper",
-                   fused ? " (fused)" : " (composed)", (long long)a.batch,
+                   fused ? " (fused)" : " (composed)", tg_numerics_name(a.numerics), (long long)a.batch,
                    (long long)a.tokens, (long long)d_in, (long long)d_out, (long long)a.heads, a.dropout, threads,
                    (long long)a.steps);
             printf("  %-10s %12.3f ms\n", "forward", fwd);
