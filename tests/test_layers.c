@@ -344,6 +344,57 @@ static void test_rms_norm_silu_modules(void **state)
     tg_tape_free(tp);
 }
 
+/* One training step of an attention module (dropout 0.2, PyTorch's stream)
+ * fused or not under a policy: the output and the input's gradient. */
+static void attention_step(tg_tape *tp, bool mha, bool fused, tg_numerics nm, tg_dropout_stream stream,
+                           tg_tensor **y, tg_tensor **dx)
+{
+    tg_manual_seed(5);
+    tg_module *m = mha ? tg_mha_new(tp, 6, 8, 7, 0.2, 2, false) : tg_causal_attention_new(tp, 6, 8, 7, 0.2, false);
+    tu_assert_ok(m);
+    tg_generator *g = tg_generator_new(21);
+    assert_int_equal(tg_generator_set_dropout_stream(g, stream), TG_OK);
+    tg_module_set_generator(m, g);
+    tg_module_set_fused(m, fused);
+    assert_int_equal(tg_module_set_numerics(m, nm), TG_OK);
+    tg_tensor *x = tg_randn(tp, TG_F32, 3, (int64_t[]){3, 7, 6}, g);
+    assert_int_equal(tg_requires_grad_(x, true), TG_OK);
+    *y = tg_module_forward(tp, m, x);
+    tu_assert_ok(*y);
+    tg_tensor *w = tg_randn(tp, TG_F32, 3, (*y)->shape, g);
+    assert_int_equal(tg_backward(tg_sum(tp, tg_mul(tp, *y, w)), NULL, false), TG_OK);
+    *dx = x->grad;
+    tu_assert_ok(*dx);
+    tg_module_set_generator(m, NULL);
+    tg_generator_free(g);
+}
+
+/* CausalAttention's fused path is the exact node too: under EXACT both
+ * modules' fused steps equal their composed steps bit for bit, with dropout
+ * in either stream; under FAST (the flash-style kernel) within float32
+ * rounding with PyTorch's stream (the same masks). */
+static void test_attention_modules(void **state)
+{
+    (void)state;
+    tg_tape *tp = tg_tape_new();
+    for (int mha = 0; mha < 2; mha++)
+        for (int s = 0; s < 2; s++) {
+            tg_dropout_stream st = s ? TG_DROPOUT_COUNTER : TG_DROPOUT_TORCH;
+            tg_tensor *yc, *dc, *yf, *df;
+            attention_step(tp, mha, false, TG_NUMERICS_EXACT, st, &yc, &dc);
+            attention_step(tp, mha, true, TG_NUMERICS_EXACT, st, &yf, &df);
+            assert_string_equal(tg_grad_fn_name(yf), mha ? "ViewBackward0" : "MaskedAttentionBackward0");
+            tg_tensor *a = tg_contiguous(tp, yf), *b = tg_contiguous(tp, yc);
+            assert_memory_equal(tg_data_ptr(a), tg_data_ptr(b), sizeof(float) * (size_t)tg_numel(a));
+            assert_memory_equal(tg_data_ptr(df), tg_data_ptr(dc), sizeof(float) * (size_t)tg_numel(dc));
+            if (s) continue;
+            attention_step(tp, mha, true, TG_NUMERICS_FAST, st, &yf, &df);
+            tu_assert_close(yf, yc, 1e-5, 1e-6, "FAST attention output");
+            tu_assert_close(df, dc, 1e-5, 1e-6, "FAST attention input gradient");
+        }
+    tg_tape_free(tp);
+}
+
 static void test_errors(void **state)
 {
     (void)state;
@@ -372,6 +423,7 @@ int main(void)
         cmocka_unit_test(test_walk_every_entry),
         cmocka_unit_test(test_bf16_products),
         cmocka_unit_test(test_rms_norm_silu_modules),
+        cmocka_unit_test(test_attention_modules),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
