@@ -99,14 +99,20 @@ static tg_tensor *gelu_exact(tg_tape *tp, int n, tg_tensor *const *in, const tg_
     return tg_gelu(tp, in[0]);
 }
 
+/* An exact op run under FAST: the kernels it calls choose their FAST form. */
+static tg_tensor *under_fast(tg_layer_fn exact, tg_tape *tp, int n, tg_tensor *const *in, const tg_layer_args *a)
+{
+    tg_numerics prev = tg__numerics_enter(TG_NUMERICS_FAST);
+    tg_tensor *y = exact(tp, n, in, a);
+    tg__numerics_leave(prev);
+    return y;
+}
+
 /* the same op; under FAST its float32 kernels take a polynomial tanh
  * (src/tensor/kernels.c, gelu_tanh) where PyTorch's takes SLEEF's */
 static tg_tensor *gelu_fast(tg_tape *tp, int n, tg_tensor *const *in, const tg_layer_args *a)
 {
-    tg_numerics prev = tg__numerics_enter(TG_NUMERICS_FAST);
-    tg_tensor *y = gelu_exact(tp, n, in, a);
-    tg__numerics_leave(prev);
-    return y;
+    return under_fast(gelu_exact, tp, n, in, a);
 }
 
 /* ---- FeedForward: x (..., d), W1 (h, d), b1 (h), W2 (d, h), b2 (d) ----------------------------------- */
@@ -128,10 +134,7 @@ static tg_tensor *feed_forward_exact(tg_tape *tp, int n, tg_tensor *const *in, c
 /* the same node under FAST: GELU's polynomial tanh */
 static tg_tensor *feed_forward_fast(tg_tape *tp, int n, tg_tensor *const *in, const tg_layer_args *a)
 {
-    tg_numerics prev = tg__numerics_enter(TG_NUMERICS_FAST);
-    tg_tensor *y = feed_forward_exact(tp, n, in, a);
-    tg__numerics_leave(prev);
-    return y;
+    return under_fast(feed_forward_exact, tp, n, in, a);
 }
 
 /* ---- RMSNorm: x (..., D), weight (D) ------------------------------------------------------------ */
