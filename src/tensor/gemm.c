@@ -261,6 +261,12 @@ void tg_k_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bo
     bool par_batches = false;
 #ifdef _OPENMP
     par_batches = small && nb >= 64 && !omp_in_parallel();
+    /* FAST: a batch of mid-sized products (the attention's per-head ones)
+     * one product per thread, each single-threaded, instead of one after
+     * another on BLAS's threads (fewer, larger parallel regions) */
+    if (current_numerics == TG_NUMERICS_FAST && nb >= 2 * omp_get_max_threads() && M * N * K <= (1 << 22) &&
+        !omp_in_parallel())
+        par_batches = true;
 #endif
     if (K == 0) {
         /* alpha * 0 + beta * c */
