@@ -413,6 +413,22 @@ static void test_errors(void **state)
     assert_int_equal(tg_numerics_parse("bf16", &nm), TG_OK);
     assert_int_equal(nm, TG_NUMERICS_BF16);
     assert_string_equal(tg_numerics_name(TG_NUMERICS_FAST), "fast");
+    assert_string_equal(tg_numerics_name((tg_numerics)5), "?");
+    tu_assert_status_error(tg_numerics_parse(NULL, &nm), "(null)");
+    /* the hardware query agrees with the kernel's view of the CPU */
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        char line[4096];
+        bool bf16 = false, avx512f = false;
+        while (fgets(line, sizeof line, f))
+            if (!strncmp(line, "flags", 5)) {
+                bf16 = strstr(line, " avx512_bf16") || strstr(line, " amx_bf16");
+                avx512f = strstr(line, " avx512f") != NULL;
+                break;
+            }
+        fclose(f);
+        assert_int_equal(tg_numerics_bf16_native(), bf16 && avx512f);
+    }
     tg_tape_free(tp);
 }
 
