@@ -101,10 +101,10 @@ TG_API const char *tg_blas_info(void);
  * (tg_module_set_numerics, nn.h; README.md, "Numerics"):
  *   EXACT  PyTorch 1.13's float32 bits: its GEMM calls, shapes and orders
  *          (the default; the book's tables print digit for digit);
- *   FAST   float32 with the library's own call shapes and kernels (q, k and
- *          v as one product, all heads' attention in one threaded kernel,
- *          gradients accumulated in place): the same results to float32
- *          rounding, not the same bits;
+ *   FAST   float32 with the library's own call shapes and kernels (all
+ *          heads' attention in one threaded kernel, a polynomial tanh in
+ *          GELU, gradients accumulated in place): the same results to
+ *          float32 rounding, not the same bits;
  *   BF16   every matrix product with bf16 operands (rounded to nearest even
  *          from float32) and float32 accumulation; everything else float32.
  *          Products of float64 tensors stay float64.

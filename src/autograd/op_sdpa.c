@@ -70,7 +70,6 @@ static dropout_t make_dropout(double p, uint64_t seed, const uint8_t *bits)
 
 /* ---- float exp for the softmax rows (tg__exp_f32, src/tensor/internal.h) ------------------------ */
 
-#define exp_f32 tg__exp_f32
 static inline double exp_f64(double x) { return exp(x); }
 
 /* ---- per-row work, once per element type ----------------------------------------- */
@@ -176,7 +175,7 @@ static inline double exp_f64(double x) { return exp(x); }
         }                                                                                              \
     }
 
-SDPA_ROWS(float, f32, exp_f32)
+SDPA_ROWS(float, f32, tg__exp_f32)
 SDPA_ROWS(double, f64, exp_f64)
 
 /* ---- one GEMM on raw row-major matrices, either dtype -------------------------------- */

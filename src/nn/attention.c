@@ -52,13 +52,11 @@ static tg_tensor *mask_bool(tg_tape *tp, tg_module *m, int64_t T)
     return tg_compare_scalar(tp, tg_narrow(tp, tg_narrow(tp, mk, 0, 0, T), 1, 0, T), 0.0, TG_CMP_NE);
 }
 
-/* The weights-and-context step every module shares:
- *   w = softmax(scores / d_k**0.5, dim=-1); w = dropout(w); return w @ v */
-static tg_tensor *attend(tg_tape *tp, tg_module *dropout, tg_tensor *scores, tg_tensor *v, int64_t d_k)
+/* The weights-and-context step of the self-attention modules:
+ *   w = softmax(scores / d_k**0.5, dim=-1); return w @ v */
+static tg_tensor *attend(tg_tape *tp, tg_tensor *scores, tg_tensor *v, int64_t d_k)
 {
-    tg_tensor *w = tg_softmax(tp, tg_div_scalar(tp, scores, pow((double)d_k, 0.5)), -1);
-    if (dropout) w = w ? tg_module_forward(tp, dropout, w) : NULL;
-    return tg_matmul(tp, w, v);
+    return tg_matmul(tp, tg_softmax(tp, tg_div_scalar(tp, scores, pow((double)d_k, 0.5)), -1), v);
 }
 
 /* keys.T: a permute in PyTorch (PermuteBackward0) */
@@ -115,7 +113,7 @@ static tg_tensor *sa_v1_forward(tg_tape *tp, tg_module *m, int n, tg_tensor *con
     tg_tensor *q = tg_matmul(tp, x, tg_module_get_parameter(m, "W_query"));
     tg_tensor *v = tg_matmul(tp, x, tg_module_get_parameter(m, "W_value"));
     tg_tensor *s = tg_matmul(tp, q, keys_T(tp, k)); /* attn_scores = queries @ keys.T */
-    return attend(tp, NULL, s, v, cfg(m)->d_out);
+    return attend(tp, s, v, cfg(m)->d_out);
 }
 
 static const tg_module_type sa_v1_type = {"SelfAttention_v1", sa_v1_forward, NULL};
@@ -145,7 +143,7 @@ static tg_tensor *sa_v2_forward(tg_tape *tp, tg_module *m, int n, tg_tensor *con
     tg_tensor *q = tg_module_forward(tp, child(m, "W_query"), x);
     tg_tensor *v = tg_module_forward(tp, child(m, "W_value"), x);
     tg_tensor *s = tg_matmul(tp, q, keys_T(tp, k));
-    return attend(tp, NULL, s, v, cfg(m)->d_out);
+    return attend(tp, s, v, cfg(m)->d_out);
 }
 
 static const tg_module_type sa_v2_type = {"SelfAttention_v2", sa_v2_forward, NULL};
@@ -163,8 +161,8 @@ tg_module *tg_self_attention_v2_new(tg_tape *tp, int64_t d_in, int64_t d_out, bo
  * the book's ops, or one node as the module's numerics choose. */
 static tg_tensor *attention_step(tg_tape *tp, tg_module *m, tg_tensor *q, tg_tensor *k, tg_tensor *v, int64_t d_k)
 {
-    static const tg_layer *layer;
-    if (!layer && !(layer = tg_layer_find("attention"))) return NULL;
+    const tg_layer *layer = tg_layer_find("attention");
+    if (!layer) return NULL;
     tg_layer_args a = {.dropout = tg_module_is_training(m) ? cfg(m)->dropout : 0.0,
                        .scale = pow((double)d_k, 0.5),
                        .gen = tg_module_generator(m),

@@ -170,9 +170,9 @@ void tg_k_log_softmax_stats(tg_tensor *stats, const tg_tensor *x);
 void tg_k_softmax_backward(tg_tensor *dx, const tg_tensor *y, const tg_tensor *dy, int dim, bool log);
 /* exp(x) = 2^n exp(r), n = round(x log2 e), |r| <= ln2/2, exp(r) by its degree-7
  * Taylor polynomial (relative error < 1e-8, below float's rounding). Written
- * so the compiler vectorises it (glibc's expf is a call per element). Here x
- * is S - max <= 0 (or S - lse, a rounding above 0 at most); below -87 the
- * weight is under FLT_MIN and is returned as 0. */
+ * so the compiler vectorises it (glibc's expf is a call per element). For
+ * x in [-87, 88] (the softmax rows' S - max <= 0, tg__tanh_fast_f32's 2x in
+ * [-18, 18]); below -87 the result is under FLT_MIN and is returned as 0. */
 static inline float tg__exp_f32(float x)
 {
     float xc = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
