@@ -596,11 +596,13 @@ static void test_bad_sgd(void **state) {
     EXPECT_NULL(tg_sgd_new(tp, m, (tg_sgd_options){NAN, 0, 0, 0, false}), "learning rate");
     EXPECT_NULL(tg_sgd_new(tp, NULL, (tg_sgd_options){0.1, 0, 0, 0, false}), "NULL");
     tu_assert_ok(tg_sgd_new(tp, m, (tg_sgd_options){0.1, 0.9, 0, 0.01, true}));
-    /* parameters must be leaves that require grad */
+    /* parameters must be leaves; at least one must require grad */
     tg_tensor *plain = tg_zeros(tp, TG_F32, 1, (int64_t[]){3});
-    tg_tensor *ps[2] = {tg_module_get_parameter(m, "weight"), plain};
-    EXPECT_NULL(tg_sgd_new_params(tp, 2, ps, (tg_sgd_options){0.1, 0, 0, 0, false}), "parameter 1",
-                "not a leaf that requires grad");
+    tg_tensor *w = tg_module_get_parameter(m, "weight");
+    tg_tensor *nonleaf = tg_mul_scalar(tp, w, 2.0);
+    tg_tensor *ps[2] = {w, nonleaf};
+    EXPECT_NULL(tg_sgd_new_params(tp, 2, ps, (tg_sgd_options){0.1, 0, 0, 0, false}), "parameter 1", "non-leaf");
+    EXPECT_NULL(tg_sgd_new_params(tp, 1, &plain, (tg_sgd_options){0.1, 0, 0, 0, false}), "empty parameter list");
     tg_tape_free(tp);
 }
 

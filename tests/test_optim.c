@@ -683,13 +683,19 @@ static void test_invalid_options(void **state)
         tu_assert_ok(make(mt, 1, ps, o));
     }
 
-    /* parameters that are not leaves requiring grad */
+    /* a tensor that does not require grad is kept (its index counts, as in
+     * PyTorch) and skipped; a non-leaf is refused; a list where nothing
+     * requires grad is PyTorch's "empty parameter list" */
     tg_tensor *plain = tg_zeros(mt, TG_F32, 1, s3);
     tg_tensor *nonleaf = tg_mul_scalar(mt, p, 2.0);
-    tg_tensor *l1[2] = {p, plain}, *l2[1] = {nonleaf}, *l3[2] = {p, NULL};
-    tu_assert_null_error(tg_adam_new_params(mt, 2, l1, d), "parameter 1", "leaf");
-    tu_assert_null_error(tg_adamw_new_params(mt, 1, l2, w), "parameter 0", "leaf");
+    tg_tensor *l1[2] = {p, plain}, *l2[1] = {nonleaf}, *l3[2] = {p, NULL}, *l4[1] = {plain};
+    tg_optimizer *kept = tg_adam_new_params(mt, 2, l1, d);
+    tu_assert_ok(kept);
+    assert_int_equal(tg_optimizer_num_params(kept), 2);
+    assert_ptr_equal(tg_optimizer_param(kept, 1), plain);
+    tu_assert_null_error(tg_adamw_new_params(mt, 1, l2, w), "parameter 0", "non-leaf");
     tu_assert_null_error(tg_adamw_new_params(mt, 2, l3, w), "parameter 1", "NULL");
+    tu_assert_null_error(tg_adam_new_params(mt, 1, l4, d), "Adam", "empty parameter list");
     tu_assert_null_error(tg_adamw_new_params(mt, -1, ps, w), "parameter list");
     tu_assert_null_error(tg_adamw_new_params(NULL, 1, ps, w), "NULL");
     tu_assert_null_error(tg_adam_new(mt, NULL, d), "NULL module");
@@ -751,11 +757,9 @@ static void test_names_and_params(void **state)
     tu_assert_null_error(tg_optimizer_param(s, 1), "out of range");
     tu_assert_null_error(tg_optimizer_param(NULL, 0), "NULL");
 
-    /* an empty list is an optimizer over nothing */
-    tg_optimizer *e = tg_adam_new_params(mt, 0, NULL, tg_adam_defaults());
-    tu_assert_ok(e);
-    assert_int_equal(tg_optimizer_num_params(e), 0);
-    assert_int_equal(tg_optimizer_step(e), TG_OK);
+    /* an empty list is an error, not an optimizer that silently does nothing */
+    tu_assert_null_error(tg_adam_new_params(mt, 0, NULL, tg_adam_defaults()), "empty parameter list");
+    tu_assert_null_error(tg_sgd_new_params(mt, 0, NULL, (tg_sgd_options){.lr = 0.1}), "SGD", "empty parameter list");
 
     /* from a module: named_parameters order; a child registered twice
      * (shared weights) gives its parameters once */
@@ -873,6 +877,164 @@ static void test_params_without_grad(void **state)
     /* a gradient of another dtype is refused */
     pa[0]->grad = tg_zeros(mt, TG_F64, pa[0]->ndim, pa[0]->shape);
     tu_assert_status_error(tg_optimizer_step(a), "parameter 0", "float32");
+    tg_tape_free(tp);
+    tg_tape_free(mt);
+}
+
+/* AdamW over a module whose weight is frozen: the weight keeps its index
+ * (state_dict indices are PyTorch's), gets no gradient, no state and no
+ * update (weight decay would move it); the bias takes its first step
+ * exactly as in the same model with nothing frozen. A module with nothing trainable is
+ * PyTorch's "empty parameter list". */
+static void test_frozen_module(void **state)
+{
+    (void)state;
+    tg_tape *mt = tg_tape_new(), *tp = tg_tape_new();
+    tg_module *lin[2];
+    tg_optimizer *opt[2];
+    for (int k = 0; k < 2; k++) {
+        tg_manual_seed(5);
+        lin[k] = tg_linear_new(mt, 3, 2, true);
+        tu_assert_ok(lin[k]);
+    }
+    tg_tensor *w = tg_module_get_parameter(lin[1], "weight");
+    w->requires_grad = false;
+    tg_tensor *x = tg_from_f32(mt, 2, (int64_t[]){2, 3}, (float[]){1, -2, 3, 0.5f, 4, -1});
+    tg_adam_options o = tg_adamw_defaults();
+    o.lr = 0.1, o.weight_decay = 0.5;
+    for (int k = 0; k < 2; k++) tu_assert_ok(opt[k] = tg_adamw_new(mt, lin[k], o));
+    assert_int_equal(tg_optimizer_num_params(opt[1]), 2);
+    tg_tensor *w0 = tg_clone(mt, w);
+    for (int step = 0; step < 3; step++)
+        for (int k = 0; k < 2; k++) {
+            tg_optimizer_zero_grad(opt[k]);
+            tg_tensor *y = tg_module_forward(tp, lin[k], x);
+            assert_int_equal(tg_backward(tg_sum(tp, tg_mul(tp, y, y)), NULL, false), TG_OK);
+            assert_int_equal(tg_optimizer_step(opt[k]), TG_OK);
+            tg_tape_reset(tp);
+            /* the first step's bias gradient does not depend on the weight's update */
+            if (step == 0 && k == 1)
+                tu_assert_close(tg_module_get_parameter(lin[1], "bias"), tg_module_get_parameter(lin[0], "bias"), 0.0,
+                                0.0, "the bias beside a frozen weight");
+        }
+    assert_null(w->grad);
+    tu_assert_close(w, w0, 0.0, 0.0, "the frozen weight");
+    tg_named_list sd;
+    assert_int_equal(tg_optimizer_state_dict(tp, opt[1], &sd), TG_OK);
+    assert_int_equal(sd.n, 1 + 3);
+    assert_null(sd_get(&sd, "state.0.step"));
+    assert_true(tg_item(sd_get(&sd, "state.1.step")) == 3.0);
+    assert_int_equal(tg_optimizer_step_count(opt[1]), 3);
+
+    tg_tensor *b = tg_module_get_parameter(lin[1], "bias");
+    b->requires_grad = false;
+    tu_assert_null_error(tg_adamw_new(mt, lin[1], o), "AdamW", "empty parameter list");
+    tu_assert_null_error(tg_sgd_new(mt, lin[1], (tg_sgd_options){.lr = 0.1}), "SGD", "empty parameter list");
+    tg_tape_free(tp);
+    tg_tape_free(mt);
+}
+
+/* A user's optimizer type through the public API: state created zeroed at
+ * a parameter's first step, the step count PyTorch keeps, the options copy,
+ * the learning rate read at each step, state_dict under the type's names,
+ * a failing step stopping the loop, bad types refused. */
+typedef struct {
+    double k;
+    int fail_at;
+} acc_options;
+
+static tg_tensor *leaf2(tg_tape *tp, float a, float b)
+{
+    tg_tensor *t = tg_from_f32(tp, 1, (int64_t[]){2}, (float[]){a, b});
+    t->requires_grad = true;
+    return t;
+}
+
+static int acc_step(tg_optimizer *opt, tg_tensor *p, const tg_tensor *g, tg_tensor *const *st)
+{
+    const acc_options *o = tg_optimizer_options(opt);
+    if (tg_optimizer_step_count(opt) == o->fail_at) return tg_error_status(TG_EINVAL, "Acc: refused step %d", o->fail_at);
+    float *w = tg_data_ptr(p), *acc = tg_data_ptr(st[0]), *n = tg_data_ptr(st[1]);
+    const float *d = tg_data_ptr(g);
+    for (int64_t i = 0; i < tg_numel(p); i++) {
+        acc[i] += d[i];
+        n[i] = (float)tg_optimizer_step_count(opt);
+        w[i] -= (float)(tg_optimizer_lr(opt) * o->k) * acc[i];
+    }
+    return TG_OK;
+}
+
+static void test_user_type(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"acc", "count"};
+    static const tg_optimizer_type acc = {.name = "Acc", .nstate = 2, .state_names = names, .step = acc_step};
+    tg_tape *mt = tg_tape_new(), *tp = tg_tape_new();
+    tg_tensor *p = leaf2(mt, 1, 2);
+    acc_options o = {.k = 2.0, .fail_at = 0};
+    tg_optimizer *opt = tg_optimizer_new_params(mt, &acc, 1, &p, 0.5, &o, sizeof o);
+    tu_assert_ok(opt);
+    o.k = 100; /* the optimizer holds a copy */
+    assert_string_equal(tg_optimizer_name(opt), "Acc");
+    assert_ptr_equal(tg_optimizer_get_type(opt), &acc);
+    assert_true(((const acc_options *)tg_optimizer_options(opt))->k == 2.0);
+    assert_int_equal(tg_optimizer_step(opt), TG_OK); /* no gradient: skipped, no state */
+    assert_int_equal(tg_optimizer_step_count(opt), 0);
+    p->grad = tg_from_f32(mt, 1, (int64_t[]){2}, (float[]){1, -1});
+    assert_int_equal(tg_optimizer_step(opt), TG_OK); /* acc = g: p -= 0.5 * 2 * g */
+    assert_int_equal(tg_optimizer_set_lr(opt, 0.25), TG_OK);
+    assert_int_equal(tg_optimizer_step(opt), TG_OK); /* acc = 2g: p -= 0.25 * 2 * 2g */
+    const float *w = tg_data_ptr(p);
+    assert_true(w[0] == 1 - 1 - 1 && w[1] == 2 + 1 + 1);
+    assert_int_equal(tg_optimizer_step_count(opt), 2);
+    tg_named_list sd;
+    assert_int_equal(tg_optimizer_state_dict(tp, opt, &sd), TG_OK);
+    assert_int_equal(sd.n, 4);
+    assert_true(tg_item(sd_get(&sd, "state.0.step")) == 2.0);
+    assert_true(((const float *)tg_data_ptr(sd_get(&sd, "state.0.acc")))[1] == -2.0f);
+    assert_true(((const float *)tg_data_ptr(sd_get(&sd, "state.0.count")))[0] == 2.0f);
+    assert_true(tg_item(sd_get(&sd, "param_groups.0.lr")) == 0.25);
+
+    /* into a fresh optimizer over a copy: the next step is the same */
+    const float *pw = tg_data_ptr(p);
+    tg_tensor *q = leaf2(mt, pw[0], pw[1]);
+    q->grad = tg_clone(mt, p->grad);
+    tg_optimizer *o2 = tg_optimizer_new_params(mt, &acc, 1, &q, 9.0, &(acc_options){.k = 2.0}, sizeof o);
+    tu_assert_ok(o2);
+    assert_int_equal(tg_optimizer_load_state_dict(o2, &sd), TG_OK);
+    assert_true(tg_optimizer_lr(o2) == 0.25);
+    assert_int_equal(tg_optimizer_step(opt), TG_OK);
+    assert_int_equal(tg_optimizer_step(o2), TG_OK);
+    tu_assert_close(q, p, 0.0, 0.0, "a step after load_state_dict");
+    assert_int_equal(tg_optimizer_step_count(o2), 3);
+
+    /* a step function's error stops the step with its message */
+    tg_optimizer *bad = tg_optimizer_new_params(mt, &acc, 1, &q, 1.0, &(acc_options){.k = 1, .fail_at = 1}, sizeof o);
+    tu_assert_ok(bad);
+    tg_tensor *q0 = tg_detach(mt, tg_clone(mt, q));
+    tu_assert_status_error(tg_optimizer_step(bad), "Acc: refused step 1");
+    tu_assert_close(q, q0, 0.0, 0.0, "a refused step");
+    assert_int_equal(tg_optimizer_step_count(bad), 0);
+
+    /* bad types */
+    tg_optimizer_type t = acc;
+    t.name = NULL;
+    tu_assert_null_error(tg_optimizer_new_params(mt, &t, 1, &p, 0.1, NULL, 0), "type");
+    t = acc, t.step = NULL;
+    tu_assert_null_error(tg_optimizer_new_params(mt, &t, 1, &p, 0.1, NULL, 0), "Acc", "no step function");
+    t = acc, t.state_names = NULL;
+    tu_assert_null_error(tg_optimizer_new_params(mt, &t, 1, &p, 0.1, NULL, 0), "Acc", "state");
+    static const char *const dup[] = {"acc", "acc"}, *const step[] = {"acc", "step"};
+    t = acc, t.state_names = dup;
+    tu_assert_null_error(tg_optimizer_new_params(mt, &t, 1, &p, 0.1, NULL, 0), "'acc' given twice");
+    t = acc, t.state_names = step;
+    tu_assert_null_error(tg_optimizer_new_params(mt, &t, 1, &p, 0.1, NULL, 0), "not 'step'");
+    tu_assert_null_error(tg_optimizer_new_params(mt, &acc, 1, &p, -1.0, NULL, 0), "Acc", "learning rate");
+    tu_assert_null_error(tg_optimizer_new_params(mt, &acc, 1, &p, 0.1, NULL, 8), "Acc", "NULL options");
+    tu_assert_null_error(tg_optimizer_new(mt, &acc, NULL, 0.1, NULL, 0), "Acc", "NULL");
+    tu_assert_null_error(tg_optimizer_new(mt, NULL, NULL, 0.1, NULL, 0), "type");
+    assert_null(tg_optimizer_options(NULL));
+    assert_int_equal(tg_optimizer_step_count(NULL), 0);
     tg_tape_free(tp);
     tg_tape_free(mt);
 }
@@ -1304,7 +1466,8 @@ int main(void)
         cmocka_unit_test(test_state_partial),      cmocka_unit_test(test_state_duplicate_key),
         cmocka_unit_test(test_invalid_options),    cmocka_unit_test(test_names_and_params),
         cmocka_unit_test(test_tied_params),        cmocka_unit_test(test_params_without_grad),
-        cmocka_unit_test(test_nonfinite),
+        cmocka_unit_test(test_nonfinite),          cmocka_unit_test(test_frozen_module),
+        cmocka_unit_test(test_user_type),
         cmocka_unit_test(test_sgd_generic),        cmocka_unit_test(test_sgd_state_round_trip),
         cmocka_unit_test(test_clip_errors_and_skips), cmocka_unit_test(test_lr_errors_and_ends),
     };

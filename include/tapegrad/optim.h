@@ -28,6 +28,69 @@ extern "C" {
 
 typedef struct tg_optimizer tg_optimizer; /* opaque */
 
+/* ---- an optimizer type: the one public shape every optimizer has ----------------------- */
+
+/* What a torch.optim.Optimizer subclass says: its class name, the state it
+ * keeps per parameter, and the update of one parameter. SGD, Adam and AdamW
+ * are written through it; a user writes Lion the same way (README.md,
+ * "Your own optimizer"; examples/user_optimizer.c):
+ *
+ *     static int lion_step(tg_optimizer *opt, tg_tensor *p, const tg_tensor *g,
+ *                          tg_tensor *const *state)
+ *     {
+ *         const lion_options *o = tg_optimizer_options(opt);
+ *         double lr = tg_optimizer_lr(opt);
+ *         float *w = tg_data_ptr(p), *m = tg_data_ptr(state[0]);
+ *         ...
+ *     }
+ *     static const char *const lion_state[] = {"exp_avg"};
+ *     static const tg_optimizer_type lion = {"Lion", 1, lion_state, lion_step};
+ *     tg_optimizer *opt = tg_optimizer_new(tp, &lion, model, 1e-4, &o, sizeof o);
+ *
+ * step runs with grad recording off, once per parameter that has a
+ * gradient, in named_parameters order (a parameter without one, frozen or
+ * unused in this step, is skipped and gets no state). grad is contiguous and
+ * of the parameter's dtype; state holds nstate tensors shaped and typed as
+ * the parameter, zeros at its first step (converted with the parameter when
+ * the module changes dtype). It returns TG_OK or an error status (set with
+ * tg_error_status), which stops tg_optimizer_step: parameters after it are
+ * not updated. */
+typedef struct tg_optimizer_type {
+    const char *name;                /* "Lion": in errors and tg_optimizer_name */
+    int nstate;                      /* state tensors per parameter (0 or more) */
+    const char *const *state_names;  /* their state_dict names, e.g. {"exp_avg"} */
+    int (*step)(tg_optimizer *opt, tg_tensor *param, const tg_tensor *grad, tg_tensor *const *state);
+    /* Optional (zero by default): the state_dict holds no "state.i.step"
+     * entry, as torch.optim.SGD keeps none. */
+    bool no_step_in_state_dict;
+} tg_optimizer_type;
+
+/* An optimizer of type over the parameters of model (named_parameters: a
+ * tied tensor once), or over n params (a tensor listed twice is one), with
+ * learning rate lr and a copy of options_size bytes of options (NULL and 0
+ * for none). Frozen parameters (requires_grad false) stay in the list, so
+ * state_dict indices are PyTorch's, and are skipped while they have no
+ * gradient. NULL with an error for a bad type, a negative or non-finite lr,
+ * a parameter that is not a leaf ("can't optimize a non-leaf Tensor") or is
+ * not contiguous, and for a list where no parameter requires grad
+ * ("optimizer got an empty parameter list"). The optimizer and its state
+ * live in tp. */
+TG_API tg_optimizer *tg_optimizer_new(tg_tape *tp, const tg_optimizer_type *type, tg_module *model, double lr,
+                                      const void *options, size_t options_size);
+TG_API tg_optimizer *tg_optimizer_new_params(tg_tape *tp, const tg_optimizer_type *type, int n,
+                                             tg_tensor *const *params, double lr, const void *options,
+                                             size_t options_size);
+/* The optimizer's copy of options (NULL if none). Its lr field, if it has
+ * one, is the initial rate: the current one is tg_optimizer_lr. */
+TG_API const void *tg_optimizer_options(const tg_optimizer *opt);
+/* PyTorch's state["step"]: inside a step function, the count of the
+ * parameter being updated, this step included (1 during its first step);
+ * elsewhere the largest count of any parameter (the number of steps taken
+ * when every parameter had a gradient each time). */
+TG_API int64_t tg_optimizer_step_count(const tg_optimizer *opt);
+/* The type the optimizer was made with. */
+TG_API const tg_optimizer_type *tg_optimizer_get_type(const tg_optimizer *opt);
+
 /* ---- SGD, as torch.optim.SGD ------------------------------------------------------ */
 
 typedef struct {
@@ -39,10 +102,10 @@ typedef struct {
 typedef tg_optimizer tg_sgd;
 
 /* An optimizer over every parameter of m (named_parameters: a tied tensor is
- * updated once) or the n given params (duplicates dropped). NULL with an
- * error on invalid options (lr < 0, momentum < 0, weight_decay < 0, nesterov
- * without momentum or with dampening) or a parameter that is not a leaf
- * requiring grad. */
+ * updated once) or the n given params (duplicates dropped), through
+ * tg_optimizer_new. NULL with an error on invalid options (lr < 0,
+ * momentum < 0, weight_decay < 0, nesterov without momentum or with
+ * dampening) or a parameter list tg_optimizer_new refuses. */
 TG_API tg_sgd *tg_sgd_new(tg_tape *tp, tg_module *m, tg_sgd_options opt);
 TG_API tg_sgd *tg_sgd_new_params(tg_tape *tp, int n, tg_tensor *const *params, tg_sgd_options opt);
 /* The same as tg_optimizer_zero_grad / tg_optimizer_step. */
@@ -80,12 +143,14 @@ TG_API tg_optimizer *tg_adamw_new_params(tg_tape *tp, int n, tg_tensor *const *p
 
 /* ---- every optimizer ------------------------------------------------------------------ */
 
-/* "SGD", "Adam" or "AdamW". */
+/* The type's name: "SGD", "Adam", "AdamW", or a user type's. */
 TG_API const char *tg_optimizer_name(const tg_optimizer *opt);
 /* Sets every parameter's .grad to zeros (kept allocated). */
 TG_API void tg_optimizer_zero_grad(tg_optimizer *opt);
 /* One update; parameters without a gradient are skipped (their step count
- * does not advance). A non-finite gradient is applied as PyTorch applies it. */
+ * does not advance). A non-finite gradient is applied as PyTorch applies it.
+ * A gradient that is not contiguous or not of the parameter's dtype is an
+ * error. */
 TG_API int tg_optimizer_step(tg_optimizer *opt);
 /* The learning rate (param_groups[0]["lr"]): what a schedule sets before
  * each step. set_lr refuses a negative or non-finite value. */
@@ -98,9 +163,10 @@ TG_API tg_tensor *tg_optimizer_param(const tg_optimizer *opt, int i);
 
 /* state_dict(), flattened to tensors as a safetensors file holds them:
  * "param_groups.0.lr" (float64 scalar), and per parameter index i:
- * Adam/AdamW "state.i.step" (float32 scalar, as PyTorch 1.13 keeps it),
- * "state.i.exp_avg", "state.i.exp_avg_sq" and, with amsgrad,
- * "state.i.max_exp_avg_sq"; SGD with momentum "state.i.momentum_buffer".
+ "state.i.step" (float32 scalar, as PyTorch 1.13 keeps it; none for a type
+ * with no_step_in_state_dict) and "state.i.<name>" for each of the type's
+ * state names: Adam/AdamW "exp_avg", "exp_avg_sq" and, with amsgrad,
+ * "max_exp_avg_sq"; SGD with momentum "momentum_buffer" (and no step).
  * Parameters not stepped yet have no entries. The tensors are the
  * optimizer's own (not copies); names and arrays live in tp. */
 TG_API int tg_optimizer_state_dict(tg_tape *tp, const tg_optimizer *opt, tg_named_list *out);

@@ -9,8 +9,10 @@
  *   p = p - lr / (1 - b1^t) * (m / denom)
  *
  * where t counts this parameter's steps. One fused pass per parameter reads
- * p, g and the moments once (threads over the elements of large tensors). */
-#include "optim_internal.h"
+ * p, g and the moments once (threads over the elements of large tensors).
+ * Written through the public optimizer type (tapegrad/optim.h), as a
+ * user's optimizer is. */
+#include "tapegrad/optim.h"
 
 #include <math.h>
 
@@ -18,43 +20,58 @@ tg_adam_options tg_adam_defaults(void) { return (tg_adam_options){1e-3, {0.9, 0.
 
 tg_adam_options tg_adamw_defaults(void) { return (tg_adam_options){1e-3, {0.9, 0.999}, 1e-8, 1e-2, false}; }
 
-static tg_optimizer *adam_new(tg_tape *tp, tg__opt_kind kind, int n, tg_tensor *const *params, tg_adam_options o)
+static int adam_step(tg_optimizer *opt, tg_tensor *p, const tg_tensor *g, tg_tensor *const *state);
+static int adamw_step(tg_optimizer *opt, tg_tensor *p, const tg_tensor *g, tg_tensor *const *state);
+
+static const char *const adam_state[] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+/* amsgrad keeps a third state: the type with two or three names */
+static const tg_optimizer_type adam_type[2] = {{"Adam", 2, adam_state, adam_step, false},
+                                               {"Adam", 3, adam_state, adam_step, false}};
+static const tg_optimizer_type adamw_type[2] = {{"AdamW", 2, adam_state, adamw_step, false},
+                                                {"AdamW", 3, adam_state, adamw_step, false}};
+
+static bool adam_options_ok(const char *who, const tg_adam_options *o)
 {
-    const char *who = kind == TG__OPT_ADAMW ? "AdamW" : "Adam";
-    if (!(o.lr >= 0) || isinf(o.lr)) return tg_error("%s: invalid learning rate: %g", who, o.lr);
-    if (!(o.eps >= 0) || isinf(o.eps)) return tg_error("%s: invalid epsilon value: %g", who, o.eps);
-    if (!(o.betas[0] >= 0 && o.betas[0] < 1)) return tg_error("%s: invalid beta parameter at index 0: %g", who, o.betas[0]);
-    if (!(o.betas[1] >= 0 && o.betas[1] < 1)) return tg_error("%s: invalid beta parameter at index 1: %g", who, o.betas[1]);
-    if (!(o.weight_decay >= 0) || isinf(o.weight_decay))
-        return tg_error("%s: invalid weight_decay value: %g", who, o.weight_decay);
-    tg_optimizer *a = tg__optimizer_new(tp, kind, who, n, params);
-    if (!a) return NULL;
-    a->adam = o;
-    a->lr = o.lr;
-    return a;
+    if (!(o->lr >= 0) || isinf(o->lr)) return tg_error("%s: invalid learning rate: %g", who, o->lr), false;
+    if (!(o->eps >= 0) || isinf(o->eps)) return tg_error("%s: invalid epsilon value: %g", who, o->eps), false;
+    for (int k = 0; k < 2; k++)
+        if (!(o->betas[k] >= 0 && o->betas[k] < 1))
+            return tg_error("%s: invalid beta parameter at index %d: %g", who, k, o->betas[k]), false;
+    if (!(o->weight_decay >= 0) || isinf(o->weight_decay))
+        return tg_error("%s: invalid weight_decay value: %g", who, o->weight_decay), false;
+    return true;
+}
+
+static tg_optimizer *adam_new(tg_tape *tp, const tg_optimizer_type *types, tg_module *m, int n,
+                              tg_tensor *const *params, tg_adam_options o)
+{
+    const tg_optimizer_type *t = &types[o.amsgrad];
+    if (!adam_options_ok(t->name, &o)) return NULL;
+    if (m) return tg_optimizer_new(tp, t, m, o.lr, &o, sizeof o);
+    return tg_optimizer_new_params(tp, t, n, params, o.lr, &o, sizeof o);
 }
 
 tg_optimizer *tg_adam_new_params(tg_tape *tp, int n, tg_tensor *const *params, tg_adam_options o)
 {
-    return adam_new(tp, TG__OPT_ADAM, n, params, o);
+    return adam_new(tp, adam_type, NULL, n, params, o);
 }
 
 tg_optimizer *tg_adamw_new_params(tg_tape *tp, int n, tg_tensor *const *params, tg_adam_options o)
 {
-    return adam_new(tp, TG__OPT_ADAMW, n, params, o);
+    return adam_new(tp, adamw_type, NULL, n, params, o);
 }
 
-static tg_optimizer *from_module(tg_tape *tp, tg__opt_kind kind, tg_module *m, tg_adam_options o)
+tg_optimizer *tg_adam_new(tg_tape *tp, tg_module *m, tg_adam_options o)
 {
-    if (!m) return tg_error("%s: NULL module", kind == TG__OPT_ADAMW ? "AdamW" : "Adam");
-    tg_named_list l;
-    if (tg_module_named_parameters(tp, m, &l) != TG_OK) return NULL;
-    return adam_new(tp, kind, l.n, l.tensors, o);
+    if (!m) return tg_error("Adam: NULL module");
+    return adam_new(tp, adam_type, m, 0, NULL, o);
 }
 
-tg_optimizer *tg_adam_new(tg_tape *tp, tg_module *m, tg_adam_options o) { return from_module(tp, TG__OPT_ADAM, m, o); }
-
-tg_optimizer *tg_adamw_new(tg_tape *tp, tg_module *m, tg_adam_options o) { return from_module(tp, TG__OPT_ADAMW, m, o); }
+tg_optimizer *tg_adamw_new(tg_tape *tp, tg_module *m, tg_adam_options o)
+{
+    if (!m) return tg_error("AdamW: NULL module");
+    return adam_new(tp, adamw_type, m, 0, NULL, o);
+}
 
 /* The scalars of one update, computed in double as Python computes them. */
 typedef struct {
@@ -113,37 +130,38 @@ typedef struct {
 ADAM_KERNEL(float, f32, sqrtf, fmaf)
 ADAM_KERNEL(double, f64, sqrt, fma)
 
-int tg__adam_step(tg_optimizer *a)
+static int update(tg_optimizer *a, tg_tensor *p, const tg_tensor *g, tg_tensor *const *state, bool adamw)
 {
-    const tg_adam_options *o = &a->adam;
-    for (int i = 0; i < a->n; i++) {
-        tg_tensor *p = a->params[i], *g = p->grad;
-        if (!g) continue;
-        if (!tg_is_contiguous(g) || g->dtype != p->dtype)
-            return tg_error_status(TG_EINVAL, "%s step: the gradient of parameter %d is not a contiguous %s tensor",
-                                   tg_optimizer_name(a), i, tg_dtype_name(p->dtype));
-        tg_tensor *m = tg__optimizer_slot(a, TG__EXP_AVG, i), *v = tg__optimizer_slot(a, TG__EXP_AVG_SQ, i);
-        tg_tensor *vm = o->amsgrad ? tg__optimizer_slot(a, TG__MAX_EXP_AVG_SQ, i) : NULL;
-        if (!m || !v || (o->amsgrad && !vm)) return TG_ENOMEM;
-        double t = (double)++a->steps[i];
-        coef_t c = {
-            .decay = 1.0 - o->lr * o->weight_decay,
-            .wd = o->weight_decay,
-            .b1 = o->betas[0],
-            .c1 = 1.0 - o->betas[0],
-            .b2 = o->betas[1],
-            .c2 = 1.0 - o->betas[1],
-            .bc2_sqrt = sqrt(1.0 - pow(o->betas[1], t)),
-            .eps = o->eps,
-            .neg_step = -(o->lr / (1.0 - pow(o->betas[0], t))),
-            .adamw = a->kind == TG__OPT_ADAMW,
-            .ams = o->amsgrad,
-        };
-        int64_t n = tg_numel(p);
-        if (p->dtype == TG_F32)
-            update_f32(tg_data_ptr(p), tg_data_ptr(g), m->data, v->data, vm ? vm->data : NULL, n, &c);
-        else
-            update_f64(tg_data_ptr(p), tg_data_ptr(g), m->data, v->data, vm ? vm->data : NULL, n, &c);
-    }
+    const tg_adam_options *o = tg_optimizer_options(a);
+    const double lr = tg_optimizer_lr(a), t = (double)tg_optimizer_step_count(a);
+    coef_t c = {
+        .decay = 1.0 - lr * o->weight_decay,
+        .wd = o->weight_decay,
+        .b1 = o->betas[0],
+        .c1 = 1.0 - o->betas[0],
+        .b2 = o->betas[1],
+        .c2 = 1.0 - o->betas[1],
+        .bc2_sqrt = sqrt(1.0 - pow(o->betas[1], t)),
+        .eps = o->eps,
+        .neg_step = -(lr / (1.0 - pow(o->betas[0], t))),
+        .adamw = adamw,
+        .ams = o->amsgrad,
+    };
+    int64_t n = tg_numel(p);
+    void *vm = o->amsgrad ? tg_data_ptr(state[2]) : NULL;
+    if (p->dtype == TG_F32)
+        update_f32(tg_data_ptr(p), tg_data_ptr(g), tg_data_ptr(state[0]), tg_data_ptr(state[1]), vm, n, &c);
+    else
+        update_f64(tg_data_ptr(p), tg_data_ptr(g), tg_data_ptr(state[0]), tg_data_ptr(state[1]), vm, n, &c);
     return TG_OK;
+}
+
+static int adam_step(tg_optimizer *a, tg_tensor *p, const tg_tensor *g, tg_tensor *const *state)
+{
+    return update(a, p, g, state, false);
+}
+
+static int adamw_step(tg_optimizer *a, tg_tensor *p, const tg_tensor *g, tg_tensor *const *state)
+{
+    return update(a, p, g, state, true);
 }

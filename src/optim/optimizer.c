@@ -1,6 +1,9 @@
-/* What every optimizer shares: construction from a module or a parameter
- * list, zero_grad, the learning rate, and state_dict in safetensors with
- * PyTorch's state_dict keys flattened ("state.0.exp_avg"). */
+/* What every optimizer shares, whatever its type (the built-in SGD, Adam and
+ * AdamW or a user's): construction from a module or a parameter list,
+ * per-parameter state created at a parameter's first step, the step loop
+ * that calls the type's update once per parameter with a gradient, the
+ * learning rate, and state_dict in safetensors with PyTorch's keys
+ * flattened ("state.0.exp_avg"). */
 #include "optim_internal.h"
 
 #include <math.h>
@@ -8,28 +11,56 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const kind_name[] = {"SGD", "Adam", "AdamW"};
-
-tg_optimizer *tg__optimizer_new(tg_tape *tp, tg__opt_kind kind, const char *who, int n, tg_tensor *const *params)
+static int check_type(const tg_optimizer_type *t)
 {
+    if (!t || !t->name || !t->name[0]) return tg_error_status(TG_EINVAL, "optimizer: NULL type or type without a name");
+    if (!t->step) return tg_error_status(TG_EINVAL, "%s: the optimizer type has no step function", t->name);
+    if (t->nstate < 0 || t->nstate > 64 || (t->nstate > 0 && !t->state_names))
+        return tg_error_status(TG_EINVAL, "%s: bad state count %d or NULL state names", t->name, t->nstate);
+    for (int k = 0; k < t->nstate; k++) {
+        const char *s = t->state_names[k];
+        if (!s || !s[0] || strchr(s, '.') || strcmp(s, "step") == 0)
+            return tg_error_status(TG_EINVAL, "%s: state name %d must be a non-empty name without '.', not 'step'",
+                                   t->name, k);
+        for (int j = 0; j < k; j++)
+            if (strcmp(s, t->state_names[j]) == 0)
+                return tg_error_status(TG_EINVAL, "%s: state name '%s' given twice", t->name, s);
+    }
+    return TG_OK;
+}
+
+tg_optimizer *tg_optimizer_new_params(tg_tape *tp, const tg_optimizer_type *type, int n, tg_tensor *const *params,
+                                      double lr, const void *options, size_t options_size)
+{
+    if (check_type(type) != TG_OK) return NULL;
+    const char *who = type->name;
     if (!tp) return tg_error("%s: NULL tape", who);
     if (n < 0 || (n > 0 && !params)) return tg_error("%s: bad parameter list", who);
+    if (options_size > 0 && !options) return tg_error("%s: NULL options of %zu bytes", who, options_size);
+    if (!(lr >= 0) || isinf(lr)) return tg_error("%s: invalid learning rate: %g", who, lr);
+    bool any = false;
     for (int i = 0; i < n; i++) {
         if (!params[i]) return tg_error("%s: parameter %d is NULL", who, i);
-        if (!params[i]->requires_grad || params[i]->grad_fn)
-            return tg_error("%s: parameter %d is not a leaf that requires grad", who, i);
+        if (params[i]->grad_fn) return tg_error("%s: can't optimize a non-leaf Tensor (parameter %d)", who, i);
         if (!tg_is_contiguous(params[i])) return tg_error("%s: parameter %d is not contiguous", who, i);
+        any = any || params[i]->requires_grad;
     }
-    size_t cap = (size_t)(n ? n : 1);
+    if (!any) return tg_error("%s: optimizer got an empty parameter list (no parameter requires grad)", who);
     tg_optimizer *o = tg_tape_alloc(tp, sizeof *o, true);
     if (!o) return NULL;
-    o->kind = kind;
+    o->type = type;
     o->tp = tp;
-    o->params = tg_tape_alloc(tp, sizeof *o->params * cap, false);
-    o->steps = tg_tape_alloc(tp, sizeof *o->steps * cap, true);
-    if (!o->params || !o->steps) return NULL;
-    for (int s = 0; s < TG__NSLOTS; s++)
-        if (!(o->slot[s] = tg_tape_alloc(tp, sizeof *o->slot[s] * cap, true))) return NULL;
+    o->lr = lr;
+    o->current = -1;
+    o->options_size = options_size;
+    if (options_size) {
+        if (!(o->options = tg_tape_alloc(tp, options_size, false))) return NULL;
+        memcpy(o->options, options, options_size);
+    }
+    o->params = tg_tape_alloc(tp, sizeof *o->params * (size_t)n, false);
+    o->steps = tg_tape_alloc(tp, sizeof *o->steps * (size_t)n, true);
+    o->state = tg_tape_alloc(tp, sizeof *o->state * (size_t)n * (size_t)(type->nstate ? type->nstate : 1), true);
+    if (!o->params || !o->steps || !o->state) return NULL;
     /* A tensor listed twice (tied weights) is one parameter: updated once. */
     for (int i = 0; i < n; i++) {
         bool dup = false;
@@ -39,17 +70,41 @@ tg_optimizer *tg__optimizer_new(tg_tape *tp, tg__opt_kind kind, const char *who,
     return o;
 }
 
-tg_tensor *tg__optimizer_slot(tg_optimizer *o, int s, int i)
+tg_optimizer *tg_optimizer_new(tg_tape *tp, const tg_optimizer_type *type, tg_module *model, double lr,
+                               const void *options, size_t options_size)
 {
-    tg_tensor *p = o->params[i], *t = o->slot[s][i];
-    /* The module was converted (tg_module_to_dtype) since the last step: the
-     * state follows the parameter's dtype. */
-    if (t && t->dtype != p->dtype) t = o->slot[s][i] = tg_to_dtype(o->tp, t, p->dtype);
-    else if (!t) t = o->slot[s][i] = tg_zeros(o->tp, p->dtype, p->ndim, p->shape);
-    return t;
+    if (check_type(type) != TG_OK) return NULL;
+    if (!tp || !model) return tg_error("%s: NULL tape or model", type->name);
+    tg_named_list l;
+    if (tg_module_named_parameters(tp, model, &l) != TG_OK) return NULL;
+    return tg_optimizer_new_params(tp, type, l.n, l.tensors, lr, options, options_size);
 }
 
-const char *tg_optimizer_name(const tg_optimizer *o) { return o ? kind_name[o->kind] : NULL; }
+/* Parameter i's state k, created (zeros, the parameter's dtype and shape)
+ * or converted to the parameter's dtype when the module was converted
+ * (tg_module_to_dtype) since its last step; NULL if out of memory. */
+static tg_tensor *state_at(tg_optimizer *o, int i, int k)
+{
+    tg_tensor *p = o->params[i], **slot = &o->state[(size_t)i * (size_t)o->type->nstate + (size_t)k];
+    if (*slot && (*slot)->dtype != p->dtype) *slot = tg_to_dtype(o->tp, *slot, p->dtype);
+    else if (!*slot) *slot = tg_zeros(o->tp, p->dtype, p->ndim, p->shape);
+    return *slot;
+}
+
+const char *tg_optimizer_name(const tg_optimizer *o) { return o ? o->type->name : NULL; }
+
+const tg_optimizer_type *tg_optimizer_get_type(const tg_optimizer *o) { return o ? o->type : NULL; }
+
+const void *tg_optimizer_options(const tg_optimizer *o) { return o ? o->options : NULL; }
+
+int64_t tg_optimizer_step_count(const tg_optimizer *o)
+{
+    if (!o) return 0;
+    if (o->current >= 0) return o->steps[o->current];
+    int64_t m = 0;
+    for (int i = 0; i < o->n; i++) m = o->steps[i] > m ? o->steps[i] : m;
+    return m;
+}
 
 void tg_optimizer_zero_grad(tg_optimizer *o)
 {
@@ -57,11 +112,38 @@ void tg_optimizer_zero_grad(tg_optimizer *o)
     for (int i = 0; i < o->n; i++) tg_zero_grad(o->params[i]);
 }
 
+static int step_all(tg_optimizer *o)
+{
+    const tg_optimizer_type *t = o->type;
+    tg_tensor *state[64];
+    for (int i = 0; i < o->n; i++) {
+        tg_tensor *p = o->params[i], *g = p->grad;
+        if (!g) continue;
+        if (!tg_is_contiguous(g) || g->dtype != p->dtype || !tg_same_shape(g, p))
+            return tg_error_status(TG_EINVAL, "%s step: the gradient of parameter %d is not a contiguous %s tensor of its shape",
+                                   t->name, i, tg_dtype_name(p->dtype));
+        for (int k = 0; k < t->nstate; k++)
+            if (!(state[k] = state_at(o, i, k))) return TG_ENOMEM;
+        o->steps[i]++;
+        o->current = i;
+        tg_clear_error();
+        int st = t->step(o, p, g, state);
+        o->current = -1;
+        if (st != TG_OK) {
+            o->steps[i]--;
+            if (!tg_last_error()[0]) tg_error("%s step: parameter %d failed (status %d)", t->name, i, st);
+            return st;
+        }
+    }
+    return TG_OK;
+}
+
 int tg_optimizer_step(tg_optimizer *o)
 {
     if (!o) return tg_error_status(TG_EINVAL, "optimizer step: NULL optimizer");
+    if (o->current >= 0) return tg_error_status(TG_EINVAL, "%s step: called from inside a step", o->type->name);
     bool prev = tg_set_grad_enabled(false);
-    int st = o->kind == TG__OPT_SGD ? tg__sgd_step(o) : tg__adam_step(o);
+    int st = step_all(o);
     tg_set_grad_enabled(prev);
     return st;
 }
@@ -71,12 +153,8 @@ double tg_optimizer_lr(const tg_optimizer *o) { return o ? o->lr : NAN; }
 int tg_optimizer_set_lr(tg_optimizer *o, double lr)
 {
     if (!o) return tg_error_status(TG_EINVAL, "optimizer set_lr: NULL optimizer");
-    if (!(lr >= 0) || isinf(lr)) return tg_error_status(TG_EINVAL, "%s: invalid learning rate: %g", kind_name[o->kind], lr);
+    if (!(lr >= 0) || isinf(lr)) return tg_error_status(TG_EINVAL, "%s: invalid learning rate: %g", o->type->name, lr);
     o->lr = lr;
-    if (o->kind == TG__OPT_SGD)
-        o->sgd.lr = lr;
-    else
-        o->adam.lr = lr;
     return TG_OK;
 }
 
@@ -91,22 +169,6 @@ tg_tensor *tg_optimizer_param(const tg_optimizer *o, int i)
 
 /* ---- state_dict ------------------------------------------------------------------------ */
 
-/* The state entries of parameter i that exist for this optimizer: their
- * names (without "state.i.") and slots; count returned. */
-static int state_keys(const tg_optimizer *o, const char **names, int *slots)
-{
-    if (o->kind == TG__OPT_SGD) {
-        if (o->sgd.momentum == 0) return 0;
-        names[0] = "momentum_buffer", slots[0] = TG__MOMENTUM;
-        return 1;
-    }
-    names[0] = "exp_avg", slots[0] = TG__EXP_AVG;
-    names[1] = "exp_avg_sq", slots[1] = TG__EXP_AVG_SQ;
-    if (!o->adam.amsgrad) return 2;
-    names[2] = "max_exp_avg_sq", slots[2] = TG__MAX_EXP_AVG_SQ;
-    return 3;
-}
-
 static char *tape_printf(tg_tape *tp, const char *fmt, int i, const char *what)
 {
     int len = snprintf(NULL, 0, fmt, i, what);
@@ -115,12 +177,13 @@ static char *tape_printf(tg_tape *tp, const char *fmt, int i, const char *what)
     return s;
 }
 
+static bool has_step_entry(const tg_optimizer *o) { return !o->type->no_step_in_state_dict; }
+
 int tg_optimizer_state_dict(tg_tape *tp, const tg_optimizer *o, tg_named_list *out)
 {
     if (!tp || !o || !out) return tg_error_status(TG_EINVAL, "optimizer state_dict: NULL argument");
-    const char *names[3];
-    int slots[3], nk = state_keys(o, names, slots);
-    int cap = 1 + o->n * (nk + 1);
+    const tg_optimizer_type *t = o->type;
+    int cap = 1 + o->n * (t->nstate + 1);
     out->n = 0;
     out->names = tg_tape_alloc(tp, sizeof *out->names * (size_t)cap, false);
     out->tensors = tg_tape_alloc(tp, sizeof *out->tensors * (size_t)cap, false);
@@ -129,21 +192,19 @@ int tg_optimizer_state_dict(tg_tape *tp, const tg_optimizer *o, tg_named_list *o
     out->names[out->n] = "param_groups.0.lr";
     out->tensors[out->n++] = lr;
     for (int i = 0; i < o->n; i++) {
-        /* as PyTorch: a parameter never stepped has no state */
-        bool has = o->kind == TG__OPT_SGD ? o->slot[TG__MOMENTUM][i] != NULL : o->steps[i] > 0;
-        if (!has) continue;
-        if (o->kind != TG__OPT_SGD) {
+        if (o->steps[i] == 0) continue; /* as PyTorch: a parameter never stepped has no state */
+        if (has_step_entry(o)) {
             tg_tensor *step = tg_scalar(tp, TG_F32, (double)o->steps[i]);
             char *name = tape_printf(tp, "state.%d.%s", i, "step");
             if (!step || !name) return TG_ENOMEM;
             out->names[out->n] = name;
             out->tensors[out->n++] = step;
         }
-        for (int k = 0; k < nk; k++) {
-            char *name = tape_printf(tp, "state.%d.%s", i, names[k]);
+        for (int k = 0; k < t->nstate; k++) {
+            char *name = tape_printf(tp, "state.%d.%s", i, t->state_names[k]);
             if (!name) return TG_ENOMEM;
             out->names[out->n] = name;
-            out->tensors[out->n++] = o->slot[slots[k]][i];
+            out->tensors[out->n++] = o->state[(size_t)i * (size_t)t->nstate + (size_t)k];
         }
     }
     return TG_OK;
@@ -166,10 +227,10 @@ static bool parse_state_key(const char *key, int *i, const char **rest)
     return true;
 }
 
-static int find_key(const char *rest, const char *const *names, int nk)
+static int find_key(const tg_optimizer_type *t, const char *rest)
 {
-    for (int k = 0; k < nk; k++)
-        if (strcmp(rest, names[k]) == 0) return k;
+    for (int k = 0; k < t->nstate; k++)
+        if (strcmp(rest, t->state_names[k]) == 0) return k;
     return -1;
 }
 
@@ -177,52 +238,53 @@ int tg_optimizer_load_state_dict(tg_optimizer *o, const tg_named_list *sd)
 {
     if (!o || !sd || (sd->n > 0 && (!sd->names || !sd->tensors)))
         return tg_error_status(TG_EINVAL, "optimizer load_state_dict: NULL argument");
-    const char *who = kind_name[o->kind];
-    const char *names[3];
-    int slots[3], nk = state_keys(o, names, slots);
+    const tg_optimizer_type *t = o->type;
+    const char *who = t->name;
+    const bool steps_saved = has_step_entry(o);
     const tg_tensor *lr = NULL;
     char a[64], b[64];
     /* Pass 1: check everything. */
     for (int j = 0; j < sd->n; j++) {
         const char *key = sd->names[j], *rest;
-        const tg_tensor *t = sd->tensors[j];
+        const tg_tensor *x = sd->tensors[j];
         int i;
-        if (!key || !t) return tg_error_status(TG_EINVAL, "%s load_state_dict: entry %d is NULL", who, j);
+        if (!key || !x) return tg_error_status(TG_EINVAL, "%s load_state_dict: entry %d is NULL", who, j);
         for (int k = 0; k < j; k++)
             if (sd->names[k] && strcmp(sd->names[k], key) == 0)
                 return tg_error_status(TG_EFORMAT, "%s load_state_dict: duplicate key '%s'", who, key);
         if (strcmp(key, "param_groups.0.lr") == 0) {
-            if (tg_numel(t) != 1 || !tg__is_float(t->dtype))
+            if (tg_numel(x) != 1 || !tg__is_float(x->dtype))
                 return tg_error_status(TG_EFORMAT, "%s load_state_dict: '%s' must be one float", who, key);
-            double v = tg_item(t);
+            double v = tg_item(x);
             if (!(v >= 0) || isinf(v))
                 return tg_error_status(TG_EFORMAT, "%s load_state_dict: invalid learning rate %g", who, v);
-            lr = t;
+            lr = x;
             continue;
         }
         if (!parse_state_key(key, &i, &rest))
             return tg_error_status(TG_EFORMAT, "%s load_state_dict: unexpected key '%s'", who, key);
         if (i >= o->n)
             return tg_error_status(TG_EFORMAT, "%s load_state_dict: '%s' names parameter %d of %d", who, key, i, o->n);
-        if (o->kind != TG__OPT_SGD && strcmp(rest, "step") == 0) {
-            double v = tg_numel(t) == 1 && tg__is_float(t->dtype) ? tg_item(t) : -1;
+        if (steps_saved && strcmp(rest, "step") == 0) {
+            double v = tg_numel(x) == 1 && tg__is_float(x->dtype) ? tg_item(x) : -1;
             if (!(v >= 1 && v <= 9007199254740992.0 && v == floor(v)))
                 return tg_error_status(TG_EFORMAT, "%s load_state_dict: '%s' is not a step count", who, key);
             continue;
         }
-        if (find_key(rest, names, nk) < 0)
+        if (find_key(t, rest) < 0)
             return tg_error_status(TG_EFORMAT, "%s load_state_dict: unexpected key '%s' (a state of another optimizer?)",
                                    who, key);
-        if (!tg__is_float(t->dtype))
+        if (!tg__is_float(x->dtype))
             return tg_error_status(TG_EFORMAT, "%s load_state_dict: '%s' has dtype %s, expected a float type", who, key,
-                                   tg_dtype_name(t->dtype));
-        if (!tg_same_shape(t, o->params[i]))
+                                   tg_dtype_name(x->dtype));
+        if (!tg_same_shape(x, o->params[i]))
             return tg_error_status(TG_EFORMAT, "%s load_state_dict: size mismatch for '%s': %s, parameter %d is %s",
-                                   who, key, tg_shape_str(t, a, 64), i, tg_shape_str(o->params[i], b, 64));
+                                   who, key, tg_shape_str(x, a, 64), i, tg_shape_str(o->params[i], b, 64));
     }
-    /* Every parameter with state has all of it (Adam: a step and each moment). */
+    /* Every parameter with state has all of it (a step and each state). */
+    const int want = t->nstate + steps_saved;
     for (int i = 0; i < o->n; i++) {
-        int have = 0, want = nk + (o->kind != TG__OPT_SGD);
+        int have = 0;
         for (int j = 0; j < sd->n; j++) {
             const char *rest;
             int pi;
@@ -236,33 +298,31 @@ int tg_optimizer_load_state_dict(tg_optimizer *o, const tg_named_list *sd)
     for (int j = 0; j < sd->n; j++) {
         const char *rest;
         int i, k;
-        if (!parse_state_key(sd->names[j], &i, &rest) || (k = find_key(rest, names, nk)) < 0) continue;
-        if (!tg__optimizer_slot(o, slots[k], i)) return TG_ENOMEM;
+        if (!parse_state_key(sd->names[j], &i, &rest) || (k = find_key(t, rest)) < 0) continue;
+        if (!state_at(o, i, k)) return TG_ENOMEM;
     }
-    /* Pass 3: apply. Parameters without state in sd start afresh. */
-    for (int i = 0; i < o->n; i++) o->steps[i] = 0;
+    /* Pass 3: apply. A parameter without state in sd starts afresh (its
+     * first step sees count 1 and zeroed state); without saved steps, one
+     * with state continues at count 2. */
     for (int i = 0; i < o->n; i++) {
-        bool found = false;
-        for (int j = 0; j < sd->n && !found; j++) {
-            const char *rest;
-            int pi;
-            found = parse_state_key(sd->names[j], &pi, &rest) && pi == i;
+        o->steps[i] = 0;
+        for (int k = 0; k < t->nstate; k++) {
+            tg_tensor *x = o->state[(size_t)i * (size_t)t->nstate + (size_t)k];
+            if (x) tg_k_fill(x, 0.0);
         }
-        if (!found)
-            for (int k = 0; k < nk; k++)
-                if (o->slot[slots[k]][i]) tg_k_fill(o->slot[slots[k]][i], 0.0);
-        if (!found && o->kind == TG__OPT_SGD) o->slot[TG__MOMENTUM][i] = NULL; /* first step copies the gradient */
     }
     for (int j = 0; j < sd->n; j++) {
         const char *rest;
         int i, k;
         if (!parse_state_key(sd->names[j], &i, &rest)) continue;
-        if (strcmp(rest, "step") == 0 && o->kind != TG__OPT_SGD)
+        if (steps_saved && strcmp(rest, "step") == 0) {
             o->steps[i] = (int64_t)tg_item(sd->tensors[j]);
-        else if ((k = find_key(rest, names, nk)) >= 0)
-            tg_k_copy(o->slot[slots[k]][i], sd->tensors[j]);
+        } else if ((k = find_key(t, rest)) >= 0) {
+            tg_k_copy(o->state[(size_t)i * (size_t)t->nstate + (size_t)k], sd->tensors[j]);
+            if (!steps_saved) o->steps[i] = 1;
+        }
     }
-    if (lr) tg_optimizer_set_lr(o, tg_item(lr));
+    if (lr) o->lr = tg_item(lr);
     return TG_OK;
 }
 

@@ -2,8 +2,52 @@
  *   d = grad + weight_decay * p
  *   buf = d (first step) or momentum * buf + (1 - dampening) * d
  *   d = d + momentum * buf (nesterov) or buf
- *   p -= lr * d */
-#include "optim_internal.h"
+ *   p -= lr * d
+ * element by element in the parameter's dtype, each scalar rounded to it,
+ * the products and sums rounded one by one as PyTorch's add_(x, alpha) and
+ * mul_ are. Written through the public optimizer type (tapegrad/optim.h),
+ * as a user's optimizer is. */
+#include "tapegrad/optim.h"
+
+#define SGD_KERNEL(T, SUF)                                                                             \
+    static void sgd_##SUF(T *restrict p, const T *restrict g, T *restrict buf, int64_t n,              \
+                          const tg_sgd_options *o, double lr, bool first)                              \
+    {                                                                                                  \
+        const T wd = (T)o->weight_decay, mom = (T)o->momentum, damp = (T)(1.0 - o->dampening);        \
+        const T neg_lr = (T)-lr;                                                                       \
+        const bool decay = o->weight_decay != 0, nesterov = o->nesterov;                               \
+        for (int64_t i = 0; i < n; i++) {                                                              \
+            T d = g[i];                                                                                \
+            if (decay) d = d + wd * p[i];                                                              \
+            if (buf) {                                                                                 \
+                T b = first ? d : buf[i] * mom + damp * d;                                             \
+                buf[i] = b;                                                                            \
+                d = nesterov ? d + mom * b : b;                                                        \
+            }                                                                                          \
+            p[i] = p[i] + neg_lr * d;                                                                  \
+        }                                                                                              \
+    }
+
+SGD_KERNEL(float, f32)
+SGD_KERNEL(double, f64)
+
+static int sgd_step(tg_optimizer *s, tg_tensor *p, const tg_tensor *g, tg_tensor *const *state)
+{
+    const tg_sgd_options *o = tg_optimizer_options(s);
+    const double lr = tg_optimizer_lr(s);
+    void *buf = o->momentum != 0 ? tg_data_ptr(state[0]) : NULL;
+    bool first = tg_optimizer_step_count(s) == 1;
+    if (p->dtype == TG_F32)
+        sgd_f32(tg_data_ptr(p), tg_data_ptr(g), buf, tg_numel(p), o, lr, first);
+    else
+        sgd_f64(tg_data_ptr(p), tg_data_ptr(g), buf, tg_numel(p), o, lr, first);
+    return TG_OK;
+}
+
+static const char *const sgd_state[] = {"momentum_buffer"};
+/* momentum keeps a buffer per parameter; PyTorch's SGD saves no step */
+static const tg_optimizer_type sgd_type[2] = {{"SGD", 0, sgd_state, sgd_step, true},
+                                              {"SGD", 1, sgd_state, sgd_step, true}};
 
 tg_sgd *tg_sgd_new_params(tg_tape *tp, int n, tg_tensor *const *params, tg_sgd_options o)
 {
@@ -13,17 +57,14 @@ tg_sgd *tg_sgd_new_params(tg_tape *tp, int n, tg_tensor *const *params, tg_sgd_o
     if (!(o.dampening >= 0 || o.dampening < 0)) return tg_error("SGD: invalid dampening value");
     if (o.nesterov && (o.momentum <= 0 || o.dampening != 0))
         return tg_error("SGD: Nesterov momentum requires a momentum and zero dampening");
-    tg_optimizer *s = tg__optimizer_new(tp, TG__OPT_SGD, "SGD", n, params);
-    if (!s) return NULL;
-    s->sgd = o;
-    s->lr = o.lr;
-    return s;
+    return tg_optimizer_new_params(tp, &sgd_type[o.momentum != 0], n, params, o.lr, &o, sizeof o);
 }
 
 tg_sgd *tg_sgd_new(tg_tape *tp, tg_module *m, tg_sgd_options o)
 {
     if (!m) return tg_error("SGD: NULL module");
     tg_named_list l;
+    if (!tp) return tg_error("SGD: NULL tape");
     if (tg_module_named_parameters(tp, m, &l) != TG_OK) return NULL;
     return tg_sgd_new_params(tp, l.n, l.tensors, o);
 }
@@ -31,36 +72,3 @@ tg_sgd *tg_sgd_new(tg_tape *tp, tg_module *m, tg_sgd_options o)
 void tg_sgd_zero_grad(tg_sgd *s) { tg_optimizer_zero_grad(s); }
 
 int tg_sgd_step(tg_sgd *s) { return tg_optimizer_step(s); }
-
-int tg__sgd_step(tg_optimizer *s)
-{
-    const tg_sgd_options *o = &s->sgd;
-    for (int i = 0; i < s->n; i++) {
-        tg_tensor *p = s->params[i], *g = p->grad;
-        if (!g) continue;
-        tg_tensor *d = g;
-        if (o->weight_decay != 0 || (o->momentum != 0 && o->nesterov)) {
-            if (!(d = tg__optimizer_slot(s, TG__SCRATCH, i))) return TG_ENOMEM;
-            tg_k_copy(d, g);
-            if (o->weight_decay != 0) tg_k_axpy(d, p, o->weight_decay);
-        }
-        if (o->momentum != 0) {
-            bool first = !s->slot[TG__MOMENTUM][i];
-            tg_tensor *buf = tg__optimizer_slot(s, TG__MOMENTUM, i);
-            if (!buf) return TG_ENOMEM;
-            if (first) {
-                tg_k_copy(buf, d);
-            } else {
-                tg_k_binary_scalar(buf, buf, o->momentum, TG_BIN_MUL, false);
-                tg_k_axpy(buf, d, 1.0 - o->dampening);
-            }
-            if (o->nesterov)
-                tg_k_axpy(d, buf, o->momentum);
-            else
-                d = buf;
-        }
-        tg_k_axpy(p, d, -o->lr);
-        s->steps[i]++;
-    }
-    return TG_OK;
-}
