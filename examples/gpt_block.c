@@ -36,7 +36,7 @@ static tg_tensor *layer_norm_forward(tg_tape *tp, tg_module *self, int n, tg_ten
     return tg_add(tp, tg_mul(tp, scale, norm), shift);
 }
 
-static const tg_module_type layer_norm_type = {"LayerNorm", layer_norm_forward, NULL};
+static const tg_module_type layer_norm_type = {.name = "LayerNorm", .forward = layer_norm_forward};
 
 static tg_module *layer_norm_new(tg_tape *tp, int64_t dim)
 {
@@ -63,14 +63,14 @@ static tg_tensor *gelu_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *c
     return tg_mul(tp, tg_mul_scalar(tp, x, 0.5), tg_add_scalar(tp, t, 1.0));
 }
 
-static const tg_module_type gelu_type = {"GELU", gelu_forward, NULL};
+static const tg_module_type gelu_type = {.name = "GELU", .forward = gelu_forward};
 
 static tg_tensor *feed_forward_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *const *in)
 {
     return tg_module_call(tp, tg_module_get_submodule(self, "layers"), n, in);
 }
 
-static const tg_module_type feed_forward_type = {"FeedForward", feed_forward_forward, NULL};
+static const tg_module_type feed_forward_type = {.name = "FeedForward", .forward = feed_forward_forward};
 
 static tg_module *feed_forward_new(tg_tape *tp, int64_t emb)
 {
@@ -96,7 +96,7 @@ static tg_tensor *block_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *
     return tg_add(tp, tg_module_forward(tp, drop, h), x);
 }
 
-static const tg_module_type block_type = {"TransformerBlock", block_forward, NULL};
+static const tg_module_type block_type = {.name = "TransformerBlock", .forward = block_forward};
 
 static tg_module *block_new(tg_tape *tp, double drop_rate)
 {

@@ -18,7 +18,7 @@ static int residual_extra_repr(const tg_module *self, char *buf, size_t size)
     return snprintf(buf, size, "scale=%g", ((const residual_state *)tg_module_state_const(self))->scale);
 }
 
-static const tg_module_type residual_type = {"Residual", residual_forward, residual_extra_repr};
+static const tg_module_type residual_type = {.name = "Residual", .forward = residual_forward, .extra_repr = residual_extra_repr};
 
 static tg_module *residual_new(tg_tape *tp, int64_t dim, double scale)
 {

@@ -186,6 +186,62 @@ static void test_generate(void **state)
     }
 }
 
+/* The KV cache through the modules: the logits of a sequence fed in chunks
+ * with the cache on equal those of the whole sequence at once (float64, so
+ * the only difference is the products' shapes); the position and the
+ * cache's errors. */
+static void test_kv_cache_modules(void **state)
+{
+    (void)state;
+    tg_tape *mt = tg_tape_new(), *tp = tg_tape_new();
+    tg_gpt_config cfg = {.vocab_size = 53, .context_length = 12, .emb_dim = 16, .n_heads = 4, .n_layers = 2,
+                         .drop_rate = 0.1, .qkv_bias = true};
+    tg_module *m = build(mt, &cfg, 11);
+    assert_int_equal(tg_module_to_dtype(mt, m, TG_F64), TG_OK);
+    tg_module_train(m, false);
+    bool grad = tg_set_grad_enabled(false);
+    const int64_t ids[10] = {5, 17, 2, 40, 33, 8, 8, 51, 0, 26}, all[2] = {1, 10};
+    tg_tensor *full = tg_module_forward(tp, m, tg_from_data(tp, TG_I64, 2, all, ids));
+    tu_assert_ok(full);
+    assert_false(tg_module_kv_cache_enabled(m));
+    assert_int_equal(tg_module_set_kv_cache(m, true), TG_OK);
+    assert_true(tg_module_kv_cache_enabled(tg_module_get_submodule(m, "trf_blocks.1.att")));
+    for (int round = 0; round < 2; round++) { /* the second after a reset */
+        assert_int_equal(tg_module_reset_kv_cache(m), TG_OK);
+        const int64_t cuts[4] = {0, 4, 5, 10}; /* a prompt of 4, one id, then 5 */
+        for (int c = 0; c < 3; c++) {
+            int64_t shape[2] = {1, cuts[c + 1] - cuts[c]};
+            tg_tensor *y = tg_module_forward(tp, m, tg_from_data(tp, TG_I64, 2, shape, ids + cuts[c]));
+            tu_assert_ok(y);
+            tu_assert_close(y, tg_narrow(tp, full, 1, cuts[c], shape[1]), 1e-12, 1e-12, "cached chunk");
+        }
+    }
+    /* 10 cached + 3 new > context 12 */
+    int64_t three[2] = {1, 3};
+    tu_assert_null_error(tg_module_forward(tp, m, tg_from_data(tp, TG_I64, 2, three, ids)), "10 cached", "3 new",
+                         "context_length 12", "reset the KV cache");
+    /* the attention alone: another batch while it holds positions; grad recorded */
+    tg_module *att = tg_module_get_submodule(m, "trf_blocks.0.att");
+    int64_t xs[3] = {2, 1, 16};
+    tu_assert_null_error(tg_module_forward(tp, att, tg_zeros(tp, TG_F64, 3, xs)), "KV cache holds 10 positions", "batch 2");
+    assert_int_equal(tg_module_reset_kv_cache(att), TG_OK);
+    tu_assert_ok(tg_module_forward(tp, att, tg_zeros(tp, TG_F64, 3, xs)));
+    tg_set_grad_enabled(true);
+    assert_int_equal(tg_module_reset_kv_cache(att), TG_OK);
+    tu_assert_null_error(tg_module_forward(tp, att, tg_zeros(tp, TG_F64, 3, xs)), "grad recording off");
+    tg_set_grad_enabled(false);
+    /* off again: the window starts at position 0 whatever the cache held */
+    assert_int_equal(tg_module_set_kv_cache(m, false), TG_OK);
+    tg_tensor *again = tg_module_forward(tp, m, tg_from_data(tp, TG_I64, 2, all, ids));
+    tu_assert_close(again, full, 0.0, 0.0, "no cache after the cache");
+    tu_assert_status_error(tg_module_set_kv_cache(NULL, true), "NULL");
+    tu_assert_status_error(tg_module_reset_kv_cache(NULL), "NULL");
+    assert_false(tg_module_kv_cache_enabled(NULL));
+    tg_set_grad_enabled(grad);
+    tg_tape_free(tp);
+    tg_tape_free(mt);
+}
+
 /* ---- the book's figures ------------------------------------------------------------------ */
 
 static void test_book_124m(void **state)
@@ -729,6 +785,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_small_cases),
         cmocka_unit_test(test_generate),
+        cmocka_unit_test(test_kv_cache_modules),
         cmocka_unit_test(test_load_state_dict),
         cmocka_unit_test(test_load_hf),
         cmocka_unit_test(test_gradcheck_modules),

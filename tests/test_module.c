@@ -52,7 +52,7 @@ static tg_tensor *ln_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *con
     return tg_add(tp, tg_mul(tp, tg_module_get_parameter(self, "scale"), norm),
                   tg_module_get_parameter(self, "shift"));
 }
-static const tg_module_type ln_type = {"LayerNorm", ln_forward, NULL};
+static const tg_module_type ln_type = {.name = "LayerNorm", .forward = ln_forward};
 
 static tg_module *ln_new(tg_tape *tp, int64_t dim)
 {
@@ -68,16 +68,16 @@ static tg_tensor *gelu_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *c
     (void)self;
     return n == 1 ? tg_gelu(tp, in[0]) : tg_error("GELU: expected 1 input");
 }
-static const tg_module_type gelu_type = {"GELU", gelu_forward, NULL};
+static const tg_module_type gelu_type = {.name = "GELU", .forward = gelu_forward};
 
 /* A module with no forward of its own and an optional extra_repr. */
 static int text_extra_repr(const tg_module *self, char *buf, size_t size)
 {
     return snprintf(buf, size, "%s", *(const char *const *)tg_module_state_const(self));
 }
-static const tg_module_type one_line_type = {"OneLine", NULL, text_extra_repr};
-static const tg_module_type one_line_child_type = {"OneLineWithChild", NULL, text_extra_repr};
-static const tg_module_type two_lines_type = {"TwoLines", NULL, text_extra_repr};
+static const tg_module_type one_line_type = {.name = "OneLine", .extra_repr = text_extra_repr};
+static const tg_module_type one_line_child_type = {.name = "OneLineWithChild", .extra_repr = text_extra_repr};
+static const tg_module_type two_lines_type = {.name = "TwoLines", .extra_repr = text_extra_repr};
 /* x = drop_shortcut(att(norm1(x))) + x; x = drop_shortcut(ff(norm2(x))) + x */
 static tg_tensor *block_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *const *in)
 {
@@ -89,8 +89,8 @@ static tg_tensor *block_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *
     h = tg_module_forward(tp, tg_module_get_submodule(self, "norm2"), x);
     return tg_add(tp, tg_module_forward(tp, drop, tg_module_forward(tp, tg_module_get_submodule(self, "ff"), h)), x);
 }
-static const tg_module_type block_type = {"TransformerBlock", block_forward, NULL};
-static const tg_module_type tiny_type = {"TinyGPT", NULL, NULL};
+static const tg_module_type block_type = {.name = "TransformerBlock", .forward = block_forward};
+static const tg_module_type tiny_type = {.name = "TinyGPT"};
 
 static tg_module *text_module(tg_tape *tp, const tg_module_type *type, const char *text)
 {
@@ -221,8 +221,8 @@ static void test_repr_extra_repr_edges(void **state)
 {
     (void)state;
     tg_tape *tp = tg_tape_new();
-    static const tg_module_type long_type = {"Long", NULL, long_extra_repr};
-    static const tg_module_type broken_type = {"Broken", NULL, failing_extra_repr};
+    static const tg_module_type long_type = {.name = "Long", .extra_repr = long_extra_repr};
+    static const tg_module_type broken_type = {.name = "Broken", .extra_repr = failing_extra_repr};
     tg_module *m = tg_module_new(tp, &long_type, 0);
     assert_int_equal(tg_module_repr(m, NULL, 0), 599 + 6);
     tg_module *outer = tg_module_list_new(tp, 1, (tg_module *[]){tg_module_new(tp, &broken_type, 0)});
@@ -253,7 +253,7 @@ static tg_tensor *bank_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *c
         y = tg_add(tp, y, tg_module_forward(tp, tg_module_child(list, i), in[0]));
     return y;
 }
-static const tg_module_type bank_type = {"Bank", bank_forward, NULL};
+static const tg_module_type bank_type = {.name = "Bank", .forward = bank_forward};
 
 static void test_many_parameters_and_children(void **state)
 {
@@ -317,7 +317,7 @@ static void test_registration_rules(void **state)
 {
     (void)state;
     tg_tape *tp = tg_tape_new();
-    static const tg_module_type t = {"Holder", NULL, NULL};
+    static const tg_module_type t = {.name = "Holder"};
     tg_module *m = tg_module_new(tp, &t, 16);
     tu_assert_ok(m);
     /* state: zeroed, owned; no state -> NULL */
@@ -382,7 +382,7 @@ static void test_registration_rules(void **state)
     EXPECT_STATUS(tg_module_add_module(m, "self", m), "cycle", "itself");
     EXPECT_STATUS(tg_module_add_module(grandchild, "up", m), "cycle", "ancestor");
     /* bad types */
-    static const tg_module_type unnamed = {NULL, NULL, NULL};
+    static const tg_module_type unnamed = {.name = NULL};
     EXPECT_NULL(tg_module_new(tp, &unnamed, 0), "needs a name");
     EXPECT_NULL(tg_module_new(tp, NULL, 0), "needs a name");
     EXPECT_NULL(tg_module_new(NULL, &t, 0), "NULL tape");
@@ -432,7 +432,7 @@ static tg_tensor *pair_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *c
     tg_tensor *h = tg_module_forward(tp, tg_module_get_submodule(self, "a"), in[0]);
     return tg_module_forward(tp, tg_module_get_submodule(self, "b"), h);
 }
-static const tg_module_type pair_type = {"Pair", pair_forward, NULL};
+static const tg_module_type pair_type = {.name = "Pair", .forward = pair_forward};
 
 static void test_tied_weights(void **state)
 {
@@ -476,7 +476,7 @@ static void test_tied_weights(void **state)
     tg_tensor *dup[3] = {w, w, tg_module_get_parameter(b, "bias")};
     tu_assert_ok(tg_sgd_new_params(model, 3, dup, (tg_sgd_options){.lr = 0.1}));
     /* a child shared under two names is walked once by named_parameters */
-    static const tg_module_type holder = {"Holder", NULL, NULL};
+    static const tg_module_type holder = {.name = "Holder"};
     tg_module *h = tg_module_new(model, &holder, 0);
     tg_module *shared = tg_linear_new(model, 2, 2, false);
     check_ok(tg_module_add_module(h, "first", shared), "first");
@@ -521,14 +521,14 @@ static tg_tensor *pick_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *c
     for (int64_t i = 0; i < ids->shape[0]; i++) rows[i] = tg_select(tp, in[1], 0, (int64_t)tg_item_at(ids, i));
     return tg_stack(tp, (int)ids->shape[0], rows, 0);
 }
-static const tg_module_type pick_type = {"Pick", pick_forward, NULL};
+static const tg_module_type pick_type = {.name = "Pick", .forward = pick_forward};
 
 static tg_tensor *silent_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *const *in)
 {
     (void)tp, (void)self, (void)n, (void)in;
     return NULL; /* fails without saying why */
 }
-static const tg_module_type silent_type = {"Silent", silent_forward, NULL};
+static const tg_module_type silent_type = {.name = "Silent", .forward = silent_forward};
 
 static void test_inputs_buffers_containers(void **state)
 {
@@ -572,7 +572,7 @@ static void test_inputs_buffers_containers(void **state)
     EXPECT_NULL(tg_sequential_new(tp, 2, (tg_module *[]){l1, NULL}), "NULL");
     EXPECT_NULL(tg_sequential_new(tp, -1, NULL), "bad list");
     /* buffers: persistent ones in the state_dict, all of them found and converted */
-    static const tg_module_type holder = {"Holder", NULL, NULL};
+    static const tg_module_type holder = {.name = "Holder"};
     tg_module *h = tg_module_new(tp, &holder, 0);
     check_ok(tg_module_register_buffer(h, "keep", tg_ones(tp, TG_F32, 1, &three), true), "keep");
     check_ok(tg_module_register_buffer(h, "scratch", tg_ones(tp, TG_F32, 1, &three), false), "scratch");
@@ -660,7 +660,7 @@ static tg_tensor *hidden_forward(tg_tape *tp, tg_module *self, int n, tg_tensor 
     tg_tensor *w = tg_module_get_parameter(self, "w");
     return tg_mul(tp, in[0], tg_mul(tp, w, tg_detach(tp, w)));
 }
-static const tg_module_type hidden_type = {"Hidden", hidden_forward, NULL};
+static const tg_module_type hidden_type = {.name = "Hidden", .forward = hidden_forward};
 
 static void test_gradcheck_module(void **state)
 {

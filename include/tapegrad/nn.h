@@ -55,6 +55,10 @@ typedef struct tg_module_type {
      * written as snprintf writes (returns the full length; negative on
      * error). May be NULL (nothing). */
     int (*extra_repr)(const tg_module *self, char *buf, size_t size);
+    /* Empties the module's own KV cache and its position (the book's
+     * reset_cache); TG_OK or an error status. May be NULL: the module keeps
+     * no cache. Called by tg_module_reset_kv_cache. */
+    int (*reset_cache)(tg_module *self);
 } tg_module_type;
 
 /* A new module of type in tp, in training mode, with state_size zeroed bytes
@@ -116,6 +120,18 @@ TG_API bool tg_module_is_fused(const tg_module *m);
  * tg_module_numerics is what a forward reads. */
 TG_API int tg_module_set_numerics(tg_module *m, tg_numerics mode);
 TG_API tg_numerics tg_module_numerics(const tg_module *m);
+/* The book's KV cache (chapter 4's gpt_with_kv_cache), for the whole tree
+ * as tg_module_train: while it is on, a forward continues the sequence its
+ * cache holds instead of starting one (GPTModel counts positions from
+ * current_pos; the built-in MultiHeadAttention appends the new keys and
+ * values to its cache and attends to all of them). A user's module takes
+ * part by reading tg_module_kv_cache_enabled(self) in its forward and
+ * giving its type a reset_cache. Off by default; tg_gpt_generate turns it
+ * on. reset_kv_cache empties every cache of the tree (position 0), calling
+ * each module's reset_cache, and returns the first error. */
+TG_API int tg_module_set_kv_cache(tg_module *m, bool on);
+TG_API bool tg_module_kv_cache_enabled(const tg_module *m);
+TG_API int tg_module_reset_kv_cache(tg_module *m);
 /* The generator that modules drawing random numbers (Dropout, the fused
  * attention's dropout) use, for the whole tree (NULL = default generator). */
 TG_API int tg_module_set_generator(tg_module *m, tg_generator *g);

@@ -60,9 +60,6 @@ typedef struct tg_optimizer_type {
     int nstate;                      /* state tensors per parameter (0 or more) */
     const char *const *state_names;  /* their state_dict names, e.g. {"exp_avg"} */
     int (*step)(tg_optimizer *opt, tg_tensor *param, const tg_tensor *grad, tg_tensor *const *state);
-    /* Optional (zero by default): the state_dict holds no "state.i.step"
-     * entry, as torch.optim.SGD keeps none. */
-    bool no_step_in_state_dict;
 } tg_optimizer_type;
 
 /* An optimizer of type over the parameters of model (named_parameters: a
@@ -90,6 +87,11 @@ TG_API const void *tg_optimizer_options(const tg_optimizer *opt);
 TG_API int64_t tg_optimizer_step_count(const tg_optimizer *opt);
 /* The type the optimizer was made with. */
 TG_API const tg_optimizer_type *tg_optimizer_get_type(const tg_optimizer *opt);
+/* Whether state_dict holds each parameter's "state.i.step" (on by default,
+ * as Adam's; torch.optim.SGD and many user optimizers keep no step). Off,
+ * load_state_dict takes no step either and a loaded parameter continues
+ * at count 2. */
+TG_API int tg_optimizer_set_step_in_state_dict(tg_optimizer *opt, bool on);
 
 /* ---- SGD, as torch.optim.SGD ------------------------------------------------------ */
 
@@ -163,8 +165,8 @@ TG_API tg_tensor *tg_optimizer_param(const tg_optimizer *opt, int i);
 
 /* state_dict(), flattened to tensors as a safetensors file holds them:
  * "param_groups.0.lr" (float64 scalar), and per parameter index i:
- "state.i.step" (float32 scalar, as PyTorch 1.13 keeps it; none for a type
- * with no_step_in_state_dict) and "state.i.<name>" for each of the type's
+ "state.i.step" (float32 scalar, as PyTorch 1.13 keeps it; none after
+ * tg_optimizer_set_step_in_state_dict(opt, false)) and "state.i.<name>" for each of the type's
  * state names: Adam/AdamW "exp_avg", "exp_avg_sq" and, with amsgrad,
  * "max_exp_avg_sq"; SGD with momentum "momentum_buffer" (and no step).
  * Parameters not stepped yet have no entries. The tensors are the

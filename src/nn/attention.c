@@ -7,10 +7,16 @@
 #include <math.h>
 #include <stdio.h>
 
-/* What every attention module keeps: its sizes (context_length 0 = no mask). */
+/* What every attention module keeps: its sizes (context_length 0 = no mask)
+ * and, for MultiHeadAttention, its KV cache: keys and values of the
+ * positions seen so far, (b, num_heads, context_length, head_dim) each,
+ * allocated in the module's tape at the first cached forward and kept for
+ * the next generation. */
 typedef struct {
     int64_t d_in, d_out, context_length, num_heads;
     double dropout;
+    tg_tensor *cache_k, *cache_v;
+    int64_t pos; /* ptr_current_pos: positions the cache holds */
 } attn_state;
 
 static const attn_state *cfg(tg_module *m) { return tg_module_state(m); }
@@ -116,7 +122,7 @@ static tg_tensor *sa_v1_forward(tg_tape *tp, tg_module *m, int n, tg_tensor *con
     return attend(tp, s, v, cfg(m)->d_out);
 }
 
-static const tg_module_type sa_v1_type = {"SelfAttention_v1", sa_v1_forward, NULL};
+static const tg_module_type sa_v1_type = {.name = "SelfAttention_v1", .forward = sa_v1_forward};
 
 tg_module *tg_self_attention_v1_new(tg_tape *tp, int64_t d_in, int64_t d_out)
 {
@@ -146,7 +152,7 @@ static tg_tensor *sa_v2_forward(tg_tape *tp, tg_module *m, int n, tg_tensor *con
     return attend(tp, s, v, cfg(m)->d_out);
 }
 
-static const tg_module_type sa_v2_type = {"SelfAttention_v2", sa_v2_forward, NULL};
+static const tg_module_type sa_v2_type = {.name = "SelfAttention_v2", .forward = sa_v2_forward};
 
 tg_module *tg_self_attention_v2_new(tg_tape *tp, int64_t d_in, int64_t d_out, bool qkv_bias)
 {
@@ -181,7 +187,7 @@ static tg_tensor *causal_forward(tg_tape *tp, tg_module *m, int n, tg_tensor *co
     return attention_step(tp, m, q, k, v, cfg(m)->d_out);
 }
 
-static const tg_module_type causal_type = {"CausalAttention", causal_forward, NULL};
+static const tg_module_type causal_type = {.name = "CausalAttention", .forward = causal_forward};
 
 tg_module *tg_causal_attention_new(tg_tape *tp, int64_t d_in, int64_t d_out, int64_t context_length,
                                    double dropout, bool qkv_bias)
@@ -206,7 +212,7 @@ static tg_tensor *wrapper_forward(tg_tape *tp, tg_module *m, int n, tg_tensor *c
     return tg_cat(tp, h, outs, -1); /* (b, T, num_heads * d_out) */
 }
 
-static const tg_module_type wrapper_type = {"MultiHeadAttentionWrapper", wrapper_forward, NULL};
+static const tg_module_type wrapper_type = {.name = "MultiHeadAttentionWrapper", .forward = wrapper_forward};
 
 /* One module per head: more than this is a mistake, not a model. */
 #define MAX_WRAPPER_HEADS 4096
@@ -220,7 +226,7 @@ tg_module *tg_mha_wrapper_new(tg_tape *tp, int64_t d_in, int64_t d_out, int64_t 
     if (num_heads > MAX_WRAPPER_HEADS)
         return tg_error("%s: %lld heads (one module each) is more than %d", name, (long long)num_heads,
                         MAX_WRAPPER_HEADS);
-    attn_state s = {d_in, d_out, context_length, num_heads, dropout};
+    attn_state s = {.d_in = d_in, .d_out = d_out, .context_length = context_length, .num_heads = num_heads, .dropout = dropout};
     tg_module *m = attention_new(tp, &wrapper_type, s);
     tg_module *heads = m ? tg_module_list_new(tp, 0, NULL) : NULL;
     if (!heads || tg_module_add_module(m, "heads", heads) != TG_OK) return NULL;
@@ -233,26 +239,83 @@ tg_module *tg_mha_wrapper_new(tg_tape *tp, int64_t d_in, int64_t d_out, int64_t 
 
 /* ---- MultiHeadAttention --------------------------------------------------------------------------------- */
 
+/* (b, T, h * hd) -> (b, h, T, hd): .view(b, T, h, hd).transpose(1, 2) */
+static tg_tensor *split_heads(tg_tape *tp, tg_tensor *t, int64_t h)
+{
+    if (!t) return NULL;
+    int64_t split[4] = {t->shape[0], t->shape[1], h, t->shape[2] / h};
+    return tg_transpose(tp, tg_view(tp, t, 4, split), 1, 2);
+}
+
+/* The book's KV-cache forward (gpt_with_kv_cache's MultiHeadAttention) from
+ * the new positions' q, k, v (b, h, T, hd): k and v go into the cache after
+ * the pos positions it holds, the queries attend to all pos + T of them,
+ * the causal mask's rows pos .. pos+T-1 (a single new position masks
+ * nothing). The cache holds values, not graph: refused while grad is
+ * recorded for the keys, whose gradient would otherwise be lost. */
+static tg_tensor *mha_cached(tg_tape *tp, tg_module *m, tg_tensor *q, tg_tensor *k, tg_tensor *v)
+{
+    attn_state *c = tg_module_state(m);
+    const char *name = tg_module_type_name(m);
+    if (!q || !k || !v) return NULL;
+    if (tg_is_grad_enabled() && (k->requires_grad || v->requires_grad || q->requires_grad))
+        return tg_error("%s: the KV cache keeps values, not graph: run it with grad recording off", name);
+    int64_t b = q->shape[0], T = q->shape[2], hd = q->shape[3], p0 = c->pos, P = p0 + T;
+    if (P > c->context_length)
+        return tg_error("%s: %lld cached and %lld new positions exceed context_length %lld (reset the KV cache)", name,
+                        (long long)p0, (long long)T, (long long)c->context_length);
+    if (c->cache_k && (c->cache_k->shape[0] != b || c->cache_k->dtype != q->dtype)) {
+        if (p0 > 0)
+            return tg_error("%s: the KV cache holds %lld positions of batch %lld, got batch %lld %s", name, (long long)p0,
+                            (long long)c->cache_k->shape[0], (long long)b, tg_dtype_name(q->dtype));
+        c->cache_k = c->cache_v = NULL;
+    }
+    if (!c->cache_k) {
+        int64_t shape[4] = {b, c->num_heads, c->context_length, hd};
+        c->cache_k = tg_empty(m->tape, q->dtype, 4, shape);
+        c->cache_v = tg_empty(m->tape, q->dtype, 4, shape);
+        if (!c->cache_k || !c->cache_v) return c->cache_k = c->cache_v = NULL;
+    }
+    if (tg_copy_(tg_narrow(tp, c->cache_k, 2, p0, T), k) != TG_OK ||
+        tg_copy_(tg_narrow(tp, c->cache_v, 2, p0, T), v) != TG_OK)
+        return NULL;
+    tg_tensor *keys = tg_narrow(tp, c->cache_k, 2, 0, P), *values = tg_narrow(tp, c->cache_v, 2, 0, P);
+    tg_tensor *s = tg_matmul(tp, q, tg_transpose(tp, keys, 2, 3)); /* (b, h, T, P) */
+    if (T > 1) { /* mask.bool()[pos:pos + T, :P] */
+        tg_tensor *mk = tg_module_get_buffer(m, "mask");
+        mk = tg_narrow(tp, tg_narrow(tp, mk, 0, p0, T), 1, 0, P);
+        s = tg_masked_fill(tp, s, tg_compare_scalar(tp, mk, 0.0, TG_CMP_NE), -INFINITY);
+    }
+    tg_tensor *w = tg_softmax(tp, tg_div_scalar(tp, s, pow((double)hd, 0.5)), -1);
+    if (w && tg_module_is_training(m) && c->dropout > 0) w = tg_dropout(tp, w, c->dropout, tg_module_generator(m));
+    tg_tensor *ctx = tg_matmul(tp, w, values); /* (b, h, T, hd) */
+    if (ctx) c->pos = P;
+    return ctx;
+}
+
+static int mha_reset_cache(tg_module *m)
+{
+    ((attn_state *)tg_module_state(m))->pos = 0;
+    return TG_OK;
+}
+
 static tg_tensor *mha_forward(tg_tape *tp, tg_module *m, int n, tg_tensor *const *in)
 {
     if (!check_input(m, n, in, 3)) return NULL;
     const attn_state *c = cfg(m);
     tg_tensor *x = in[0];
     int64_t b = x->shape[0], T = x->shape[1], h = c->num_heads, hd = c->d_out / c->num_heads;
-    int64_t split[4] = {b, T, h, hd}, merged[3] = {b, T, c->d_out};
-    tg_tensor *k = tg_module_forward(tp, child(m, "W_key"), x); /* (b, T, d_out) */
-    tg_tensor *q = tg_module_forward(tp, child(m, "W_query"), x);
-    tg_tensor *v = tg_module_forward(tp, child(m, "W_value"), x);
-    k = tg_transpose(tp, tg_view(tp, k, 4, split), 1, 2); /* (b, h, T, hd) */
-    q = tg_transpose(tp, tg_view(tp, q, 4, split), 1, 2);
-    v = tg_transpose(tp, tg_view(tp, v, 4, split), 1, 2);
-    tg_tensor *ctx = attention_step(tp, m, q, k, v, hd);
+    int64_t merged[3] = {b, T, c->d_out};
+    tg_tensor *k = split_heads(tp, tg_module_forward(tp, child(m, "W_key"), x), h); /* (b, h, T, hd) */
+    tg_tensor *q = split_heads(tp, tg_module_forward(tp, child(m, "W_query"), x), h);
+    tg_tensor *v = split_heads(tp, tg_module_forward(tp, child(m, "W_value"), x), h);
+    tg_tensor *ctx = tg_module_kv_cache_enabled(m) ? mha_cached(tp, m, q, k, v) : attention_step(tp, m, q, k, v, hd);
     ctx = tg_transpose(tp, ctx, 1, 2); /* (b, T, h, hd) */
     ctx = tg_view(tp, tg_contiguous(tp, ctx), 3, merged);
     return tg_module_forward(tp, child(m, "out_proj"), ctx);
 }
 
-static const tg_module_type mha_type = {"MultiHeadAttention", mha_forward, NULL};
+static const tg_module_type mha_type = {.name = "MultiHeadAttention", .forward = mha_forward, .reset_cache = mha_reset_cache};
 
 bool tg__is_mha_owning_output(const tg_module *m)
 {
@@ -269,7 +332,7 @@ tg_module *tg_mha_new(tg_tape *tp, int64_t d_in, int64_t d_out, int64_t context_
     if (d_out % num_heads != 0)
         return tg_error("%s: d_out (%lld) must be divisible by num_heads (%lld)", name, (long long)d_out,
                         (long long)num_heads);
-    attn_state s = {d_in, d_out, context_length, num_heads, dropout};
+    attn_state s = {.d_in = d_in, .d_out = d_out, .context_length = context_length, .num_heads = num_heads, .dropout = dropout};
     tg_module *m = attention_new(tp, &mha_type, s);
     if (!m || !qkv_linears(tp, m, qkv_bias)) return NULL;
     if (tg_module_add_module(m, "out_proj", tg_linear_new(tp, d_out, d_out, true)) != TG_OK) return NULL;

@@ -13,8 +13,8 @@ static tg_tensor *sequential_forward(tg_tape *tp, tg_module *self, int n, tg_ten
     return y;
 }
 
-static const tg_module_type sequential_type = {"Sequential", sequential_forward, NULL};
-static const tg_module_type module_list_type = {"ModuleList", NULL, NULL};
+static const tg_module_type sequential_type = {.name = "Sequential", .forward = sequential_forward};
+static const tg_module_type module_list_type = {.name = "ModuleList"};
 
 int tg_module_append(tg_module *m, tg_module *child)
 {

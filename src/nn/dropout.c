@@ -24,7 +24,7 @@ static int dropout_extra_repr(const tg_module *self, char *buf, size_t size)
     return snprintf(buf, size, "p=%s, inplace=False", p);
 }
 
-static const tg_module_type dropout_type = {"Dropout", dropout_forward, dropout_extra_repr};
+static const tg_module_type dropout_type = {.name = "Dropout", .forward = dropout_forward, .extra_repr = dropout_extra_repr};
 
 bool tg__is_dropout(const tg_module *m) { return m && m->type == &dropout_type; }
 

@@ -1,14 +1,16 @@
 /* Generation: chapter 5's generate() (tools/reference/gpt_book.py) for a
- * GPTModel, with a KV cache.
+ * GPTModel, through the model's own forward, with the book's KV cache
+ * (chapter 4's generate_text_simple_cached) kept by the modules themselves
+ * (nn.h, tg_module_set_kv_cache).
  *
  * Without the cache, each new id runs the model on the whole window (the last
- * context_length ids); only the last position goes through final_norm and
- * out_head, as only its logits are used. With it, the window's keys and values of every block
- * are kept in a tape that lives as long as the generation: the prompt runs
- * once, then each new id runs the model on one position, attending to the
+ * context_length ids). With it, the cache is turned on and reset, the
+ * prompt runs once, then each new id runs alone, its blocks attending to the
  * cached positions. Once the sequence outgrows the context, the window
- * slides and every position's embedding changes, so the cache is refilled
- * from the new window: the same ids as recomputing, past the context too. */
+ * slides and every position's embedding changes, so the cache is reset and
+ * refilled from the new window: the same ids as recomputing, past the
+ * context too. Either way only the last position goes through final_norm
+ * and out_head, as only its logits are read. */
 #include "nn_internal.h"
 
 #include <math.h>
@@ -16,87 +18,6 @@
 #include <string.h>
 
 #include "tapegrad/gpt.h"
-
-typedef struct {
-    tg_tape *tp;
-    tg_tensor **k, **v; /* per block: (context_length, emb_dim) */
-    int64_t start, len; /* the window's first id in the sequence, positions cached */
-} kv_cache;
-
-static tg_module *sub(tg_module *m, const char *name) { return tg_module_get_submodule(m, name); }
-
-/* The chapter-3 MultiHeadAttention on n new positions p0 .. p0+n-1 of x
- * (1, n, d), its keys and values appended to the block's cache: the
- * composed path's ops with the cached keys and values in place of the
- * window's. */
-static tg_tensor *cached_attention(tg_tape *tp, tg_module *att, tg_tensor *x, tg_tensor *kc, tg_tensor *vc, int64_t p0,
-                                   int64_t heads)
-{
-    int64_t n = x->shape[1], d = x->shape[2], P = p0 + n, hd = d / heads;
-    tg_tensor *k = tg_module_forward(tp, sub(att, "W_key"), x);
-    tg_tensor *q = tg_module_forward(tp, sub(att, "W_query"), x);
-    tg_tensor *v = tg_module_forward(tp, sub(att, "W_value"), x);
-    if (!k || !q || !v) return NULL;
-    int64_t rows[2] = {n, d};
-    if (tg_copy_(tg_narrow(tp, kc, 0, p0, n), tg_view(tp, k, 2, rows)) != TG_OK ||
-        tg_copy_(tg_narrow(tp, vc, 0, p0, n), tg_view(tp, v, 2, rows)) != TG_OK)
-        return NULL;
-    int64_t qs[4] = {1, n, heads, hd}, ks[4] = {1, P, heads, hd};
-    tg_tensor *qq = tg_transpose(tp, tg_view(tp, q, 4, qs), 1, 2);                         /* (1, h, n, hd) */
-    tg_tensor *kk = tg_transpose(tp, tg_view(tp, tg_narrow(tp, kc, 0, 0, P), 4, ks), 1, 2); /* (1, h, P, hd) */
-    tg_tensor *vv = tg_transpose(tp, tg_view(tp, tg_narrow(tp, vc, 0, 0, P), 4, ks), 1, 2);
-    tg_tensor *s = tg_matmul(tp, qq, tg_transpose(tp, kk, 2, 3)); /* (1, h, n, P) */
-    if (n > 1) {                                                   /* mask rows p0 .. P-1 */
-        tg_tensor *mk = tg_module_get_buffer(att, "mask");
-        mk = tg_narrow(tp, tg_narrow(tp, mk, 0, p0, n), 1, 0, P);
-        s = tg_masked_fill(tp, s, tg_compare_scalar(tp, mk, 0.0, TG_CMP_NE), -INFINITY);
-    }
-    tg_tensor *w = tg_softmax(tp, tg_div_scalar(tp, s, sqrt((double)hd)), -1);
-    tg_tensor *ctx = tg_transpose(tp, tg_matmul(tp, w, vv), 1, 2); /* (1, n, h, hd) */
-    int64_t merged[3] = {1, n, d};
-    ctx = tg_view(tp, tg_contiguous(tp, ctx), 3, merged);
-    return ctx ? tg_module_forward(tp, sub(att, "out_proj"), ctx) : NULL;
-}
-
-/* GPTModel's forward on ids (1, n) at positions p0 .. p0+n-1 with the cache;
- * the logits of the last position only, (1, 1, vocab). */
-static tg_tensor *cached_forward(tg_tape *tp, tg_module *gpt, const tg_gpt_config *c, kv_cache *kv, tg_tensor *ids,
-                                 int64_t p0)
-{
-    int64_t n = ids->shape[1];
-    tg_tensor *x = tg_add(tp, tg_module_forward(tp, sub(gpt, "tok_emb"), ids),
-                          tg_module_forward(tp, sub(gpt, "pos_emb"), tg_arange(tp, TG_I64, (double)p0, (double)(p0 + n), 1)));
-    tg_module *blocks = sub(gpt, "trf_blocks");
-    for (int64_t l = 0; x && l < c->n_layers; l++) {
-        tg_module *b = tg_module_child(blocks, (int)l);
-        tg_tensor *h = tg_module_forward(tp, sub(b, "norm1"), x);
-        h = h ? cached_attention(tp, sub(b, "att"), h, kv->k[l], kv->v[l], p0, c->n_heads) : NULL;
-        x = tg_add(tp, h, x);
-        h = x ? tg_module_forward(tp, sub(b, "norm2"), x) : NULL;
-        h = h ? tg_module_forward(tp, sub(b, "ff"), h) : NULL;
-        x = tg_add(tp, h, x);
-    }
-    x = x ? tg_narrow(tp, x, 1, n - 1, 1) : NULL;
-    x = x ? tg_module_forward(tp, sub(gpt, "final_norm"), x) : NULL;
-    return x ? tg_module_forward(tp, sub(gpt, "out_head"), x) : NULL;
-}
-
-static int cache_init(kv_cache *kv, const tg_gpt_config *c, tg_dtype dt)
-{
-    kv->tp = tg_tape_new();
-    if (!kv->tp) return TG_ENOMEM;
-    kv->k = tg_tape_alloc(kv->tp, sizeof(tg_tensor *) * (size_t)c->n_layers, true);
-    kv->v = tg_tape_alloc(kv->tp, sizeof(tg_tensor *) * (size_t)c->n_layers, true);
-    if (!kv->k || !kv->v) return TG_ENOMEM;
-    int64_t shape[2] = {c->context_length, c->emb_dim};
-    for (int64_t l = 0; l < c->n_layers; l++) {
-        kv->k[l] = tg_empty(kv->tp, dt, 2, shape);
-        kv->v[l] = tg_empty(kv->tp, dt, 2, shape);
-        if (!kv->k[l] || !kv->v[l]) return TG_ENOMEM;
-    }
-    kv->start = kv->len = 0;
-    return TG_OK;
-}
 
 /* The next id from the last position's logits (1, vocab), as generate() picks it. */
 static int next_id(tg_tape *tp, tg_tensor *logits, const tg_generate_options *o, int64_t *next)
@@ -156,25 +77,31 @@ int tg_gpt_generate(tg_module *gpt, const int64_t *prompt, int64_t n_prompt, con
     *n_out = len;
 
     bool was_training = tg_module_is_training(gpt), grad = tg_set_grad_enabled(false);
+    bool was_cached = tg_module_kv_cache_enabled(gpt), use_cache = !o->no_kv_cache;
     tg_module_train(gpt, false);
+    tg_module_set_kv_cache(gpt, use_cache);
+    bool was_last_only = tg__gpt_set_last_logits_only(gpt, true);
+    st = tg_module_reset_kv_cache(gpt);
     /* the ops below run under the model's numerics, as its forward would */
     tg_numerics prev_numerics = tg__numerics_enter(tg_module_numerics(gpt));
     tg_tape *tp = tg_tape_new();
-    kv_cache kv = {0};
-    tg_dtype dt = tg_module_get_parameter(gpt, "tok_emb.weight")->dtype;
     if (!tp) st = TG_ENOMEM;
-    else st = cache_init(&kv, &c, dt);
+    int64_t cached_start = 0, cached = 0; /* the window's first id in the sequence, ids the cache holds */
 
     for (int64_t step = 0; st == TG_OK && step < o->max_new_tokens; step++) {
         tg_tape_reset(tp);
         int64_t start = len > c.context_length ? len - c.context_length : 0; /* idx[:, -context_size:] */
-        /* without the cache, or when the window has slid, the whole window is
-         * computed again; with it, only the ids not yet in the cache */
-        if (o->no_kv_cache || kv.len == 0 || start != kv.start) kv.start = start, kv.len = 0;
-        int64_t p0 = kv.len, shape[2] = {1, len - start - p0};
-        tg_tensor *ids = tg_from_data(tp, TG_I64, 2, shape, out + start + p0);
-        tg_tensor *logits = ids ? cached_forward(tp, gpt, &c, &kv, ids, p0) : NULL;
-        kv.len = len - start;
+        /* without the cache the whole window runs again; with it only the
+         * ids not yet cached, unless the window slid */
+        if (use_cache && cached > 0 && start != cached_start) {
+            cached = 0;
+            if ((st = tg_module_reset_kv_cache(gpt)) != TG_OK) break;
+        }
+        if (cached == 0) cached_start = start;
+        int64_t shape[2] = {1, len - start - cached};
+        tg_tensor *ids = tg_from_data(tp, TG_I64, 2, shape, out + start + cached);
+        tg_tensor *logits = ids ? tg_module_forward(tp, gpt, ids) : NULL; /* (1, 1, vocab) */
+        if (use_cache) cached = len - start;
         int64_t vs[2] = {1, c.vocab_size}, next = 0;
         logits = logits ? tg_view(tp, tg_contiguous(tp, logits), 2, vs) : NULL;
         if (!logits || next_id(tp, logits, o, &next) != TG_OK) {
@@ -185,9 +112,12 @@ int tg_gpt_generate(tg_module *gpt, const int64_t *prompt, int64_t n_prompt, con
         out[len++] = next;
         *n_out = len;
     }
-    tg_tape_free(kv.tp);
     tg_tape_free(tp);
     tg__numerics_leave(prev_numerics);
+    int rst = tg_module_reset_kv_cache(gpt);
+    if (st == TG_OK) st = rst;
+    tg__gpt_set_last_logits_only(gpt, was_last_only);
+    tg_module_set_kv_cache(gpt, was_cached);
     tg_module_train(gpt, was_training);
     tg_set_grad_enabled(grad);
     const char *e = tg_last_error();

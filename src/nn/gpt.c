@@ -122,7 +122,7 @@ static int embedding_extra_repr(const tg_module *self, char *buf, size_t size)
     return snprintf(buf, size, "%lld, %lld", (long long)s->num, (long long)s->dim);
 }
 
-static const tg_module_type embedding_type = {"Embedding", embedding_forward, embedding_extra_repr};
+static const tg_module_type embedding_type = {.name = "Embedding", .forward = embedding_forward, .extra_repr = embedding_extra_repr};
 
 /* nn.Embedding.reset_parameters: init.normal_(self.weight) */
 tg_module *tg_embedding_new(tg_tape *tp, int64_t num, int64_t dim)
@@ -175,7 +175,7 @@ static tg_tensor *layer_norm_forward(tg_tape *tp, tg_module *self, int n, tg_ten
     return apply_layer(tp, self, "layer_norm", 3, in3, s->eps);
 }
 
-static const tg_module_type layer_norm_type = {"LayerNorm", layer_norm_forward, NULL};
+static const tg_module_type layer_norm_type = {.name = "LayerNorm", .forward = layer_norm_forward};
 
 tg_module *tg_layer_norm_new(tg_tape *tp, int64_t dim)
 {
@@ -204,7 +204,7 @@ static tg_tensor *gelu_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *c
     return apply_layer(tp, self, "gelu", 1, in, 0.0);
 }
 
-static const tg_module_type gelu_type = {"GELU", gelu_forward, NULL};
+static const tg_module_type gelu_type = {.name = "GELU", .forward = gelu_forward};
 
 tg_module *tg_gelu_new(tg_tape *tp) { return tg_module_new(tp, &gelu_type, 0); }
 
@@ -225,7 +225,7 @@ static int rms_norm_extra_repr(const tg_module *self, char *buf, size_t size)
     return snprintf(buf, size, "(%lld,), eps=%g", (long long)s->dim, s->eps);
 }
 
-static const tg_module_type rms_norm_type = {"RMSNorm", rms_norm_forward, rms_norm_extra_repr};
+static const tg_module_type rms_norm_type = {.name = "RMSNorm", .forward = rms_norm_forward, .extra_repr = rms_norm_extra_repr};
 
 tg_module *tg_rms_norm_new(tg_tape *tp, int64_t dim, double eps)
 {
@@ -247,7 +247,7 @@ static tg_tensor *silu_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *c
     return apply_layer(tp, self, "silu", 1, in, 0.0);
 }
 
-static const tg_module_type silu_type = {"SiLU", silu_forward, NULL};
+static const tg_module_type silu_type = {.name = "SiLU", .forward = silu_forward};
 
 tg_module *tg_silu_new(tg_tape *tp) { return tg_module_new(tp, &silu_type, 0); }
 
@@ -280,7 +280,7 @@ static tg_tensor *feed_forward_forward(tg_tape *tp, tg_module *self, int n, tg_t
     return tg_module_forward(tp, layers, x);
 }
 
-static const tg_module_type feed_forward_type = {"FeedForward", feed_forward_forward, NULL};
+static const tg_module_type feed_forward_type = {.name = "FeedForward", .forward = feed_forward_forward};
 
 static bool check_cfg(const tg_gpt_config *cfg) { return tg_gpt_config_check(cfg) == TG_OK; }
 
@@ -345,7 +345,7 @@ static tg_tensor *block_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *
     return residual(tp, self, drop, ff, x, shortcut);
 }
 
-static const tg_module_type block_type = {"TransformerBlock", block_forward, NULL};
+static const tg_module_type block_type = {.name = "TransformerBlock", .forward = block_forward};
 
 tg_module *tg_transformer_block_new(tg_tape *tp, const tg_gpt_config *cfg)
 {
@@ -365,10 +365,20 @@ tg_module *tg_transformer_block_new(tg_tape *tp, const tg_gpt_config *cfg)
 
 /* ---- GPTModel --------------------------------------------------------------------------------- */
 
+/* GPTModel's state: its configuration, the KV cache's position (the book's
+ * current_pos) and, set by tg_gpt_generate only, whether final_norm and
+ * out_head see the last position alone (the only logits generate reads). */
+typedef struct {
+    tg_gpt_config cfg;
+    int64_t current_pos;
+    bool last_logits_only;
+} gpt_state;
+
 static tg_tensor *gpt_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *const *in)
 {
     if (!tg__check_ninputs(self, n, 1)) return NULL;
-    const tg_gpt_config *c = tg_module_state(self);
+    gpt_state *s = tg_module_state(self);
+    const tg_gpt_config *c = &s->cfg;
     const tg_tensor *ids = in[0];
     char sh[64];
     if (ids->ndim != 2 || ids->dtype != TG_I64)
@@ -376,27 +386,42 @@ static tg_tensor *gpt_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *co
                         tg_dtype_name(ids->dtype), tg_shape_str(ids, sh, sizeof sh));
     int64_t T = ids->shape[1];
     if (T == 0 || ids->shape[0] == 0) return tg_error("GPTModel: input %s has no tokens", tg_shape_str(ids, sh, sizeof sh));
-    if (T > c->context_length)
+    /* pos_ids = torch.arange(self.current_pos, self.current_pos + seq_len) with the cache */
+    int64_t p0 = tg_module_kv_cache_enabled(self) ? s->current_pos : 0;
+    if (p0 + T > c->context_length) {
+        if (p0 > 0)
+            return tg_error("GPTModel: %lld cached and %lld new tokens exceed context_length %lld (reset the KV cache)",
+                            (long long)p0, (long long)T, (long long)c->context_length);
         return tg_error("GPTModel: %lld tokens exceed context_length %lld", (long long)T, (long long)c->context_length);
+    }
     tg_tensor *tok = tg_module_forward(tp, tg_module_get_submodule(self, "tok_emb"), in[0]);
     tg_tensor *pos = tok ? tg_module_forward(tp, tg_module_get_submodule(self, "pos_emb"),
-                                             tg_arange(tp, TG_I64, 0, (double)T, 1))
+                                             tg_arange(tp, TG_I64, (double)p0, (double)(p0 + T), 1))
                          : NULL;
     tg_tensor *x = tg_add(tp, tok, pos); /* x = tok_embeds + pos_embeds */
     static const char *const chain[] = {"drop_emb", "trf_blocks", "final_norm", "out_head"};
-    for (size_t i = 0; x && i < sizeof chain / sizeof chain[0]; i++)
+    for (size_t i = 0; x && i < sizeof chain / sizeof chain[0]; i++) {
+        if (i == 2 && s->last_logits_only) x = tg_narrow(tp, x, 1, T - 1, 1);
         x = tg_module_forward(tp, tg_module_get_submodule(self, chain[i]), x);
+    }
+    if (x && tg_module_kv_cache_enabled(self)) s->current_pos = p0 + T;
     return x;
 }
 
-static const tg_module_type gpt_type = {"GPTModel", gpt_forward, NULL};
+static int gpt_reset_cache(tg_module *self)
+{
+    ((gpt_state *)tg_module_state(self))->current_pos = 0;
+    return TG_OK;
+}
+
+static const tg_module_type gpt_type = {.name = "GPTModel", .forward = gpt_forward, .reset_cache = gpt_reset_cache};
 
 tg_module *tg_gpt_new(tg_tape *tp, const tg_gpt_config *cfg)
 {
     if (!check_cfg(cfg)) return NULL;
-    tg_module *m = tg_module_new(tp, &gpt_type, sizeof *cfg);
+    tg_module *m = tg_module_new(tp, &gpt_type, sizeof(gpt_state));
     if (!m) return NULL;
-    *(tg_gpt_config *)tg_module_state(m) = *cfg;
+    ((gpt_state *)tg_module_state(m))->cfg = *cfg;
     const int64_t d = cfg->emb_dim;
     if (tg_module_add_module(m, "tok_emb", tg_embedding_new(tp, cfg->vocab_size, d)) != TG_OK ||
         tg_module_add_module(m, "pos_emb", tg_embedding_new(tp, cfg->context_length, d)) != TG_OK ||
@@ -412,11 +437,19 @@ tg_module *tg_gpt_new(tg_tape *tp, const tg_gpt_config *cfg)
     return m;
 }
 
+bool tg__gpt_set_last_logits_only(tg_module *gpt, bool on)
+{
+    gpt_state *s = tg_module_state(gpt);
+    bool prev = s->last_logits_only;
+    s->last_logits_only = on;
+    return prev;
+}
+
 int tg_gpt_get_config(const tg_module *gpt, tg_gpt_config *out)
 {
     if (!gpt || !out) return tg_error_status(TG_EINVAL, "gpt_get_config: NULL argument");
     if (tg_module_get_type(gpt) != &gpt_type)
         return tg_error_status(TG_EINVAL, "gpt_get_config: module is a %s, not a GPTModel", tg_module_type_name(gpt));
-    *out = *(const tg_gpt_config *)tg_module_state_const(gpt);
+    *out = ((const gpt_state *)tg_module_state_const(gpt))->cfg;
     return TG_OK;
 }

@@ -29,7 +29,7 @@ static int linear_extra_repr(const tg_module *self, char *buf, size_t size)
                     (long long)s->out_features, s->bias ? "True" : "False");
 }
 
-static const tg_module_type linear_type = {"Linear", linear_forward, linear_extra_repr};
+static const tg_module_type linear_type = {.name = "Linear", .forward = linear_forward, .extra_repr = linear_extra_repr};
 
 bool tg__is_linear(const tg_module *m) { return m && m->type == &linear_type; }
 

@@ -334,13 +334,14 @@ tg_tensor *tg_module_forward(tg_tape *tp, tg_module *m, tg_tensor *x) { return t
 
 /* ---- tree-wide settings ------------------------------------------------------------------------------- */
 
-typedef enum { SET_TRAINING, SET_FUSED, SET_GENERATOR, SET_NUMERICS } setting;
+typedef enum { SET_TRAINING, SET_FUSED, SET_GENERATOR, SET_NUMERICS, SET_KV_CACHE } setting;
 
 static void set_tree(tg_module *m, setting what, bool flag, tg_generator *g, tg_numerics nm)
 {
     switch (what) {
     case SET_TRAINING: m->training = flag; break;
     case SET_FUSED: m->fused = flag; break;
+    case SET_KV_CACHE: m->kv_cache = flag; break;
     case SET_GENERATOR: m->gen = g; break;
     case SET_NUMERICS: m->numerics = nm; break;
     }
@@ -381,6 +382,34 @@ int tg_module_set_numerics(tg_module *m, tg_numerics mode)
 }
 
 tg_numerics tg_module_numerics(const tg_module *m) { return m ? m->numerics : TG_NUMERICS_EXACT; }
+
+int tg_module_set_kv_cache(tg_module *m, bool on)
+{
+    if (!m) return tg_error_status(TG_EINVAL, "set_kv_cache: NULL module");
+    set_tree(m, SET_KV_CACHE, on, NULL, TG_NUMERICS_EXACT);
+    return TG_OK;
+}
+
+bool tg_module_kv_cache_enabled(const tg_module *m) { return m && m->kv_cache; }
+
+static int reset_tree(tg_module *m)
+{
+    if (m->type->reset_cache) {
+        int st = m->type->reset_cache(m);
+        if (st != TG_OK) return st;
+    }
+    for (int i = 0; i < m->children.n; i++) {
+        int st = reset_tree(m->children.items[i].ptr);
+        if (st != TG_OK) return st;
+    }
+    return TG_OK;
+}
+
+int tg_module_reset_kv_cache(tg_module *m)
+{
+    if (!m) return tg_error_status(TG_EINVAL, "reset_kv_cache: NULL module");
+    return reset_tree(m);
+}
 tg_generator *tg_module_generator(const tg_module *m) { return m ? m->gen : NULL; }
 
 /* ---- walking the tree ------------------------------------------------------------------------------------ */

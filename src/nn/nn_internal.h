@@ -21,7 +21,7 @@ struct tg_module {
     const tg_module_type *type;
     tg_tape *tape;
     void *state;
-    bool training, fused;
+    bool training, fused, kv_cache;
     tg_numerics numerics;
     tg_generator *gen;
     tg__entries params, buffers, children;
@@ -45,6 +45,10 @@ bool tg__is_mha_owning_output(const tg_module *m);
 /* The built-in Dropout m's forward, its product written over x (x a tensor
  * nothing else reads; tg__dropout_over). */
 tg_tensor *tg__dropout_forward_over(tg_tape *tp, tg_module *m, tg_tensor *x);
+/* GPTModel gpt's forward computes final_norm and out_head on the last
+ * position only while on (tg_gpt_generate reads no other logits); the
+ * previous setting returned. */
+bool tg__gpt_set_last_logits_only(tg_module *gpt, bool on);
 /* v as Python's repr(float) writes it ("0.0", "0.1", "1e-05"). */
 void tg__py_float(char *buf, size_t size, double v);
 

@@ -25,10 +25,9 @@ static int adamw_step(tg_optimizer *opt, tg_tensor *p, const tg_tensor *g, tg_te
 
 static const char *const adam_state[] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
 /* amsgrad keeps a third state: the type with two or three names */
-static const tg_optimizer_type adam_type[2] = {{"Adam", 2, adam_state, adam_step, false},
-                                               {"Adam", 3, adam_state, adam_step, false}};
-static const tg_optimizer_type adamw_type[2] = {{"AdamW", 2, adam_state, adamw_step, false},
-                                                {"AdamW", 3, adam_state, adamw_step, false}};
+static const tg_optimizer_type adam_type[2] = {{"Adam", 2, adam_state, adam_step}, {"Adam", 3, adam_state, adam_step}};
+static const tg_optimizer_type adamw_type[2] = {{"AdamW", 2, adam_state, adamw_step},
+                                                {"AdamW", 3, adam_state, adamw_step}};
 
 static bool adam_options_ok(const char *who, const tg_adam_options *o)
 {

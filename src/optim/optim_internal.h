@@ -15,6 +15,7 @@ struct tg_optimizer {
     tg_tensor **state; /* n * type->nstate, a parameter's created at its first step */
     int64_t *steps;    /* steps taken per parameter (PyTorch's state["step"]) */
     int current;       /* the parameter being stepped, or -1 */
+    bool no_step_entry; /* state_dict holds no "step" */
 };
 
 #endif

@@ -97,6 +97,13 @@ const tg_optimizer_type *tg_optimizer_get_type(const tg_optimizer *o) { return o
 
 const void *tg_optimizer_options(const tg_optimizer *o) { return o ? o->options : NULL; }
 
+int tg_optimizer_set_step_in_state_dict(tg_optimizer *o, bool on)
+{
+    if (!o) return tg_error_status(TG_EINVAL, "optimizer set_step_in_state_dict: NULL optimizer");
+    o->no_step_entry = !on;
+    return TG_OK;
+}
+
 int64_t tg_optimizer_step_count(const tg_optimizer *o)
 {
     if (!o) return 0;
@@ -177,7 +184,7 @@ static char *tape_printf(tg_tape *tp, const char *fmt, int i, const char *what)
     return s;
 }
 
-static bool has_step_entry(const tg_optimizer *o) { return !o->type->no_step_in_state_dict; }
+static bool has_step_entry(const tg_optimizer *o) { return !o->no_step_entry; }
 
 int tg_optimizer_state_dict(tg_tape *tp, const tg_optimizer *o, tg_named_list *out)
 {

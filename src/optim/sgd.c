@@ -45,9 +45,8 @@ static int sgd_step(tg_optimizer *s, tg_tensor *p, const tg_tensor *g, tg_tensor
 }
 
 static const char *const sgd_state[] = {"momentum_buffer"};
-/* momentum keeps a buffer per parameter; PyTorch's SGD saves no step */
-static const tg_optimizer_type sgd_type[2] = {{"SGD", 0, sgd_state, sgd_step, true},
-                                              {"SGD", 1, sgd_state, sgd_step, true}};
+/* momentum keeps a buffer per parameter */
+static const tg_optimizer_type sgd_type[2] = {{"SGD", 0, sgd_state, sgd_step}, {"SGD", 1, sgd_state, sgd_step}};
 
 tg_sgd *tg_sgd_new_params(tg_tape *tp, int n, tg_tensor *const *params, tg_sgd_options o)
 {
@@ -57,7 +56,9 @@ tg_sgd *tg_sgd_new_params(tg_tape *tp, int n, tg_tensor *const *params, tg_sgd_o
     if (!(o.dampening >= 0 || o.dampening < 0)) return tg_error("SGD: invalid dampening value");
     if (o.nesterov && (o.momentum <= 0 || o.dampening != 0))
         return tg_error("SGD: Nesterov momentum requires a momentum and zero dampening");
-    return tg_optimizer_new_params(tp, &sgd_type[o.momentum != 0], n, params, o.lr, &o, sizeof o);
+    tg_sgd *s = tg_optimizer_new_params(tp, &sgd_type[o.momentum != 0], n, params, o.lr, &o, sizeof o);
+    if (s) tg_optimizer_set_step_in_state_dict(s, false); /* PyTorch's SGD saves no step */
+    return s;
 }
 
 tg_sgd *tg_sgd_new(tg_tape *tp, tg_module *m, tg_sgd_options o)
