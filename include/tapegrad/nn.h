@@ -192,11 +192,18 @@ TG_API int tg_module_load_state_dict(tg_module *m, const tg_named_list *sd);
 /* Finite differences on every parameter of m that requires grad and every
  * float input (they must be float64: convert the module with
  * tg_module_to_dtype(tp, m, TG_F64)); the output is m's forward on the n
- * inputs. Integer inputs (ids) are passed through. The forward must be a
- * function of its inputs: a forward that draws random numbers (dropout in
- * training mode) is refused. res->message names the worst element by its
- * parameter name ("W_query.weight[4]") or "input i". Tolerances as
- * tg_gradcheck. */
+ * inputs, the call tg_module_call(tp, m, n, inputs) makes. Integer inputs
+ * (ids) are passed through. The forward must be a function of its inputs: a
+ * forward that draws random numbers (dropout in training mode) is refused.
+ * res->message names the worst element by its parameter name
+ * ("W_query.weight[4]") or "input i"; res->worst_input counts the n inputs
+ * first, then the parameters in tg_module_named_parameters order. opt as
+ * tg_gradcheck_call's (NULL: PyTorch's defaults); its max_err_per_input, if
+ * set, holds a double for each of those: n + the number of parameters. */
+TG_API int tg_gradcheck_module_call(tg_module *m, int n, tg_tensor *const *inputs, const tg_gradcheck_options *opt,
+                                    tg_gradcheck_result *res);
+/* Deprecated: use tg_gradcheck_module_call. tg_gradcheck_module(m, n, inputs,
+ * eps, atol, rtol, &res) is tg_gradcheck_module_call with {eps, atol, rtol}. */
 TG_API int tg_gradcheck_module(tg_module *m, int n, tg_tensor *const *inputs, double eps, double atol, double rtol,
                                tg_gradcheck_result *res);
 
