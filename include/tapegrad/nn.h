@@ -153,6 +153,32 @@ TG_API tg_module *tg_dropout_new(tg_tape *tp, double p);
  * (src/nn/attention.c quotes each line). */
 TG_API tg_module *tg_self_attention_v1_new(tg_tape *tp, int64_t d_in, int64_t d_out);
 TG_API tg_module *tg_self_attention_v2_new(tg_tape *tp, int64_t d_in, int64_t d_out, bool qkv_bias);
+
+/* The settings of CausalAttention, MultiHeadAttentionWrapper and
+ * MultiHeadAttention (the book's constructor arguments), named:
+ *     tg_mha_new_config(tp, (tg_attention_config){.d_in = 768, .d_out = 768,
+ *                       .context_length = 1024, .num_heads = 12, .dropout = 0.1});
+ * d_in, d_out and context_length are required (positive). num_heads is
+ * required by the two multi-head modules; CausalAttention is one head and
+ * takes num_heads 0 or 1. dropout 0 is no dropout, qkv_bias false the book's
+ * default. The wrapper's d_out is each head's (its output has
+ * num_heads * d_out features); MultiHeadAttention's is the total, split over
+ * the heads. */
+typedef struct {
+    int64_t d_in, d_out, context_length, num_heads;
+    double dropout;
+    bool qkv_bias;
+} tg_attention_config;
+/* Each returns a module in tp, or NULL with an error naming the module and
+ * the setting: a size that is not positive ("d_out must be positive, got
+ * 0") or too large, dropout outside [0, 1), num_heads other than 0 or 1 for
+ * CausalAttention, more than 4096 heads for the wrapper, or a d_out that
+ * num_heads does not divide for MultiHeadAttention ("d_out (6) must be
+ * divisible by num_heads (4)"). */
+TG_API tg_module *tg_causal_attention_new_config(tg_tape *tp, tg_attention_config cfg);
+TG_API tg_module *tg_mha_wrapper_new_config(tg_tape *tp, tg_attention_config cfg);
+TG_API tg_module *tg_mha_new_config(tg_tape *tp, tg_attention_config cfg);
+/* The positional forms: the same modules and errors as the config forms. */
 TG_API tg_module *tg_causal_attention_new(tg_tape *tp, int64_t d_in, int64_t d_out, int64_t context_length,
                                           double dropout, bool qkv_bias);
 TG_API tg_module *tg_mha_wrapper_new(tg_tape *tp, int64_t d_in, int64_t d_out, int64_t context_length,
