@@ -9,7 +9,7 @@
  *                             x = drop_shortcut(ff(norm2(x))) + x
  *
  * It prints the block as PyTorch's print(model) does, checks every gradient
- * with tg_gradcheck_module in float64, trains a float32 block with SGD
+ * with tg_gradcheck_module_call in float64, trains a float32 block with SGD
  * (tg_sgd_new over the whole tree) to map random inputs to random targets,
  * saves its state_dict, loads it into a fresh block and checks the outputs
  * agree. Exit status 0 when all of that holds.
@@ -123,7 +123,7 @@ static int check_gradients(void)
     int ok = 0;
     /* gradcheck compares float64 derivatives of a deterministic forward: eval mode */
     if (b && x && tg_module_to_dtype(model, b, TG_F64) == TG_OK && tg_module_train(b, false) == TG_OK &&
-        tg_gradcheck_module(b, 1, &x, 0, 0, 0, &res) == TG_OK) {
+        tg_gradcheck_module_call(b, 1, &x, NULL, &res) == TG_OK) {
         printf("%s\n", res.message);
         ok = res.passed;
     }

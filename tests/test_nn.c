@@ -226,10 +226,6 @@ static void test_sgd_run(void **state) {
 
 /* ---- (c) gradcheck ------------------------------------------------------------------- */
 
-static tg_tensor *gc_forward(tg_tape *tp, tg_tensor *const *inputs, int n, void *ctx) {
-    return tg_module_forward(tp, (tg_module *)ctx, inputs[n - 1]);
-}
-
 /* Gradchecks m (converted to float64, eval) on a float64 input of the given
  * shape drawn from a fixed generator: every parameter and the input. */
 static void gradcheck_module_(tg_tape *model, tg_module *m, int ndim, const int64_t *shape, const char *what,
@@ -242,13 +238,12 @@ static void gradcheck_module_(tg_tape *model, tg_module *m, int ndim, const int6
     }
     tg_named_list params;
     assert_int_equal(tg_module_named_parameters(model, m, &params), TG_OK);
-    tg_tensor *inputs[16];
     if (params.n + 1 > 16) fail_msg("%s: too many parameters (%d)", what, params.n);
     for (int i = 0; i < params.n; i++) {
-        inputs[i] = params.tensors[i];
-        if (inputs[i]->dtype != TG_F64 || !inputs[i]->requires_grad) {
+        const tg_tensor *p = params.tensors[i];
+        if (p->dtype != TG_F64 || !p->requires_grad) {
             print_error("%s: parameter %s is %s, requires_grad %d after to_dtype\n", what, params.names[i],
-                        tg_dtype_name(inputs[i]->dtype), inputs[i]->requires_grad);
+                        tg_dtype_name(p->dtype), p->requires_grad);
             _fail(file, line);
         }
     }
@@ -256,12 +251,9 @@ static void gradcheck_module_(tg_tape *model, tg_module *m, int ndim, const int6
     tg_tensor *x = tg_rand(model, TG_F64, ndim, shape, g);
     tg_generator_free(g);
     tu_assert_ok(x);
-    assert_int_equal(tg_requires_grad_(x, true), TG_OK);
-    inputs[params.n] = x;
-    double max_err[16];
-    tg_gradcheck_options opts = {.max_err_per_input = max_err};
+    double max_err[16]; /* the input's, then each parameter's */
     tg_gradcheck_result res;
-    int st = tg_gradcheck_ex(gc_forward, inputs, params.n + 1, m, &opts, &res);
+    int st = tg_gradcheck_module_call(m, 1, &x, &(tg_gradcheck_options){.max_err_per_input = max_err}, &res);
     if (st != TG_OK) {
         print_error("%s: gradcheck error: %s\n", what, tg_last_error());
         _fail(file, line);
@@ -269,8 +261,7 @@ static void gradcheck_module_(tg_tape *model, tg_module *m, int ndim, const int6
     if (!res.passed) {
         print_error("%s: %s\n", what, res.message);
         for (int i = 0; i <= params.n; i++)
-            print_error("  %-20s max |err| %.3g\n", i < params.n ? params.names[i] : "input",
-                        max_err[i]);
+            print_error("  %-20s max |err| %.3g\n", i ? params.names[i - 1] : "input", max_err[i]);
         _fail(file, line);
     }
     /* every input was checked: analytic gradients exist for each */
