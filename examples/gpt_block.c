@@ -103,8 +103,10 @@ static tg_module *block_new(tg_tape *tp, double drop_rate)
     tg_module *m = tg_module_new(tp, &block_type, 0);
     if (!m) return NULL;
     const char *names[5] = {"att", "ff", "norm1", "norm2", "drop_shortcut"};
-    tg_module *kids[5] = {tg_mha_new(tp, EMB, EMB, CONTEXT, drop_rate, HEADS, false), feed_forward_new(tp, EMB),
-                          layer_norm_new(tp, EMB), layer_norm_new(tp, EMB), tg_dropout_new(tp, drop_rate)};
+    tg_attention_config att = {
+        .d_in = EMB, .d_out = EMB, .context_length = CONTEXT, .num_heads = HEADS, .dropout = drop_rate};
+    tg_module *kids[5] = {tg_mha_new_config(tp, att), feed_forward_new(tp, EMB), layer_norm_new(tp, EMB),
+                          layer_norm_new(tp, EMB), tg_dropout_new(tp, drop_rate)};
     for (int i = 0; i < 5; i++)
         if (tg_module_add_module(m, names[i], kids[i]) != TG_OK) return NULL;
     return m;
