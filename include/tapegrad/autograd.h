@@ -293,16 +293,16 @@ typedef struct {
 } tg_gradcheck_options;
 
 /* What torch.autograd.gradcheck checks, with its tolerances: central
- * differences in float64 over every element of every input requiring grad (inputs must be TG_F64 leaves; any number of
- * them), against backward. Compares d(sum(out * w))/d(input) for a fixed
- * random weighting w. The worst element reported is, on a pass, the one with
- * the largest |a - n|, and on a failure the one furthest past
- * atol + rtol * |n| (the first on ties). opt may be NULL (the defaults); res
- * is output only. Returns TG_OK (see res->passed) or an error status: a NULL
- * fn, inputs or res, n < 1, an input that is NULL, not a leaf, or requires
- * grad without being float64, no input requiring grad, an output that is not
- * float64, or fn failing (its message stays in tg_last_error()). The inputs'
- * own .grad is left as it was. */
+ * differences in float64 over every element of every input requiring grad
+ * (inputs must be TG_F64 leaves; any number of them), against backward.
+ * Compares d(sum(out * w))/d(input) for a fixed random weighting w. The worst
+ * element reported is, on a pass, the one with the largest |a - n|, and on a
+ * failure the one furthest past atol + rtol * |n| (the first on ties). opt
+ * may be NULL (the defaults); res is output only. Returns TG_OK (see
+ * res->passed) or an error status: a NULL fn, inputs or res, n < 1, an input
+ * that is NULL, not a leaf, or requires grad without being float64, no input
+ * requiring grad, an output that is not float64, or fn failing (its message
+ * stays in tg_last_error()). The inputs' own .grad is left as it was. */
 TG_API int tg_gradcheck_call(tg_gradcheck_forward fn, void *ctx, int n, tg_tensor *const *inputs,
                              const tg_gradcheck_options *opt, tg_gradcheck_result *res);
 
