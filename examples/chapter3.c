@@ -151,7 +151,8 @@ int main(void)
     show_shape("", batch);
     tg_manual_seed(123);
     context_length = batch ? batch->shape[1] : 0;
-    tg_module *ca = tg_causal_attention_new(tp, d_in, d_out, context_length, 0.0, false);
+    tg_module *ca = tg_causal_attention_new_config(
+        tp, (tg_attention_config){.d_in = d_in, .d_out = d_out, .context_length = context_length});
     tg_tensor *context_vecs = ca ? tg_module_forward(tp, ca, batch) : NULL;
     show("", context_vecs);
     show_shape("context_vecs.shape: ", context_vecs);
@@ -159,7 +160,8 @@ int main(void)
     /* ---- 3.6.1 Stacking multiple single-head attention layers */
     printf("\n== 3.6.1 MultiHeadAttentionWrapper (seed 123, 2 heads) ==\n");
     tg_manual_seed(123);
-    tg_module *mhaw = tg_mha_wrapper_new(tp, d_in, 2, context_length, 0.0, 2, false);
+    tg_module *mhaw = tg_mha_wrapper_new_config(
+        tp, (tg_attention_config){.d_in = d_in, .d_out = 2, .context_length = context_length, .num_heads = 2});
     context_vecs = mhaw ? tg_module_forward(tp, mhaw, batch) : NULL;
     show("", context_vecs);
     show_shape("context_vecs.shape: ", context_vecs);
@@ -167,7 +169,8 @@ int main(void)
     /* ---- 3.6.2 Implementing multi-head attention with weight splits */
     printf("\n== 3.6.2 MultiHeadAttention (seed 123, 2 heads) ==\n");
     tg_manual_seed(123);
-    tg_module *mha = tg_mha_new(tp, d_in, 2, context_length, 0.0, 2, false);
+    tg_module *mha = tg_mha_new_config(
+        tp, (tg_attention_config){.d_in = d_in, .d_out = 2, .context_length = context_length, .num_heads = 2});
     context_vecs = mha ? tg_module_forward(tp, mha, batch) : NULL;
     show("", context_vecs);
     show_shape("context_vecs.shape: ", context_vecs);

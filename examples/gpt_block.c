@@ -9,7 +9,7 @@
  *                             x = drop_shortcut(ff(norm2(x))) + x
  *
  * It prints the block as PyTorch's print(model) does, checks every gradient
- * with tg_gradcheck_module in float64, trains a float32 block with SGD
+ * with tg_gradcheck_module_call in float64, trains a float32 block with SGD
  * (tg_sgd_new over the whole tree) to map random inputs to random targets,
  * saves its state_dict, loads it into a fresh block and checks the outputs
  * agree. Exit status 0 when all of that holds.
@@ -103,8 +103,10 @@ static tg_module *block_new(tg_tape *tp, double drop_rate)
     tg_module *m = tg_module_new(tp, &block_type, 0);
     if (!m) return NULL;
     const char *names[5] = {"att", "ff", "norm1", "norm2", "drop_shortcut"};
-    tg_module *kids[5] = {tg_mha_new(tp, EMB, EMB, CONTEXT, drop_rate, HEADS, false), feed_forward_new(tp, EMB),
-                          layer_norm_new(tp, EMB), layer_norm_new(tp, EMB), tg_dropout_new(tp, drop_rate)};
+    tg_attention_config att = {
+        .d_in = EMB, .d_out = EMB, .context_length = CONTEXT, .num_heads = HEADS, .dropout = drop_rate};
+    tg_module *kids[5] = {tg_mha_new_config(tp, att), feed_forward_new(tp, EMB), layer_norm_new(tp, EMB),
+                          layer_norm_new(tp, EMB), tg_dropout_new(tp, drop_rate)};
     for (int i = 0; i < 5; i++)
         if (tg_module_add_module(m, names[i], kids[i]) != TG_OK) return NULL;
     return m;
@@ -123,7 +125,7 @@ static int check_gradients(void)
     int ok = 0;
     /* gradcheck compares float64 derivatives of a deterministic forward: eval mode */
     if (b && x && tg_module_to_dtype(model, b, TG_F64) == TG_OK && tg_module_train(b, false) == TG_OK &&
-        tg_gradcheck_module(b, 1, &x, 0, 0, 0, &res) == TG_OK) {
+        tg_gradcheck_module_call(b, 1, &x, NULL, &res) == TG_OK) {
         printf("%s\n", res.message);
         ok = res.passed;
     }

@@ -8,7 +8,8 @@ int main(void)
 {
     tg_tape *model = tg_tape_new(), *step = tg_tape_new();
     tg_manual_seed(123);
-    tg_module *mha = tg_mha_new(model, 8, 8, 16, 0.0, 2, false);
+    tg_module *mha = tg_mha_new_config(model, (tg_attention_config){
+        .d_in = 8, .d_out = 8, .context_length = 16, .num_heads = 2});
     tg_sgd *opt = tg_sgd_new(model, mha, (tg_sgd_options){.lr = 0.1, .momentum = 0.9});
     int64_t shape[3] = {4, 16, 8};
     for (int it = 0; it < 100; it++) {

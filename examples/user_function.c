@@ -25,7 +25,7 @@ static int silu_backward(tg_fn_ctx *ctx, tg_tape *tp, const tg_tensor *dy, tg_te
 
 static const tg_function silu = {"SiluBackward0", silu_forward, silu_backward};
 
-static tg_tensor *apply_silu(tg_tape *tp, tg_tensor *const *in, int n, void *ctx)
+static tg_tensor *apply_silu(tg_tape *tp, void *ctx, int n, tg_tensor *const *in)
 {
     (void)ctx;
     return tg_function_apply(tp, &silu, n, in);
@@ -41,7 +41,7 @@ int main(void)
     tg_print(stdout, tg_sum(tp, y)); /* tensor(..., dtype=torch.float64, grad_fn=<SumBackward0>) */
     printf("y.grad_fn: %s\n", tg_grad_fn_name(y)); /* SiluBackward0 */
     tg_gradcheck_result res;
-    if (tg_gradcheck(apply_silu, &x, 1, NULL, 0, 0, 0, &res) != TG_OK) {
+    if (tg_gradcheck_call(apply_silu, NULL, 1, &x, NULL, &res) != TG_OK) {
         fprintf(stderr, "%s\n", tg_last_error());
         return 1;
     }

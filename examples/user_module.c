@@ -40,7 +40,7 @@ int main(void)
     int64_t shape[2] = {3, 4};
     tg_tensor *x = tg_randn(tp, TG_F64, 2, shape, NULL);
     tg_gradcheck_result res;
-    if (tg_module_to_dtype(tp, m, TG_F64) != TG_OK || tg_gradcheck_module(m, 1, &x, 0, 0, 0, &res) != TG_OK) {
+    if (tg_module_to_dtype(tp, m, TG_F64) != TG_OK || tg_gradcheck_module_call(m, 1, &x, NULL, &res) != TG_OK) {
         fprintf(stderr, "%s\n", tg_last_error());
         return 1;
     }

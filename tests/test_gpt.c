@@ -394,7 +394,7 @@ static void test_gradcheck_modules(void **state)
         const int64_t ids_v[6] = {1, 6, 0, 3, 3, 5}, shape[2] = {2, 3};
         tg_tensor *ids = tg_from_data(tp, TG_I64, 2, shape, ids_v);
         tg_gradcheck_result res;
-        int st = tg_gradcheck_module(m, 1, &ids, 1e-6, 1e-5, 1e-3, &res);
+        int st = tg_gradcheck_module_call(m, 1, &ids, NULL, &res);
         if (st != TG_OK || !res.passed) fail_msg("GPTModel gradcheck (fused %d): %s", fused, res.message);
         /* each piece on its own, with a float input */
         int64_t xs[3] = {2, 3, 4};
@@ -405,7 +405,7 @@ static void test_gradcheck_modules(void **state)
             tg_module_set_fused(parts[i], fused);
             assert_int_equal(tg_module_to_dtype(mt, parts[i], TG_F64), TG_OK);
             tg_module_train(parts[i], false);
-            st = tg_gradcheck_module(parts[i], 1, &x, 1e-6, 1e-5, 1e-3, &res);
+            st = tg_gradcheck_module_call(parts[i], 1, &x, NULL, &res);
             if (st != TG_OK || !res.passed)
                 fail_msg("%s gradcheck (fused %d): %s", tg_module_type_name(parts[i]), fused, res.message);
         }
@@ -506,38 +506,38 @@ static void test_ops_against_pytorch(void **state)
 }
 
 /* gradcheck callbacks: each op of one float64 input (and fixed extras in ctx) */
-static tg_tensor *f_var(tg_tape *tp, tg_tensor *const *in, int n, void *ctx)
+static tg_tensor *f_var(tg_tape *tp, void *ctx, int n, tg_tensor *const *in)
 {
     (void)n;
     return tg_var(tp, in[0], *(const int *)ctx, *(const int *)ctx == 0, true);
 }
-static tg_tensor *f_topk(tg_tape *tp, tg_tensor *const *in, int n, void *ctx)
+static tg_tensor *f_topk(tg_tape *tp, void *ctx, int n, tg_tensor *const *in)
 {
     (void)n, (void)ctx;
     tg_tensor *v = NULL, *ix;
     tg_topk(tp, in[0], 3, -1, true, true, &v, &ix);
     return v;
 }
-static tg_tensor *f_embedding(tg_tape *tp, tg_tensor *const *in, int n, void *ctx)
+static tg_tensor *f_embedding(tg_tape *tp, void *ctx, int n, tg_tensor *const *in)
 {
     (void)n;
     return tg_embedding(tp, in[0], ctx);
 }
-static tg_tensor *f_layer_norm(tg_tape *tp, tg_tensor *const *in, int n, void *ctx)
+static tg_tensor *f_layer_norm(tg_tape *tp, void *ctx, int n, tg_tensor *const *in)
 {
     (void)n, (void)ctx;
     return tg_layer_norm(tp, in[0], in[1], in[2], 1e-5);
 }
-static tg_tensor *f_nll(tg_tape *tp, tg_tensor *const *in, int n, void *ctx)
+static tg_tensor *f_nll(tg_tape *tp, void *ctx, int n, tg_tensor *const *in)
 {
     (void)n;
     return tg_nll_loss(tp, tg_log_softmax(tp, in[0], 1), ctx, TG_REDUCE_MEAN);
 }
 
-static void gradcheck_or_fail(tg_gradcheck_fn fn, tg_tensor *const *in, int n, void *ctx, const char *what)
+static void gradcheck_or_fail(tg_gradcheck_forward fn, void *ctx, int n, tg_tensor *const *in, const char *what)
 {
     tg_gradcheck_result res;
-    int st = tg_gradcheck(fn, in, n, ctx, 1e-6, 1e-5, 1e-3, &res);
+    int st = tg_gradcheck_call(fn, ctx, n, in, NULL, &res);
     if (st != TG_OK || !res.passed) fail_msg("%s gradcheck: %s %s", what, res.message, st ? tg_last_error() : "");
 }
 
@@ -549,17 +549,17 @@ static void test_ops_gradcheck(void **state)
     int64_t s34[2] = {3, 4}, s5[1] = {5}, s25[3] = {2, 3, 5};
     tg_tensor *x = tg_randn(tp, TG_F64, 2, s34, g);
     tg_requires_grad_(x, true);
-    for (int dim = 0; dim < 2; dim++) gradcheck_or_fail(f_var, &x, 1, &dim, "var");
-    gradcheck_or_fail(f_topk, &x, 1, NULL, "topk");
+    for (int dim = 0; dim < 2; dim++) gradcheck_or_fail(f_var, &dim, 1, &x, "var");
+    gradcheck_or_fail(f_topk, NULL, 1, &x, "topk");
     tg_tensor *w = tg_randn(tp, TG_F64, 2, (int64_t[]){6, 3}, g);
     tg_requires_grad_(w, true);
     const int64_t idv[4] = {5, 0, 5, 2}, is[2] = {2, 2};
-    gradcheck_or_fail(f_embedding, &w, 1, tg_from_data(tp, TG_I64, 2, is, idv), "embedding (repeated ids)");
+    gradcheck_or_fail(f_embedding, tg_from_data(tp, TG_I64, 2, is, idv), 1, &w, "embedding (repeated ids)");
     tg_tensor *ln[3] = {tg_randn(tp, TG_F64, 3, s25, g), tg_randn(tp, TG_F64, 1, s5, g), tg_randn(tp, TG_F64, 1, s5, g)};
     for (int i = 0; i < 3; i++) tg_requires_grad_(ln[i], true);
-    gradcheck_or_fail(f_layer_norm, ln, 3, NULL, "layer_norm");
+    gradcheck_or_fail(f_layer_norm, NULL, 3, ln, "layer_norm");
     const int64_t tv[3] = {3, 0, 1};
-    gradcheck_or_fail(f_nll, &x, 1, tg_from_data(tp, TG_I64, 1, (int64_t[]){3}, tv), "nll_loss(log_softmax)");
+    gradcheck_or_fail(f_nll, tg_from_data(tp, TG_I64, 1, (int64_t[]){3}, tv), 1, &x, "nll_loss(log_softmax)");
     tg_generator_free(g);
     tg_tape_free(tp);
 }

@@ -1,9 +1,11 @@
 /* Finite-difference gradient checks: one row per differentiable op and shape
  * case, random f64 inputs from a seeded generator (some transposed or sliced,
- * so non-contiguous; some used twice), each through tg_gradcheck with
+ * so non-contiguous; some used twice), each through tg_gradcheck_call with
  * PyTorch's default tolerances. Plus: gradcheck catches a deliberately wrong
  * backward (a user function), reports the right worst element on a pass and on
- * a failure, takes any number of inputs, and rejects f32 inputs that require
+ * a failure, takes any number of inputs, reads NULL or zero options as
+ * PyTorch's defaults, gives through its first (deprecated) forms the results
+ * it gives through tg_gradcheck_call, and rejects f32 inputs that require
  * grad. */
 #include "testutil.h"
 
@@ -101,7 +103,7 @@ static tg_tensor *make_input(tg_tape *tp, const in_spec *s, tg_generator *g)
 /* ---- the functions ------------------------------------------------------------------------------- */
 
 #define GF(id, expr)                                                                   \
-    static tg_tensor *gf_##id(tg_tape *tp, tg_tensor *const *in, int n, void *ctx)     \
+    static tg_tensor *gf_##id(tg_tape *tp, void *ctx, int n, tg_tensor *const *in)     \
     {                                                                                  \
         (void)ctx;                                                                     \
         tg_tensor *a = in[0], *b = n > 1 ? in[1] : NULL, *c = n > 2 ? in[2] : NULL;    \
@@ -186,35 +188,35 @@ GF(square_plus, tg_add(tp, tg_mul(tp, a, a), a))
 GF(self_mul, tg_mul(tp, a, a))
 GF(reuse_deep, tg_mul(tp, tg_softmax(tp, a, -1), tg_tanh(tp, tg_matmul(tp, a, tg_t(tp, b)))))
 
-static tg_tensor *gf_cat(tg_tape *tp, tg_tensor *const *in, int n, void *ctx)
+static tg_tensor *gf_cat(tg_tape *tp, void *ctx, int n, tg_tensor *const *in)
 {
     (void)ctx;
     return tg_cat(tp, n, in, 1);
 }
-static tg_tensor *gf_cat0(tg_tape *tp, tg_tensor *const *in, int n, void *ctx)
+static tg_tensor *gf_cat0(tg_tape *tp, void *ctx, int n, tg_tensor *const *in)
 {
     (void)ctx;
     return tg_cat(tp, n, in, 0);
 }
-static tg_tensor *gf_stack0(tg_tape *tp, tg_tensor *const *in, int n, void *ctx)
+static tg_tensor *gf_stack0(tg_tape *tp, void *ctx, int n, tg_tensor *const *in)
 {
     (void)ctx;
     return tg_stack(tp, n, in, 0);
 }
-static tg_tensor *gf_stackl(tg_tape *tp, tg_tensor *const *in, int n, void *ctx)
+static tg_tensor *gf_stackl(tg_tape *tp, void *ctx, int n, tg_tensor *const *in)
 {
     (void)ctx;
     return tg_stack(tp, n, in, -1);
 }
 /* cat of an input with itself */
-static tg_tensor *gf_cat_self(tg_tape *tp, tg_tensor *const *in, int n, void *ctx)
+static tg_tensor *gf_cat_self(tg_tape *tp, void *ctx, int n, tg_tensor *const *in)
 {
     (void)ctx, (void)n;
     tg_tensor *xs[3] = {in[0], in[0], in[0]};
     return tg_cat(tp, 3, xs, -1);
 }
 /* a fresh generator with a fixed seed on every call: the same mask each time */
-static tg_tensor *gf_dropout_half(tg_tape *tp, tg_tensor *const *in, int n, void *ctx)
+static tg_tensor *gf_dropout_half(tg_tape *tp, void *ctx, int n, tg_tensor *const *in)
 {
     (void)ctx, (void)n;
     tg_generator *g = tg_generator_new(42);
@@ -223,7 +225,7 @@ static tg_tensor *gf_dropout_half(tg_tape *tp, tg_tensor *const *in, int n, void
     return y;
 }
 /* the book's causal attention, composed of recorded ops */
-static tg_tensor *gf_attention(tg_tape *tp, tg_tensor *const *in, int n, void *ctx)
+static tg_tensor *gf_attention(tg_tape *tp, void *ctx, int n, tg_tensor *const *in)
 {
     (void)ctx, (void)n;
     tg_tensor *x = in[0], *wq = in[1], *wk = in[2], *wv = in[3];
@@ -243,7 +245,7 @@ static tg_tensor *gf_attention(tg_tape *tp, tg_tensor *const *in, int n, void *c
 
 typedef struct {
     const char *name;
-    tg_gradcheck_fn fn;
+    tg_gradcheck_forward fn;
     int n;
     in_spec in[4];
 } gc_row;
@@ -426,7 +428,7 @@ static void test_gradcheck_table(void **state)
         tg_gradcheck_result res;
         memset(&res, 0, sizeof res);
         tg_clear_error();
-        int st = tg_gradcheck(row->fn, in, row->n, NULL, 0, 0, 0, &res);
+        int st = tg_gradcheck_call(row->fn, NULL, row->n, in, NULL, &res);
         if (st != TG_OK) {
             print_error("%-36s ERROR %d: %s\n", row->name, st, tg_last_error());
             failures++;
@@ -470,7 +472,7 @@ static const tg_function wrong_square = {"WrongBackward0", wrong_square_forward,
 
 static tg_tensor *tg_wrong_square(tg_tape *tp, tg_tensor *x) { return tg_function_apply(tp, &wrong_square, 1, &x); }
 
-static tg_tensor *gf_wrong(tg_tape *tp, tg_tensor *const *in, int n, void *ctx)
+static tg_tensor *gf_wrong(tg_tape *tp, void *ctx, int n, tg_tensor *const *in)
 {
     (void)n, (void)ctx;
     return tg_wrong_square(tp, in[0]);
@@ -492,7 +494,7 @@ static void test_wrong_backward_is_caught(void **state)
     double per_input[1] = {-1};
     tg_gradcheck_options opts = {.max_err_per_input = per_input};
     tg_gradcheck_result res;
-    assert_int_equal(tg_gradcheck_ex(gf_wrong, &x, 1, NULL, &opts, &res), TG_OK);
+    assert_int_equal(tg_gradcheck_call(gf_wrong, NULL, 1, &x, &opts, &res), TG_OK);
     printf("wrong backward: %s\n", res.message);
     assert_false(res.passed);
     assert_int_equal(res.worst_input, 0);
@@ -506,11 +508,11 @@ static void test_wrong_backward_is_caught(void **state)
     double xv = tg_item_at(x, res.worst_index);
     assert_true(res.numeric >= 2 * xv * 0.5 - 1e-6 && res.numeric <= 2 * xv * 1.5 + 1e-6);
     /* the right op, x*x through mul, passes on the same input */
-    assert_int_equal(tg_gradcheck_ex(gf_self_mul, &x, 1, NULL, &opts, &res), TG_OK);
+    assert_int_equal(tg_gradcheck_call(gf_self_mul, NULL, 1, &x, &opts, &res), TG_OK);
     assert_true(res.passed);
     assert_true(per_input[0] < 1e-6);
     /* so does the wrong one with a tolerance loose enough to hide it */
-    assert_int_equal(tg_gradcheck(gf_wrong, &x, 1, NULL, 0, 10.0, 0, &res), TG_OK);
+    assert_int_equal(tg_gradcheck_call(gf_wrong, NULL, 1, &x, &(tg_gradcheck_options){.atol = 10.0}, &res), TG_OK);
     assert_true(res.passed);
     tg_generator_free(g);
     tg_tape_free(tp);
@@ -536,22 +538,27 @@ static int offset_backward(tg_fn_ctx *ctx, tg_tape *tp, const tg_tensor *gy, tg_
 
 static const tg_function offset_fn = {"OffsetBackward0", offset_forward, offset_backward};
 
-static tg_tensor *gf_offset(tg_tape *tp, tg_tensor *const *in, int n, void *ctx)
+static tg_tensor *gf_offset(tg_tape *tp, void *ctx, int n, tg_tensor *const *in)
 {
     (void)ctx;
     return tg_function_apply(tp, &offset_fn, n, in);
+}
+
+/* gf_offset's inputs: x = (1, 2, 3), requiring grad, and the constants c and e. */
+static void offset_inputs(tg_tape *tp, tg_tensor **in, const double *c, const double *e)
+{
+    in[0] = tg_from_f64(tp, 1, SH(3), (const double[]){1, 2, 3});
+    assert_int_equal(tg_requires_grad_(in[0], true), TG_OK);
+    in[1] = tg_from_f64(tp, 1, SH(3), c);
+    in[2] = e ? tg_from_f64(tp, 1, SH(3), e) : NULL;
 }
 
 static void test_worst_element(void **state)
 {
     (void)state;
     tg_tape *tp = tg_tape_new();
-    tg_tensor *in[3] = {
-        tg_from_f64(tp, 1, SH(3), (const double[]){1, 2, 3}),
-        tg_from_f64(tp, 1, SH(3), (const double[]){1000, 0, 1}),
-        NULL,
-    };
-    assert_int_equal(tg_requires_grad_(in[0], true), TG_OK);
+    tg_tensor *in[3];
+    offset_inputs(tp, in, (const double[]){1000, 0, 1}, NULL);
     double per_input[3] = {-1, -1, -1};
     tg_gradcheck_options opts = {.max_err_per_input = per_input};
     tg_gradcheck_result res;
@@ -560,7 +567,7 @@ static void test_worst_element(void **state)
      * of about 1); element 1 is closer to its own (5e-6 of 1e-5) but smaller.
      * The report names element 0. */
     in[2] = tg_from_f64(tp, 1, SH(3), (const double[]){1e-4, 5e-6, 0});
-    assert_int_equal(tg_gradcheck_ex(gf_offset, in, 3, NULL, &opts, &res), TG_OK);
+    assert_int_equal(tg_gradcheck_call(gf_offset, NULL, 3, in, &opts, &res), TG_OK);
     printf("pass: %s\n", res.message);
     assert_true(res.passed);
     assert_int_equal(res.worst_input, 0);
@@ -576,7 +583,7 @@ static void test_worst_element(void **state)
      * tolerance), element 1 a smaller one (1e-3) a hundred times its tolerance
      * of 1e-5. The report names element 1, the one that fails. */
     in[2] = tg_from_f64(tp, 1, SH(3), (const double[]){0.5, 1e-3, 0});
-    assert_int_equal(tg_gradcheck_ex(gf_offset, in, 3, NULL, &opts, &res), TG_OK);
+    assert_int_equal(tg_gradcheck_call(gf_offset, NULL, 3, in, &opts, &res), TG_OK);
     printf("fail: %s\n", res.message);
     assert_false(res.passed);
     assert_int_equal(res.worst_input, 0);
@@ -590,10 +597,10 @@ static void test_worst_element(void **state)
     in[2] = tg_from_f64(tp, 1, SH(3), (const double[]){0, 2e-3, 2e-3});
     tg_tensor *c = in[1];
     in[1] = tg_from_f64(tp, 1, SH(3), (const double[]){0, 0, 0});
-    assert_int_equal(tg_gradcheck_ex(gf_offset, in, 3, NULL, &opts, &res), TG_OK);
+    assert_int_equal(tg_gradcheck_call(gf_offset, NULL, 3, in, &opts, &res), TG_OK);
     assert_false(res.passed);
     assert_int_equal(res.worst_index, 1);
-    assert_int_equal(tg_gradcheck(gf_offset, in, 3, NULL, 0, 1.0, 0, &res), TG_OK);
+    assert_int_equal(tg_gradcheck_call(gf_offset, NULL, 3, in, &(tg_gradcheck_options){.atol = 1.0}, &res), TG_OK);
     assert_true(res.passed);
     assert_int_equal(res.worst_index, 1);
     in[1] = c;
@@ -603,7 +610,7 @@ static void test_worst_element(void **state)
 /* ---- any number of inputs --------------------------------------------------------------------- */
 
 /* sum over i of (i + 1) * x_i * x_i, every x_i of shape (2) */
-static tg_tensor *gf_many(tg_tape *tp, tg_tensor *const *in, int n, void *ctx)
+static tg_tensor *gf_many(tg_tape *tp, void *ctx, int n, tg_tensor *const *in)
 {
     (void)ctx;
     tg_tensor *acc = NULL;
@@ -614,11 +621,11 @@ static tg_tensor *gf_many(tg_tape *tp, tg_tensor *const *in, int n, void *ctx)
     return acc;
 }
 
-static tg_tensor *gf_many_wrong(tg_tape *tp, tg_tensor *const *in, int n, void *ctx)
+static tg_tensor *gf_many_wrong(tg_tape *tp, void *ctx, int n, tg_tensor *const *in)
 {
     (void)ctx;
     /* input 17 goes through the wrong square */
-    return tg_add(tp, gf_many(tp, in, n, NULL), tg_wrong_square(tp, in[17]));
+    return tg_add(tp, gf_many(tp, NULL, n, in), tg_wrong_square(tp, in[17]));
 }
 
 static void test_many_inputs(void **state)
@@ -637,23 +644,129 @@ static void test_many_inputs(void **state)
     for (int i = 0; i < NIN; i++) per_input[i] = -1;
     tg_gradcheck_options opts = {.max_err_per_input = per_input};
     tg_gradcheck_result res;
-    assert_int_equal(tg_gradcheck_ex(gf_many, in, NIN, NULL, &opts, &res), TG_OK);
+    assert_int_equal(tg_gradcheck_call(gf_many, NULL, NIN, in, &opts, &res), TG_OK);
     printf("20 inputs: %s\n", res.message);
     assert_true(res.passed);
     for (int i = 0; i < NIN; i++) assert_true(per_input[i] >= 0 && per_input[i] < 1e-6);
     assert_true(per_input[3] == 0);
     for (int i = 0; i < NIN; i++) assert_null(in[i]->grad);
     /* a wrong backward on input 17 is found there */
-    assert_int_equal(tg_gradcheck_ex(gf_many_wrong, in, NIN, NULL, &opts, &res), TG_OK);
+    assert_int_equal(tg_gradcheck_call(gf_many_wrong, NULL, NIN, in, &opts, &res), TG_OK);
     assert_false(res.passed);
     assert_int_equal(res.worst_input, 17);
     for (int i = 0; i < NIN; i++) assert_true(i == 17 ? per_input[i] > 0.1 : per_input[i] < 1e-6);
     /* without the per-input array, from a result struct full of garbage */
     tg_gradcheck_result res2;
     memset(&res2, 0xA5, sizeof res2);
-    assert_int_equal(tg_gradcheck(gf_many, in, NIN, NULL, 0, 0, 0, &res2), TG_OK);
+    assert_int_equal(tg_gradcheck_call(gf_many, NULL, NIN, in, NULL, &res2), TG_OK);
     assert_true(res2.passed);
     tg_generator_free(g);
+    tg_tape_free(tp);
+}
+
+/* ---- options: NULL and zero fields are PyTorch's defaults ----------------------------------------- */
+
+static void test_null_options_are_defaults(void **state)
+{
+    (void)state;
+    tg_tape *tp = tg_tape_new();
+    /* gf_offset with c = 0: numeric 0, analytic = e, so element 0's error is
+     * e[0] against a tolerance of atol alone */
+    tg_tensor *in[3];
+    offset_inputs(tp, in, (const double[]){0, 0, 0}, NULL);
+    const tg_gradcheck_options pytorch = {.eps = 1e-6, .atol = 1e-5, .rtol = 1e-3}, zeros = {0};
+    tg_gradcheck_result by_null, by_zeros, by_pytorch;
+    const double errs[2] = {5e-6, 2e-5}; /* inside and outside atol 1e-5 */
+    for (int k = 0; k < 2; k++) {
+        in[2] = tg_from_f64(tp, 1, SH(3), (const double[]){errs[k], 0, 0});
+        assert_int_equal(tg_gradcheck_call(gf_offset, NULL, 3, in, NULL, &by_null), TG_OK);
+        assert_int_equal(tg_gradcheck_call(gf_offset, NULL, 3, in, &zeros, &by_zeros), TG_OK);
+        assert_int_equal(tg_gradcheck_call(gf_offset, NULL, 3, in, &pytorch, &by_pytorch), TG_OK);
+        printf("error %g, NULL options: %s\n", errs[k], by_null.message);
+        assert_int_equal(by_null.passed, k == 0);
+        assert_int_equal(by_null.worst_index, 0);
+        assert_true(fabs(by_null.max_abs_err - errs[k]) < 1e-9);
+        tu_assert_same_gradcheck(&by_null, &by_zeros);
+        tu_assert_same_gradcheck(&by_null, &by_pytorch);
+    }
+    /* each field set on its own changes only its own default */
+    tg_gradcheck_result res;
+    assert_int_equal(tg_gradcheck_call(gf_offset, NULL, 3, in, &(tg_gradcheck_options){.atol = 1e-4}, &res), TG_OK);
+    assert_true(res.passed);
+    in[2] = tg_from_f64(tp, 1, SH(3), (const double[]){errs[0], 0, 0});
+    assert_int_equal(tg_gradcheck_call(gf_offset, NULL, 3, in, &(tg_gradcheck_options){.atol = 1e-6}, &res), TG_OK);
+    assert_false(res.passed);
+    /* rtol: c = 1000 makes numeric about 1000 w (w in [0.5, 1.5)): an error
+     * of 0.1 is inside 1e-3 |numeric| and outside 1e-5 |numeric| */
+    in[1] = tg_from_f64(tp, 1, SH(3), (const double[]){1000, 1000, 1000});
+    in[2] = tg_from_f64(tp, 1, SH(3), (const double[]){0.1, 0, 0});
+    assert_int_equal(tg_gradcheck_call(gf_offset, NULL, 3, in, NULL, &res), TG_OK);
+    assert_true(res.passed);
+    assert_int_equal(tg_gradcheck_call(gf_offset, NULL, 3, in, &(tg_gradcheck_options){.rtol = 1e-5}, &res), TG_OK);
+    assert_false(res.passed);
+    assert_int_equal(res.worst_index, 0);
+    tg_tape_free(tp);
+}
+
+/* ---- the first forms (deprecated) give tg_gradcheck_call's results ---------------------------- */
+
+/* The first forms' functions take (tp, inputs, n, ctx). */
+static tg_tensor *first_form_offset(tg_tape *tp, tg_tensor *const *in, int n, void *ctx)
+{
+    return gf_offset(tp, ctx, n, in);
+}
+
+/* the wrong square times *ctx: ctx reaches the function */
+static tg_tensor *first_form_scaled_wrong(tg_tape *tp, tg_tensor *const *in, int n, void *ctx)
+{
+    (void)n;
+    return tg_mul_scalar(tp, tg_wrong_square(tp, in[0]), *(const double *)ctx);
+}
+
+static tg_tensor *gf_scaled_wrong(tg_tape *tp, void *ctx, int n, tg_tensor *const *in)
+{
+    return first_form_scaled_wrong(tp, in, n, ctx);
+}
+
+static void test_first_forms_match(void **state)
+{
+    (void)state;
+    tg_tape *tp = tg_tape_new();
+    tg_tensor *in[3];
+    offset_inputs(tp, in, (const double[]){1000, 0, 1}, (const double[]){0.5, 1e-3, 0});
+    tg_gradcheck_result old_res, new_res;
+    /* tg_gradcheck: tolerances as arguments, 0 for a default; element 1
+     * (error 1e-3, numeric 0) fails the default atol, element 0 (error 0.5,
+     * numeric 500 to 1500) an rtol of 1e-5 */
+    const double tols[3][3] = {{0, 0, 0}, {1e-7, 2e-3, 0}, {0, 0, 1e-5}};
+    const bool passes[3] = {false, true, false};
+    const int64_t worst[3] = {1, 0, 0};
+    for (int k = 0; k < 3; k++) {
+        const tg_gradcheck_options opt = {tols[k][0], tols[k][1], tols[k][2], NULL};
+        assert_int_equal(tg_gradcheck(first_form_offset, in, 3, NULL, opt.eps, opt.atol, opt.rtol, &old_res), TG_OK);
+        assert_int_equal(tg_gradcheck_call(gf_offset, NULL, 3, in, &opt, &new_res), TG_OK);
+        printf("tg_gradcheck, tolerances %d: %s\n", k, old_res.message);
+        tu_assert_same_gradcheck(&old_res, &new_res);
+        assert_int_equal(old_res.passed, passes[k]);
+        assert_int_equal(old_res.worst_index, worst[k]);
+    }
+
+    /* tg_gradcheck_ex: the options struct and its per-input errors, ctx passed through */
+    double scale = 3.0, old_err[1] = {-1}, new_err[1] = {-2};
+    tg_tensor *x = in[0];
+    assert_int_equal(tg_gradcheck_ex(first_form_scaled_wrong, &x, 1, &scale,
+                                     &(tg_gradcheck_options){.max_err_per_input = old_err}, &old_res), TG_OK);
+    assert_int_equal(tg_gradcheck_call(gf_scaled_wrong, &scale, 1, &x,
+                                       &(tg_gradcheck_options){.max_err_per_input = new_err}, &new_res), TG_OK);
+    printf("tg_gradcheck_ex: %s\n", old_res.message);
+    assert_false(old_res.passed);
+    tu_assert_same_gradcheck(&old_res, &new_res);
+    assert_true(old_err[0] == new_err[0] && old_err[0] == old_res.max_abs_err);
+    /* analytic = 3 * x * w, numeric = 3 * 2 x w: half of it */
+    assert_true(fabs(old_res.analytic - old_res.numeric / 2) <= 1e-6 * fabs(old_res.numeric));
+    /* tg_gradcheck_ex refuses NULL options, as it always has */
+    tu_assert_status_error(tg_gradcheck_ex(first_form_offset, in, 3, NULL, NULL, &old_res), "gradcheck", "options");
+    tu_assert_status_error(tg_gradcheck(NULL, in, 3, NULL, 0, 0, 0, &old_res), "gradcheck", "NULL function");
     tg_tape_free(tp);
 }
 
@@ -666,24 +779,24 @@ static void test_gradcheck_rejects_bad_inputs(void **state)
     tg_tensor *f = tg_ones(tp, TG_F32, 2, SH(2, 3));
     assert_int_equal(tg_requires_grad_(f, true), TG_OK);
     tg_gradcheck_result res = {0};
-    tu_assert_status_error(tg_gradcheck(gf_exp, &f, 1, NULL, 0, 0, 0, &res), "gradcheck", "float32", "float64");
+    tu_assert_status_error(tg_gradcheck_call(gf_exp, NULL, 1, &f, NULL, &res), "gradcheck", "float32", "float64");
     tg_tensor *d = tg_ones(tp, TG_F64, 2, SH(2, 3));
     assert_int_equal(tg_requires_grad_(d, true), TG_OK);
     /* a non-leaf input */
     tg_tensor *nl = tg_mul_scalar(tp, d, 2);
-    tu_assert_status_error(tg_gradcheck(gf_exp, &nl, 1, NULL, 0, 0, 0, &res), "gradcheck", "leaf");
+    tu_assert_status_error(tg_gradcheck_call(gf_exp, NULL, 1, &nl, NULL, &res), "gradcheck", "leaf");
     /* NULLs */
     tg_tensor *none[1] = {NULL};
-    tu_assert_status_error(tg_gradcheck(gf_exp, none, 1, NULL, 0, 0, 0, &res), "gradcheck", "NULL");
-    tu_assert_status_error(tg_gradcheck(NULL, &d, 1, NULL, 0, 0, 0, &res), "gradcheck");
-    tu_assert_status_error(tg_gradcheck(gf_exp, &d, 1, NULL, 0, 0, 0, NULL), "gradcheck");
-    tu_assert_status_error(tg_gradcheck(gf_exp, &d, 0, NULL, 0, 0, 0, &res), "gradcheck");
+    tu_assert_status_error(tg_gradcheck_call(gf_exp, NULL, 1, none, NULL, &res), "gradcheck", "NULL");
+    tu_assert_status_error(tg_gradcheck_call(NULL, NULL, 1, &d, NULL, &res), "gradcheck");
+    tu_assert_status_error(tg_gradcheck_call(gf_exp, NULL, 1, &d, NULL, NULL), "gradcheck");
+    tu_assert_status_error(tg_gradcheck_call(gf_exp, NULL, 0, &d, NULL, &res), "gradcheck");
     /* a function that fails reports an error, not a pass */
     tg_tensor *pair[2] = {d, tg_ones(tp, TG_F64, 2, SH(4, 3))};
-    assert_int_not_equal(tg_gradcheck(gf_add, pair, 2, NULL, 0, 0, 0, &res), TG_OK);
+    assert_int_not_equal(tg_gradcheck_call(gf_add, NULL, 2, pair, NULL, &res), TG_OK);
     assert_false(res.passed);
     /* an f32 output is rejected */
-    tu_assert_status_error(tg_gradcheck(gf_to_f32, &d, 1, NULL, 0, 0, 0, &res), "gradcheck", "float64");
+    tu_assert_status_error(tg_gradcheck_call(gf_to_f32, NULL, 1, &d, NULL, &res), "gradcheck", "float64");
     tg_tape_free(tp);
 }
 
@@ -694,6 +807,8 @@ int main(void)
         cmocka_unit_test(test_wrong_backward_is_caught),
         cmocka_unit_test(test_worst_element),
         cmocka_unit_test(test_many_inputs),
+        cmocka_unit_test(test_null_options_are_defaults),
+        cmocka_unit_test(test_first_forms_match),
         cmocka_unit_test(test_gradcheck_rejects_bad_inputs),
     };
     return cmocka_run_group_tests_name("gradcheck", tests, NULL, NULL);

@@ -11,8 +11,10 @@
  * (e) buffers (persistent or not), n inputs of any dtype, containers,
  *     tree-wide settings, tg_module_call errors.
  * (f) dtype conversion in place: an optimizer built before keeps working.
- * (g) tg_gradcheck_module: passes on a user module, catches a module whose
- *     graph hides a dependence, refuses float32 parameters and dropout.
+ * (g) tg_gradcheck_module_call: passes on a user module, catches a module
+ *     whose graph hides a dependence (and names it, with each checked
+ *     tensor's error), refuses float32 parameters and dropout; the first form,
+ *     tg_gradcheck_module, gives the same results.
  */
 #include <math.h>
 #include <stdio.h>
@@ -671,31 +673,50 @@ static void test_gradcheck_module(void **state)
     tu_assert_ok(b);
     int64_t xs[3] = {2, 5, 4};
     tg_tensor *x = tg_rand(tp, TG_F64, 3, xs, NULL);
-    tg_gradcheck_result res;
+    tg_gradcheck_result res, first;
     /* float32 parameters: refused, naming one */
-    EXPECT_STATUS(tg_gradcheck_module(b, 1, &x, 0, 0, 0, &res), "parameter 'att.W_query.weight' is float32",
+    EXPECT_STATUS(tg_gradcheck_module_call(b, 1, &x, NULL, &res), "parameter 'att.W_query.weight' is float32",
                   "tg_module_to_dtype");
     check_ok(tg_module_to_dtype(tp, b, TG_F64), "to_dtype");
     /* dropout in training mode: refused */
-    EXPECT_STATUS(tg_gradcheck_module(b, 1, &x, 0, 0, 0, &res), "differ", "tg_module_train(m, false)");
+    EXPECT_STATUS(tg_gradcheck_module_call(b, 1, &x, NULL, &res), "differ", "tg_module_train(m, false)");
     check_ok(tg_module_train(b, false), "eval");
     assert_false(x->requires_grad);
-    check_ok(tg_gradcheck_module(b, 1, &x, 0, 0, 0, &res), "gradcheck_module");
+    check_ok(tg_gradcheck_module_call(b, 1, &x, NULL, &res), "gradcheck_module");
     if (!res.passed) fail_msg("%s", res.message);
     assert_false(x->requires_grad); /* restored */
     assert_non_null(strstr(res.message, "TransformerBlock passed"));
+    /* the first (deprecated) form gives the same result */
+    check_ok(tg_gradcheck_module(b, 1, &x, 0, 0, 0, &first), "gradcheck_module, first form");
+    tu_assert_same_gradcheck(&first, &res);
     /* a graph that hides a dependence is caught, and named */
     tg_module *h = tg_module_new(tp, &hidden_type, 0);
     int64_t three = 3;
     check_ok(tg_module_register_parameter(h, "w", tg_rand(tp, TG_F64, 1, &three, NULL)), "w");
     tg_tensor *xh = tg_rand(tp, TG_F64, 1, &three, NULL);
-    check_ok(tg_gradcheck_module(h, 1, &xh, 0, 0, 0, &res), "gradcheck_module hidden");
+    double err[2] = {-1, -1}; /* the input's, then w's */
+    check_ok(tg_gradcheck_module_call(h, 1, &xh, &(tg_gradcheck_options){.max_err_per_input = err}, &res),
+             "gradcheck_module hidden");
     assert_false(res.passed);
     assert_non_null(strstr(res.message, "worst element w["));
+    assert_int_equal(res.worst_input, 1);
+    assert_true(err[0] >= 0 && err[0] < 1e-6);
+    assert_true(err[1] == res.max_abs_err && err[1] > 1e-3);
+    /* half of d/dw is missing: analytic x w, numeric 2 x w */
+    assert_true(fabs(res.analytic - res.numeric / 2) <= 1e-6 * fabs(res.numeric));
+    check_ok(tg_gradcheck_module(h, 1, &xh, 0, 0, 0, &first), "gradcheck_module hidden, first form");
+    tu_assert_same_gradcheck(&first, &res);
+    /* tolerances: loose enough, the same failure passes, in both forms */
+    check_ok(tg_gradcheck_module_call(h, 1, &xh, &(tg_gradcheck_options){.atol = 10}, &res), "atol 10");
+    assert_true(res.passed);
+    check_ok(tg_gradcheck_module(h, 1, &xh, 0, 10, 0, &first), "atol 10, first form");
+    tu_assert_same_gradcheck(&first, &res);
     /* bad arguments */
     tg_tensor *x32 = tg_rand(tp, TG_F32, 1, &three, NULL);
-    EXPECT_STATUS(tg_gradcheck_module(h, 1, &x32, 0, 0, 0, &res), "input 0 must be a float64 leaf");
-    EXPECT_STATUS(tg_gradcheck_module(NULL, 1, &xh, 0, 0, 0, &res), "NULL module");
+    EXPECT_STATUS(tg_gradcheck_module_call(h, 1, &x32, NULL, &res), "input 0 must be a float64 leaf");
+    EXPECT_STATUS(tg_gradcheck_module_call(NULL, 1, &xh, NULL, &res), "NULL module");
+    EXPECT_STATUS(tg_gradcheck_module_call(h, 1, &xh, NULL, NULL), "NULL module or result");
+    EXPECT_STATUS(tg_gradcheck_module_call(h, 1, (tg_tensor *[]){NULL}, NULL, &res), "input 0 is NULL");
     EXPECT_STATUS(tg_gradcheck_module(h, 1, (tg_tensor *[]){NULL}, 0, 0, 0, &res), "input 0 is NULL");
     tg_tape_free(tp);
 }

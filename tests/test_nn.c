@@ -1,8 +1,8 @@
 /* Modules, SGD, gradcheck, dropout, configuration errors and state_dict files.
  *
  * (a) modules/<case>: every case of tests/ref/modules.json
- *     (tools/reference/modules.py): the module is built with tg_*_new after
- *     tg_manual_seed(seed), put in eval mode and run on the case's input;
+ *     (tools/reference/modules.py): the module is built with tg_*_new (the
+ *     attention modules from a tg_attention_config) after tg_manual_seed(seed), put in eval mode and run on the case's input;
  *     named_parameters names and state_dict keys (in order), the output, its
  *     grad_fn name and the gradients of output.sum() for every parameter and
  *     the input must match PyTorch 1.13. Random inputs are also redrawn with
@@ -17,6 +17,9 @@
  * (e) bad configurations: NULL/status with a message naming the problem.
  * (f) state_dict save/load round trips, PyTorch-written files, load errors,
  *     train/eval propagation.
+ * (g) the attention constructors' two forms: a tg_attention_config and the
+ *     positional arguments build the same module (weights, repr, output) and
+ *     refuse the same bad settings with the same message.
  *
  * Tolerances (|got - want| <= atol + rtol * |want|): float32 outputs against
  * PyTorch: rtol 0, atol 1e-5 (a plain max abs error of 1e-5); gradients:
@@ -96,16 +99,16 @@ static void assert_names_(const tg_named_list *l, const json_t *want, const char
 /* The module a modules.json case describes, built after tg_manual_seed(seed). */
 static tg_module *build_case(tg_tape *tp, const json_t *c) {
     const char *kind = jstr(c, "module");
-    int64_t d_in = jint(c, "d_in"), d_out = jint(c, "d_out"), ctx = jint(c, "context_length");
-    int64_t heads = jint(c, "num_heads");
-    double p = jnum(c, "dropout");
-    bool bias = jbool(c, "qkv_bias");
+    /* num_heads is 0 in a CausalAttention case: one head */
+    tg_attention_config cfg = {.d_in = jint(c, "d_in"), .d_out = jint(c, "d_out"),
+                               .context_length = jint(c, "context_length"), .num_heads = jint(c, "num_heads"),
+                               .dropout = jnum(c, "dropout"), .qkv_bias = jbool(c, "qkv_bias")};
     tg_manual_seed((uint64_t)jint(c, "seed"));
-    if (strcmp(kind, "sa_v1") == 0) return tg_self_attention_v1_new(tp, d_in, d_out);
-    if (strcmp(kind, "sa_v2") == 0) return tg_self_attention_v2_new(tp, d_in, d_out, bias);
-    if (strcmp(kind, "causal") == 0) return tg_causal_attention_new(tp, d_in, d_out, ctx, p, bias);
-    if (strcmp(kind, "mha_wrapper") == 0) return tg_mha_wrapper_new(tp, d_in, d_out, ctx, p, heads, bias);
-    if (strcmp(kind, "mha") == 0) return tg_mha_new(tp, d_in, d_out, ctx, p, heads, bias);
+    if (strcmp(kind, "sa_v1") == 0) return tg_self_attention_v1_new(tp, cfg.d_in, cfg.d_out);
+    if (strcmp(kind, "sa_v2") == 0) return tg_self_attention_v2_new(tp, cfg.d_in, cfg.d_out, cfg.qkv_bias);
+    if (strcmp(kind, "causal") == 0) return tg_causal_attention_new_config(tp, cfg);
+    if (strcmp(kind, "mha_wrapper") == 0) return tg_mha_wrapper_new_config(tp, cfg);
+    if (strcmp(kind, "mha") == 0) return tg_mha_new_config(tp, cfg);
     fail_msg("modules.json: unknown module %s", kind);
     return NULL;
 }
@@ -226,10 +229,6 @@ static void test_sgd_run(void **state) {
 
 /* ---- (c) gradcheck ------------------------------------------------------------------- */
 
-static tg_tensor *gc_forward(tg_tape *tp, tg_tensor *const *inputs, int n, void *ctx) {
-    return tg_module_forward(tp, (tg_module *)ctx, inputs[n - 1]);
-}
-
 /* Gradchecks m (converted to float64, eval) on a float64 input of the given
  * shape drawn from a fixed generator: every parameter and the input. */
 static void gradcheck_module_(tg_tape *model, tg_module *m, int ndim, const int64_t *shape, const char *what,
@@ -242,13 +241,12 @@ static void gradcheck_module_(tg_tape *model, tg_module *m, int ndim, const int6
     }
     tg_named_list params;
     assert_int_equal(tg_module_named_parameters(model, m, &params), TG_OK);
-    tg_tensor *inputs[16];
     if (params.n + 1 > 16) fail_msg("%s: too many parameters (%d)", what, params.n);
     for (int i = 0; i < params.n; i++) {
-        inputs[i] = params.tensors[i];
-        if (inputs[i]->dtype != TG_F64 || !inputs[i]->requires_grad) {
+        const tg_tensor *p = params.tensors[i];
+        if (p->dtype != TG_F64 || !p->requires_grad) {
             print_error("%s: parameter %s is %s, requires_grad %d after to_dtype\n", what, params.names[i],
-                        tg_dtype_name(inputs[i]->dtype), inputs[i]->requires_grad);
+                        tg_dtype_name(p->dtype), p->requires_grad);
             _fail(file, line);
         }
     }
@@ -256,12 +254,9 @@ static void gradcheck_module_(tg_tape *model, tg_module *m, int ndim, const int6
     tg_tensor *x = tg_rand(model, TG_F64, ndim, shape, g);
     tg_generator_free(g);
     tu_assert_ok(x);
-    assert_int_equal(tg_requires_grad_(x, true), TG_OK);
-    inputs[params.n] = x;
-    double max_err[16];
-    tg_gradcheck_options opts = {.max_err_per_input = max_err};
+    double max_err[16]; /* the input's, then each parameter's */
     tg_gradcheck_result res;
-    int st = tg_gradcheck_ex(gc_forward, inputs, params.n + 1, m, &opts, &res);
+    int st = tg_gradcheck_module_call(m, 1, &x, &(tg_gradcheck_options){.max_err_per_input = max_err}, &res);
     if (st != TG_OK) {
         print_error("%s: gradcheck error: %s\n", what, tg_last_error());
         _fail(file, line);
@@ -269,8 +264,7 @@ static void gradcheck_module_(tg_tape *model, tg_module *m, int ndim, const int6
     if (!res.passed) {
         print_error("%s: %s\n", what, res.message);
         for (int i = 0; i <= params.n; i++)
-            print_error("  %-20s max |err| %.3g\n", i < params.n ? params.names[i] : "input",
-                        max_err[i]);
+            print_error("  %-20s max |err| %.3g\n", i ? params.names[i - 1] : "input", max_err[i]);
         _fail(file, line);
     }
     /* every input was checked: analytic gradients exist for each */
@@ -888,6 +882,129 @@ static void test_train_eval_propagation(void **state) {
     tg_tape_free(model);
 }
 
+/* ---- (g) the attention constructors: config and positional forms ------------------------------- */
+
+enum { CAUSAL, WRAPPER, MHA };
+
+/* The attention module of kind from c, through the config constructor or the positional one. */
+static tg_module *attention_from(tg_tape *tp, int kind, tg_attention_config c, bool positional) {
+    if (!positional) {
+        if (kind == CAUSAL) return tg_causal_attention_new_config(tp, c);
+        return kind == WRAPPER ? tg_mha_wrapper_new_config(tp, c) : tg_mha_new_config(tp, c);
+    }
+    if (kind == CAUSAL) return tg_causal_attention_new(tp, c.d_in, c.d_out, c.context_length, c.dropout, c.qkv_bias);
+    if (kind == WRAPPER)
+        return tg_mha_wrapper_new(tp, c.d_in, c.d_out, c.context_length, c.dropout, c.num_heads, c.qkv_bias);
+    return tg_mha_new(tp, c.d_in, c.d_out, c.context_length, c.dropout, c.num_heads, c.qkv_bias);
+}
+
+/* Both forms after the same seed: the same weights, repr and (training-mode,
+ * same dropout draws) output. */
+static void assert_same_module_(tg_tape *tp, int kind, tg_attention_config config, tg_attention_config positional,
+                                const tg_tensor *x, const char *file, int line) {
+    tg_module *m[2];
+    tg_tensor *y[2];
+    char repr[2][2048];
+    const tg_attention_config c[2] = {config, positional};
+    for (int k = 0; k < 2; k++) {
+        tg_manual_seed(5);
+        m[k] = attention_from(tp, kind, c[k], k == 1);
+        tu_assert_ok_(m[k], file, line);
+        assert_true(tg_module_repr(m[k], repr[k], sizeof repr[k]) < (int)sizeof repr[k]);
+        tg_manual_seed(9);
+        y[k] = tg_module_forward(tp, m[k], (tg_tensor *)x);
+        tu_assert_ok_(y[k], file, line);
+    }
+    assert_string_equal(repr[0], repr[1]);
+    assert_same_state_(tp, m[0], m[1], file, line);
+    tu_assert_close_(y[0], y[1], 0.0, 0.0, repr[0], file, line);
+}
+#define assert_same_module(tp, kind, config, positional, x) \
+    assert_same_module_((tp), (kind), (config), (positional), (x), __FILE__, __LINE__)
+
+static void test_attention_config_same_modules(void **state) {
+    (void)state;
+    tg_tape *tp = tg_tape_new();
+    tg_generator *g = tg_generator_new(3);
+    tg_tensor *x = tg_rand(tp, TG_F32, 3, (const int64_t[]){2, 5, 3}, g);
+    tg_generator_free(g);
+    const tg_attention_config c = {
+        .d_in = 3, .d_out = 4, .context_length = 6, .num_heads = 2, .dropout = 0.25, .qkv_bias = true};
+    assert_same_module(tp, WRAPPER, c, c, x);
+    assert_same_module(tp, MHA, c, c, x);
+    /* CausalAttention is one head: num_heads 0 or 1 in its config */
+    tg_attention_config one = c, none = c;
+    one.num_heads = 1;
+    none.num_heads = 0;
+    assert_same_module(tp, CAUSAL, one, one, x);
+    assert_same_module(tp, CAUSAL, none, one, x);
+    /* the defaults: no dropout, no qkv bias */
+    tg_module *m = tg_mha_new_config(tp, (tg_attention_config){.d_in = 3, .d_out = 4, .context_length = 6,
+                                                                .num_heads = 2});
+    tu_assert_ok(m);
+    char buf[512];
+    tg_module_repr(tg_module_get_submodule(m, "dropout"), buf, sizeof buf);
+    assert_string_equal(buf, "Dropout(p=0.0, inplace=False)");
+    assert_null(tg_module_get_parameter(m, "W_query.bias"));
+    tg_tape_free(tp);
+}
+
+/* Each bad setting: both forms refuse it, with one message. */
+static void test_attention_config_errors(void **state) {
+    (void)state;
+    tg_tape *tp = tg_tape_new();
+    const tg_attention_config ok = {.d_in = 3, .d_out = 4, .context_length = 6, .num_heads = 2};
+    static const struct {
+        int kind;
+        const char *field; /* the field set to value */
+        double value;
+        const char *want;
+    } bad[] = {
+        {MHA, "d_out", 3, "MultiHeadAttention: d_out (3) must be divisible by num_heads (2)"},
+        {MHA, "num_heads", 3, "MultiHeadAttention: d_out (4) must be divisible by num_heads (3)"},
+        {CAUSAL, "dropout", -0.1, "CausalAttention: dropout probability -0.1 is outside [0, 1)"},
+        {WRAPPER, "dropout", -0.1, "MultiHeadAttentionWrapper: dropout probability -0.1 is outside [0, 1)"},
+        {MHA, "dropout", -0.1, "MultiHeadAttention: dropout probability -0.1 is outside [0, 1)"},
+        {MHA, "dropout", 1.0, "dropout probability 1 is outside [0, 1)"},
+        {MHA, "dropout", NAN, "dropout probability nan is outside [0, 1)"},
+        {CAUSAL, "d_in", 0, "CausalAttention: d_in must be positive, got 0"},
+        {WRAPPER, "d_in", -1, "MultiHeadAttentionWrapper: d_in must be positive, got -1"},
+        {MHA, "d_in", 0, "MultiHeadAttention: d_in must be positive, got 0"},
+        {CAUSAL, "d_out", 0, "CausalAttention: d_out must be positive, got 0"},
+        {WRAPPER, "d_out", 0, "MultiHeadAttentionWrapper: d_out must be positive, got 0"},
+        {MHA, "d_out", -1, "MultiHeadAttention: d_out must be positive, got -1"},
+        {CAUSAL, "context_length", 0, "CausalAttention: context_length must be positive, got 0"},
+        {WRAPPER, "context_length", 0, "MultiHeadAttentionWrapper: context_length must be positive, got 0"},
+        {MHA, "context_length", -1, "MultiHeadAttention: context_length must be positive, got -1"},
+        {MHA, "context_length", 70000, "MultiHeadAttention: context_length 70000 is too large"},
+        {WRAPPER, "num_heads", 0, "MultiHeadAttentionWrapper: num_heads must be positive, got 0"},
+        {MHA, "num_heads", 0, "MultiHeadAttention: num_heads must be positive, got 0"},
+        {WRAPPER, "num_heads", 100000, "MultiHeadAttentionWrapper: 100000 heads (one module each) is more than"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        tg_attention_config c = ok;
+        if (bad[i].kind == CAUSAL) c.num_heads = 1;
+        const char *f = bad[i].field;
+        double v = bad[i].value;
+        if (!strcmp(f, "d_in")) c.d_in = (int64_t)v;
+        if (!strcmp(f, "d_out")) c.d_out = (int64_t)v;
+        if (!strcmp(f, "context_length")) c.context_length = (int64_t)v;
+        if (!strcmp(f, "num_heads")) c.num_heads = (int64_t)v;
+        if (!strcmp(f, "dropout")) c.dropout = v;
+        char positional[256];
+        EXPECT_NULL(attention_from(tp, bad[i].kind, c, true), bad[i].want);
+        snprintf(positional, sizeof positional, "%s", tg_last_error());
+        EXPECT_NULL(attention_from(tp, bad[i].kind, c, false), bad[i].want);
+        assert_string_equal(tg_last_error(), positional);
+    }
+    /* CausalAttention's config: one head, so num_heads 0 or 1 */
+    tg_attention_config two = ok;
+    EXPECT_NULL(tg_causal_attention_new_config(tp, two), "CausalAttention: num_heads must be 0 or 1 (one head), got 2");
+    two.num_heads = -1;
+    EXPECT_NULL(tg_causal_attention_new_config(tp, two), "num_heads must be 0 or 1", "got -1");
+    tg_tape_free(tp);
+}
+
 /* ---- main ----------------------------------------------------------------------------------- */
 
 static int teardown(void **state) {
@@ -917,6 +1034,8 @@ int main(void) {
         cmocka_unit_test(test_state_dict_pytorch_file),
         cmocka_unit_test(test_state_dict_load_errors),
         cmocka_unit_test(test_train_eval_propagation),
+        cmocka_unit_test(test_attention_config_same_modules),
+        cmocka_unit_test(test_attention_config_errors),
     };
     const size_t nfixed = sizeof fixed / sizeof fixed[0];
     g_modules = tu_load_ref("modules.json");

@@ -169,7 +169,7 @@ typedef struct {
     int64_t h;
 } gc_ctx;
 
-static tg_tensor *gc_fn(tg_tape *tp, tg_tensor *const *in, int n, void *vctx)
+static tg_tensor *gc_fn(tg_tape *tp, void *vctx, int n, tg_tensor *const *in)
 {
     (void)n;
     const gc_ctx *c = vctx;
@@ -203,7 +203,7 @@ static void run_gradcheck(int nd, const int64_t *shape, int nin, gc_ctx ctx, con
     tg_tensor *in[3];
     for (int i = 0; i < nin; i++) in[i] = leaf(tp, TG_F64, nd, shape, g);
     tg_gradcheck_result r;
-    assert_int_equal(tg_gradcheck(gc_fn, in, nin, &ctx, 0, 0, 0, &r), TG_OK);
+    assert_int_equal(tg_gradcheck_call(gc_fn, &ctx, nin, in, NULL, &r), TG_OK);
     if (!r.passed) fail_msg("%s: %s", what, r.message);
     tg_generator_free(g);
     tg_tape_free(tp);

@@ -207,6 +207,17 @@ void tu_assert_error_(bool failed, const char *file, int line, ...) {
     va_end(ap);
 }
 
+void tu_assert_same_gradcheck_(const tg_gradcheck_result *got, const tg_gradcheck_result *want, const char *file,
+                               int line)
+{
+    if (got->passed != want->passed || got->worst_input != want->worst_input ||
+        got->worst_index != want->worst_index || got->analytic != want->analytic || got->numeric != want->numeric ||
+        got->max_abs_err != want->max_abs_err || strcmp(got->message, want->message) != 0) {
+        print_error("gradcheck results differ:\n  got  %s\n  want %s\n", got->message, want->message);
+        _fail(file, line);
+    }
+}
+
 void tu_assert_ok_(const void *ptr, const char *file, int line) {
     if (!ptr) {
         print_error("unexpected NULL: %s\n", tg_last_error());

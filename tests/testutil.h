@@ -43,6 +43,12 @@ void tu_assert_error_(bool failed, const char *file, int line, ...);
 #define tu_assert_status_error(st, ...) \
     tu_assert_error_((st) != TG_OK, __FILE__, __LINE__, __VA_ARGS__, (const char *)NULL)
 
+/* Fails unless two gradcheck results are the same: verdict, worst element,
+ * its values (to the bit) and message. */
+void tu_assert_same_gradcheck_(const tg_gradcheck_result *got, const tg_gradcheck_result *want, const char *file,
+                               int line);
+#define tu_assert_same_gradcheck(got, want) tu_assert_same_gradcheck_((got), (want), __FILE__, __LINE__)
+
 /* Fails (naming file and line) if ptr is NULL, printing tg_last_error(). */
 void tu_assert_ok_(const void *ptr, const char *file, int line);
 #define tu_assert_ok(ptr) tu_assert_ok_((ptr), __FILE__, __LINE__)

@@ -266,8 +266,10 @@ TG_API tg_tensor *tg_layer_apply(tg_tape *tp, const tg_layer *layer, bool fused,
 
 /* ---- gradcheck ----------------------------------------------------------------- */
 
-/* fn computes an output from inputs in tape tp (called many times). */
-typedef tg_tensor *(*tg_gradcheck_fn)(tg_tape *tp, tg_tensor *const *inputs, int n, void *ctx);
+/* What gradcheck differentiates: an output computed from the n inputs in tape
+ * tp, called many times. ctx is the caller's, passed through. The arguments
+ * come in a module forward's order: the tape, the object, then n and inputs. */
+typedef tg_tensor *(*tg_gradcheck_forward)(tg_tape *tp, void *ctx, int n, tg_tensor *const *inputs);
 
 typedef struct {
     bool passed;
@@ -278,23 +280,40 @@ typedef struct {
     char message[256];
 } tg_gradcheck_result;
 
-/* Central differences in float64 over every element of every input requiring
- * grad (inputs must be TG_F64 leaves; any number of them). Compares
- * d(sum(out * w))/d(input) for a fixed random weighting w against backward. A
- * pair fails when |a - n| > atol + rtol * |n|. eps/atol/rtol <= 0 take
- * PyTorch's defaults (1e-6, 1e-5, 1e-3). The worst element reported is, on a
- * pass, the one with the largest |a - n|, and on a failure the one furthest
- * past atol + rtol * |n| (the first on ties). res is output only. Returns
- * TG_OK (see res->passed) or an error status. */
-TG_API int tg_gradcheck(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n, void *ctx, double eps,
-                 double atol, double rtol, tg_gradcheck_result *res);
-
-/* The same with options: tolerances as above, and optionally each input's
- * largest |analytic - numeric| (max_err_per_input: NULL, or n doubles). */
+/* The settings, with designated initialisers; a NULL options pointer, or a
+ * field left 0, takes PyTorch's default:
+ *     tg_gradcheck_call(fn, ctx, n, inputs, &(tg_gradcheck_options){.atol = 1e-6}, &res);
+ * eps, atol, rtol: the step and tolerances (<= 0: 1e-6, 1e-5, 1e-3); a pair
+ * fails when |analytic - numeric| > atol + rtol * |numeric|.
+ * max_err_per_input: NULL, or one double per input, where each input's
+ * largest |analytic - numeric| is written (0 for an input without grad). */
 typedef struct {
     double eps, atol, rtol;
     double *max_err_per_input;
 } tg_gradcheck_options;
+
+/* What torch.autograd.gradcheck checks, with its tolerances: central
+ * differences in float64 over every element of every input requiring grad
+ * (inputs must be TG_F64 leaves; any number of them), against backward.
+ * Compares d(sum(out * w))/d(input) for a fixed random weighting w. The worst
+ * element reported is, on a pass, the one with the largest |a - n|, and on a
+ * failure the one furthest past atol + rtol * |n| (the first on ties). opt
+ * may be NULL (the defaults); res is output only. Returns TG_OK (see
+ * res->passed) or an error status: a NULL fn, inputs or res, n < 1, an input
+ * that is NULL, not a leaf, or requires grad without being float64, no input
+ * requiring grad, an output that is not float64, or fn failing (its message
+ * stays in tg_last_error()). The inputs' own .grad is left as it was. */
+TG_API int tg_gradcheck_call(tg_gradcheck_forward fn, void *ctx, int n, tg_tensor *const *inputs,
+                             const tg_gradcheck_options *opt, tg_gradcheck_result *res);
+
+/* Deprecated: use tg_gradcheck_call. The first forms, whose function takes
+ * (tp, inputs, n, ctx); each gives tg_gradcheck_call's result.
+ * tg_gradcheck(fn, inputs, n, ctx, eps, atol, rtol, &res) is
+ * tg_gradcheck_call with {eps, atol, rtol}; tg_gradcheck_ex(fn, inputs, n,
+ * ctx, &opt, &res) with opt, which must not be NULL here. */
+typedef tg_tensor *(*tg_gradcheck_fn)(tg_tape *tp, tg_tensor *const *inputs, int n, void *ctx);
+TG_API int tg_gradcheck(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n, void *ctx, double eps,
+                 double atol, double rtol, tg_gradcheck_result *res);
 TG_API int tg_gradcheck_ex(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n, void *ctx, const tg_gradcheck_options *opt,
                     tg_gradcheck_result *res);
 

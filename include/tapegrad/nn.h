@@ -169,6 +169,32 @@ TG_API tg_module *tg_dropout_new(tg_tape *tp, double p);
  * (src/nn/attention.c quotes each line). */
 TG_API tg_module *tg_self_attention_v1_new(tg_tape *tp, int64_t d_in, int64_t d_out);
 TG_API tg_module *tg_self_attention_v2_new(tg_tape *tp, int64_t d_in, int64_t d_out, bool qkv_bias);
+
+/* The settings of CausalAttention, MultiHeadAttentionWrapper and
+ * MultiHeadAttention (the book's constructor arguments), named:
+ *     tg_mha_new_config(tp, (tg_attention_config){.d_in = 768, .d_out = 768,
+ *                       .context_length = 1024, .num_heads = 12, .dropout = 0.1});
+ * d_in, d_out and context_length are required (positive). num_heads is
+ * required by the two multi-head modules; CausalAttention is one head and
+ * takes num_heads 0 or 1. dropout 0 is no dropout, qkv_bias false the book's
+ * default. The wrapper's d_out is each head's (its output has
+ * num_heads * d_out features); MultiHeadAttention's is the total, split over
+ * the heads. */
+typedef struct {
+    int64_t d_in, d_out, context_length, num_heads;
+    double dropout;
+    bool qkv_bias;
+} tg_attention_config;
+/* Each returns a module in tp, or NULL with an error naming the module and
+ * the setting: a size that is not positive ("d_out must be positive, got
+ * 0") or too large, dropout outside [0, 1), num_heads other than 0 or 1 for
+ * CausalAttention, more than 4096 heads for the wrapper, or a d_out that
+ * num_heads does not divide for MultiHeadAttention ("d_out (6) must be
+ * divisible by num_heads (4)"). */
+TG_API tg_module *tg_causal_attention_new_config(tg_tape *tp, tg_attention_config cfg);
+TG_API tg_module *tg_mha_wrapper_new_config(tg_tape *tp, tg_attention_config cfg);
+TG_API tg_module *tg_mha_new_config(tg_tape *tp, tg_attention_config cfg);
+/* The positional forms: the same modules and errors as the config forms. */
 TG_API tg_module *tg_causal_attention_new(tg_tape *tp, int64_t d_in, int64_t d_out, int64_t context_length,
                                           double dropout, bool qkv_bias);
 TG_API tg_module *tg_mha_wrapper_new(tg_tape *tp, int64_t d_in, int64_t d_out, int64_t context_length,
@@ -208,11 +234,18 @@ TG_API int tg_module_load_state_dict(tg_module *m, const tg_named_list *sd);
 /* Finite differences on every parameter of m that requires grad and every
  * float input (they must be float64: convert the module with
  * tg_module_to_dtype(tp, m, TG_F64)); the output is m's forward on the n
- * inputs. Integer inputs (ids) are passed through. The forward must be a
- * function of its inputs: a forward that draws random numbers (dropout in
- * training mode) is refused. res->message names the worst element by its
- * parameter name ("W_query.weight[4]") or "input i". Tolerances as
- * tg_gradcheck. */
+ * inputs, the call tg_module_call(tp, m, n, inputs) makes. Integer inputs
+ * (ids) are passed through. The forward must be a function of its inputs: a
+ * forward that draws random numbers (dropout in training mode) is refused.
+ * res->message names the worst element by its parameter name
+ * ("W_query.weight[4]") or "input i"; res->worst_input counts the n inputs
+ * first, then the parameters in tg_module_named_parameters order. opt as
+ * tg_gradcheck_call's (NULL: PyTorch's defaults); its max_err_per_input, if
+ * set, holds a double for each of those: n + the number of parameters. */
+TG_API int tg_gradcheck_module_call(tg_module *m, int n, tg_tensor *const *inputs, const tg_gradcheck_options *opt,
+                                    tg_gradcheck_result *res);
+/* Deprecated: use tg_gradcheck_module_call. tg_gradcheck_module(m, n, inputs,
+ * eps, atol, rtol, &res) is tg_gradcheck_module_call with {eps, atol, rtol}. */
 TG_API int tg_gradcheck_module(tg_module *m, int n, tg_tensor *const *inputs, double eps, double atol, double rtol,
                                tg_gradcheck_result *res);
 

@@ -11,10 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static tg_tensor *projected(tg_tape *tp, tg_gradcheck_fn fn, tg_tensor *const *inputs, int n, void *ctx,
+static tg_tensor *projected(tg_tape *tp, tg_gradcheck_forward fn, void *ctx, int n, tg_tensor *const *inputs,
                             tg_tensor *w_src, tg_tensor **w_out)
 {
-    tg_tensor *out = fn(tp, inputs, n, ctx);
+    tg_tensor *out = fn(tp, ctx, n, inputs);
     if (!out) return NULL;
     if (out->dtype != TG_F64) return tg_error("gradcheck: function output must be float64, got %s", tg_dtype_name(out->dtype));
     tg_tensor *w = w_src;
@@ -39,18 +39,13 @@ static void unravel(const tg_tensor *x, int64_t j, int64_t *idx)
     }
 }
 
-int tg_gradcheck(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n, void *ctx, double eps, double atol,
-                 double rtol, tg_gradcheck_result *res)
+int tg_gradcheck_call(tg_gradcheck_forward fn, void *ctx, int n, tg_tensor *const *inputs,
+                      const tg_gradcheck_options *opt, tg_gradcheck_result *res)
 {
-    tg_gradcheck_options opt = {eps, atol, rtol, NULL};
-    return tg_gradcheck_ex(fn, inputs, n, ctx, &opt, res);
-}
-
-int tg_gradcheck_ex(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n, void *ctx, const tg_gradcheck_options *opt,
-                    tg_gradcheck_result *res)
-{
-    if (!fn || !inputs || !res || !opt || n <= 0)
-        return tg_error_status(TG_EINVAL, "gradcheck: NULL function, inputs, options or result");
+    if (!fn || !inputs || !res || n <= 0)
+        return tg_error_status(TG_EINVAL, "gradcheck: NULL function, inputs or result, or no inputs (n = %d)", n);
+    static const tg_gradcheck_options defaults;
+    if (!opt) opt = &defaults;
     double eps = opt->eps > 0 ? opt->eps : 1e-6;
     double atol = opt->atol > 0 ? opt->atol : 1e-5;
     double rtol = opt->rtol > 0 ? opt->rtol : 1e-3;
@@ -90,7 +85,7 @@ int tg_gradcheck_ex(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n, void *c
     /* analytic: gradients land in a scratch .grad in the inputs' tapes */
     tg_tensor *w = NULL;
     bool prev = tg_set_grad_enabled(true);
-    tg_tensor *loss = projected(tp, fn, inputs, n, ctx, NULL, &w);
+    tg_tensor *loss = projected(tp, fn, ctx, n, inputs, NULL, &w);
     if (!loss) {
         status = TG_EINVAL;
         goto done;
@@ -125,11 +120,11 @@ int tg_gradcheck_ex(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n, void *c
             double orig = tg_get(x, idx);
             tg_set(x, idx, orig + eps);
             tg_tape_reset(tp);
-            tg_tensor *lp = projected(tp, fn, inputs, n, ctx, wk, NULL);
+            tg_tensor *lp = projected(tp, fn, ctx, n, inputs, wk, NULL);
             double fp = lp ? tg_item(lp) : NAN;
             tg_set(x, idx, orig - eps);
             tg_tape_reset(tp);
-            tg_tensor *lm = projected(tp, fn, inputs, n, ctx, wk, NULL);
+            tg_tensor *lm = projected(tp, fn, ctx, n, inputs, wk, NULL);
             double fm = lm ? tg_item(lm) : NAN;
             tg_set(x, idx, orig);
             if (!lp || !lm) {
@@ -172,4 +167,32 @@ done:
     tg_tape_free(wtp);
     tg_tape_free(tp);
     return status;
+}
+
+/* ---- the first forms (deprecated) ------------------------------------------------------------- */
+
+/* A tg_gradcheck_fn, whose arguments come in the order (inputs, n, ctx), called
+ * as a tg_gradcheck_forward. */
+typedef struct {
+    tg_gradcheck_fn fn;
+    void *ctx;
+} first_form;
+
+static tg_tensor *call_first_form(tg_tape *tp, void *ctx, int n, tg_tensor *const *inputs)
+{
+    const first_form *f = ctx;
+    return f->fn(tp, inputs, n, f->ctx);
+}
+
+int tg_gradcheck(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n, void *ctx, double eps, double atol,
+                 double rtol, tg_gradcheck_result *res)
+{
+    return tg_gradcheck_ex(fn, inputs, n, ctx, &(tg_gradcheck_options){eps, atol, rtol, NULL}, res);
+}
+
+int tg_gradcheck_ex(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n, void *ctx, const tg_gradcheck_options *opt,
+                    tg_gradcheck_result *res)
+{
+    if (!opt) return tg_error_status(TG_EINVAL, "gradcheck: NULL function, inputs, options or result");
+    return tg_gradcheck_call(fn ? call_first_form : NULL, &(first_form){fn, ctx}, n, inputs, opt, res);
 }

@@ -189,13 +189,20 @@ static tg_tensor *causal_forward(tg_tape *tp, tg_module *m, int n, tg_tensor *co
 
 static const tg_module_type causal_type = {.name = "CausalAttention", .forward = causal_forward};
 
+tg_module *tg_causal_attention_new_config(tg_tape *tp, tg_attention_config c)
+{
+    attn_state s = {.d_in = c.d_in, .d_out = c.d_out, .context_length = c.context_length, .dropout = c.dropout};
+    if (!tg__check_size(causal_type.name, "context_length", c.context_length)) return NULL;
+    if (c.num_heads != 0 && c.num_heads != 1)
+        return tg_error("%s: num_heads must be 0 or 1 (one head), got %lld", causal_type.name, (long long)c.num_heads);
+    tg_module *m = attention_new(tp, &causal_type, s);
+    return m && qkv_linears(tp, m, c.qkv_bias) && dropout_and_mask(tp, m) ? m : NULL;
+}
+
 tg_module *tg_causal_attention_new(tg_tape *tp, int64_t d_in, int64_t d_out, int64_t context_length,
                                    double dropout, bool qkv_bias)
 {
-    attn_state s = {.d_in = d_in, .d_out = d_out, .context_length = context_length, .dropout = dropout};
-    if (!tg__check_size(causal_type.name, "context_length", context_length)) return NULL;
-    tg_module *m = attention_new(tp, &causal_type, s);
-    return m && qkv_linears(tp, m, qkv_bias) && dropout_and_mask(tp, m) ? m : NULL;
+    return tg_causal_attention_new_config(tp, (tg_attention_config){d_in, d_out, context_length, 1, dropout, qkv_bias});
 }
 
 /* ---- MultiHeadAttentionWrapper -------------------------------------------------------------------------- */
@@ -217,24 +224,31 @@ static const tg_module_type wrapper_type = {.name = "MultiHeadAttentionWrapper",
 /* One module per head: more than this is a mistake, not a model. */
 #define MAX_WRAPPER_HEADS 4096
 
-tg_module *tg_mha_wrapper_new(tg_tape *tp, int64_t d_in, int64_t d_out, int64_t context_length, double dropout,
-                              int64_t num_heads, bool qkv_bias)
+tg_module *tg_mha_wrapper_new_config(tg_tape *tp, tg_attention_config c)
 {
     const char *name = wrapper_type.name;
-    if (!tg__check_size(name, "context_length", context_length) || !tg__check_size(name, "num_heads", num_heads))
+    if (!tg__check_size(name, "context_length", c.context_length) || !tg__check_size(name, "num_heads", c.num_heads))
         return NULL;
-    if (num_heads > MAX_WRAPPER_HEADS)
-        return tg_error("%s: %lld heads (one module each) is more than %d", name, (long long)num_heads,
+    if (c.num_heads > MAX_WRAPPER_HEADS)
+        return tg_error("%s: %lld heads (one module each) is more than %d", name, (long long)c.num_heads,
                         MAX_WRAPPER_HEADS);
-    attn_state s = {.d_in = d_in, .d_out = d_out, .context_length = context_length, .num_heads = num_heads, .dropout = dropout};
+    attn_state s = {.d_in = c.d_in, .d_out = c.d_out, .context_length = c.context_length, .num_heads = c.num_heads,
+                    .dropout = c.dropout};
     tg_module *m = attention_new(tp, &wrapper_type, s);
     tg_module *heads = m ? tg_module_list_new(tp, 0, NULL) : NULL;
     if (!heads || tg_module_add_module(m, "heads", heads) != TG_OK) return NULL;
-    for (int64_t h = 0; h < num_heads; h++)
-        if (tg_module_append(heads, tg_causal_attention_new(tp, d_in, d_out, context_length, dropout, qkv_bias)) !=
-            TG_OK)
-            return NULL;
+    tg_attention_config head = c;
+    head.num_heads = 1;
+    for (int64_t h = 0; h < c.num_heads; h++)
+        if (tg_module_append(heads, tg_causal_attention_new_config(tp, head)) != TG_OK) return NULL;
     return m;
+}
+
+tg_module *tg_mha_wrapper_new(tg_tape *tp, int64_t d_in, int64_t d_out, int64_t context_length, double dropout,
+                              int64_t num_heads, bool qkv_bias)
+{
+    tg_attention_config c = {d_in, d_out, context_length, num_heads, dropout, qkv_bias};
+    return tg_mha_wrapper_new_config(tp, c);
 }
 
 /* ---- MultiHeadAttention --------------------------------------------------------------------------------- */
@@ -322,19 +336,25 @@ bool tg__is_mha_owning_output(const tg_module *m)
     return m && m->type == &mha_type && tg__is_linear(tg__entry_get(&m->children, "out_proj"));
 }
 
+tg_module *tg_mha_new_config(tg_tape *tp, tg_attention_config c)
+{
+    const char *name = mha_type.name;
+    if (!tg__check_size(name, "context_length", c.context_length) || !tg__check_dropout(name, c.dropout) ||
+        !tg__check_size(name, "num_heads", c.num_heads) || !tg__check_size(name, "d_out", c.d_out))
+        return NULL;
+    if (c.d_out % c.num_heads != 0)
+        return tg_error("%s: d_out (%lld) must be divisible by num_heads (%lld)", name, (long long)c.d_out,
+                        (long long)c.num_heads);
+    attn_state s = {.d_in = c.d_in, .d_out = c.d_out, .context_length = c.context_length, .num_heads = c.num_heads,
+                    .dropout = c.dropout};
+    tg_module *m = attention_new(tp, &mha_type, s);
+    if (!m || !qkv_linears(tp, m, c.qkv_bias)) return NULL;
+    if (tg_module_add_module(m, "out_proj", tg_linear_new(tp, c.d_out, c.d_out, true)) != TG_OK) return NULL;
+    return dropout_and_mask(tp, m) ? m : NULL;
+}
+
 tg_module *tg_mha_new(tg_tape *tp, int64_t d_in, int64_t d_out, int64_t context_length, double dropout,
                       int64_t num_heads, bool qkv_bias)
 {
-    const char *name = mha_type.name;
-    if (!tg__check_size(name, "context_length", context_length) || !tg__check_dropout(name, dropout) ||
-        !tg__check_size(name, "num_heads", num_heads) || !tg__check_size(name, "d_out", d_out))
-        return NULL;
-    if (d_out % num_heads != 0)
-        return tg_error("%s: d_out (%lld) must be divisible by num_heads (%lld)", name, (long long)d_out,
-                        (long long)num_heads);
-    attn_state s = {.d_in = d_in, .d_out = d_out, .context_length = context_length, .num_heads = num_heads, .dropout = dropout};
-    tg_module *m = attention_new(tp, &mha_type, s);
-    if (!m || !qkv_linears(tp, m, qkv_bias)) return NULL;
-    if (tg_module_add_module(m, "out_proj", tg_linear_new(tp, d_out, d_out, true)) != TG_OK) return NULL;
-    return dropout_and_mask(tp, m) ? m : NULL;
+    return tg_mha_new_config(tp, (tg_attention_config){d_in, d_out, context_length, num_heads, dropout, qkv_bias});
 }

@@ -353,8 +353,9 @@ tg_module *tg_transformer_block_new(tg_tape *tp, const tg_gpt_config *cfg)
     tg_module *m = tg_module_new(tp, &block_type, 0);
     if (!m) return NULL;
     int64_t d = cfg->emb_dim;
-    if (tg_module_add_module(m, "att", tg_mha_new(tp, d, d, cfg->context_length, cfg->drop_rate, cfg->n_heads,
-                                                  cfg->qkv_bias)) != TG_OK ||
+    tg_attention_config att = {.d_in = d, .d_out = d, .context_length = cfg->context_length,
+                               .num_heads = cfg->n_heads, .dropout = cfg->drop_rate, .qkv_bias = cfg->qkv_bias};
+    if (tg_module_add_module(m, "att", tg_mha_new_config(tp, att)) != TG_OK ||
         tg_module_add_module(m, "ff", tg_feed_forward_new(tp, cfg)) != TG_OK ||
         tg_module_add_module(m, "norm1", tg_layer_norm_new(tp, d)) != TG_OK ||
         tg_module_add_module(m, "norm2", tg_layer_norm_new(tp, d)) != TG_OK ||

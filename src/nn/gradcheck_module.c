@@ -1,5 +1,5 @@
-/* tg_gradcheck_module: finite differences over a whole module, every
- * parameter and every float input, through the generic tg_gradcheck. */
+/* tg_gradcheck_module_call: finite differences over a whole module, every
+ * parameter and every float input, through the generic tg_gradcheck_call. */
 #include "nn_internal.h"
 
 #include <math.h>
@@ -10,7 +10,7 @@ typedef struct {
     int n; /* the module's own inputs come first in the checked list */
 } module_fn;
 
-static tg_tensor *call_module(tg_tape *tp, tg_tensor *const *inputs, int n, void *ctx)
+static tg_tensor *call_module(tg_tape *tp, void *ctx, int n, tg_tensor *const *inputs)
 {
     (void)n;
     const module_fn *f = ctx;
@@ -47,8 +47,8 @@ static int check_deterministic(tg_module *m, int n, tg_tensor *const *inputs)
     return st;
 }
 
-int tg_gradcheck_module(tg_module *m, int n, tg_tensor *const *inputs, double eps, double atol, double rtol,
-                        tg_gradcheck_result *res)
+int tg_gradcheck_module_call(tg_module *m, int n, tg_tensor *const *inputs, const tg_gradcheck_options *opt,
+                             tg_gradcheck_result *res)
 {
     if (!m || !res) return tg_error_status(TG_EINVAL, "gradcheck_module: NULL module or result");
     if (n < 0 || (n > 0 && !inputs)) return tg_error_status(TG_EINVAL, "gradcheck_module: bad input list");
@@ -84,7 +84,7 @@ int tg_gradcheck_module(tg_module *m, int n, tg_tensor *const *inputs, double ep
     }
     for (int i = 0; i < params.n; i++) all[n + i] = params.tensors[i];
     module_fn f = {m, n};
-    st = tg_gradcheck(call_module, all, total, &f, eps, atol, rtol, res);
+    st = tg_gradcheck_call(call_module, &f, total, all, opt, res);
     for (int i = 0; i < n; i++) inputs[i]->requires_grad = was[i];
     if (st == TG_OK && res->worst_input >= 0) {
         char name[160];
@@ -101,4 +101,11 @@ int tg_gradcheck_module(tg_module *m, int n, tg_tensor *const *inputs, double ep
     }
     tg_tape_free(tp);
     return st;
+}
+
+/* The first form (deprecated). */
+int tg_gradcheck_module(tg_module *m, int n, tg_tensor *const *inputs, double eps, double atol, double rtol,
+                        tg_gradcheck_result *res)
+{
+    return tg_gradcheck_module_call(m, n, inputs, &(tg_gradcheck_options){eps, atol, rtol, NULL}, res);
 }

@@ -135,7 +135,7 @@ typedef struct {
     tg_tensor *x;
 } gc_ctx;
 
-static tg_tensor *gc_fn(tg_tape *tp, tg_tensor *const *inputs, int n, void *ctx)
+static tg_tensor *gc_fn(tg_tape *tp, void *ctx, int n, tg_tensor *const *inputs)
 {
     (void)inputs;
     (void)n;
@@ -143,8 +143,8 @@ static tg_tensor *gc_fn(tg_tape *tp, tg_tensor *const *inputs, int n, void *ctx)
     return tg_module_forward(tp, c->m, c->x);
 }
 
-/* gradcheck over every parameter and the input, at most 16 tensors per call
- * (tg_gradcheck's limit), so many-headed modules are checked in chunks. */
+/* gradcheck over every parameter and the input (any number of them: a
+ * many-headed wrapper's too), printing each one's largest error. */
 static int run_gradcheck(tg_tape *tp, tg_module *m, tg_tensor *x)
 {
     if (tg_module_to_dtype(tp, m, TG_F64) != TG_OK) return tg_cli_lib_error(CMD, "gradcheck");
@@ -172,7 +172,7 @@ static int run_gradcheck(tg_tape *tp, tg_module *m, tg_tensor *x)
     gc_ctx c = {m, x64};
     tg_gradcheck_options opts = {.max_err_per_input = err};
     tg_gradcheck_result res;
-    if (tg_gradcheck_ex(gc_fn, all, n, &c, &opts, &res) != TG_OK) return tg_cli_lib_error(CMD, "gradcheck");
+    if (tg_gradcheck_call(gc_fn, &c, n, all, &opts, &res) != TG_OK) return tg_cli_lib_error(CMD, "gradcheck");
     bool passed = res.passed;
     for (int i = 0; i < n; i++) printf("%s: max abs error %.3e\n", names[i], err[i]);
     printf("gradcheck: %s\n", passed ? "PASS" : "FAIL");
