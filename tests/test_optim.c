@@ -1008,6 +1008,20 @@ static void test_user_type(void **state)
     tu_assert_close(q, p, 0.0, 0.0, "a step after load_state_dict");
     assert_int_equal(tg_optimizer_step_count(o2), 3);
 
+    /* without steps in the state_dict (as SGD's): none saved, none taken,
+     * and a loaded parameter continues at count 2 */
+    assert_int_equal(tg_optimizer_set_step_in_state_dict(o2, false), TG_OK);
+    tg_named_list nostep;
+    assert_int_equal(tg_optimizer_state_dict(tp, o2, &nostep), TG_OK);
+    assert_int_equal(nostep.n, 3);
+    assert_null(sd_get(&nostep, "state.0.step"));
+    tu_assert_status_error(tg_optimizer_load_state_dict(o2, &sd), "unexpected key 'state.0.step'");
+    assert_int_equal(tg_optimizer_load_state_dict(o2, &nostep), TG_OK);
+    assert_int_equal(tg_optimizer_step_count(o2), 1);
+    assert_int_equal(tg_optimizer_step(o2), TG_OK);
+    assert_int_equal(tg_optimizer_step_count(o2), 2);
+    tu_assert_status_error(tg_optimizer_set_step_in_state_dict(NULL, true), "NULL");
+
     /* a step function's error stops the step with its message */
     tg_optimizer *bad = tg_optimizer_new_params(mt, &acc, 1, &q, 1.0, &(acc_options){.k = 1, .fail_at = 1}, sizeof o);
     tu_assert_ok(bad);
