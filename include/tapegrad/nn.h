@@ -13,7 +13,7 @@
  *         if (n != 1) return tg_error("Scale: expected 1 input, got %d", n);
  *         return tg_mul(tp, x[0], tg_module_get_parameter(self, "gain"));
  *     }
- *     static const tg_module_type scale_type = {"Scale", scale_forward, NULL};
+ *     static const tg_module_type scale_type = {.name = "Scale", .forward = scale_forward};
  *     ...
  *     tg_module *m = tg_module_new(tp, &scale_type, sizeof(scale_state));
  *     tg_module_register_parameter(m, "gain", tg_parameter_new(tp, TG_F32, 1, shape));
