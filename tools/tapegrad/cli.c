@@ -53,6 +53,19 @@ int tg_cli_error(const char *cmd, const char *fmt, ...)
     return TG_CLI_USAGE;
 }
 
+bool tg_cli_parse(const tg_cli_command *c, int argc, char **argv, int *status)
+{
+    char err[512];
+    tg_args_status st = tg_cli_parse_options(argc, argv, c->opts, c->nopts, err, sizeof err);
+    if (st == TG_ARGS_HELP) {
+        fputs(c->help, stdout);
+        *status = TG_CLI_OK;
+    } else if (st != TG_ARGS_OK) {
+        *status = tg_cli_error(c->name, "%s", err);
+    }
+    return st == TG_ARGS_OK;
+}
+
 double tg_cli_now(void)
 {
     struct timespec ts;

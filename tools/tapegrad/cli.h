@@ -32,6 +32,21 @@ extern FILE *tg_cli_errfile;
 /* The whole command line (argv[0] is the program name). */
 int tg_cli_main(int argc, char **argv);
 
+/* A command's arguments: its name (the error line's "tapegrad NAME: "), its
+ * --help text and its option table. */
+typedef struct {
+    const char *name;
+    const char *help;
+    const tg_opt *opts;
+    int nopts;
+} tg_cli_command;
+#define TG_CLI_NOPTS(opts) ((int)(sizeof(opts) / sizeof((opts)[0])))
+
+/* Parses argv[1..argc) against c->opts. true: the command goes on. false: it
+ * is done, with *status TG_CLI_OK after the help text on stdout (--help or
+ * -h anywhere) or TG_CLI_USAGE after the one error line on stderr. */
+bool tg_cli_parse(const tg_cli_command *c, int argc, char **argv, int *status);
+
 /* Subcommands: argv[0] is the subcommand name, options follow. */
 int tg_cmd_attention(int argc, char **argv);
 int tg_cmd_train(int argc, char **argv);
@@ -55,19 +70,15 @@ typedef struct {
     bool dropout_seen, qkv_bias;
     uint64_t seed;
     const char *precision; /* --precision: exact (default), fast, bf16 */
-    tg_numerics numerics;  /* what it names, set by tg_cli_model_config */
+    tg_numerics numerics;  /* what it names, set by tg_cli_model_parse */
 } tg_cli_model;
-#define TG_CLI_MODEL_NOPTS 10
 /* gpt2-small, seed 123; context 0 keeps the preset's (pretrain passes 256). */
 void tg_cli_model_defaults(tg_cli_model *m, int64_t context);
-/* Writes the TG_CLI_MODEL_NOPTS option rows into opts; returns their count. */
-int tg_cli_model_opts(tg_cli_model *m, tg_opt *opts);
-/* The configuration the options ask for, checked; -1 with a message in err. */
-int tg_cli_model_config(tg_cli_model *m, tg_gpt_config *cfg, char *err, size_t errlen);
-/* Parses the command's nown own options followed by MODEL's into m and the
- * checked configuration; prints help (TG_ARGS_HELP) or the error line. */
-tg_args_status tg_cli_model_parse(const char *cmd, int argc, char **argv, const tg_opt *own, int nown, tg_cli_model *m,
-                                  tg_gpt_config *cfg, const char *help);
+/* tg_cli_parse over the command's own options (c->opts) followed by MODEL's
+ * into m, then the checked configuration into cfg (an error is the command's
+ * one line, as tg_cli_parse's). */
+bool tg_cli_model_parse(const tg_cli_command *c, int argc, char **argv, tg_cli_model *m, tg_gpt_config *cfg,
+                        int *status);
 /* The MODEL part of the commands' --help. */
 #define TG_CLI_MODEL_HELP                                                                         \
     "model (MODEL) options, applied over the preset:\n"                                    \

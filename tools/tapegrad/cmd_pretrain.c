@@ -917,37 +917,43 @@ static int pretrain(int argc, char **argv)
                  .eval_iter = 5, .sample_tokens = 50, .lr = 4e-4, .weight_decay = 0.1, .train_ratio = 0.9,
                  .initial_lr = 1e-5};
     const tg_opt own[] = {
-        {"--text", TG_OPT_STRING, &a.text, 0, 0, 0, 0, false, NULL},
-        {"--batch", TG_OPT_INT, &a.batch, 1, 65536, 0, 0, false, NULL},
-        {"--epochs", TG_OPT_INT, &a.epochs, 1, 1000000, 0, 0, false, NULL},
-        {"--lr", TG_OPT_DOUBLE, &a.lr, 0, 0, 0.0, 10.0, false, NULL},
-        {"--weight-decay", TG_OPT_DOUBLE, &a.weight_decay, 0, 0, 0.0, 1e6, false, NULL},
-        {"--optimizer", TG_OPT_STRING, &a.optimizer, 0, 0, 0, 0, false, NULL},
-        {"--eval-freq", TG_OPT_INT, &a.eval_freq, 1, INT32_MAX, 0, 0, false, NULL},
-        {"--eval-iter", TG_OPT_INT, &a.eval_iter, 1, INT32_MAX, 0, 0, false, NULL},
-        {"--train-ratio", TG_OPT_DOUBLE, &a.train_ratio, 0, 0, 0.0, 1.0, true, NULL},
-        {"--stride", TG_OPT_INT, &a.stride, 1, INT32_MAX, 0, 0, false, &a.stride_seen},
-        {"--start", TG_OPT_STRING, &a.start, 0, 0, 0, 0, false, NULL},
-        {"--sample-tokens", TG_OPT_INT, &a.sample_tokens, 0, 100000, 0, 0, false, NULL},
-        {"--warmup", TG_OPT_INT, &a.warmup, 0, INT32_MAX, 0, 0, false, &a.warmup_seen},
-        {"--initial-lr", TG_OPT_DOUBLE, &a.initial_lr, 0, 0, 0.0, 10.0, false, &a.initial_seen},
-        {"--min-lr", TG_OPT_DOUBLE, &a.min_lr, 0, 0, 0.0, 10.0, false, &a.min_seen},
-        {"--clip-grad-norm", TG_OPT_DOUBLE, &a.clip, 0, 0, 1e-12, 1e12, false, &a.clip_seen},
-        {"--save", TG_OPT_STRING, &a.save, 0, 0, 0, 0, false, NULL},
-        {"--checkpoint", TG_OPT_STRING, &a.checkpoint, 0, 0, 0, 0, false, NULL},
-        {"--resume", TG_OPT_STRING, &a.resume, 0, 0, 0, 0, false, NULL},
-        {"--plot", TG_OPT_STRING, &a.plot, 0, 0, 0, 0, false, NULL},
-        {"--composed", TG_OPT_FLAG, &a.composed, 0, 0, 0, 0, false, NULL},
-        {"--fast-dropout", TG_OPT_FLAG, &a.fast_dropout, 0, 0, 0, 0, false, NULL},
-        {"--threads", TG_OPT_INT, &a.threads, 1, 1024, 0, 0, false, NULL},
-        {"--json", TG_OPT_FLAG, &a.json, 0, 0, 0, 0, false, NULL},
-        {"--dist", TG_OPT_FLAG, &a.dist, 0, 0, 0, 0, false, NULL},
+        {.name = "--text", .type = TG_OPT_STRING, .dest = &a.text},
+        {.name = "--batch", .type = TG_OPT_INT, .dest = &a.batch, .imin = 1, .imax = 65536},
+        {.name = "--epochs", .type = TG_OPT_INT, .dest = &a.epochs, .imin = 1, .imax = 1000000},
+        {.name = "--lr", .type = TG_OPT_DOUBLE, .dest = &a.lr, .dmin = 0.0, .dmax = 10.0},
+        {.name = "--weight-decay", .type = TG_OPT_DOUBLE, .dest = &a.weight_decay, .dmin = 0.0, .dmax = 1e6},
+        {.name = "--optimizer", .type = TG_OPT_STRING, .dest = &a.optimizer},
+        {.name = "--eval-freq", .type = TG_OPT_INT, .dest = &a.eval_freq, .imin = 1, .imax = INT32_MAX},
+        {.name = "--eval-iter", .type = TG_OPT_INT, .dest = &a.eval_iter, .imin = 1, .imax = INT32_MAX},
+        {.name = "--train-ratio", .type = TG_OPT_DOUBLE, .dest = &a.train_ratio, .dmin = 0.0, .dmax = 1.0,
+         .dmax_open = true},
+        {.name = "--stride", .type = TG_OPT_INT, .dest = &a.stride, .imin = 1, .imax = INT32_MAX,
+         .seen = &a.stride_seen},
+        {.name = "--start", .type = TG_OPT_STRING, .dest = &a.start},
+        {.name = "--sample-tokens", .type = TG_OPT_INT, .dest = &a.sample_tokens, .imin = 0, .imax = 100000},
+        {.name = "--warmup", .type = TG_OPT_INT, .dest = &a.warmup, .imin = 0, .imax = INT32_MAX,
+         .seen = &a.warmup_seen},
+        {.name = "--initial-lr", .type = TG_OPT_DOUBLE, .dest = &a.initial_lr, .dmin = 0.0, .dmax = 10.0,
+         .seen = &a.initial_seen},
+        {.name = "--min-lr", .type = TG_OPT_DOUBLE, .dest = &a.min_lr, .dmin = 0.0, .dmax = 10.0, .seen = &a.min_seen},
+        {.name = "--clip-grad-norm", .type = TG_OPT_DOUBLE, .dest = &a.clip, .dmin = 1e-12, .dmax = 1e12,
+         .seen = &a.clip_seen},
+        {.name = "--save", .type = TG_OPT_STRING, .dest = &a.save},
+        {.name = "--checkpoint", .type = TG_OPT_STRING, .dest = &a.checkpoint},
+        {.name = "--resume", .type = TG_OPT_STRING, .dest = &a.resume},
+        {.name = "--plot", .type = TG_OPT_STRING, .dest = &a.plot},
+        {.name = "--composed", .type = TG_OPT_FLAG, .dest = &a.composed},
+        {.name = "--fast-dropout", .type = TG_OPT_FLAG, .dest = &a.fast_dropout},
+        {.name = "--threads", .type = TG_OPT_INT, .dest = &a.threads, .imin = 1, .imax = 1024},
+        {.name = "--json", .type = TG_OPT_FLAG, .dest = &a.json},
+        {.name = "--dist", .type = TG_OPT_FLAG, .dest = &a.dist},
     };
     tg_cli_model m;
     pt_run r = {.a = &a, .global_step = -1, .size = 1, .lead = true};
     tg_cli_model_defaults(&m, 256);
-    tg_args_status st = tg_cli_model_parse(CMD, argc, argv, own, (int)(sizeof own / sizeof own[0]), &m, &r.cfg, help);
-    if (st != TG_ARGS_OK) return st == TG_ARGS_HELP ? TG_CLI_OK : TG_CLI_USAGE;
+    int rc;
+    tg_cli_command c = {.name = CMD, .help = help, .opts = own, .nopts = TG_CLI_NOPTS(own)};
+    if (!tg_cli_model_parse(&c, argc, argv, &m, &r.cfg, &rc)) return rc;
     if (!a.text) return tg_cli_error(CMD, "--text PATH is required");
     if (strcmp(a.optimizer, "adamw") != 0 && strcmp(a.optimizer, "adam") != 0)
         return tg_cli_error(CMD, "--optimizer: expected adamw or adam, got '%.200s'", a.optimizer);
@@ -961,14 +967,14 @@ static int pretrain(int argc, char **argv)
 #ifdef _OPENMP
     if (a.threads) omp_set_num_threads((int)a.threads);
 #endif
-    int drc = tg_cli_dist_begin(CMD, a.dist, a.batch, a.threads != 0);
-    if (drc != TG_CLI_OK) return drc;
+    rc = tg_cli_dist_begin(CMD, a.dist, a.batch, a.threads != 0);
+    if (rc != TG_CLI_OK) return rc;
     r.rank = tg_dist_rank(), r.size = tg_dist_size(), r.lead = r.rank == 0;
     if (r.lead) tg_cli_warn_blas(CMD);
     r.progress = isatty(STDERR_FILENO) && !a.json && r.lead;
     r.model_tape = tg_tape_new();
     r.step_tape = tg_tape_new();
-    int rc = r.model_tape && r.step_tape ? run(&r, &m) : tg_cli_error(CMD, "out of memory");
+    rc = r.model_tape && r.step_tape ? run(&r, &m) : tg_cli_error(CMD, "out of memory");
     history_free(&r.h);
     free(r.start_ids);
     tg_tape_free(r.step_tape);
