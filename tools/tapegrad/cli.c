@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <tapegrad.h>
 
@@ -183,6 +184,21 @@ char *tg_cli_read_file(const char *cmd, const char *opt, const char *path, bool 
     }
     *len = n;
     return buf;
+}
+
+bool tg_cli_writable(const char *path)
+{
+    if (access(path, F_OK) == 0) {
+        FILE *f = fopen(path, "r+b"); /* opens without changing it */
+        if (!f) return false;
+        fclose(f);
+        return true;
+    }
+    FILE *f = fopen(path, "wb");
+    if (!f) return false;
+    fclose(f);
+    remove(path);
+    return true;
 }
 
 static int cmp_double(const void *a, const void *b)

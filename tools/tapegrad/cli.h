@@ -124,6 +124,9 @@ int tg_cli_lib_error(const char *cmd, const char *what);
 /* The whole of the file named by option opt (standard input for "-" when
  * allow_stdin), malloc'd; NULL with the error line printed for cmd. */
 char *tg_cli_read_file(const char *cmd, const char *opt, const char *path, bool allow_stdin, size_t *len);
+/* Can path be written: created, or replaced as an atomic save replaces it
+ * (nothing is changed)? errno says why not. */
+bool tg_cli_writable(const char *path);
 /* The median of v[0..n) (n >= 1; sorts v): benchmarks quote medians, so
  * that one slow step does not move the figure. */
 double tg_cli_median(double *v, int64_t n);
@@ -154,6 +157,18 @@ int tg_cli_svg_close(tg_cli_svg *s);
 void tg_cli_svg_escape(FILE *f, const char *s);
 /* A tick step of 1, 2 or 5 times a power of ten near raw. */
 double tg_cli_nice_step(double raw);
+
+/* One evaluation of a training run: a row of the book's table. */
+typedef struct {
+    int64_t epoch, step, tokens;
+    double train, val;
+} tg_cli_loss_row;
+/* The book's plot_losses as an SVG file: training (solid) and validation
+ * (dash-dot) loss of the n rows against epochs (row i at epoch
+ * linspace(0, epochs, n)[i]), tokens seen on a second axis at the top,
+ * non-finite losses left out. 0, or -1 when path cannot be opened and -2
+ * when a write failed, with errno. */
+int tg_cli_svg_loss_plot(const char *path, const char *title, double epochs, int64_t n, const tg_cli_loss_row *rows);
 
 /* A rough upper bound of the bytes a forward+backward of an attention module
  * needs (composed or fused attention); commands refuse configurations above a fixed budget so that a huge
