@@ -31,9 +31,9 @@
  * Layers: tensor.h (tapes, tensors, generators, printing, safetensors) below
  * autograd.h (differentiable ops, backward, gradcheck) below nn.h (parameters,
  * modules, attention, state_dict) and gpt.h (the book's GPT, generation);
- * optim.h (SGD, Adam, AdamW, clipping, schedules), data.h (tokenizer,
- * text windows, loaders) and dist.h (data-parallel training over MPI)
- * build on them.
+ * optim.h (SGD, Adam, AdamW, clipping, schedules, checkpoints), data.h
+ * (tokenizer, text windows, loaders) and dist.h (data-parallel training over
+ * MPI) build on them.
  */
 #ifndef TAPEGRAD_H
 #define TAPEGRAD_H

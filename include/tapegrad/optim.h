@@ -213,6 +213,87 @@ TG_API int tg_lr_schedule_check(const tg_lr_schedule *s);
  * schedule or a negative step. Steps past total_steps stay at min_lr. */
 TG_API double tg_lr_schedule_at(const tg_lr_schedule *s, int64_t step);
 
+/* ---- checkpoints: a training run saved and resumed ------------------------------------ */
+
+/* What torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+ * "epoch": epoch, ...}) keeps of a run, in one safetensors file, and what a
+ * run that resumes checks it against:
+ *
+ *     tg_checkpoint ck = {.model = gpt, .optimizer = opt, .generator = tg_default_generator()};
+ *     if (resume && tg_checkpoint_load(NULL, &ck, "run.ckpt") != TG_OK) {
+ *         fprintf(stderr, "%s\n", tg_last_error());
+ *         return 1;
+ *     }
+ *     for (int64_t epoch = ck.epoch; epoch < epochs; epoch++) {
+ *         ...                                  // one epoch, ck.step counting its steps
+ *         ck.epoch = epoch + 1;
+ *         if (tg_checkpoint_save(&ck, "run.ckpt") != TG_OK) ...
+ *     }
+ *
+ * The file holds "model." + the model's state_dict keys, "optimizer." + the
+ * optimizer's (optim.h's tg_optimizer_state_dict), "rng.default" (the
+ * generator's TG_GENERATOR_STATE_BYTES bytes), "train.progress" (int64:
+ * format 1, epoch, step, tokens_seen), "train.settings" and
+ * "train.settings_f64" (the identity values, when there are any: the
+ * integers, then the floats, each in the order given) and each user tensor
+ * under its own name. */
+
+/* One value that names the run (a setting, a digest of the data): a
+ * checkpoint resumes only the run whose values are all equal to its own. */
+typedef struct {
+    const char *name;    /* how the message names it: "--lr", "batch size" */
+    bool is_float;       /* the value is f; otherwise i */
+    int64_t i;
+    double f;
+    const char *differs; /* optional: the message when it differs ("was trained
+                          * on another text"); by default "belongs to another
+                          * run: it has NAME <file's>, this run <this run's>" */
+} tg_checkpoint_value;
+
+typedef struct {
+    tg_module *model;         /* required: its state_dict */
+    tg_optimizer *optimizer;  /* optional (NULL: neither saved nor loaded) */
+    tg_generator *generator;  /* optional: its state (torch.get_rng_state) */
+    /* Progress: save writes them; load sets them from the file. epoch and
+     * tokens_seen are >= 0; step >= -1 (the book's global_step is -1 before
+     * the first step). */
+    int64_t epoch, step, tokens_seen;
+    /* The run's identity: load refuses a file whose values (as many
+     * integers and floats, each equal; NaN equals nothing) differ. None:
+     * nothing is checked. */
+    int n_values;
+    const tg_checkpoint_value *values;
+    /* The user's own tensors (a loss history, ...), by name: save writes
+     * each; load reads each, into tensors[i] when it is given (contiguous,
+     * with the file's dtype and shape) or, when tensors[i] is NULL, sets it
+     * to a copy of the file's tensor in load's tape. */
+    tg_named_list tensors;
+} tg_checkpoint;
+
+/* Writes the checkpoint atomically (a temporary file, then rename: a failed
+ * or interrupted save leaves the previous file as it was); ck and its parts
+ * are borrowed, nothing of them is kept. Errors: TG_EINVAL (ck, its model or
+ * path NULL; a user tensor NULL or without a name; a value without a name;
+ * names that repeat), TG_ENOMEM, TG_EIO (safetensors_save's message). */
+TG_API int tg_checkpoint_save(const tg_checkpoint *ck, const char *path);
+
+/* Reads path into ck's model, optimizer, generator, progress and tensors,
+ * after checking all of it: the file (TG_EIO, TG_EFORMAT as
+ * tg_safetensors_load), every key that ck's parts need ("'PATH' is not a
+ * tapegrad checkpoint (no 'KEY')"), the format and the progress record,
+ * every identity value ("'PATH' belongs to another run: ..."), the generator
+ * state, each user tensor's dtype and shape, then the model's and the
+ * optimizer's keys, shapes and dtypes (their load_state_dict's message after
+ * "'PATH': the model: " or "'PATH': the optimizer: "); all TG_EFORMAT.
+ * TG_EINVAL for NULL ck, model or path, or a NULL user slot with tp NULL.
+ * On any error the model, optimizer, generator and ck are as they were
+ * (tp may hold copies made before the error), and the message is one line.
+ * The data is copied into the model, optimizer, generator and the given
+ * user tensors; tp (NULL when no slot is NULL) receives the others. While
+ * the optimizer loads, a copy of the model's state is kept, to put back if
+ * the optimizer refuses its part. */
+TG_API int tg_checkpoint_load(tg_tape *tp, tg_checkpoint *ck, const char *path);
+
 #ifdef __cplusplus
 }
 #endif

@@ -32,7 +32,9 @@ int tg_cli_parse_u64(const char *s, uint64_t *out, char *err, size_t errlen);
 /* Finite doubles in [min, max] (or [min, max) when max_open). */
 int tg_cli_parse_f64(const char *s, double min, double max, bool max_open, double *out, char *err, size_t errlen);
 
-/* One option of a subcommand. */
+/* One option of a subcommand, written with designated initialisers; the
+ * fields its type does not use stay zero:
+ *   {.name = "--heads", .type = TG_OPT_INT, .dest = &a.heads, .imin = 1, .imax = 64} */
 typedef enum { TG_OPT_FLAG, TG_OPT_INT, TG_OPT_U64, TG_OPT_DOUBLE, TG_OPT_STRING } tg_opt_type;
 
 typedef struct {

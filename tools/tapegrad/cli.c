@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <tapegrad.h>
 
@@ -51,6 +52,19 @@ int tg_cli_error(const char *cmd, const char *fmt, ...)
     fprintf(f, "tapegrad%s%s: %s\n", cmd ? " " : "", cmd ? cmd : "", msg);
     fflush(f);
     return TG_CLI_USAGE;
+}
+
+bool tg_cli_parse(const tg_cli_command *c, int argc, char **argv, int *status)
+{
+    char err[512];
+    tg_args_status st = tg_cli_parse_options(argc, argv, c->opts, c->nopts, err, sizeof err);
+    if (st == TG_ARGS_HELP) {
+        fputs(c->help, stdout);
+        *status = TG_CLI_OK;
+    } else if (st != TG_ARGS_OK) {
+        *status = tg_cli_error(c->name, "%s", err);
+    }
+    return st == TG_ARGS_OK;
 }
 
 double tg_cli_now(void)
@@ -170,6 +184,21 @@ char *tg_cli_read_file(const char *cmd, const char *opt, const char *path, bool 
     }
     *len = n;
     return buf;
+}
+
+bool tg_cli_writable(const char *path)
+{
+    if (access(path, F_OK) == 0) {
+        FILE *f = fopen(path, "r+b"); /* opens without changing it */
+        if (!f) return false;
+        fclose(f);
+        return true;
+    }
+    FILE *f = fopen(path, "wb");
+    if (!f) return false;
+    fclose(f);
+    remove(path);
+    return true;
 }
 
 static int cmp_double(const void *a, const void *b)

@@ -32,6 +32,21 @@ extern FILE *tg_cli_errfile;
 /* The whole command line (argv[0] is the program name). */
 int tg_cli_main(int argc, char **argv);
 
+/* A command's arguments: its name (the error line's "tapegrad NAME: "), its
+ * --help text and its option table. */
+typedef struct {
+    const char *name;
+    const char *help;
+    const tg_opt *opts;
+    int nopts;
+} tg_cli_command;
+#define TG_CLI_NOPTS(opts) ((int)(sizeof(opts) / sizeof((opts)[0])))
+
+/* Parses argv[1..argc) against c->opts. true: the command goes on. false: it
+ * is done, with *status TG_CLI_OK after the help text on stdout (--help or
+ * -h anywhere) or TG_CLI_USAGE after the one error line on stderr. */
+bool tg_cli_parse(const tg_cli_command *c, int argc, char **argv, int *status);
+
 /* Subcommands: argv[0] is the subcommand name, options follow. */
 int tg_cmd_attention(int argc, char **argv);
 int tg_cmd_train(int argc, char **argv);
@@ -55,19 +70,15 @@ typedef struct {
     bool dropout_seen, qkv_bias;
     uint64_t seed;
     const char *precision; /* --precision: exact (default), fast, bf16 */
-    tg_numerics numerics;  /* what it names, set by tg_cli_model_config */
+    tg_numerics numerics;  /* what it names, set by tg_cli_model_parse */
 } tg_cli_model;
-#define TG_CLI_MODEL_NOPTS 10
 /* gpt2-small, seed 123; context 0 keeps the preset's (pretrain passes 256). */
 void tg_cli_model_defaults(tg_cli_model *m, int64_t context);
-/* Writes the TG_CLI_MODEL_NOPTS option rows into opts; returns their count. */
-int tg_cli_model_opts(tg_cli_model *m, tg_opt *opts);
-/* The configuration the options ask for, checked; -1 with a message in err. */
-int tg_cli_model_config(tg_cli_model *m, tg_gpt_config *cfg, char *err, size_t errlen);
-/* Parses the command's nown own options followed by MODEL's into m and the
- * checked configuration; prints help (TG_ARGS_HELP) or the error line. */
-tg_args_status tg_cli_model_parse(const char *cmd, int argc, char **argv, const tg_opt *own, int nown, tg_cli_model *m,
-                                  tg_gpt_config *cfg, const char *help);
+/* tg_cli_parse over the command's own options (c->opts) followed by MODEL's
+ * into m, then the checked configuration into cfg (an error is the command's
+ * one line, as tg_cli_parse's). */
+bool tg_cli_model_parse(const tg_cli_command *c, int argc, char **argv, tg_cli_model *m, tg_gpt_config *cfg,
+                        int *status);
 /* The MODEL part of the commands' --help. */
 #define TG_CLI_MODEL_HELP                                                                         \
     "model (MODEL) options, applied over the preset:\n"                                    \
@@ -113,6 +124,9 @@ int tg_cli_lib_error(const char *cmd, const char *what);
 /* The whole of the file named by option opt (standard input for "-" when
  * allow_stdin), malloc'd; NULL with the error line printed for cmd. */
 char *tg_cli_read_file(const char *cmd, const char *opt, const char *path, bool allow_stdin, size_t *len);
+/* Can path be written: created, or replaced as an atomic save replaces it
+ * (nothing is changed)? errno says why not. */
+bool tg_cli_writable(const char *path);
 /* The median of v[0..n) (n >= 1; sorts v): benchmarks quote medians, so
  * that one slow step does not move the figure. */
 double tg_cli_median(double *v, int64_t n);
@@ -143,6 +157,18 @@ int tg_cli_svg_close(tg_cli_svg *s);
 void tg_cli_svg_escape(FILE *f, const char *s);
 /* A tick step of 1, 2 or 5 times a power of ten near raw. */
 double tg_cli_nice_step(double raw);
+
+/* One evaluation of a training run: a row of the book's table. */
+typedef struct {
+    int64_t epoch, step, tokens;
+    double train, val;
+} tg_cli_loss_row;
+/* The book's plot_losses as an SVG file: training (solid) and validation
+ * (dash-dot) loss of the n rows against epochs (row i at epoch
+ * linspace(0, epochs, n)[i]), tokens seen on a second axis at the top,
+ * non-finite losses left out. 0, or -1 when path cannot be opened and -2
+ * when a write failed, with errno. */
+int tg_cli_svg_loss_plot(const char *path, const char *title, double epochs, int64_t n, const tg_cli_loss_row *rows);
 
 /* A rough upper bound of the bytes a forward+backward of an attention module
  * needs (composed or fused attention); commands refuse configurations above a fixed budget so that a huge

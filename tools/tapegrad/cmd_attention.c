@@ -258,35 +258,32 @@ int tg_cmd_attention(int argc, char **argv)
     attn_args a = {.input = "book", .seed = 123, .d_in = 3, .d_out = 2, .heads = 2};
     const int64_t big = 1 << 20;
     const tg_opt opts[] = {
-        {"--module", TG_OPT_STRING, &a.module, 0, 0, 0, 0, false, NULL},
-        {"--seed", TG_OPT_U64, &a.seed, 0, 0, 0, 0, false, NULL},
-        {"--d-in", TG_OPT_INT, &a.d_in, 1, big, 0, 0, false, NULL},
-        {"--d-out", TG_OPT_INT, &a.d_out, 1, big, 0, 0, false, NULL},
-        {"--heads", TG_OPT_INT, &a.heads, 1, 4096, 0, 0, false, NULL},
-        {"--context", TG_OPT_INT, &a.context, 1, TG_CLI_MAX_TOKENS, 0, 0, false, &a.context_set},
-        {"--dropout", TG_OPT_DOUBLE, &a.dropout, 0, 0, 0.0, 1.0, true, NULL},
-        {"--qkv-bias", TG_OPT_FLAG, &a.qkv_bias, 0, 0, 0, 0, false, NULL},
-        {"--eval", TG_OPT_FLAG, &a.eval, 0, 0, 0, 0, false, NULL},
-        {"--input", TG_OPT_STRING, &a.input, 0, 0, 0, 0, false, NULL},
-        {"--grads", TG_OPT_FLAG, &a.grads, 0, 0, 0, 0, false, NULL},
-        {"--json", TG_OPT_FLAG, &a.json, 0, 0, 0, 0, false, NULL},
-        {"--gradcheck", TG_OPT_FLAG, &a.gradcheck, 0, 0, 0, 0, false, NULL},
-        {"--save", TG_OPT_STRING, &a.save, 0, 0, 0, 0, false, NULL},
-        {"--load", TG_OPT_STRING, &a.load, 0, 0, 0, 0, false, NULL},
+        {.name = "--module", .type = TG_OPT_STRING, .dest = &a.module},
+        {.name = "--seed", .type = TG_OPT_U64, .dest = &a.seed},
+        {.name = "--d-in", .type = TG_OPT_INT, .dest = &a.d_in, .imin = 1, .imax = big},
+        {.name = "--d-out", .type = TG_OPT_INT, .dest = &a.d_out, .imin = 1, .imax = big},
+        {.name = "--heads", .type = TG_OPT_INT, .dest = &a.heads, .imin = 1, .imax = 4096},
+        {.name = "--context", .type = TG_OPT_INT, .dest = &a.context, .imin = 1, .imax = TG_CLI_MAX_TOKENS,
+         .seen = &a.context_set},
+        {.name = "--dropout", .type = TG_OPT_DOUBLE, .dest = &a.dropout, .dmin = 0.0, .dmax = 1.0, .dmax_open = true},
+        {.name = "--qkv-bias", .type = TG_OPT_FLAG, .dest = &a.qkv_bias},
+        {.name = "--eval", .type = TG_OPT_FLAG, .dest = &a.eval},
+        {.name = "--input", .type = TG_OPT_STRING, .dest = &a.input},
+        {.name = "--grads", .type = TG_OPT_FLAG, .dest = &a.grads},
+        {.name = "--json", .type = TG_OPT_FLAG, .dest = &a.json},
+        {.name = "--gradcheck", .type = TG_OPT_FLAG, .dest = &a.gradcheck},
+        {.name = "--save", .type = TG_OPT_STRING, .dest = &a.save},
+        {.name = "--load", .type = TG_OPT_STRING, .dest = &a.load},
     };
-    char err[512];
-    tg_args_status st = tg_cli_parse_options(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), err, sizeof err);
-    if (st == TG_ARGS_HELP) {
-        fputs(help, stdout);
-        return TG_CLI_OK;
-    }
-    if (st != TG_ARGS_OK) return tg_cli_error(CMD, "%s", err);
+    int rc;
+    tg_cli_command c = {.name = CMD, .help = help, .opts = opts, .nopts = TG_CLI_NOPTS(opts)};
+    if (!tg_cli_parse(&c, argc, argv, &rc)) return rc;
     if (!a.module) return tg_cli_error(CMD, "--module is required (sa-v1, sa-v2, causal, mha-wrapper or mha)");
     if (a.gradcheck && (a.json || a.grads)) return tg_cli_error(CMD, "--gradcheck cannot be combined with --json or --grads");
 
     tg_tape *tp = tg_tape_new();
     if (!tp) return tg_cli_error(CMD, "out of memory");
-    int rc = run(tp, &a);
+    rc = run(tp, &a);
     fflush(stdout);
     tg_tape_free(tp);
     return rc;

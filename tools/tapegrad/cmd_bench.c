@@ -135,34 +135,29 @@ int tg_cmd_bench(int argc, char **argv)
                     .precision = "fast"};
     const int64_t big = 1 << 20;
     const tg_opt opts[] = {
-        {"--module", TG_OPT_STRING, &a.module, 0, 0, 0, 0, false, NULL},
-        {"--batch", TG_OPT_INT, &a.batch, 1, big, 0, 0, false, NULL},
-        {"--tokens", TG_OPT_INT, &a.tokens, 1, TG_CLI_MAX_TOKENS, 0, 0, false, NULL},
-        {"--d", TG_OPT_INT, &a.d, 1, big, 0, 0, false, NULL},
-        {"--d-in", TG_OPT_INT, &a.d_in, 1, big, 0, 0, false, &a.d_in_set},
-        {"--d-out", TG_OPT_INT, &a.d_out, 1, big, 0, 0, false, &a.d_out_set},
-        {"--heads", TG_OPT_INT, &a.heads, 1, 4096, 0, 0, false, NULL},
-        {"--dropout", TG_OPT_DOUBLE, &a.dropout, 0, 0, 0.0, 1.0, true, NULL},
-        {"--steps", TG_OPT_INT, &a.steps, 1, 100000, 0, 0, false, NULL},
-        {"--threads", TG_OPT_INT, &a.threads, 1, 1024, 0, 0, false, &a.threads_set},
-        {"--composed", TG_OPT_FLAG, &a.composed, 0, 0, 0, 0, false, NULL},
-        {"--torch-dropout", TG_OPT_FLAG, &a.torch_dropout, 0, 0, 0, 0, false, NULL},
-        {"--precision", TG_OPT_STRING, &a.precision, 0, 0, 0, 0, false, NULL},
-        {"--json", TG_OPT_FLAG, &a.json, 0, 0, 0, 0, false, NULL},
+        {.name = "--module", .type = TG_OPT_STRING, .dest = &a.module},
+        {.name = "--batch", .type = TG_OPT_INT, .dest = &a.batch, .imin = 1, .imax = big},
+        {.name = "--tokens", .type = TG_OPT_INT, .dest = &a.tokens, .imin = 1, .imax = TG_CLI_MAX_TOKENS},
+        {.name = "--d", .type = TG_OPT_INT, .dest = &a.d, .imin = 1, .imax = big},
+        {.name = "--d-in", .type = TG_OPT_INT, .dest = &a.d_in, .imin = 1, .imax = big, .seen = &a.d_in_set},
+        {.name = "--d-out", .type = TG_OPT_INT, .dest = &a.d_out, .imin = 1, .imax = big, .seen = &a.d_out_set},
+        {.name = "--heads", .type = TG_OPT_INT, .dest = &a.heads, .imin = 1, .imax = 4096},
+        {.name = "--dropout", .type = TG_OPT_DOUBLE, .dest = &a.dropout, .dmin = 0.0, .dmax = 1.0, .dmax_open = true},
+        {.name = "--steps", .type = TG_OPT_INT, .dest = &a.steps, .imin = 1, .imax = 100000},
+        {.name = "--threads", .type = TG_OPT_INT, .dest = &a.threads, .imin = 1, .imax = 1024, .seen = &a.threads_set},
+        {.name = "--composed", .type = TG_OPT_FLAG, .dest = &a.composed},
+        {.name = "--torch-dropout", .type = TG_OPT_FLAG, .dest = &a.torch_dropout},
+        {.name = "--precision", .type = TG_OPT_STRING, .dest = &a.precision},
+        {.name = "--json", .type = TG_OPT_FLAG, .dest = &a.json},
     };
-    char err[512];
-    tg_args_status st = tg_cli_parse_options(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), err, sizeof err);
-    if (st == TG_ARGS_HELP) {
-        fputs(help, stdout);
-        return TG_CLI_OK;
-    }
-    if (st != TG_ARGS_OK) return tg_cli_error(CMD, "%s", err);
+    int rc;
+    tg_cli_command c = {.name = CMD, .help = help, .opts = opts, .nopts = TG_CLI_NOPTS(opts)};
+    if (!tg_cli_parse(&c, argc, argv, &rc)) return rc;
     if (tg_numerics_parse(a.precision, &a.numerics) != TG_OK)
         return tg_cli_error(CMD, "--precision: '%.40s' is not one of exact, fast, bf16", a.precision);
 
     double *t = malloc(sizeof(double) * 3 * (size_t)a.steps);
     tg_tape *model = tg_tape_new(), *step = tg_tape_new();
-    int rc;
     if (!t || !model || !step)
         rc = tg_cli_error(CMD, "out of memory");
     else

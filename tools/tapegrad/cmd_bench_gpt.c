@@ -197,21 +197,21 @@ int tg_cmd_bench_gpt(int argc, char **argv)
 {
     gpt_bench_args a = {.model = "gpt", .batch = 2, .tokens = 256, .steps = 5};
     const tg_opt own[] = {
-        {"--model", TG_OPT_STRING, &a.model, 0, 0, 0, 0, false, NULL},
-        {"--batch", TG_OPT_INT, &a.batch, 1, 1 << 20, 0, 0, false, NULL},
-        {"--tokens", TG_OPT_INT, &a.tokens, 1, 65536, 0, 0, false, NULL},
-        {"--steps", TG_OPT_INT, &a.steps, 1, 100000, 0, 0, false, NULL},
-        {"--threads", TG_OPT_INT, &a.threads, 1, 1024, 0, 0, false, &a.threads_set},
-        {"--json", TG_OPT_FLAG, &a.json, 0, 0, 0, 0, false, NULL},
-        {"--dist", TG_OPT_FLAG, &a.dist, 0, 0, 0, 0, false, NULL},
+        {.name = "--model", .type = TG_OPT_STRING, .dest = &a.model},
+        {.name = "--batch", .type = TG_OPT_INT, .dest = &a.batch, .imin = 1, .imax = 1 << 20},
+        {.name = "--tokens", .type = TG_OPT_INT, .dest = &a.tokens, .imin = 1, .imax = 65536},
+        {.name = "--steps", .type = TG_OPT_INT, .dest = &a.steps, .imin = 1, .imax = 100000},
+        {.name = "--threads", .type = TG_OPT_INT, .dest = &a.threads, .imin = 1, .imax = 1024, .seen = &a.threads_set},
+        {.name = "--json", .type = TG_OPT_FLAG, .dest = &a.json},
+        {.name = "--dist", .type = TG_OPT_FLAG, .dest = &a.dist},
     };
     /* the context defaults to --tokens, so MODEL is parsed after --tokens is known */
     tg_cli_model mo;
     tg_cli_model_defaults(&mo, 0);
     tg_gpt_config cfg;
-    tg_args_status st = tg_cli_model_parse(CMD, argc, argv, own, (int)(sizeof own / sizeof own[0]), &mo, &cfg, help);
-    if (st == TG_ARGS_HELP) return TG_CLI_OK;
-    if (st != TG_ARGS_OK) return TG_CLI_USAGE;
+    int rc;
+    tg_cli_command c = {.name = CMD, .help = help, .opts = own, .nopts = TG_CLI_NOPTS(own)};
+    if (!tg_cli_model_parse(&c, argc, argv, &mo, &cfg, &rc)) return rc;
     if (strcmp(a.model, "gpt") != 0) return tg_cli_error(CMD, "--model: expected gpt, got '%.200s'", a.model);
     if (!mo.context) cfg.context_length = a.tokens;
     if (a.tokens > cfg.context_length)
@@ -229,7 +229,7 @@ int tg_cmd_bench_gpt(int argc, char **argv)
                             (long long)a.batch, (long long)a.tokens, TG_CLI_MEMORY_BUDGET / (1024.0 * 1024 * 1024));
     if (tg_cli_check_only) return TG_CLI_OK;
     if (a.threads_set) omp_set_num_threads((int)a.threads);
-    int rc = tg_cli_dist_begin(CMD, a.dist, a.batch, a.threads_set);
+    rc = tg_cli_dist_begin(CMD, a.dist, a.batch, a.threads_set);
     if (rc != TG_CLI_OK) return rc;
     bool dist = a.dist || tg_dist_launched() > 0;
     if (tg_dist_rank() == 0) tg_cli_warn_blas(CMD);

@@ -54,12 +54,13 @@ int tg_cmd_summary(int argc, char **argv)
     tg_cli_model m;
     tg_gpt_config cfg;
     tg_cli_model_defaults(&m, 0);
-    tg_args_status st = tg_cli_model_parse("summary", argc, argv, NULL, 0, &m, &cfg, summary_help);
-    if (st != TG_ARGS_OK) return st == TG_ARGS_HELP ? TG_CLI_OK : TG_CLI_USAGE;
+    int rc;
+    if (!tg_cli_model_parse(&(tg_cli_command){.name = "summary", .help = summary_help}, argc, argv, &m, &cfg, &rc))
+        return rc;
     if (tg_cli_check_only) return TG_CLI_OK;
     tg_tape *tp = tg_tape_new();
     tg_module *gpt = tp ? tg_cli_model_build(tp, &m, &cfg) : NULL;
-    int rc = TG_CLI_OK;
+    rc = TG_CLI_OK;
     if (!gpt || tg_module_print(stdout, gpt) != TG_OK) {
         rc = tg_cli_lib_error("summary", NULL);
     } else {
@@ -150,16 +151,16 @@ int tg_cmd_generate(int argc, char **argv)
     const char *cmd = "generate";
     gen_args a = {.prompt = "Hello, I am", .max_new = 10, .eos = -1};
     const tg_opt own[] = {
-        {"--load", TG_OPT_STRING, &a.load, 0, 0, 0, 0, false, NULL},
-        {"--hf", TG_OPT_STRING, &a.hf, 0, 0, 0, 0, false, NULL},
-        {"--prompt", TG_OPT_STRING, &a.prompt, 0, 0, 0, 0, false, NULL},
-        {"--max-new-tokens", TG_OPT_INT, &a.max_new, 0, 1000000, 0, 0, false, NULL},
-        {"--temperature", TG_OPT_DOUBLE, &a.temperature, 0, 0, 0.0, 1e6, false, NULL},
-        {"--top-k", TG_OPT_INT, &a.top_k, 0, INT32_MAX, 0, 0, false, NULL},
-        {"--eos", TG_OPT_INT, &a.eos, 0, INT32_MAX, 0, 0, false, NULL},
-        {"--sample-seed", TG_OPT_U64, &a.sample_seed, 0, 0, 0, 0, false, &a.sample_seed_seen},
-        {"--no-kv-cache", TG_OPT_FLAG, &a.no_cache, 0, 0, 0, 0, false, NULL},
-        {"--json", TG_OPT_FLAG, &a.json, 0, 0, 0, 0, false, NULL},
+        {.name = "--load", .type = TG_OPT_STRING, .dest = &a.load},
+        {.name = "--hf", .type = TG_OPT_STRING, .dest = &a.hf},
+        {.name = "--prompt", .type = TG_OPT_STRING, .dest = &a.prompt},
+        {.name = "--max-new-tokens", .type = TG_OPT_INT, .dest = &a.max_new, .imin = 0, .imax = 1000000},
+        {.name = "--temperature", .type = TG_OPT_DOUBLE, .dest = &a.temperature, .dmin = 0.0, .dmax = 1e6},
+        {.name = "--top-k", .type = TG_OPT_INT, .dest = &a.top_k, .imin = 0, .imax = INT32_MAX},
+        {.name = "--eos", .type = TG_OPT_INT, .dest = &a.eos, .imin = 0, .imax = INT32_MAX},
+        {.name = "--sample-seed", .type = TG_OPT_U64, .dest = &a.sample_seed, .seen = &a.sample_seed_seen},
+        {.name = "--no-kv-cache", .type = TG_OPT_FLAG, .dest = &a.no_cache},
+        {.name = "--json", .type = TG_OPT_FLAG, .dest = &a.json},
     };
     tg_cli_model m;
     tg_gpt_config cfg;
@@ -167,8 +168,9 @@ int tg_cmd_generate(int argc, char **argv)
     /* GPT-2's released weights have q/k/v biases (the book's NEW_CONFIG) */
     for (int i = 1; i < argc; i++)
         if (argv[i] && (strcmp(argv[i], "--hf") == 0 || strncmp(argv[i], "--hf=", 5) == 0)) m.qkv_bias = true;
-    tg_args_status st = tg_cli_model_parse(cmd, argc, argv, own, (int)(sizeof own / sizeof own[0]), &m, &cfg, generate_help);
-    if (st != TG_ARGS_OK) return st == TG_ARGS_HELP ? TG_CLI_OK : TG_CLI_USAGE;
+    int rc;
+    tg_cli_command c = {.name = cmd, .help = generate_help, .opts = own, .nopts = TG_CLI_NOPTS(own)};
+    if (!tg_cli_model_parse(&c, argc, argv, &m, &cfg, &rc)) return rc;
     if (a.load && a.hf) return tg_cli_error(cmd, "--load and --hf are exclusive");
     if (a.top_k > cfg.vocab_size)
         return tg_cli_error(cmd, "--top-k %lld exceeds the vocabulary (%lld)", (long long)a.top_k,
@@ -181,7 +183,7 @@ int tg_cmd_generate(int argc, char **argv)
     tg_tokenizer *tok = tg_cli_tokenizer();
     if (!tok) return tg_cli_lib_error(cmd, NULL);
     tg_tape *tp = tg_tape_new();
-    int rc = tp ? run_generate(tp, tok, &m, &cfg, &a) : tg_cli_error(cmd, "out of memory");
+    rc = tp ? run_generate(tp, tok, &m, &cfg, &a) : tg_cli_error(cmd, "out of memory");
     tg_tape_free(tp);
     return rc;
 }

@@ -1,6 +1,7 @@
 /* tapegrad pretrain: the book's chapter-5 run (train_model_simple) on a text,
  * printing the book's loss table and an epoch's greedy sample, with
- * checkpoints, resume, a plot and JSON (README.md, "Pretraining").
+ * checkpoints and resume (the library's tg_checkpoint), a plot (svg.c) and
+ * JSON (README.md, "Pretraining").
  *
  * Every random draw is PyTorch's, in PyTorch's order: the model is built
  * after manual_seed(seed); the loaders draw when an iteration starts (the
@@ -85,15 +86,9 @@ typedef struct {
     bool composed, fast_dropout, json, dist;
 } pt_args;
 
-/* One evaluation: the book's row. */
-typedef struct {
-    int64_t epoch, step, tokens;
-    double train, val;
-} pt_row;
-
 /* What a run has printed so far (kept in checkpoints). */
 typedef struct {
-    pt_row *rows;
+    tg_cli_loss_row *rows;
     int64_t n_rows, cap_rows;
     char **samples; /* one per finished epoch */
     int64_t n_samples;
@@ -135,11 +130,11 @@ static uint64_t fnv1a(const char *s, size_t n)
     return h;
 }
 
-static int history_add_row(pt_history *h, pt_row r)
+static int history_add_row(pt_history *h, tg_cli_loss_row r)
 {
     if (h->n_rows == h->cap_rows) {
         int64_t cap = h->cap_rows ? h->cap_rows * 2 : 64;
-        pt_row *nr = realloc(h->rows, sizeof *nr * (size_t)cap);
+        tg_cli_loss_row *nr = realloc(h->rows, sizeof *nr * (size_t)cap);
         if (!nr) return -1;
         h->rows = nr, h->cap_rows = cap;
     }
@@ -164,7 +159,7 @@ static void history_free(pt_history *h)
     memset(h, 0, sizeof *h);
 }
 
-static void print_row(const pt_row *r)
+static void print_row(const tg_cli_loss_row *r)
 {
     printf("Ep %lld (Step %06lld): Train loss %.3f, Val loss %.3f\n", (long long)r->epoch, (long long)r->step, r->train,
            r->val);
@@ -189,23 +184,6 @@ static void progress_draw(const pt_run *r, int64_t epoch, int64_t batch, int64_t
             (long long)epoch, (long long)r->a->epochs, (long long)batch, (long long)nbatches,
             (long long)r->global_step + 1, (long long)r->total_steps, tps, (int)(eta / 60), (int)fmod(eta, 60));
     fflush(stderr);
-}
-
-/* Can path be written (created, or replaced as an atomic save replaces it)?
- * errno says why not. */
-static bool writable(const char *path)
-{
-    if (access(path, F_OK) == 0) {
-        FILE *f = fopen(path, "r+b"); /* opens without changing it */
-        if (!f) return false;
-        fclose(f);
-        return true;
-    }
-    FILE *f = fopen(path, "wb");
-    if (!f) return false;
-    fclose(f);
-    remove(path);
-    return true;
 }
 
 /* ---- the book's functions ----------------------------------------------------------------- */
@@ -288,321 +266,153 @@ static char *sample(pt_run *r)
     return text;
 }
 
-/* ---- checkpoints ------------------------------------------------------------------------- */
+/* ---- checkpoints (the library's tg_checkpoint) ----------------------------------------------- */
 
-/* What must agree for a checkpoint to continue this run. */
-enum {
-    CK_VOCAB, CK_CONTEXT, CK_EMB, CK_HEADS, CK_LAYERS, CK_QKV, CK_SEED, CK_BATCH, CK_STRIDE, CK_EVAL_FREQ,
-    CK_EVAL_ITER, CK_SAMPLE_TOKENS, CK_TEXT_HASH, CK_WARMUP, CK_ADAM, CK_FAST_DROPOUT, CK_NKEYS
-};
-static const char *const ck_names[CK_NKEYS] = {
-    "--vocab", "--context", "--emb", "--heads", "--layers", "--qkv-bias", "--seed", "--batch", "--stride",
-    "--eval-freq", "--eval-iter", "--sample-tokens", "--text (its contents)", "--warmup",
-    "--optimizer adam (1) or adamw (0)", "--fast-dropout"};
-enum { CKF_DROPOUT, CKF_LR, CKF_WD, CKF_RATIO, CKF_INITIAL, CKF_MIN, CKF_CLIP, CKF_NKEYS };
-static const char *const ckf_names[CKF_NKEYS] = {"--dropout", "--lr", "--weight-decay", "--train-ratio",
-                                                 "--initial-lr", "--min-lr", "--clip-grad-norm"};
-#define CK_FORMAT 1
-
-static void settings(const pt_run *r, int64_t *iv, double *fv)
+/* What must agree for a checkpoint to continue this run (and for the ranks of
+ * one run): the integers, then the floats, as the file keeps them. */
+#define PT_NIDENTITY 23
+static void identity(const pt_run *r, tg_checkpoint_value *v)
 {
     const pt_args *a = r->a;
-    iv[CK_VOCAB] = r->cfg.vocab_size, iv[CK_CONTEXT] = r->cfg.context_length, iv[CK_EMB] = r->cfg.emb_dim;
-    iv[CK_HEADS] = r->cfg.n_heads, iv[CK_LAYERS] = r->cfg.n_layers, iv[CK_QKV] = r->cfg.qkv_bias;
-    iv[CK_SEED] = (int64_t)r->seed, iv[CK_BATCH] = a->batch, iv[CK_STRIDE] = a->stride;
-    iv[CK_EVAL_FREQ] = a->eval_freq, iv[CK_EVAL_ITER] = a->eval_iter, iv[CK_SAMPLE_TOKENS] = a->sample_tokens;
-    iv[CK_TEXT_HASH] = (int64_t)r->text_hash, iv[CK_WARMUP] = a->warmup_seen ? a->warmup : -1;
-    iv[CK_ADAM] = strcmp(a->optimizer, "adam") == 0, iv[CK_FAST_DROPOUT] = a->fast_dropout;
-    fv[CKF_DROPOUT] = r->cfg.drop_rate, fv[CKF_LR] = a->lr, fv[CKF_WD] = a->weight_decay;
-    fv[CKF_RATIO] = a->train_ratio, fv[CKF_INITIAL] = a->initial_lr, fv[CKF_MIN] = a->min_lr;
-    fv[CKF_CLIP] = a->clip_seen ? a->clip : -1;
+    const tg_gpt_config *c = &r->cfg;
+    const tg_checkpoint_value id[PT_NIDENTITY] = {
+        {.name = "--vocab", .i = c->vocab_size},
+        {.name = "--context", .i = c->context_length},
+        {.name = "--emb", .i = c->emb_dim},
+        {.name = "--heads", .i = c->n_heads},
+        {.name = "--layers", .i = c->n_layers},
+        {.name = "--qkv-bias", .i = c->qkv_bias},
+        {.name = "--seed", .i = (int64_t)r->seed},
+        {.name = "--batch", .i = a->batch},
+        {.name = "--stride", .i = a->stride},
+        {.name = "--eval-freq", .i = a->eval_freq},
+        {.name = "--eval-iter", .i = a->eval_iter},
+        {.name = "--sample-tokens", .i = a->sample_tokens},
+        {.name = "--text (its contents)", .i = (int64_t)r->text_hash, .differs = "was trained on another text"},
+        {.name = "--warmup", .i = a->warmup_seen ? a->warmup : -1},
+        {.name = "--optimizer adam (1) or adamw (0)", .i = strcmp(a->optimizer, "adam") == 0},
+        {.name = "--fast-dropout", .i = a->fast_dropout},
+        {.name = "--dropout", .is_float = true, .f = c->drop_rate},
+        {.name = "--lr", .is_float = true, .f = a->lr},
+        {.name = "--weight-decay", .is_float = true, .f = a->weight_decay},
+        {.name = "--train-ratio", .is_float = true, .f = a->train_ratio},
+        {.name = "--initial-lr", .is_float = true, .f = a->initial_lr},
+        {.name = "--min-lr", .is_float = true, .f = a->min_lr},
+        {.name = "--clip-grad-norm", .is_float = true, .f = a->clip_seen ? a->clip : -1},
+    };
+    memcpy(v, id, sizeof id);
 }
 
-/* Model ("model." + state_dict keys), optimizer ("optimizer." + its keys),
- * the default generator, progress, settings and the table so far, in one
- * safetensors file written atomically (a temporary file, then rename). */
-static int save_checkpoint(pt_run *r, const char *path)
+/* The table and the samples so far, kept in a checkpoint as "train.rows"
+ * (float64 (rows, 5): epoch, step, train loss, val loss, tokens seen) and
+ * "train.samples" (uint8: each sample and its NUL). */
+static const char *history_names[2] = {"train.rows", "train.samples"};
+
+static tg_checkpoint run_checkpoint(pt_run *r, tg_checkpoint_value *id, tg_tensor **history)
 {
-    tg_tape *tp = tg_tape_new();
-    if (!tp) return tg_cli_error(CMD, "--checkpoint: out of memory");
-    tg_named_list ms, os;
-    int rc = TG_CLI_OK;
-    if (tg_module_state_dict(tp, r->gpt, &ms) != TG_OK || tg_optimizer_state_dict(tp, r->opt, &os) != TG_OK) {
-        tg_tape_free(tp);
-        return tg_cli_lib_error(CMD, "--checkpoint");
-    }
-    int n = ms.n + os.n + 6;
-    tg_named_tensor *items = tg_tape_alloc(tp, sizeof *items * (size_t)n, false);
-    int64_t iv[CK_NKEYS];
-    double fv[CKF_NKEYS];
-    settings(r, iv, fv);
-    int64_t prog[4] = {CK_FORMAT, r->epoch_done, r->global_step, r->tokens_seen};
-    int64_t s4 = 4, sk = CK_NKEYS, sf = CKF_NKEYS, sh[2] = {r->h.n_rows, 5};
-    size_t sample_bytes = 0;
-    for (int64_t i = 0; i < r->h.n_samples; i++) sample_bytes += strlen(r->h.samples[i]) + 1;
-    int64_t sb = (int64_t)sample_bytes, gs = TG_GENERATOR_STATE_BYTES;
-    tg_tensor *t_prog = tg_from_data(tp, TG_I64, 1, &s4, prog);
-    tg_tensor *t_iv = tg_from_data(tp, TG_I64, 1, &sk, iv);
-    tg_tensor *t_fv = tg_from_data(tp, TG_F64, 1, &sf, fv);
-    tg_tensor *t_rows = tg_empty(tp, TG_F64, 2, sh);
-    tg_tensor *t_samples = tg_empty(tp, TG_U8, 1, &sb);
-    tg_tensor *t_rng = tg_empty(tp, TG_U8, 1, &gs);
-    if (!items || !t_prog || !t_iv || !t_fv || !t_rows || !t_samples || !t_rng) {
-        tg_tape_free(tp);
-        return tg_cli_error(CMD, "--checkpoint: out of memory");
-    }
-    double *rows = t_rows->data;
-    for (int64_t i = 0; i < r->h.n_rows; i++) {
-        const pt_row *w = &r->h.rows[i];
+    identity(r, id);
+    return (tg_checkpoint){.model = r->gpt, .optimizer = r->opt, .generator = tg_default_generator(),
+                           .epoch = r->epoch_done, .step = r->global_step, .tokens_seen = r->tokens_seen,
+                           .n_values = PT_NIDENTITY, .values = id,
+                           .tensors = {.n = 2, .names = history_names, .tensors = history}};
+}
+
+static int history_to_tensors(tg_tape *tp, const pt_history *h, tg_tensor **history)
+{
+    int64_t shape[2] = {h->n_rows, 5}, bytes = 0;
+    for (int64_t i = 0; i < h->n_samples; i++) bytes += (int64_t)strlen(h->samples[i]) + 1;
+    if (!(history[0] = tg_empty(tp, TG_F64, 2, shape)) || !(history[1] = tg_empty(tp, TG_U8, 1, &bytes))) return -1;
+    double *rows = history[0]->data;
+    for (int64_t i = 0; i < h->n_rows; i++) {
+        const tg_cli_loss_row *w = &h->rows[i];
         double v[5] = {(double)w->epoch, (double)w->step, w->train, w->val, (double)w->tokens};
         memcpy(rows + 5 * i, v, sizeof v);
     }
-    char *sp = t_samples->data;
-    for (int64_t i = 0; i < r->h.n_samples; i++) {
-        size_t l = strlen(r->h.samples[i]) + 1;
-        memcpy(sp, r->h.samples[i], l);
+    char *sp = history[1]->data;
+    for (int64_t i = 0; i < h->n_samples; i++) {
+        size_t l = strlen(h->samples[i]) + 1;
+        memcpy(sp, h->samples[i], l);
         sp += l;
     }
-    tg_generator_get_state(tg_default_generator(), t_rng->data, TG_GENERATOR_STATE_BYTES);
-    int k = 0;
-    char **names = tg_tape_alloc(tp, sizeof *names * (size_t)n, false);
-    for (int i = 0; names && i < ms.n + os.n; i++) {
-        bool model = i < ms.n;
-        const char *key = model ? ms.names[i] : os.names[i - ms.n];
-        size_t l = strlen(key) + 16;
-        if (!(names[i] = tg_tape_alloc(tp, l, false))) break;
-        snprintf(names[i], l, "%s%s", model ? "model." : "optimizer.", key);
-        items[k++] = (tg_named_tensor){names[i], model ? ms.tensors[i] : os.tensors[i - ms.n]};
+    return 0;
+}
+
+/* The history read back: a row of five floats each, one NUL-terminated
+ * sample per finished epoch. */
+static int history_from_tensors(pt_history *h, const char *path, tg_tensor *const *history, int64_t epochs)
+{
+    const tg_tensor *rows = history[0], *samples = history[1];
+    for (int k = 0; k < 2; k++)
+        if (history[k]->dtype != (k ? TG_U8 : TG_F64) || history[k]->ndim != 2 - k || (!k && rows->shape[1] != 5))
+            return tg_cli_error(CMD, "--resume: '%.300s': '%s' has the wrong type or size", path, history_names[k]);
+    const char *sp = samples->data;
+    int64_t sl = tg_numel(samples), nsamp = 0;
+    for (int64_t i = 0; i < sl; i++) nsamp += sp[i] == '\0';
+    if (nsamp != epochs || (sl > 0 && sp[sl - 1] != '\0'))
+        return tg_cli_error(CMD, "--resume: '%.300s': corrupt sample record", path);
+    const double *rv = rows->data;
+    for (int64_t i = 0; i < rows->shape[0]; i++) {
+        tg_cli_loss_row w = {(int64_t)rv[5 * i], (int64_t)rv[5 * i + 1], (int64_t)rv[5 * i + 4], rv[5 * i + 2],
+                             rv[5 * i + 3]};
+        if (history_add_row(h, w)) return tg_cli_error(CMD, "out of memory");
     }
-    if (k != ms.n + os.n) {
+    for (int64_t i = 0, off = 0; i < nsamp; i++) {
+        char *s = strdup(sp + off);
+        off += (int64_t)strlen(sp + off) + 1;
+        if (!s || history_add_sample(h, s)) {
+            free(s);
+            return tg_cli_error(CMD, "out of memory");
+        }
+    }
+    return TG_CLI_OK;
+}
+
+/* Model, optimizer, the default generator, progress, settings and the table
+ * so far, written atomically. */
+static int save_checkpoint(pt_run *r, const char *path)
+{
+    tg_tape *tp = tg_tape_new();
+    tg_tensor *history[2] = {NULL, NULL};
+    tg_checkpoint_value id[PT_NIDENTITY];
+    tg_checkpoint ck = run_checkpoint(r, id, history);
+    if (!tp || history_to_tensors(tp, &r->h, history) != 0) {
         tg_tape_free(tp);
         return tg_cli_error(CMD, "--checkpoint: out of memory");
     }
-    items[k++] = (tg_named_tensor){"train.progress", t_prog};
-    items[k++] = (tg_named_tensor){"train.settings", t_iv};
-    items[k++] = (tg_named_tensor){"train.settings_f64", t_fv};
-    items[k++] = (tg_named_tensor){"train.rows", t_rows};
-    items[k++] = (tg_named_tensor){"train.samples", t_samples};
-    items[k++] = (tg_named_tensor){"rng.default", t_rng};
-    if (tg_safetensors_save(path, items, k) != TG_OK) rc = tg_cli_lib_error(CMD, "--checkpoint");
+    int rc = tg_checkpoint_save(&ck, path) == TG_OK ? TG_CLI_OK : tg_cli_lib_error(CMD, "--checkpoint");
     tg_tape_free(tp);
     return rc;
 }
 
-static const tg_tensor *need(const tg_safetensors *f, const char *name, tg_dtype dt, int64_t numel, const char *path)
-{
-    const tg_tensor *t = tg_safetensors_get(f, name);
-    if (!t) {
-        tg_cli_error(CMD, "--resume: '%.300s' is not a tapegrad pretrain checkpoint (no '%s')", path, name);
-        return NULL;
-    }
-    if (t->dtype != dt || (numel >= 0 && tg_numel(t) != numel)) {
-        tg_cli_error(CMD, "--resume: '%.300s': '%s' has the wrong type or size", path, name);
-        return NULL;
-    }
-    return t;
-}
-
-/* The parts of a checkpoint whose names start with prefix, prefix removed. */
-static int part(tg_tape *tp, const tg_safetensors *f, const char *prefix, tg_named_list *out)
-{
-    size_t pl = strlen(prefix);
-    out->n = 0;
-    out->names = tg_tape_alloc(tp, sizeof *out->names * (size_t)(f->n ? f->n : 1), false);
-    out->tensors = tg_tape_alloc(tp, sizeof *out->tensors * (size_t)(f->n ? f->n : 1), false);
-    if (!out->names || !out->tensors) return -1;
-    for (int i = 0; i < f->n; i++)
-        if (strncmp(f->names[i], prefix, pl) == 0) {
-            out->names[out->n] = f->names[i] + pl;
-            out->tensors[out->n++] = f->tensors[i];
-        }
-    return 0;
-}
-
+/* The library checks the checkpoint against this run before it changes the
+ * model, optimizer or generator; then the table so far. */
 static int load_checkpoint(pt_run *r, const char *path)
 {
     tg_tape *tp = tg_tape_new();
     if (!tp) return tg_cli_error(CMD, "--resume: out of memory");
-    tg_safetensors f;
-    int rc = TG_CLI_OK;
-    if (tg_safetensors_load(tp, path, &f) != TG_OK) {
-        rc = tg_cli_lib_error(CMD, "--resume");
-        goto done;
-    }
-    const tg_tensor *prog = need(&f, "train.progress", TG_I64, 4, path);
-    const tg_tensor *iv = prog ? need(&f, "train.settings", TG_I64, CK_NKEYS, path) : NULL;
-    const tg_tensor *fv = iv ? need(&f, "train.settings_f64", TG_F64, CKF_NKEYS, path) : NULL;
-    const tg_tensor *rows = fv ? need(&f, "train.rows", TG_F64, -1, path) : NULL;
-    const tg_tensor *samples = rows ? need(&f, "train.samples", TG_U8, -1, path) : NULL;
-    const tg_tensor *rng = samples ? need(&f, "rng.default", TG_U8, TG_GENERATOR_STATE_BYTES, path) : NULL;
-    if (!rng) {
-        rc = TG_CLI_USAGE;
-        goto done;
-    }
-    const int64_t *p = prog->data;
-    if (p[0] != CK_FORMAT) {
-        rc = tg_cli_error(CMD, "--resume: '%.300s' has checkpoint format %lld, this tapegrad writes %d", path,
-                          (long long)p[0], CK_FORMAT);
-        goto done;
-    }
-    int64_t want_i[CK_NKEYS];
-    double want_f[CKF_NKEYS];
-    settings(r, want_i, want_f);
-    const int64_t *hi = iv->data;
-    const double *hf = fv->data;
-    for (int k = 0; k < CK_NKEYS; k++)
-        if (hi[k] != want_i[k]) {
-            rc = k == CK_TEXT_HASH
-                     ? tg_cli_error(CMD, "--resume: '%.300s' was trained on another text", path)
-                     : tg_cli_error(CMD, "--resume: '%.300s' belongs to another run: it has %s %lld, this run %lld",
-                                    path, ck_names[k], (long long)hi[k], (long long)want_i[k]);
-            goto done;
-        }
-    for (int k = 0; k < CKF_NKEYS; k++)
-        if (!(hf[k] == want_f[k])) {
-            rc = tg_cli_error(CMD, "--resume: '%.300s' belongs to another run: it has %s %g, this run %g", path,
-                              ckf_names[k], hf[k], want_f[k]);
-            goto done;
-        }
-    int64_t nrows = rows->ndim == 2 && rows->shape[1] == 5 ? rows->shape[0] : -1;
-    if (p[1] < 0 || p[1] > INT32_MAX || p[2] < -1 || p[3] < 0 || nrows < 0) {
-        rc = tg_cli_error(CMD, "--resume: '%.300s': corrupt progress record", path);
-        goto done;
-    }
-    /* the samples: one NUL-terminated string per finished epoch */
-    const char *sp = samples->data;
-    int64_t sl = tg_numel(samples), nsamp = 0;
-    for (int64_t i = 0; i < sl; i++) nsamp += sp[i] == '\0';
-    if (nsamp != p[1] || (sl > 0 && sp[sl - 1] != '\0')) {
-        rc = tg_cli_error(CMD, "--resume: '%.300s': corrupt sample record", path);
-        goto done;
-    }
-    tg_named_list ms, os;
-    if (part(tp, &f, "model.", &ms) || part(tp, &f, "optimizer.", &os)) {
-        rc = tg_cli_error(CMD, "--resume: out of memory");
-        goto done;
-    }
-    /* checks everything first; only then the model, optimizer and generator change */
-    if (tg_module_load_state_dict(r->gpt, &ms) != TG_OK) {
-        rc = tg_cli_lib_error(CMD, "--resume: the model in the checkpoint");
-        goto done;
-    }
-    if (tg_optimizer_load_state_dict(r->opt, &os) != TG_OK) {
-        rc = tg_cli_lib_error(CMD, "--resume: the optimizer in the checkpoint");
-        goto done;
-    }
-    if (tg_generator_set_state(tg_default_generator(), rng->data, TG_GENERATOR_STATE_BYTES) != TG_OK) {
-        rc = tg_cli_lib_error(CMD, "--resume: the generator state in the checkpoint");
-        goto done;
-    }
-    r->epoch_done = p[1], r->global_step = p[2], r->tokens_seen = p[3];
-    const double *rv = rows->data;
-    for (int64_t i = 0; i < nrows && rc == TG_CLI_OK; i++) {
-        pt_row w = {(int64_t)rv[5 * i], (int64_t)rv[5 * i + 1], (int64_t)rv[5 * i + 4], rv[5 * i + 2], rv[5 * i + 3]};
-        if (history_add_row(&r->h, w)) rc = tg_cli_error(CMD, "out of memory");
-    }
-    for (int64_t i = 0, off = 0; i < nsamp && rc == TG_CLI_OK; i++) {
-        char *s = strdup(sp + off);
-        off += (int64_t)strlen(sp + off) + 1;
-        if (!s || history_add_sample(&r->h, s)) {
-            free(s);
-            rc = tg_cli_error(CMD, "out of memory");
-        }
-    }
-done:
+    tg_tensor *history[2] = {NULL, NULL};
+    tg_checkpoint_value id[PT_NIDENTITY];
+    tg_checkpoint ck = run_checkpoint(r, id, history);
+    int rc = tg_checkpoint_load(tp, &ck, path) != TG_OK
+                 ? tg_cli_lib_error(CMD, "--resume")
+                 : history_from_tensors(&r->h, path, ck.tensors.tensors, ck.epoch);
+    if (rc == TG_CLI_OK) r->epoch_done = ck.epoch, r->global_step = ck.step, r->tokens_seen = ck.tokens_seen;
     tg_tape_free(tp);
     return rc;
 }
 
-/* ---- the plot ------------------------------------------------------------------------------- */
-
-/* The book's plot_losses: train and validation loss against epochs
- * (linspace(0, epochs, rows)), tokens seen on a second x axis at the top. */
+/* --plot: the book's plot_losses, titled with the text's file name. */
 static int write_plot(const pt_run *r, const char *path)
 {
-    int64_t n = r->h.n_rows;
-    const double W = 720, H = 460, L = 70, R = 30, T = 70, Bm = 60;
-    double pw = W - L - R, ph = H - T - Bm;
-    double lo = INFINITY, hi = -INFINITY;
-    for (int64_t i = 0; i < n; i++) {
-        double v[2] = {r->h.rows[i].train, r->h.rows[i].val};
-        for (int k = 0; k < 2; k++)
-            if (isfinite(v[k])) lo = fmin(lo, v[k]), hi = fmax(hi, v[k]);
-    }
-    if (!(lo <= hi)) lo = 0, hi = 1;
-    double ystep = tg_cli_nice_step((hi - lo) / 5);
-    lo = floor(lo / ystep) * ystep, hi = ceil(hi / ystep) * ystep;
-    if (hi <= lo) hi = lo + ystep;
-    double ep = (double)r->a->epochs;
-    double tmax = n ? (double)r->h.rows[n - 1].tokens : 1;
-    tg_cli_svg *s = tg_cli_svg_open(path, W, H);
-    if (!s) return tg_cli_error(CMD, "--plot: cannot open '%.300s' for writing: %s", path, strerror(errno));
-    FILE *f = tg_cli_svg_file(s);
-#define XP(e) (L + pw * (e) / ep)
-#define YP(v) (T + ph * (1.0 - ((v) - lo) / (hi - lo)))
-    /* axes, grid and ticks */
-    for (double v = lo; v <= hi + ystep / 2; v += ystep) {
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>\n", L, YP(v), L + pw, YP(v));
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", L - 6, YP(v) + 4, v);
-    }
-    double estep = tg_cli_nice_step(ep / 8);
-    if (estep < 1) estep = 1;
-    for (double e = 0; e <= ep + 1e-9; e += estep) {
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\"/>\n", XP(e), T + ph, XP(e),
-                T + ph + 5);
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n", XP(e), T + ph + 19, e);
-    }
-    /* tokens seen: row i sits at epoch linspace(0, epochs, n)[i]; ticks at rows spread over the axis */
-    double tstep = tg_cli_nice_step(tmax / 5);
-    for (double t = 0; n > 1 && tmax > 0 && t <= tmax + 1e-9; t += tstep) {
-        /* where t tokens falls on the epoch axis: interpolate between rows */
-        double x = 0;
-        for (int64_t i = 1; i < n; i++) {
-            double t0 = (double)r->h.rows[i - 1].tokens, t1 = (double)r->h.rows[i].tokens;
-            if (t <= t1 || i == n - 1) {
-                double u = t1 > t0 ? (t - t0) / (t1 - t0) : 0;
-                x = ((double)(i - 1) + u) * ep / (double)(n - 1);
-                break;
-            }
-        }
-        if (x < 0 || x > ep + 1e-9) continue;
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\"/>\n", XP(x), T, XP(x), T - 5);
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n", XP(x), T - 9, t);
-    }
-    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#000\"/>\n", L, T, pw, ph);
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">Epochs</text>\n", L + pw / 2, H - 18);
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">Tokens seen</text>\n", L + pw / 2, T - 30);
-    fprintf(f, "<text x=\"18\" y=\"%.1f\" text-anchor=\"middle\" transform=\"rotate(-90 18 %.1f)\">Loss</text>\n",
-            T + ph / 2, T + ph / 2);
-    fprintf(f, "<text x=\"%.1f\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">", W / 2);
     const char *base = strrchr(r->a->text, '/');
-    tg_cli_svg_escape(f, "tapegrad pretrain: ");
-    tg_cli_svg_escape(f, base ? base + 1 : r->a->text);
-    fputs("</text>\n", f);
-    /* the two curves: training solid, validation dash-dot (the book's "-.") */
-    const char *style[2] = {"stroke=\"#1f77b4\"", "stroke=\"#ff7f0e\" stroke-dasharray=\"8 3 2 3\""};
-    for (int k = 0; k < 2 && n > 0; k++) {
-        fprintf(f, "<polyline fill=\"none\" stroke-width=\"1.8\" %s points=\"", style[k]);
-        for (int64_t i = 0; i < n; i++) {
-            double v = k ? r->h.rows[i].val : r->h.rows[i].train;
-            if (!isfinite(v)) continue;
-            double e = n > 1 ? ep * (double)i / (double)(n - 1) : 0;
-            fprintf(f, "%s%.1f,%.1f", i ? " " : "", XP(e), YP(v));
-        }
-        fputs("\"/>\n", f);
-    }
-    /* legend, upper right */
-    double lx = L + pw - 150, ly = T + 14;
-    const char *label[2] = {"Training loss", "Validation loss"};
-    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"142\" height=\"44\" fill=\"white\" stroke=\"#ccc\"/>\n", lx - 6, ly - 8);
-    for (int k = 0; k < 2; k++) {
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke-width=\"1.8\" %s/>\n", lx, ly + 20 * k + 6,
-                lx + 30, ly + 20 * k + 6, style[k]);
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n", lx + 38, ly + 20 * k + 10, label[k]);
-    }
-#undef XP
-#undef YP
-    if (tg_cli_svg_close(s) != 0) return tg_cli_error(CMD, "--plot: cannot write '%.300s': %s", path, strerror(errno));
+    base = base ? base + 1 : r->a->text;
+    char *title = malloc(strlen(base) + 20);
+    if (!title) return tg_cli_error(CMD, "out of memory");
+    sprintf(title, "tapegrad pretrain: %s", base);
+    int st = tg_cli_svg_loss_plot(path, title, (double)r->a->epochs, r->h.n_rows, r->h.rows), e = errno;
+    free(title);
+    if (st == -1) return tg_cli_error(CMD, "--plot: cannot open '%.300s' for writing: %s", path, strerror(e));
+    if (st != 0) return tg_cli_error(CMD, "--plot: cannot write '%.300s': %s", path, strerror(e));
     return TG_CLI_OK;
 }
 
@@ -612,7 +422,7 @@ static void json_out(const pt_run *r, double seconds)
 {
     json_t *o = json_object(), *rows = json_array(), *samples = json_array();
     for (int64_t i = 0; i < r->h.n_rows; i++) {
-        const pt_row *w = &r->h.rows[i];
+        const tg_cli_loss_row *w = &r->h.rows[i];
         json_t *row = json_object();
         json_object_set_new(row, "epoch", json_integer(w->epoch));
         json_object_set_new(row, "step", json_integer(w->step));
@@ -687,7 +497,7 @@ static int epoch_loop(pt_run *r, tg_loader_iter *it, int64_t epoch, int64_t nb)
         r->global_step++;
         r->steps_this_run++;
         if (r->global_step % a->eval_freq == 0) {
-            pt_row w = {epoch + 1, r->global_step, r->tokens_seen, 0, 0};
+            tg_cli_loss_row w = {epoch + 1, r->global_step, r->tokens_seen, 0, 0};
             if (evaluate(r, &w.train, &w.val)) return tg_cli_lib_error(CMD, "evaluation");
             if (history_add_row(&r->h, w)) return tg_cli_error(CMD, "out of memory");
             progress_clear(r);
@@ -821,26 +631,33 @@ static int rank_failed(const pt_run *r, int rc)
 }
 
 /* Every rank has set up (or failed to): they agree on it, rank 0's
- * settings must be everyone's, then the ddp (a broadcast of rank 0's model). */
+ * settings must be everyone's (the integers first, then the floats), then the
+ * ddp (a broadcast of rank 0's model). */
 static int dist_join(pt_run *r, int rc)
 {
-    int64_t iv[CK_NKEYS + 1], iv0[CK_NKEYS + 1];
-    double fv[CKF_NKEYS], fv0[CKF_NKEYS];
+    tg_checkpoint_value v[PT_NIDENTITY + 1];
+    int64_t bits[PT_NIDENTITY + 1], bits0[PT_NIDENTITY + 1];
     if (rc == TG_CLI_OK) {
-        settings(r, iv, fv);
-        iv[CK_NKEYS] = r->a->epochs;
-        memcpy(iv0, iv, sizeof iv), memcpy(fv0, fv, sizeof fv);
-        if (tg_dist_broadcast(iv0, sizeof iv0, 0) != TG_OK || tg_dist_broadcast(fv0, sizeof fv0, 0) != TG_OK)
-            rc = tg_cli_lib_error(CMD, NULL);
-        for (int k = 0; rc == TG_CLI_OK && k <= CK_NKEYS; k++)
-            if (iv[k] != iv0[k])
-                rc = tg_cli_error(CMD, "this rank's run differs from rank 0's: %s %lld, rank 0 %lld",
-                                  k == CK_NKEYS ? "--epochs" : ck_names[k], (long long)iv[k], (long long)iv0[k]);
-        for (int k = 0; rc == TG_CLI_OK && k < CKF_NKEYS; k++)
-            if (!(fv[k] == fv0[k]))
-                rc = tg_cli_error(CMD, "this rank's run differs from rank 0's: %s %g, rank 0 %g", ckf_names[k], fv[k],
-                                  fv0[k]);
+        identity(r, v);
+        v[PT_NIDENTITY] = (tg_checkpoint_value){.name = "--epochs", .i = r->a->epochs};
+        for (int k = 0; k <= PT_NIDENTITY; k++)
+            if (v[k].is_float)
+                memcpy(&bits[k], &v[k].f, sizeof v[k].f);
+            else
+                bits[k] = v[k].i;
+        memcpy(bits0, bits, sizeof bits);
+        if (tg_dist_broadcast(bits0, sizeof bits0, 0) != TG_OK) rc = tg_cli_lib_error(CMD, NULL);
     }
+    for (int pass = 0; pass < 2; pass++)
+        for (int k = 0; rc == TG_CLI_OK && k <= PT_NIDENTITY; k++) {
+            double f0;
+            memcpy(&f0, &bits0[k], sizeof f0);
+            if (v[k].is_float != pass || (pass ? v[k].f == f0 : bits[k] == bits0[k])) continue;
+            const char *what = "this rank's run differs from rank 0's";
+            rc = pass ? tg_cli_error(CMD, "%s: %s %g, rank 0 %g", what, v[k].name, v[k].f, f0)
+                      : tg_cli_error(CMD, "%s: %s %lld, rank 0 %lld", what, v[k].name, (long long)bits[k],
+                                     (long long)bits0[k]);
+        }
     return tg_cli_dist_ddp(CMD, rc, r->gpt, &r->ddp);
 }
 
@@ -864,7 +681,7 @@ static int setup(pt_run *r, const tg_cli_model *m, tg_text_dataset **dtrain, tg_
      * path fails now, not after hours of training */
     const char *outs[3] = {a->plot, a->checkpoint, a->save}, *names[3] = {"--plot", "--checkpoint", "--save"};
     for (int k = 0; r->lead && k < 3; k++)
-        if (outs[k] && !writable(outs[k]))
+        if (outs[k] && !tg_cli_writable(outs[k]))
             return tg_cli_error(CMD, "%s: cannot write '%.300s': %s", names[k], outs[k], strerror(errno));
     if (a->fast_dropout) tg_generator_set_dropout_stream(NULL, TG_DROPOUT_COUNTER);
 
@@ -917,37 +734,43 @@ static int pretrain(int argc, char **argv)
                  .eval_iter = 5, .sample_tokens = 50, .lr = 4e-4, .weight_decay = 0.1, .train_ratio = 0.9,
                  .initial_lr = 1e-5};
     const tg_opt own[] = {
-        {"--text", TG_OPT_STRING, &a.text, 0, 0, 0, 0, false, NULL},
-        {"--batch", TG_OPT_INT, &a.batch, 1, 65536, 0, 0, false, NULL},
-        {"--epochs", TG_OPT_INT, &a.epochs, 1, 1000000, 0, 0, false, NULL},
-        {"--lr", TG_OPT_DOUBLE, &a.lr, 0, 0, 0.0, 10.0, false, NULL},
-        {"--weight-decay", TG_OPT_DOUBLE, &a.weight_decay, 0, 0, 0.0, 1e6, false, NULL},
-        {"--optimizer", TG_OPT_STRING, &a.optimizer, 0, 0, 0, 0, false, NULL},
-        {"--eval-freq", TG_OPT_INT, &a.eval_freq, 1, INT32_MAX, 0, 0, false, NULL},
-        {"--eval-iter", TG_OPT_INT, &a.eval_iter, 1, INT32_MAX, 0, 0, false, NULL},
-        {"--train-ratio", TG_OPT_DOUBLE, &a.train_ratio, 0, 0, 0.0, 1.0, true, NULL},
-        {"--stride", TG_OPT_INT, &a.stride, 1, INT32_MAX, 0, 0, false, &a.stride_seen},
-        {"--start", TG_OPT_STRING, &a.start, 0, 0, 0, 0, false, NULL},
-        {"--sample-tokens", TG_OPT_INT, &a.sample_tokens, 0, 100000, 0, 0, false, NULL},
-        {"--warmup", TG_OPT_INT, &a.warmup, 0, INT32_MAX, 0, 0, false, &a.warmup_seen},
-        {"--initial-lr", TG_OPT_DOUBLE, &a.initial_lr, 0, 0, 0.0, 10.0, false, &a.initial_seen},
-        {"--min-lr", TG_OPT_DOUBLE, &a.min_lr, 0, 0, 0.0, 10.0, false, &a.min_seen},
-        {"--clip-grad-norm", TG_OPT_DOUBLE, &a.clip, 0, 0, 1e-12, 1e12, false, &a.clip_seen},
-        {"--save", TG_OPT_STRING, &a.save, 0, 0, 0, 0, false, NULL},
-        {"--checkpoint", TG_OPT_STRING, &a.checkpoint, 0, 0, 0, 0, false, NULL},
-        {"--resume", TG_OPT_STRING, &a.resume, 0, 0, 0, 0, false, NULL},
-        {"--plot", TG_OPT_STRING, &a.plot, 0, 0, 0, 0, false, NULL},
-        {"--composed", TG_OPT_FLAG, &a.composed, 0, 0, 0, 0, false, NULL},
-        {"--fast-dropout", TG_OPT_FLAG, &a.fast_dropout, 0, 0, 0, 0, false, NULL},
-        {"--threads", TG_OPT_INT, &a.threads, 1, 1024, 0, 0, false, NULL},
-        {"--json", TG_OPT_FLAG, &a.json, 0, 0, 0, 0, false, NULL},
-        {"--dist", TG_OPT_FLAG, &a.dist, 0, 0, 0, 0, false, NULL},
+        {.name = "--text", .type = TG_OPT_STRING, .dest = &a.text},
+        {.name = "--batch", .type = TG_OPT_INT, .dest = &a.batch, .imin = 1, .imax = 65536},
+        {.name = "--epochs", .type = TG_OPT_INT, .dest = &a.epochs, .imin = 1, .imax = 1000000},
+        {.name = "--lr", .type = TG_OPT_DOUBLE, .dest = &a.lr, .dmin = 0.0, .dmax = 10.0},
+        {.name = "--weight-decay", .type = TG_OPT_DOUBLE, .dest = &a.weight_decay, .dmin = 0.0, .dmax = 1e6},
+        {.name = "--optimizer", .type = TG_OPT_STRING, .dest = &a.optimizer},
+        {.name = "--eval-freq", .type = TG_OPT_INT, .dest = &a.eval_freq, .imin = 1, .imax = INT32_MAX},
+        {.name = "--eval-iter", .type = TG_OPT_INT, .dest = &a.eval_iter, .imin = 1, .imax = INT32_MAX},
+        {.name = "--train-ratio", .type = TG_OPT_DOUBLE, .dest = &a.train_ratio, .dmin = 0.0, .dmax = 1.0,
+         .dmax_open = true},
+        {.name = "--stride", .type = TG_OPT_INT, .dest = &a.stride, .imin = 1, .imax = INT32_MAX,
+         .seen = &a.stride_seen},
+        {.name = "--start", .type = TG_OPT_STRING, .dest = &a.start},
+        {.name = "--sample-tokens", .type = TG_OPT_INT, .dest = &a.sample_tokens, .imin = 0, .imax = 100000},
+        {.name = "--warmup", .type = TG_OPT_INT, .dest = &a.warmup, .imin = 0, .imax = INT32_MAX,
+         .seen = &a.warmup_seen},
+        {.name = "--initial-lr", .type = TG_OPT_DOUBLE, .dest = &a.initial_lr, .dmin = 0.0, .dmax = 10.0,
+         .seen = &a.initial_seen},
+        {.name = "--min-lr", .type = TG_OPT_DOUBLE, .dest = &a.min_lr, .dmin = 0.0, .dmax = 10.0, .seen = &a.min_seen},
+        {.name = "--clip-grad-norm", .type = TG_OPT_DOUBLE, .dest = &a.clip, .dmin = 1e-12, .dmax = 1e12,
+         .seen = &a.clip_seen},
+        {.name = "--save", .type = TG_OPT_STRING, .dest = &a.save},
+        {.name = "--checkpoint", .type = TG_OPT_STRING, .dest = &a.checkpoint},
+        {.name = "--resume", .type = TG_OPT_STRING, .dest = &a.resume},
+        {.name = "--plot", .type = TG_OPT_STRING, .dest = &a.plot},
+        {.name = "--composed", .type = TG_OPT_FLAG, .dest = &a.composed},
+        {.name = "--fast-dropout", .type = TG_OPT_FLAG, .dest = &a.fast_dropout},
+        {.name = "--threads", .type = TG_OPT_INT, .dest = &a.threads, .imin = 1, .imax = 1024},
+        {.name = "--json", .type = TG_OPT_FLAG, .dest = &a.json},
+        {.name = "--dist", .type = TG_OPT_FLAG, .dest = &a.dist},
     };
     tg_cli_model m;
     pt_run r = {.a = &a, .global_step = -1, .size = 1, .lead = true};
     tg_cli_model_defaults(&m, 256);
-    tg_args_status st = tg_cli_model_parse(CMD, argc, argv, own, (int)(sizeof own / sizeof own[0]), &m, &r.cfg, help);
-    if (st != TG_ARGS_OK) return st == TG_ARGS_HELP ? TG_CLI_OK : TG_CLI_USAGE;
+    int rc;
+    tg_cli_command c = {.name = CMD, .help = help, .opts = own, .nopts = TG_CLI_NOPTS(own)};
+    if (!tg_cli_model_parse(&c, argc, argv, &m, &r.cfg, &rc)) return rc;
     if (!a.text) return tg_cli_error(CMD, "--text PATH is required");
     if (strcmp(a.optimizer, "adamw") != 0 && strcmp(a.optimizer, "adam") != 0)
         return tg_cli_error(CMD, "--optimizer: expected adamw or adam, got '%.200s'", a.optimizer);
@@ -961,14 +784,14 @@ static int pretrain(int argc, char **argv)
 #ifdef _OPENMP
     if (a.threads) omp_set_num_threads((int)a.threads);
 #endif
-    int drc = tg_cli_dist_begin(CMD, a.dist, a.batch, a.threads != 0);
-    if (drc != TG_CLI_OK) return drc;
+    rc = tg_cli_dist_begin(CMD, a.dist, a.batch, a.threads != 0);
+    if (rc != TG_CLI_OK) return rc;
     r.rank = tg_dist_rank(), r.size = tg_dist_size(), r.lead = r.rank == 0;
     if (r.lead) tg_cli_warn_blas(CMD);
     r.progress = isatty(STDERR_FILENO) && !a.json && r.lead;
     r.model_tape = tg_tape_new();
     r.step_tape = tg_tape_new();
-    int rc = r.model_tape && r.step_tape ? run(&r, &m) : tg_cli_error(CMD, "out of memory");
+    rc = r.model_tape && r.step_tape ? run(&r, &m) : tg_cli_error(CMD, "out of memory");
     history_free(&r.h);
     free(r.start_ids);
     tg_tape_free(r.step_tape);

@@ -163,18 +163,14 @@ int tg_cmd_tokenize(int argc, char **argv)
     const char *text = NULL, *file = NULL, *ids = NULL;
     bool json = false;
     const tg_opt opts[] = {
-        {"--text", TG_OPT_STRING, &text, 0, 0, 0, 0, false, NULL},
-        {"--file", TG_OPT_STRING, &file, 0, 0, 0, 0, false, NULL},
-        {"--decode", TG_OPT_STRING, &ids, 0, 0, 0, 0, false, NULL},
-        {"--json", TG_OPT_FLAG, &json, 0, 0, 0, 0, false, NULL},
+        {.name = "--text", .type = TG_OPT_STRING, .dest = &text},
+        {.name = "--file", .type = TG_OPT_STRING, .dest = &file},
+        {.name = "--decode", .type = TG_OPT_STRING, .dest = &ids},
+        {.name = "--json", .type = TG_OPT_FLAG, .dest = &json},
     };
-    char err[512];
-    tg_args_status st = tg_cli_parse_options(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), err, sizeof err);
-    if (st == TG_ARGS_HELP) {
-        fputs(tokenize_help, stdout);
-        return TG_CLI_OK;
-    }
-    if (st != TG_ARGS_OK) return tg_cli_error(cmd, "%s", err);
+    int rc;
+    tg_cli_command c = {.name = cmd, .help = tokenize_help, .opts = opts, .nopts = TG_CLI_NOPTS(opts)};
+    if (!tg_cli_parse(&c, argc, argv, &rc)) return rc;
     int given = (text != NULL) + (file != NULL) + (ids != NULL);
     if (given == 0) return tg_cli_error(cmd, "nothing to do: give --text, --file or --decode");
     if (given > 1) return tg_cli_error(cmd, "--text, --file and --decode are exclusive");
@@ -182,7 +178,6 @@ int tg_cmd_tokenize(int argc, char **argv)
 
     tg_tokenizer *tok = tg_cli_tokenizer();
     if (!tok) return tg_cli_lib_error(cmd, NULL);
-    int rc;
     if (ids) {
         rc = decode(tok, ids, json);
     } else if (text) {

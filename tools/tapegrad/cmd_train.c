@@ -194,22 +194,18 @@ int tg_cmd_train(int argc, char **argv)
     train_args a = {.module = "mha", .steps = DEFAULT_STEPS, .seed = 123, .lr = DEFAULT_LR,
                     .momentum = DEFAULT_MOMENTUM, .threads = 1};
     const tg_opt opts[] = {
-        {"--module", TG_OPT_STRING, &a.module, 0, 0, 0, 0, false, NULL},
-        {"--steps", TG_OPT_INT, &a.steps, 1, 10000000, 0, 0, false, NULL},
-        {"--lr", TG_OPT_DOUBLE, &a.lr, 0, 0, 1e-300, 1e6, false, NULL},
-        {"--momentum", TG_OPT_DOUBLE, &a.momentum, 0, 0, 0.0, 1.0, true, NULL},
-        {"--seed", TG_OPT_U64, &a.seed, 0, 0, 0, 0, false, NULL},
-        {"--plot", TG_OPT_STRING, &a.plot, 0, 0, 0, 0, false, NULL},
-        {"--threads", TG_OPT_INT, &a.threads, 1, 1024, 0, 0, false, NULL},
-        {"--json", TG_OPT_FLAG, &a.json, 0, 0, 0, 0, false, NULL},
+        {.name = "--module", .type = TG_OPT_STRING, .dest = &a.module},
+        {.name = "--steps", .type = TG_OPT_INT, .dest = &a.steps, .imin = 1, .imax = 10000000},
+        {.name = "--lr", .type = TG_OPT_DOUBLE, .dest = &a.lr, .dmin = 1e-300, .dmax = 1e6},
+        {.name = "--momentum", .type = TG_OPT_DOUBLE, .dest = &a.momentum, .dmin = 0.0, .dmax = 1.0, .dmax_open = true},
+        {.name = "--seed", .type = TG_OPT_U64, .dest = &a.seed},
+        {.name = "--plot", .type = TG_OPT_STRING, .dest = &a.plot},
+        {.name = "--threads", .type = TG_OPT_INT, .dest = &a.threads, .imin = 1, .imax = 1024},
+        {.name = "--json", .type = TG_OPT_FLAG, .dest = &a.json},
     };
-    char err[512];
-    tg_args_status st = tg_cli_parse_options(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), err, sizeof err);
-    if (st == TG_ARGS_HELP) {
-        fputs(help, stdout);
-        return TG_CLI_OK;
-    }
-    if (st != TG_ARGS_OK) return tg_cli_error(CMD, "%s", err);
+    int rc;
+    tg_cli_command c = {.name = CMD, .help = help, .opts = opts, .nopts = TG_CLI_NOPTS(opts)};
+    if (!tg_cli_parse(&c, argc, argv, &rc)) return rc;
     if (strcmp(a.module, "mha") != 0 && strcmp(a.module, "mha-wrapper") != 0)
         return tg_cli_error(CMD, "--module: expected mha or mha-wrapper, got '%.200s'", a.module);
     if (tg_cli_check_only) return TG_CLI_OK;
@@ -227,7 +223,6 @@ int tg_cmd_train(int argc, char **argv)
     }
     double *losses = malloc(sizeof(double) * (size_t)a.steps);
     tg_tape *model = tg_tape_new(), *step = tg_tape_new();
-    int rc;
     if (!losses || !model || !step)
         rc = tg_cli_error(CMD, "out of memory");
     else

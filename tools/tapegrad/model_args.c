@@ -5,39 +5,40 @@
 #include <stdio.h>
 #include <string.h>
 
+#define MODEL_NOPTS 10
+
 void tg_cli_model_defaults(tg_cli_model *m, int64_t context)
 {
     *m = (tg_cli_model){.config = "gpt2-small", .seed = 123, .context = context, .precision = "exact"};
 }
 
-int tg_cli_model_opts(tg_cli_model *m, tg_opt *opts)
+/* The MODEL option rows into opts; returns their count. */
+static int model_opts(tg_cli_model *m, tg_opt *opts)
 {
-    const tg_opt o[TG_CLI_MODEL_NOPTS] = {
-        {"--config", TG_OPT_STRING, &m->config, 0, 0, 0, 0, false, NULL},
-        {"--vocab", TG_OPT_INT, &m->vocab, 1, INT32_MAX, 0, 0, false, NULL},
-        {"--context", TG_OPT_INT, &m->context, 1, 65536, 0, 0, false, NULL},
-        {"--emb", TG_OPT_INT, &m->emb, 1, INT32_MAX, 0, 0, false, NULL},
-        {"--heads", TG_OPT_INT, &m->heads, 1, INT32_MAX, 0, 0, false, NULL},
-        {"--layers", TG_OPT_INT, &m->layers, 1, 100000, 0, 0, false, NULL},
-        {"--dropout", TG_OPT_DOUBLE, &m->dropout, 0, 0, 0.0, 1.0, true, &m->dropout_seen},
-        {"--qkv-bias", TG_OPT_FLAG, &m->qkv_bias, 0, 0, 0, 0, false, NULL},
-        {"--seed", TG_OPT_U64, &m->seed, 0, 0, 0, 0, false, NULL},
-        {"--precision", TG_OPT_STRING, &m->precision, 0, 0, 0, 0, false, NULL},
+    const tg_opt o[MODEL_NOPTS] = {
+        {.name = "--config", .type = TG_OPT_STRING, .dest = &m->config},
+        {.name = "--vocab", .type = TG_OPT_INT, .dest = &m->vocab, .imin = 1, .imax = INT32_MAX},
+        {.name = "--context", .type = TG_OPT_INT, .dest = &m->context, .imin = 1, .imax = 65536},
+        {.name = "--emb", .type = TG_OPT_INT, .dest = &m->emb, .imin = 1, .imax = INT32_MAX},
+        {.name = "--heads", .type = TG_OPT_INT, .dest = &m->heads, .imin = 1, .imax = INT32_MAX},
+        {.name = "--layers", .type = TG_OPT_INT, .dest = &m->layers, .imin = 1, .imax = 100000},
+        {.name = "--dropout", .type = TG_OPT_DOUBLE, .dest = &m->dropout, .dmin = 0.0, .dmax = 1.0, .dmax_open = true,
+         .seen = &m->dropout_seen},
+        {.name = "--qkv-bias", .type = TG_OPT_FLAG, .dest = &m->qkv_bias},
+        {.name = "--seed", .type = TG_OPT_U64, .dest = &m->seed},
+        {.name = "--precision", .type = TG_OPT_STRING, .dest = &m->precision},
     };
     memcpy(opts, o, sizeof o);
-    return TG_CLI_MODEL_NOPTS;
+    return MODEL_NOPTS;
 }
 
-int tg_cli_model_config(tg_cli_model *m, tg_gpt_config *cfg, char *err, size_t errlen)
+/* The configuration the options ask for, checked: TG_CLI_OK, or the error
+ * line printed for cmd. */
+static int model_config(const char *cmd, tg_cli_model *m, tg_gpt_config *cfg)
 {
-    if (tg_numerics_parse(m->precision, &m->numerics) != TG_OK) {
-        snprintf(err, errlen, "--precision: '%.40s' is not one of exact, fast, bf16", m->precision);
-        return -1;
-    }
-    if (tg_gpt_config_preset(m->config, cfg) != TG_OK) {
-        snprintf(err, errlen, "--config: %s", tg_last_error());
-        return -1;
-    }
+    if (tg_numerics_parse(m->precision, &m->numerics) != TG_OK)
+        return tg_cli_error(cmd, "--precision: '%.40s' is not one of exact, fast, bf16", m->precision);
+    if (tg_gpt_config_preset(m->config, cfg) != TG_OK) return tg_cli_error(cmd, "--config: %s", tg_last_error());
     if (m->vocab) cfg->vocab_size = m->vocab;
     if (m->context) cfg->context_length = m->context;
     if (m->emb) cfg->emb_dim = m->emb;
@@ -45,11 +46,8 @@ int tg_cli_model_config(tg_cli_model *m, tg_gpt_config *cfg, char *err, size_t e
     if (m->layers) cfg->n_layers = m->layers;
     if (m->dropout_seen) cfg->drop_rate = m->dropout;
     if (m->qkv_bias) cfg->qkv_bias = true;
-    if (tg_gpt_config_check(cfg) != TG_OK) {
-        snprintf(err, errlen, "%s", tg_last_error());
-        return -1;
-    }
-    return 0;
+    if (tg_gpt_config_check(cfg) != TG_OK) return tg_cli_error(cmd, "%s", tg_last_error());
+    return TG_CLI_OK;
 }
 
 tg_module *tg_cli_model_build(tg_tape *tp, const tg_cli_model *m, const tg_gpt_config *cfg)
@@ -60,26 +58,20 @@ tg_module *tg_cli_model_build(tg_tape *tp, const tg_cli_model *m, const tg_gpt_c
     return gpt;
 }
 
-/* Parses the command's own options followed by MODEL's. */
-tg_args_status tg_cli_model_parse(const char *cmd, int argc, char **argv, const tg_opt *own, int nown, tg_cli_model *m,
-                            tg_gpt_config *cfg, const char *help)
+bool tg_cli_model_parse(const tg_cli_command *c, int argc, char **argv, tg_cli_model *m, tg_gpt_config *cfg,
+                        int *status)
 {
     tg_opt opts[64];
-    if (nown < 0 || nown + TG_CLI_MODEL_NOPTS > 64) {
-        tg_cli_error(cmd, "internal error: too many options");
-        return TG_ARGS_ERROR;
+    if (c->nopts < 0 || c->nopts + MODEL_NOPTS > 64) {
+        *status = tg_cli_error(c->name, "internal error: too many options");
+        return false;
     }
-    if (nown) memcpy(opts, own, sizeof *own * (size_t)nown);
-    int n = nown + tg_cli_model_opts(m, opts + nown);
-    char err[512];
-    tg_args_status st = tg_cli_parse_options(argc, argv, opts, n, err, sizeof err);
-    if (st == TG_ARGS_HELP) {
-        fputs(help, stdout);
-        return st;
-    }
-    if (st == TG_ARGS_OK && tg_cli_model_config(m, cfg, err, sizeof err) != 0) st = TG_ARGS_ERROR;
-    if (st != TG_ARGS_OK) tg_cli_error(cmd, "%s", err);
-    return st;
+    if (c->nopts) memcpy(opts, c->opts, sizeof *opts * (size_t)c->nopts);
+    int n = c->nopts + model_opts(m, opts + c->nopts);
+    tg_cli_command all = {.name = c->name, .help = c->help, .opts = opts, .nopts = n};
+    if (!tg_cli_parse(&all, argc, argv, status)) return false;
+    *status = model_config(c->name, m, cfg);
+    return *status == TG_CLI_OK;
 }
 
 void tg_cli_gpt_set_layers(tg_module *gpt, bool composed)
