@@ -155,6 +155,58 @@ static tg_module *repr_case(tg_tape *tp, const char *name)
 
 /* ---- (a) repr ---------------------------------------------------------------------------------- */
 
+/* A user's module in the KV cache: tg_module_set_kv_cache reaches it
+ * through any container, tg_module_reset_kv_cache calls its reset_cache
+ * (once per place in the tree) and returns its error. */
+typedef struct {
+    int resets, fail;
+    bool seen_cache;
+} cache_user_state;
+
+static tg_tensor *cache_user_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *const *in)
+{
+    (void)tp;
+    cache_user_state *s = tg_module_state(self);
+    s->seen_cache = tg_module_kv_cache_enabled(self);
+    return n == 1 ? in[0] : tg_error("CacheUser: expected 1 input");
+}
+
+static int cache_user_reset(tg_module *self)
+{
+    cache_user_state *s = tg_module_state(self);
+    if (s->fail) return tg_error_status(TG_ESTATE, "CacheUser: refused to reset");
+    s->resets++;
+    return TG_OK;
+}
+
+static void test_kv_cache_user_module(void **state)
+{
+    (void)state;
+    static const tg_module_type cache_user = {
+        .name = "CacheUser", .forward = cache_user_forward, .reset_cache = cache_user_reset};
+    tg_tape *tp = tg_tape_new();
+    tg_module *a = tg_module_new(tp, &cache_user, sizeof(cache_user_state));
+    tg_module *b = tg_module_new(tp, &cache_user, sizeof(cache_user_state));
+    tg_module *kids[3] = {a, tg_linear_new(tp, 2, 2, false), tg_sequential_new(tp, 1, &b)};
+    tg_module *seq = tg_sequential_new(tp, 3, kids);
+    tu_assert_ok(seq);
+    cache_user_state *sa = tg_module_state(a), *sb = tg_module_state(b);
+    int64_t shape[2] = {1, 2};
+    tu_assert_ok(tg_module_forward(tp, seq, tg_zeros(tp, TG_F32, 2, shape)));
+    assert_false(sa->seen_cache || sb->seen_cache);
+    assert_int_equal(tg_module_set_kv_cache(seq, true), TG_OK);
+    tu_assert_ok(tg_module_forward(tp, seq, tg_zeros(tp, TG_F32, 2, shape)));
+    assert_true(sa->seen_cache && sb->seen_cache);
+    assert_int_equal(tg_module_reset_kv_cache(seq), TG_OK);
+    assert_int_equal(sa->resets, 1);
+    assert_int_equal(sb->resets, 1);
+    sb->fail = 1;
+    tu_assert_status_error(tg_module_reset_kv_cache(seq), "CacheUser: refused to reset");
+    assert_int_equal(tg_module_set_kv_cache(seq, false), TG_OK);
+    assert_false(tg_module_kv_cache_enabled(b));
+    tg_tape_free(tp);
+}
+
 static void test_repr_reference(void **state)
 {
     (void)state;
@@ -734,6 +786,7 @@ int main(void)
         cmocka_unit_test(test_inputs_buffers_containers),
         cmocka_unit_test(test_to_dtype_keeps_optimizer),
         cmocka_unit_test(test_gradcheck_module),
+        cmocka_unit_test(test_kv_cache_user_module),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
