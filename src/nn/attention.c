@@ -51,11 +51,11 @@ static bool check_input(tg_module *m, int n, tg_tensor *const *in, int rank)
     return true;
 }
 
-/* mask.bool()[:T, :T] */
-static tg_tensor *mask_bool(tg_tape *tp, tg_module *m, int64_t T)
+/* mask.bool()[row0:row0 + rows, :cols] (the causal modules: [:T, :T]) */
+static tg_tensor *mask_bool(tg_tape *tp, tg_module *m, int64_t row0, int64_t rows, int64_t cols)
 {
     tg_tensor *mk = tg_module_get_buffer(m, "mask");
-    return tg_compare_scalar(tp, tg_narrow(tp, tg_narrow(tp, mk, 0, 0, T), 1, 0, T), 0.0, TG_CMP_NE);
+    return tg_compare_scalar(tp, tg_narrow(tp, tg_narrow(tp, mk, 0, row0, rows), 1, 0, cols), 0.0, TG_CMP_NE);
 }
 
 /* The weights-and-context step of the self-attention modules:
@@ -173,7 +173,7 @@ static tg_tensor *attention_step(tg_tape *tp, tg_module *m, tg_tensor *q, tg_ten
                        .scale = pow((double)d_k, 0.5),
                        .gen = tg_module_generator(m),
                        .heads_inner = q && q->ndim == 4};
-    tg_tensor *in[4] = {q, k, v, q ? mask_bool(tp, m, q->shape[q->ndim - 2]) : NULL};
+    tg_tensor *in[4] = {q, k, v, q ? mask_bool(tp, m, 0, q->shape[q->ndim - 2], q->shape[q->ndim - 2]) : NULL};
     return tg_layer_apply(tp, layer, tg_module_is_fused(m), tg_module_numerics(m), 4, in, &a);
 }
 
@@ -295,11 +295,7 @@ static tg_tensor *mha_cached(tg_tape *tp, tg_module *m, tg_tensor *q, tg_tensor 
         return NULL;
     tg_tensor *keys = tg_narrow(tp, c->cache_k, 2, 0, P), *values = tg_narrow(tp, c->cache_v, 2, 0, P);
     tg_tensor *s = tg_matmul(tp, q, tg_transpose(tp, keys, 2, 3)); /* (b, h, T, P) */
-    if (T > 1) { /* mask.bool()[pos:pos + T, :P] */
-        tg_tensor *mk = tg_module_get_buffer(m, "mask");
-        mk = tg_narrow(tp, tg_narrow(tp, mk, 0, p0, T), 1, 0, P);
-        s = tg_masked_fill(tp, s, tg_compare_scalar(tp, mk, 0.0, TG_CMP_NE), -INFINITY);
-    }
+    if (T > 1) s = tg_masked_fill(tp, s, mask_bool(tp, m, p0, T, P), -INFINITY); /* mask.bool()[pos:pos + T, :P] */
     tg_tensor *w = tg_softmax(tp, tg_div_scalar(tp, s, pow((double)hd, 0.5)), -1);
     if (w && tg_module_is_training(m) && c->dropout > 0) w = tg_dropout(tp, w, c->dropout, tg_module_generator(m));
     tg_tensor *ctx = tg_matmul(tp, w, values); /* (b, h, T, hd) */

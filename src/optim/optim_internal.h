@@ -8,8 +8,7 @@ struct tg_optimizer {
     const tg_optimizer_type *type;
     tg_tape *tp;
     double lr;       /* param_groups[0]["lr"]: the one copy step functions read */
-    void *options;   /* the caller's options, copied (options_size bytes) */
-    size_t options_size;
+    void *options;   /* a copy of the caller's options */
     int n;
     tg_tensor **params;
     tg_tensor **state; /* n * type->nstate, a parameter's created at its first step */

@@ -52,7 +52,6 @@ tg_optimizer *tg_optimizer_new_params(tg_tape *tp, const tg_optimizer_type *type
     o->tp = tp;
     o->lr = lr;
     o->current = -1;
-    o->options_size = options_size;
     if (options_size) {
         if (!(o->options = tg_tape_alloc(tp, options_size, false))) return NULL;
         memcpy(o->options, options, options_size);
