@@ -115,11 +115,26 @@ typedef enum { TG_NUMERICS_EXACT = 0, TG_NUMERICS_FAST = 1, TG_NUMERICS_BF16 = 2
 TG_API const char *tg_numerics_name(tg_numerics n);
 /* The policy named s ("exact", "fast" or "bf16"); an error naming s otherwise. */
 TG_API int tg_numerics_parse(const char *s, tg_numerics *out);
-/* Whether this CPU multiplies bf16 in hardware (AVX512_BF16 or AMX-BF16,
- * with the operating system's support for their registers). Without it,
- * BF16 products are emulated: bf16-rounded operands on float32 sgemm, the
- * same numbers, slower. This version emulates them on every CPU. */
+/* Whether BF16 products run on this CPU's bf16 hardware: oneDNN (built
+ * with it) reports AVX512_BF16 or AMX-BF16 for this process (its
+ * DNNL_MAX_CPU_ISA setting included). Without it, BF16 products are
+ * emulated: bf16-rounded operands on float32 sgemm, the same numbers to
+ * float32 rounding, slower than FAST. */
 TG_API bool tg_numerics_bf16_native(void);
+/* Runs BF16 products emulated even where the hardware could (on: true), or
+ * back on the hardware (false): to compare the two. Process-wide. */
+TG_API void tg_numerics_bf16_set_emulated(bool on);
+/* The kernels BF16 products ran on so far in this process, comma-separated:
+ * oneDNN's implementation names ("brg:avx512_core_amx_bf16"), the library's
+ * own row kernel of generation, "emulated (sgemm on bf16-rounded operands)";
+ * "" before the first. */
+TG_API const char *tg_numerics_bf16_kernel(void);
+/* Under BF16 a parameter's bf16 copy (tg_parameter_new) is made once and
+ * reused for all the products of one tape round (tg_tape_reset) and one
+ * optimizer step. Optimizer steps and the library's in-place ops say that
+ * parameters changed; code that writes a parameter's data by hand calls
+ * this before its next product. */
+TG_API void tg_numerics_weights_changed(void);
 
 /* ---- tapes ----------------------------------------------------------- */
 

@@ -9,9 +9,6 @@
 #include "internal.h"
 
 #include <cblas.h>
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <cpuid.h>
-#endif
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -168,30 +165,6 @@ int tg_numerics_parse(const char *s, tg_numerics *out)
     return tg_error_status(TG_EINVAL, "numerics: '%.40s' is not one of exact, fast, bf16", s ? s : "(null)");
 }
 
-bool tg_numerics_bf16_native(void)
-{
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    unsigned a, b, c, d;
-    /* the OS must save the AVX-512 state, which __builtin_cpu_supports checks */
-    if (!__builtin_cpu_supports("avx512f") || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-    bool amx = (d >> 22) & 1; /* AMX-BF16 */
-    bool avx512_bf16 = __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1);
-    return amx || avx512_bf16;
-#else
-    return false;
-#endif
-}
-
-float tg__bf16_round(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return x; /* NaN */
-    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-    memcpy(&x, &u, sizeof u);
-    return x;
-}
-
 /* x (float32) rounded to bf16 into buf (numel floats) as a contiguous tensor */
 static tg_tensor bf16_operand(float *buf, const tg_tensor *x)
 {
@@ -211,6 +184,16 @@ void tg_k_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bo
                double beta)
 {
     if (current_numerics == TG_NUMERICS_BF16 && c->dtype == TG_F32) {
+        int n = c->ndim;
+        int64_t K = ta ? a->shape[n - 2] : a->shape[n - 1];
+        if (tg_numel(c) > 0 && K > 0 && tg__bf16_native_now()) {
+            tg__saved_error e;
+            tg__error_push(&e);
+            int st = tg__bf16_gemm(c, a, ta, b, tb, alpha, beta);
+            if (st >= 0) tg__error_restore(&e); /* done, or emulated below */
+            if (st <= 0) return;
+        }
+        tg__bf16_note_emulated();
         /* emulated bf16 products: the operands rounded, float32 accumulation
          * (scratch outside any tape: a leaf's gradient lives in the model's) */
         size_t na = (size_t)tg_numel(a), nb = (size_t)tg_numel(b);

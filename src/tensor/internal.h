@@ -214,6 +214,23 @@ tg_numerics tg__numerics_enter(tg_numerics n);
 void tg__numerics_leave(tg_numerics prev);
 /* x rounded to the nearest bf16 (ties to even), as a float (NaN stays NaN). */
 float tg__bf16_round(float x);
+/* BF16 products on the CPU's bf16 hardware (src/tensor/bf16.c): whether they
+ * run there now (tg_numerics_bf16_native and not forced to emulate); one
+ * product as tg_k_gemm takes it (float32): 0 done, 1 nothing written (the
+ * caller emulates), -1 failed with an error. */
+bool tg__bf16_native_now(void);
+int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
+                  double beta);
+/* Records that a product ran emulated (tg_numerics_bf16_kernel). */
+void tg__bf16_note_emulated(void);
+/* Rounds: a parameter's bf16 copy serves every product of one round (and
+ * weights epoch, tg_numerics_weights_changed). A tape takes a new round when
+ * made and at every reset; a generation holds one round over all its tapes
+ * (begin returns the previous hold for end). */
+uint64_t tg__bf16_new_round(void);
+uint64_t tg__tape_round(const tg_tape *tp);
+uint64_t tg__bf16_hold_begin(void);
+void tg__bf16_hold_end(uint64_t prev);
 /* Batched GEMM: c = alpha * op(a) @ op(b) + beta * c over identical batch dims
  * (a, b, c all have the same ndim >= 2 and equal (possibly broadcast, stride 0)
  * batch shape). Strided operands whose last two dims have a unit stride are

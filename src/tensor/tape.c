@@ -43,6 +43,7 @@ struct tg_tape {
     bool pooling;
     void *scratch; /* tg__tape_scratch (malloc'd) */
     size_t scratch_size;
+    uint64_t round; /* new at creation and every reset (tg__tape_round) */
 };
 
 /* ---- errors ------------------------------------------------------------------ */
@@ -129,6 +130,7 @@ tg_tape *tg_tape_new(void)
 {
     tg_tape *tp = calloc(1, sizeof *tp);
     if (!tp) return tg_error("tape: out of memory");
+    tp->round = tg__bf16_new_round();
     return tp;
 }
 
@@ -145,6 +147,7 @@ void tg_tape_reset(tg_tape *tp)
 {
     if (!tp) return;
     tp->used = 0;
+    tp->round = tg__bf16_new_round();
     tp->npool = 0; /* the pool's blocks are arena memory, dropped with it */
     tp->pooling = false;
     if (tp->chunks && tp->chunks->next) {
@@ -156,6 +159,8 @@ void tg_tape_reset(tg_tape *tp)
     }
     if (tp->chunks) tp->chunks->used = 0;
 }
+
+uint64_t tg__tape_round(const tg_tape *tp) { return tp ? tp->round : 0; }
 
 size_t tg_tape_used(const tg_tape *tp) { return tp ? tp->used : 0; }
 size_t tg_tape_reserved(const tg_tape *tp) { return tp ? tp->reserved : 0; }

@@ -1,0 +1,565 @@
+/* The BF16 numerics' matrix products (tensor.h, tg_numerics; README.md,
+ * "Numerics"): float32 operands rounded to bf16 (nearest even), products
+ * accumulated in float32.
+ *
+ * Where the CPU multiplies bf16 in hardware (oneDNN reports AVX512_BF16 or
+ * AMX for this process), the rounded operands go to oneDNN's matmul
+ * primitives: one primitive per call shape (sizes, strides, alpha, beta),
+ * created on first use and kept, run on the OpenMP threads OpenBLAS shares.
+ * A row times a matrix (generation with the KV cache) runs on a dot-product
+ * kernel of this file that reads the matrix's bf16 copy once. Elsewhere
+ * gemm.c emulates the same numbers on sgemm (tg_k_gemm).
+ *
+ * A parameter's bf16 copy (tg_parameter_new's tensors, as a Linear's weight)
+ * is made once and reused while it cannot have changed: within one round of
+ * the tape the product is recorded on (a forward and its backward) and one
+ * optimizer step, or through a whole generation (tg__bf16_hold_begin). The
+ * library's in-place ops and every optimizer step start a new epoch
+ * (tg_numerics_weights_changed); code that writes a parameter's data by hand
+ * calls it too. */
+#include "internal.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#if TG_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+#endif
+#if TG_HAVE_DNNL && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define TG_BF16_DOT 1
+#else
+#define TG_BF16_DOT 0
+#endif
+
+/* ---- rounding ---------------------------------------------------------------------------------- */
+
+static inline uint16_t bf16_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* NaN stays NaN */
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+float tg__bf16_round(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return x; /* NaN */
+    u = (uint32_t)bf16_bits(x) << 16;
+    memcpy(&x, &u, sizeof u);
+    return x;
+}
+
+/* ---- epochs ------------------------------------------------------------------------------------- */
+
+static atomic_uint_fast64_t weights_epoch = 1;
+static atomic_uint_fast64_t next_round = 1;
+
+void tg_numerics_weights_changed(void) { atomic_fetch_add(&weights_epoch, 1); }
+
+uint64_t tg__bf16_new_round(void) { return (uint64_t)atomic_fetch_add(&next_round, 1); }
+
+static _Thread_local uint64_t hold_round; /* 0: no generation holds the weights */
+
+uint64_t tg__bf16_hold_begin(void)
+{
+    uint64_t prev = hold_round;
+    hold_round = tg__bf16_new_round();
+    return prev;
+}
+
+void tg__bf16_hold_end(uint64_t prev) { hold_round = prev; }
+
+/* ---- the CPU ------------------------------------------------------------------------------------ */
+
+static atomic_bool force_emulated;
+
+void tg_numerics_bf16_set_emulated(bool on) { atomic_store(&force_emulated, on); }
+
+#if TG_HAVE_DNNL
+static dnnl_engine_t engine;
+static dnnl_stream_t stream;
+static bool dnnl_ok;
+
+static void dnnl_init(void)
+{
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    bool bf16 = (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16 ||
+                (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx;
+    if (!bf16) return;
+    if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) return;
+    if (dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) != dnnl_success) {
+        dnnl_engine_destroy(engine);
+        return;
+    }
+    dnnl_ok = true;
+}
+
+static bool hardware(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, dnnl_init);
+    return dnnl_ok;
+}
+#else
+static bool hardware(void) { return false; }
+#endif
+
+bool tg_numerics_bf16_native(void) { return hardware(); }
+
+bool tg__bf16_native_now(void) { return hardware() && !atomic_load(&force_emulated); }
+
+/* The kernels the products ran on so far, as oneDNN names them. */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static char kernels[160];
+static bool emulated_ran;
+
+static void note_kernel(const char *name)
+{
+    if (!name || strstr(kernels, name)) return;
+    size_t n = strlen(kernels);
+    snprintf(kernels + n, sizeof kernels - n, "%s%s", n ? ", " : "", name);
+}
+
+void tg__bf16_note_emulated(void)
+{
+    if (emulated_ran) return;
+    pthread_mutex_lock(&lock);
+    emulated_ran = true;
+    pthread_mutex_unlock(&lock);
+}
+
+const char *tg_numerics_bf16_kernel(void)
+{
+    static _Thread_local char out[sizeof kernels + 64];
+    pthread_mutex_lock(&lock);
+    snprintf(out, sizeof out, "%s%s%s", kernels, *kernels && emulated_ran ? ", " : "",
+             emulated_ran ? "emulated (sgemm on bf16-rounded operands)" : "");
+    pthread_mutex_unlock(&lock);
+    return out;
+}
+
+#if TG_HAVE_DNNL
+
+/* ---- operands ----------------------------------------------------------------------------------- */
+
+/* A bf16 copy of a float32 tensor x, compact, its matrices (last two dims)
+ * in x's own orientation: element (r, c) of matrix i at i * R * C + r * C + c,
+ * or, when x stores its matrices transposed (col), + c * R + r. */
+typedef struct {
+    uint16_t *data;
+    bool col;
+    int64_t bstride[TG_MAX_DIMS]; /* matrices, per batch dim (0: broadcast) */
+} bf16_mat;
+
+/* Orientation of x's last two dims if both can be read with one unit stride
+ * (as gemm.c's describe): *col set when columns are contiguous. */
+static bool orient(const tg_tensor *x, bool *col, int64_t *ld)
+{
+    int n = x->ndim;
+    int64_t rows = x->shape[n - 2], cols = x->shape[n - 1];
+    int64_t sr = x->stride[n - 2], sc = x->stride[n - 1];
+    if (cols == 1) sc = 1;
+    if (rows == 1) sr = cols;
+    if (sc == 1 && sr >= (cols > 1 ? cols : 1)) {
+        *col = false;
+        *ld = sr;
+    } else if (sr == 1 && sc >= (rows > 1 ? rows : 1)) {
+        *col = true;
+        *ld = sc;
+    } else {
+        return false;
+    }
+    return true;
+}
+
+static int64_t nbatch(const tg_tensor *x)
+{
+    int64_t nb = 1;
+    for (int d = 0; d < x->ndim - 2; d++) nb *= x->shape[d];
+    return nb;
+}
+
+/* Fills dst (numel(x) bf16) from x; false with an error if out of memory. */
+static bool convert(uint16_t *dst, const tg_tensor *x, bool *col_out)
+{
+    int n = x->ndim;
+    int64_t rows = x->shape[n - 2], cols = x->shape[n - 1], nb = nbatch(x), ld;
+    bool col;
+    float *tmp = NULL;
+    const tg_tensor *src = x;
+    tg_tensor c;
+    if (!orient(x, &col, &ld)) {
+        /* any other layout: a contiguous float32 copy first */
+        tmp = malloc(sizeof(float) * (size_t)(nb * rows * cols));
+        if (!tmp) {
+            tg_error("gemm: out of memory rounding an operand to bf16");
+            return false;
+        }
+        c = *x;
+        c.data = tmp;
+        c.offset = 0;
+        c.grad_fn = NULL;
+        tg__contiguous_strides(n, c.shape, c.stride);
+        tg_k_copy(&c, x);
+        src = &c;
+        col = false;
+        ld = cols;
+    }
+    int64_t inner = col ? rows : cols, outer = col ? cols : rows, total = nb * outer;
+#pragma omp parallel for if (nb * rows * cols > TG_PAR_MIN) schedule(static)
+    for (int64_t t = 0; t < total; t++) {
+        int64_t bi = t / outer, o = t % outer, off = src->offset, r = bi;
+        for (int d = n - 3; d >= 0; d--) {
+            off += (r % src->shape[d]) * src->stride[d];
+            r /= src->shape[d];
+        }
+        const float *s = (const float *)src->data + off + o * ld;
+        uint16_t *q = dst + t * inner;
+        for (int64_t i = 0; i < inner; i++) q[i] = bf16_bits(s[i]);
+    }
+    free(tmp);
+    *col_out = col;
+    return true;
+}
+
+static void fill_bstrides(bf16_mat *m, const tg_tensor *x)
+{
+    int n = x->ndim;
+    int64_t s = x->shape[n - 2] * x->shape[n - 1];
+    for (int d = n - 3; d >= 0; d--) {
+        m->bstride[d] = x->shape[d] == 1 ? 0 : s;
+        s *= x->shape[d];
+    }
+}
+
+/* ---- parameters' copies ------------------------------------------------------------------------ */
+
+typedef struct {
+    const void *data; /* the parameter's storage, offset, shape and strides */
+    int64_t offset;
+    int ndim;
+    int64_t shape[TG_MAX_DIMS], stride[TG_MAX_DIMS];
+    uint64_t round, epoch; /* valid for this round and epoch */
+    uint64_t used;         /* the last round that asked for it */
+    uint16_t *copy;
+    size_t cap;
+    bool col;
+} param_copy;
+
+enum { NCOPIES = 512 };
+static param_copy copies[NCOPIES];
+static int ncopies;
+static uint64_t last_round_seen;
+
+static bool same_param(const param_copy *p, const tg_tensor *x)
+{
+    if (p->data != x->data || p->offset != x->offset || p->ndim != x->ndim) return false;
+    for (int d = 0; d < x->ndim; d++)
+        if (p->shape[d] != x->shape[d] || p->stride[d] != x->stride[d]) return false;
+    return true;
+}
+
+/* The bf16 copy of parameter x for this round; NULL with an error if out of
+ * memory. Called under lock. */
+static const uint16_t *param_bf16(const tg_tensor *x, uint64_t round, bool *col)
+{
+    uint64_t epoch = atomic_load(&weights_epoch);
+    if (round != last_round_seen) {
+        /* a new round: drop the copies the previous rounds left unused */
+        int k = 0;
+        for (int i = 0; i < ncopies; i++) {
+            if (copies[i].used == last_round_seen || copies[i].used == round)
+                copies[k++] = copies[i];
+            else
+                free(copies[i].copy);
+        }
+        ncopies = k;
+        last_round_seen = round;
+    }
+    param_copy *p = NULL;
+    for (int i = 0; i < ncopies && !p; i++)
+        if (same_param(&copies[i], x)) p = &copies[i];
+    size_t need = (size_t)tg_numel(x);
+    if (p && p->round == round && p->epoch == epoch) {
+        p->used = round;
+        *col = p->col;
+        return p->copy;
+    }
+    if (!p) {
+        if (ncopies == NCOPIES) {
+            free(copies[0].copy);
+            memmove(copies, copies + 1, sizeof copies[0] * (NCOPIES - 1));
+            ncopies--;
+        }
+        p = &copies[ncopies++];
+        memset(p, 0, sizeof *p);
+        p->data = x->data;
+        p->offset = x->offset;
+        p->ndim = x->ndim;
+        memcpy(p->shape, x->shape, sizeof p->shape);
+        memcpy(p->stride, x->stride, sizeof p->stride);
+    }
+    if (p->cap < need) {
+        uint16_t *c = realloc(p->copy, sizeof(uint16_t) * (need ? need : 1));
+        if (!c) {
+            tg_error("gemm: out of memory for a parameter's bf16 copy");
+            return NULL;
+        }
+        p->copy = c;
+        p->cap = need;
+    }
+    if (!convert(p->copy, x, &p->col)) return NULL;
+    p->round = round;
+    p->epoch = epoch;
+    p->used = round;
+    *col = p->col;
+    return p->copy;
+}
+
+/* ---- scratch for the other operands ---------------------------------------------------------- */
+
+static uint16_t *scratch[2];
+static size_t scratch_cap[2];
+
+static uint16_t *scratch_get(int i, size_t n)
+{
+    if (scratch_cap[i] < n) {
+        uint16_t *p = realloc(scratch[i], sizeof(uint16_t) * n);
+        if (!p) {
+            tg_error("gemm: out of memory rounding an operand to bf16");
+            return NULL;
+        }
+        scratch[i] = p;
+        scratch_cap[i] = n;
+    }
+    return scratch[i];
+}
+
+/* ---- primitives --------------------------------------------------------------------------------- */
+
+typedef struct {
+    int64_t M, N, K;
+    int64_t sa[2], sb[2], sc[2];
+    float alpha, beta;
+} prim_key;
+
+typedef struct {
+    prim_key key;
+    dnnl_primitive_t prim;
+    dnnl_memory_t ma, mb, mc;
+    uint64_t used;
+} prim_entry;
+
+enum { NPRIMS = 96 };
+static prim_entry prims[NPRIMS];
+static int nprims;
+static uint64_t prim_clock;
+
+static void prim_destroy(prim_entry *e)
+{
+    dnnl_memory_destroy(e->ma);
+    dnnl_memory_destroy(e->mb);
+    dnnl_memory_destroy(e->mc);
+    dnnl_primitive_destroy(e->prim);
+}
+
+static prim_entry *prim_get(const prim_key *k)
+{
+    for (int i = 0; i < nprims; i++)
+        if (!memcmp(&prims[i].key, k, sizeof *k)) {
+            prims[i].used = ++prim_clock;
+            return &prims[i];
+        }
+    dnnl_memory_desc_t da, db, dc;
+    dnnl_dims_t ad = {k->M, k->K}, bd = {k->K, k->N}, cd = {k->M, k->N};
+    dnnl_dims_t as = {k->sa[0], k->sa[1]}, bs = {k->sb[0], k->sb[1]}, cs = {k->sc[0], k->sc[1]};
+    dnnl_matmul_desc_t md;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    prim_entry e = {*k, NULL, NULL, NULL, NULL, ++prim_clock};
+    bool ok = dnnl_memory_desc_init_by_strides(&da, 2, ad, dnnl_bf16, as) == dnnl_success &&
+              dnnl_memory_desc_init_by_strides(&db, 2, bd, dnnl_bf16, bs) == dnnl_success &&
+              dnnl_memory_desc_init_by_strides(&dc, 2, cd, dnnl_f32, cs) == dnnl_success &&
+              dnnl_matmul_desc_init(&md, &da, &db, NULL, &dc) == dnnl_success &&
+              dnnl_primitive_attr_create(&attr) == dnnl_success;
+    if (ok && k->alpha != 1.0f) ok = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &k->alpha) == dnnl_success;
+    if (ok && k->beta != 0.0f)
+        ok = dnnl_post_ops_create(&po) == dnnl_success && dnnl_post_ops_append_sum(po, k->beta) == dnnl_success &&
+             dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
+    ok = ok && dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL) == dnnl_success &&
+         dnnl_primitive_create(&e.prim, pd) == dnnl_success &&
+         dnnl_memory_create(&e.ma, &da, engine, DNNL_MEMORY_NONE) == dnnl_success &&
+         dnnl_memory_create(&e.mb, &db, engine, DNNL_MEMORY_NONE) == dnnl_success &&
+         dnnl_memory_create(&e.mc, &dc, engine, DNNL_MEMORY_NONE) == dnnl_success;
+    const char *impl = NULL;
+    if (ok && dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success) note_kernel(impl);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (po) dnnl_post_ops_destroy(po);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (!ok) {
+        prim_destroy(&e);
+        tg_error("gemm: oneDNN refused a bf16 matmul of %lld x %lld x %lld", (long long)k->M, (long long)k->N,
+                 (long long)k->K);
+        return NULL;
+    }
+    if (nprims == NPRIMS) { /* the least recently used goes */
+        int lru = 0;
+        for (int i = 1; i < nprims; i++)
+            if (prims[i].used < prims[lru].used) lru = i;
+        prim_destroy(&prims[lru]);
+        prims[lru] = prims[--nprims];
+    }
+    prims[nprims] = e;
+    return &prims[nprims++];
+}
+
+/* strides of op(x) (rows, cols of the product's operand) for a compact
+ * matrix of R x C in orientation col, op = transpose if t */
+static void op_strides(int64_t R, int64_t C, bool col, bool t, int64_t s[2])
+{
+    int64_t sr = col ? 1 : C, sc = col ? R : 1; /* of x itself */
+    /* a single row or column: either stride serves; keep them distinct */
+    if (R == 1 && col) sr = C;
+    if (C == 1 && !col) sc = R;
+    s[0] = t ? sc : sr;
+    s[1] = t ? sr : sc;
+}
+
+/* ---- one row times a matrix -------------------------------------------------------------------- */
+
+#if TG_BF16_DOT
+/* y[j] = alpha sum_k a[k] w[j, k] (+ beta y[j]): w (N, K) rows of bf16, a
+ * (K) bf16; dpbf16ps takes 32 pairs per instruction, float32 accumulation. */
+__attribute__((target("avx512f,avx512bf16"))) static void row_dot(float *y, const uint16_t *a, const uint16_t *w,
+                                                                int64_t N, int64_t K, int64_t ldw, float alpha,
+                                                                float beta)
+{
+#pragma omp parallel for if (N * K > TG_PAR_MIN) schedule(static)
+    for (int64_t j = 0; j < N; j++) {
+        const uint16_t *r = w + j * ldw;
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+        int64_t k = 0;
+        for (; k + 64 <= K; k += 64) {
+            acc0 = _mm512_dpbf16_ps(acc0, (__m512bh)_mm512_loadu_si512(r + k), (__m512bh)_mm512_loadu_si512(a + k));
+            acc1 = _mm512_dpbf16_ps(acc1, (__m512bh)_mm512_loadu_si512(r + k + 32),
+                                    (__m512bh)_mm512_loadu_si512(a + k + 32));
+        }
+        for (; k + 32 <= K; k += 32)
+            acc0 = _mm512_dpbf16_ps(acc0, (__m512bh)_mm512_loadu_si512(r + k), (__m512bh)_mm512_loadu_si512(a + k));
+        if (k < K) {
+            __mmask32 m = (__mmask32)((1ull << (K - k)) - 1);
+            acc1 = _mm512_dpbf16_ps(acc1, (__m512bh)_mm512_maskz_loadu_epi16(m, r + k),
+                                    (__m512bh)_mm512_maskz_loadu_epi16(m, a + k));
+        }
+        float s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+        y[j] = beta == 0 ? alpha * s : alpha * s + beta * y[j];
+    }
+}
+#endif
+
+/* ---- the product -------------------------------------------------------------------------------- */
+
+int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
+                  double beta)
+{
+    int n = c->ndim;
+    int64_t M = c->shape[n - 2], N = c->shape[n - 1], K = ta ? a->shape[n - 2] : a->shape[n - 1];
+    int64_t nb = nbatch(c);
+    /* 0: no round (a tensor outside any tape): parameters are rounded anew */
+    uint64_t round = hold_round ? hold_round : tg__tape_round(c->tape);
+    pthread_mutex_lock(&lock);
+    bf16_mat ma = {0}, mb = {0};
+    const uint16_t *pa = NULL, *pb = NULL;
+    if (a->is_param && round) {
+        pa = param_bf16(a, round, &ma.col);
+    } else {
+        uint16_t *s = scratch_get(0, (size_t)tg_numel(a));
+        pa = s && convert(s, a, &ma.col) ? s : NULL;
+    }
+    if (pa && b->is_param && round) {
+        pb = param_bf16(b, round, &mb.col);
+    } else if (pa) {
+        uint16_t *s = scratch_get(1, (size_t)tg_numel(b));
+        pb = s && convert(s, b, &mb.col) ? s : NULL;
+    }
+    bool ok = pa && pb;
+    if (ok) {
+        fill_bstrides(&ma, a);
+        fill_bstrides(&mb, b);
+        ma.data = (uint16_t *)pa;
+        mb.data = (uint16_t *)pb;
+    }
+    int64_t ar = a->shape[n - 2], ac = a->shape[n - 1], br = b->shape[n - 2], bc = b->shape[n - 1];
+    (void)br;
+#if TG_BF16_DOT
+    /* a row times a matrix stored with K contiguous: the dot kernel */
+    if (ok && M == 1 && nb == 1 && c->stride[n - 1] == 1 && (tb ? !mb.col : mb.col)) {
+        row_dot((float *)c->data + c->offset, pa, pb, N, K, K, (float)alpha, (float)beta);
+        note_kernel("tapegrad row_dot:avx512_bf16");
+        pthread_mutex_unlock(&lock);
+        return 0;
+    }
+#endif
+    prim_entry *e = NULL;
+    if (ok) {
+        prim_key k;
+        memset(&k, 0, sizeof k);
+        k.M = M;
+        k.N = N;
+        k.K = K;
+        op_strides(ar, ac, ma.col, ta, k.sa);
+        op_strides(br, bc, mb.col, tb, k.sb);
+        k.sc[0] = c->stride[n - 2];
+        k.sc[1] = c->stride[n - 1];
+        if (M == 1) k.sc[0] = N * k.sc[1];
+        if (N == 1) k.sc[1] = M * k.sc[0];
+        k.alpha = (float)alpha;
+        k.beta = (float)beta;
+        e = prim_get(&k);
+        ok = e != NULL;
+    }
+    if (!ok) {
+        pthread_mutex_unlock(&lock);
+        return 1; /* nothing written: emulate */
+    }
+    for (int64_t bi = 0; ok && bi < nb; bi++) {
+        int64_t oa = 0, ob = 0, oc = c->offset, r = bi;
+        for (int d = n - 3; d >= 0; d--) {
+            int64_t idx = r % c->shape[d];
+            r /= c->shape[d];
+            oa += idx * ma.bstride[d];
+            ob += idx * mb.bstride[d];
+            oc += idx * c->stride[d];
+        }
+        dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, e->ma}, {DNNL_ARG_WEIGHTS, e->mb}, {DNNL_ARG_DST, e->mc}};
+        ok = dnnl_memory_set_data_handle(e->ma, (void *)(pa + oa)) == dnnl_success &&
+             dnnl_memory_set_data_handle(e->mb, (void *)(pb + ob)) == dnnl_success &&
+             dnnl_memory_set_data_handle(e->mc, (float *)c->data + oc) == dnnl_success &&
+             dnnl_primitive_execute(e->prim, stream, 3, args) == dnnl_success &&
+             dnnl_stream_wait(stream) == dnnl_success;
+        if (!ok) tg_error("gemm: oneDNN failed running a bf16 matmul of %lld x %lld x %lld", (long long)M, (long long)N,
+                          (long long)K);
+    }
+    pthread_mutex_unlock(&lock);
+    return ok ? 0 : -1;
+}
+
+#else
+
+int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
+                  double beta)
+{
+    (void)c, (void)a, (void)ta, (void)b, (void)tb, (void)alpha, (void)beta;
+    return 1;
+}
+
+#endif
