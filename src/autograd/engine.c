@@ -473,6 +473,7 @@ static int check_inplace(const char *op, const tg_tensor *x)
     if (x->requires_grad && tg_is_grad_enabled())
         return tg_error_status(TG_EINVAL, "%s: a tensor that requires grad is being used in an "
                                           "in-place operation (use no-grad mode)", op);
+    tg__bf16_written(x);
     return TG_OK;
 }
 

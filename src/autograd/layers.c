@@ -5,8 +5,9 @@
  *             the unfused modules record (PyTorch's node names);
  *   exact     one node with the composed graph's bits (EXACT numerics);
  *   fast      one node free of PyTorch's call shapes (FAST numerics);
- *   bf16      the slot for bf16 kernels; NULL runs the exact op with its
- *             products under the bf16 GEMM backend (src/tensor/gemm.c).
+ *   bf16      the slot for bf16 kernels; NULL runs the fast op (else the
+ *             exact one) with its products under the bf16 GEMM backend
+ *             (src/tensor/gemm.c, src/tensor/bf16.c).
  *
  * A new layer is one entry here, its op (op_<name>.c, one row of ops.def)
  * and its row in tests/test_layers.c, which checks every entry: exact
@@ -99,10 +100,12 @@ static tg_tensor *gelu_exact(tg_tape *tp, int n, tg_tensor *const *in, const tg_
     return tg_gelu(tp, in[0]);
 }
 
-/* An exact op run under FAST: the kernels it calls choose their FAST form. */
+/* An exact op run under FAST: the kernels it calls choose their FAST form
+ * (under BF16 too, which keeps its bf16 products). */
 static tg_tensor *under_fast(tg_layer_fn exact, tg_tape *tp, int n, tg_tensor *const *in, const tg_layer_args *a)
 {
-    tg_numerics prev = tg__numerics_enter(TG_NUMERICS_FAST);
+    tg_numerics cur = tg__numerics_current();
+    tg_numerics prev = tg__numerics_enter(cur == TG_NUMERICS_BF16 ? cur : TG_NUMERICS_FAST);
     tg_tensor *y = exact(tp, n, in, a);
     tg__numerics_leave(prev);
     return y;
@@ -217,7 +220,7 @@ tg_tensor *tg_layer_apply(tg_tape *tp, const tg_layer *layer, bool fused, tg_num
     if (fused) {
         tg_layer_fn exact = layer->exact ? layer->exact : layer->composed;
         fn = numerics == TG_NUMERICS_FAST ? (layer->fast ? layer->fast : exact)
-             : numerics == TG_NUMERICS_BF16 ? (layer->bf16 ? layer->bf16 : exact)
+             : numerics == TG_NUMERICS_BF16 ? (layer->bf16 ? layer->bf16 : layer->fast ? layer->fast : exact)
                                            : exact;
     }
     tg_numerics prev = tg__numerics_enter(numerics);

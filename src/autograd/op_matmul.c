@@ -153,8 +153,9 @@ static int grad_product(tg_node *n, tg_tensor *t, const tg_tensor *like, bool ex
     /* Straight into the gradient buffer (beta = 1 when it holds a sum
      * already) for a fresh buffer or a leaf's .grad; under EXACT a non-leaf's
      * partial sum gets the product rounded first and then added, as PyTorch
-     * adds the gradients reaching one tensor (FAST accumulates in place). */
-    if (exact && t->grad_fn && t->grad_fn->grad && tg__numerics_current() != TG_NUMERICS_FAST) exact = false;
+     * adds the gradients reaching one tensor (FAST and BF16 accumulate in
+     * place). */
+    if (exact && t->grad_fn && t->grad_fn->grad && tg__numerics_current() == TG_NUMERICS_EXACT) exact = false;
     if (exact) {
         bool fresh;
         tg_tensor *buf = tg__grad_buf(t, &fresh, false);

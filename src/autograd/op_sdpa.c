@@ -180,12 +180,34 @@ SDPA_ROWS(double, f64, exp_f64)
 
 /* ---- one GEMM on raw row-major matrices, either dtype -------------------------------- */
 
+/* Under BF16 numerics (tensor.h) both operands of a float32 product are
+ * rounded to bf16 first, into this thread's two buffers of the node's
+ * scratch (NULL: not rounded). */
+typedef struct {
+    float *a, *b;
+} bf16_bufs;
+
+/* x (rows x cols, ld) rounded to bf16 into out, compact */
+static const float *round_bf16(float *out, const float *x, int64_t rows, int64_t cols, int64_t ld)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) out[r * cols + c] = tg__bf16_round(x[r * ld + c]);
+    return out;
+}
+
 /* c (M x N, ldc) = alpha op(a) op(b) + beta c, op(x) = x^T if t. */
-static void gemm(bool f64, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const void *a,
-                 int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc)
+static void gemm(bool f64, const bf16_bufs *rb, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
+                 const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc)
 {
     if (M == 0 || N == 0) return;
     enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
+    if (rb && !f64) {
+        int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+        a = round_bf16(rb->a, a, ar, ac, lda);
+        b = round_bf16(rb->b, b, br, bc, ldb);
+        lda = ac;
+        ldb = bc;
+    }
     if (f64)
         cblas_dgemm(CblasRowMajor, TA, TB, (int)M, (int)N, (int)K, alpha, a, (int)lda, b, (int)ldb, beta, c,
                     (int)ldc);
@@ -278,6 +300,15 @@ static int thread_num(void)
 #endif
 }
 
+/* Elements of one bf16-rounded operand of this node's products under BF16
+ * numerics (the largest: a BR x T block or a T x hd matrix), else 0. Read
+ * here, on the calling thread: the policy is the thread's. */
+static int64_t bf16_operand_size(const tg_tensor *q, int64_t T, int64_t hd)
+{
+    if (q->dtype != TG_F32 || tg__numerics_current() != TG_NUMERICS_BF16) return 0;
+    return BR * T > T * hd ? BR * T : T * hd;
+}
+
 /* ---- forward ----------------------------------------------------------------------------- */
 
 /* out (BH x T x hd, contiguous), lse (BH x T) from q, k, v; scratch from tp.
@@ -293,8 +324,9 @@ static bool sdpa_forward(tg_tape *tp, tg_tensor *out, tg_tensor *lse, const tg_t
     double scale = 1.0 / sqrt((double)hd);
     mats_t mq = describe(q), mk = describe(k), mv = describe(v);
     int64_t nblk = (T + BR - 1) / BR;
-    /* per thread: S_blk (BR x T) and a mask row (T) */
-    int64_t per = BR * T + T;
+    /* per thread: S_blk (BR x T) and a mask row (T); under BF16 two
+     * operands' bf16 copies (rbn each) */
+    int64_t rbn = bf16_operand_size(q, T, hd), per = BR * T + T + 2 * rbn;
     int nth = threads_for(BH * nblk, BH * T * T * hd);
     /* From the tape, not malloc: after a tape reset a training step reuses it. */
     char *scratch = tg_tape_alloc(tp, (size_t)nth * (size_t)per * es, false);
@@ -309,18 +341,20 @@ static bool sdpa_forward(tg_tape *tp, tg_tensor *out, tg_tensor *lse, const tg_t
         int64_t kmax = causal ? r0 + br : T;
         char *S = scratch + (size_t)thread_num() * (size_t)per * es;
         char *z = S + (size_t)(BR * T) * es;
+        bf16_bufs rbt = {(float *)(void *)(z + (size_t)T * es), (float *)(void *)(z + (size_t)(T + rbn) * es)};
+        const bf16_bufs *rb = rbn ? &rbt : NULL;
         const char *qb = mat_at(&mq, bh) + (size_t)(r0 * mq.ld) * es;
         const char *kb = mat_at(&mk, bh), *vb = mat_at(&mv, bh);
         char *ob = obase + (size_t)((bh * T + r0) * hd) * es;
         char *lb = lbase + (size_t)(bh * T + r0) * es;
         /* S (br x kmax) = scale Q_blk (br x hd) K[:kmax]^T (hd x kmax) */
-        gemm(f64, false, true, br, kmax, hd, scale, qb, mq.ld, kb, mk.ld, 0.0, S, kmax);
+        gemm(f64, rb, false, true, br, kmax, hd, scale, qb, mq.ld, kb, mk.ld, 0.0, S, kmax);
         if (f64)
             fwd_rows_f64((double *)S, br, kmax, r0, causal, (double *)lb, d, bh, T, (double *)z);
         else
             fwd_rows_f32((float *)S, br, kmax, r0, causal, (float *)lb, d, bh, T, (float *)z);
         /* O_blk (br x hd) = (P o Z) (br x kmax) V[:kmax] (kmax x hd) */
-        gemm(f64, false, false, br, hd, kmax, 1.0, S, kmax, vb, mv.ld, 0.0, ob, hd);
+        gemm(f64, rb, false, false, br, hd, kmax, 1.0, S, kmax, vb, mv.ld, 0.0, ob, hd);
     }
     return true;
 }
@@ -474,8 +508,9 @@ int tg__sdpa_backward(tg_node *n)
     mats_t mq = describe(q), mk = describe(k), mv = describe(v);
     int64_t nblk = (T + BR - 1) / BR;
     bool need_ds = gq.buf || gk.buf;
-    /* per thread: S_blk, dP_blk (BR x T each) and a mask row (T) */
-    int64_t per = 2 * BR * T + T;
+    /* per thread: S_blk, dP_blk (BR x T each) and a mask row (T); under
+     * BF16 two operands' bf16 copies (rbn each) */
+    int64_t rbn = bf16_operand_size(q, T, hd), per = 2 * BR * T + T + 2 * rbn;
     int nth = threads_for(BH, BH * T * T * hd);
     char *scratch = tg_tape_alloc(tg__btape(n), (size_t)nth * (size_t)per * es, false);
     if (!scratch) return TG_ENOMEM; /* the tape's message says how much */
@@ -490,6 +525,8 @@ int tg__sdpa_backward(tg_node *n)
         char *S = scratch + (size_t)thread_num() * (size_t)per * es;
         char *dP = S + (size_t)(BR * T) * es;
         char *z = dP + (size_t)(BR * T) * es;
+        bf16_bufs rbt = {(float *)(void *)(z + (size_t)T * es), (float *)(void *)(z + (size_t)(T + rbn) * es)};
+        const bf16_bufs *rb = rbn ? &rbt : NULL;
         const char *qm = mat_at(&mq, bh), *km = mat_at(&mk, bh), *vm = mat_at(&mv, bh);
         char *dq = dqb ? dqb + bh * mat : NULL, *dk = dkb ? dkb + bh * mat : NULL;
         char *dv = dvb ? dvb + bh * mat : NULL;
@@ -504,8 +541,8 @@ int tg__sdpa_backward(tg_node *n)
             const char *ob = obase + (size_t)((bh * T + r0) * hd) * es;
             const char *lb = lbase + (size_t)(bh * T + r0) * es;
             /* S (br x kmax) = scale Q_blk K[:kmax]^T; dP (br x kmax) = dO_blk V[:kmax]^T */
-            gemm(f64, false, true, br, kmax, hd, scale, qb, mq.ld, km, mk.ld, 0.0, S, kmax);
-            if (need_ds) gemm(f64, false, true, br, kmax, hd, 1.0, gob, hd, vm, mv.ld, 0.0, dP, kmax);
+            gemm(f64, rb, false, true, br, kmax, hd, scale, qb, mq.ld, km, mk.ld, 0.0, S, kmax);
+            if (need_ds) gemm(f64, rb, false, true, br, kmax, hd, 1.0, gob, hd, vm, mv.ld, 0.0, dP, kmax);
             if (f64)
                 bwd_rows_f64((double *)S, need_ds ? (double *)dP : NULL, br, kmax, r0, causal, (const double *)lb,
                              (const double *)gob, (const double *)ob, hd, &d, bh, T, (double *)z);
@@ -513,13 +550,13 @@ int tg__sdpa_backward(tg_node *n)
                 bwd_rows_f32((float *)S, need_ds ? (float *)dP : NULL, br, kmax, r0, causal, (const float *)lb,
                              (const float *)gob, (const float *)ob, hd, &d, bh, T, (float *)z);
             /* dV[:kmax] (kmax x hd) += (P o Z)^T (kmax x br) dO_blk (br x hd) */
-            if (dv) gemm(f64, true, false, kmax, hd, br, 1.0, S, kmax, gob, hd, bv, dv, hd);
+            if (dv) gemm(f64, rb, true, false, kmax, hd, br, 1.0, S, kmax, gob, hd, bv, dv, hd);
             /* dQ_blk (br x hd) = scale dS (br x kmax) K[:kmax] (kmax x hd) */
             if (dq)
-                gemm(f64, false, false, br, hd, kmax, scale, dP, kmax, km, mk.ld, gq.beta, dq + (size_t)(r0 * hd) * es,
+                gemm(f64, rb, false, false, br, hd, kmax, scale, dP, kmax, km, mk.ld, gq.beta, dq + (size_t)(r0 * hd) * es,
                      hd);
             /* dK[:kmax] (kmax x hd) += scale dS^T (kmax x br) Q_blk (br x hd) */
-            if (dk) gemm(f64, true, false, kmax, hd, br, scale, dP, kmax, qb, mq.ld, bk, dk, hd);
+            if (dk) gemm(f64, rb, true, false, kmax, hd, br, scale, dP, kmax, qb, mq.ld, bk, dk, hd);
             bk = bv = 1.0;
         }
     }

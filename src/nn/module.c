@@ -16,6 +16,7 @@ tg_tensor *tg_parameter_new(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *s
     if (!p) return NULL;
     p->requires_grad = true;
     p->is_param = true;
+    tg__bf16_written(p); /* it may take a freed parameter's storage */
     return p;
 }
 
@@ -191,6 +192,7 @@ int tg_module_register_parameter(tg_module *m, const char *name, tg_tensor *p)
                                tg_grad_fn_name(p));
     st = put(m, 0, name, p, true);
     if (st == TG_OK && !p->is_param) {
+        tg__bf16_written(p);
         p->is_param = true;
         p->requires_grad = true;
     }

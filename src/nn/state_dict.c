@@ -61,7 +61,10 @@ static int load_entries(tg_tape *tp, tg_module *m, const tg_named_list *file, co
                                    tg_dtype_name(src[i]->dtype));
     }
     if (st != TG_OK) return st;
-    for (int i = 0; i < sd.n; i++) tg_k_copy(sd.tensors[i], src[i]);
+    for (int i = 0; i < sd.n; i++) {
+        tg_k_copy(sd.tensors[i], src[i]);
+        tg__bf16_written(sd.tensors[i]);
+    }
     return TG_OK;
 }
 

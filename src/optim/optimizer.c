@@ -150,6 +150,7 @@ int tg_optimizer_step(tg_optimizer *o)
     if (o->current >= 0) return tg_error_status(TG_EINVAL, "%s step: called from inside a step", o->type->name);
     bool prev = tg_set_grad_enabled(false);
     int st = step_all(o);
+    tg_numerics_weights_changed(); /* the parameters' bf16 copies are stale (src/tensor/bf16.c) */
     tg_set_grad_enabled(prev);
     return st;
 }

@@ -39,23 +39,7 @@
 
 /* ---- rounding ---------------------------------------------------------------------------------- */
 
-static inline uint16_t bf16_bits(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* NaN stays NaN */
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-float tg__bf16_round(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return x; /* NaN */
-    u = (uint32_t)bf16_bits(x) << 16;
-    memcpy(&x, &u, sizeof u);
-    return x;
-}
+#define bf16_bits tg__bf16_bits
 
 /* ---- epochs ------------------------------------------------------------------------------------- */
 
@@ -258,6 +242,7 @@ enum { NCOPIES = 512 };
 static param_copy copies[NCOPIES];
 static int ncopies;
 static uint64_t last_round_seen;
+static atomic_bool any_copies; /* ncopies > 0 ever: tg__bf16_written's quick exit */
 
 static bool same_param(const param_copy *p, const tg_tensor *x)
 {
@@ -300,6 +285,7 @@ static const uint16_t *param_bf16(const tg_tensor *x, uint64_t round, bool *col)
             ncopies--;
         }
         p = &copies[ncopies++];
+        atomic_store(&any_copies, true);
         memset(p, 0, sizeof *p);
         p->data = x->data;
         p->offset = x->offset;
@@ -322,6 +308,15 @@ static const uint16_t *param_bf16(const tg_tensor *x, uint64_t round, bool *col)
     p->used = round;
     *col = p->col;
     return p->copy;
+}
+
+void tg__bf16_written(const tg_tensor *x)
+{
+    if (!x || !atomic_load(&any_copies)) return;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < ncopies; i++)
+        if (copies[i].data == x->data) copies[i].epoch = 0; /* made again at its next use */
+    pthread_mutex_unlock(&lock);
 }
 
 /* ---- scratch for the other operands ---------------------------------------------------------- */
@@ -554,6 +549,8 @@ int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b,
 }
 
 #else
+
+void tg__bf16_written(const tg_tensor *x) { (void)x; }
 
 int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
                   double beta)

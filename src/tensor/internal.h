@@ -212,8 +212,23 @@ static inline float tg__tanh_fast_f32(float x)
 tg_numerics tg__numerics_current(void);
 tg_numerics tg__numerics_enter(tg_numerics n);
 void tg__numerics_leave(tg_numerics prev);
+/* The bf16 nearest x (ties to even), as its 16 bits (a NaN stays a quiet
+ * NaN); branch-free, so that loops over it vectorise. */
+static inline uint16_t tg__bf16_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, q = (u >> 16) | 0x40u;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? q : r);
+}
 /* x rounded to the nearest bf16 (ties to even), as a float (NaN stays NaN). */
-float tg__bf16_round(float x);
+static inline float tg__bf16_round(float x)
+{
+    uint32_t u = (uint32_t)tg__bf16_bits(x) << 16;
+    float y;
+    memcpy(&y, &u, sizeof y);
+    return y;
+}
 /* BF16 products on the CPU's bf16 hardware (src/tensor/bf16.c): whether they
  * run there now (tg_numerics_bf16_native and not forced to emulate); one
  * product as tg_k_gemm takes it (float32): 0 done, 1 nothing written (the
@@ -228,6 +243,9 @@ void tg__bf16_note_emulated(void);
  * made and at every reset; a generation holds one round over all its tapes
  * (begin returns the previous hold for end). */
 uint64_t tg__bf16_new_round(void);
+/* The library is about to write x's storage: a parameter's bf16 copy made
+ * from it is stale (a no-op for storage no copy was made from). */
+void tg__bf16_written(const tg_tensor *x);
 uint64_t tg__tape_round(const tg_tape *tp);
 uint64_t tg__bf16_hold_begin(void);
 void tg__bf16_hold_end(uint64_t prev);

@@ -357,7 +357,7 @@ static inline float gelu_grad_f32(float x, float t, float dy)
 void tg_k_gelu_backward_f32(float *dx, const float *x, const float *dy, int64_t n)
 {
     int64_t nv = tg__vec_math() ? n - n % 16 : 0;
-    bool fast = tg__numerics_current() == TG_NUMERICS_FAST;
+    bool fast = tg__numerics_current() != TG_NUMERICS_EXACT; /* FAST and BF16 */
     enum { CH = 256 };
 #pragma omp parallel for if (n > TG_PAR_MIN) schedule(static)
     for (int64_t i0 = 0; i0 < nv; i0 += CH) {
@@ -393,7 +393,7 @@ static void un_f32(void *vctx, int64_t n, char *const *p, const int64_t *s)
 void tg_k_unary(tg_tensor *out, const tg_tensor *a, tg_unop op)
 {
     const tg_tensor *ops[2] = {out, a};
-    un_ctx c = {op, tg__numerics_current() == TG_NUMERICS_FAST};
+    un_ctx c = {op, tg__numerics_current() != TG_NUMERICS_EXACT}; /* FAST and BF16 */
     iter_apply(2, ops, out->dtype == TG_F64 ? un_f64 : un_f32, &c);
 }
 

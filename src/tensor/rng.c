@@ -225,6 +225,7 @@ static int check_fill_target(const char *op, const tg_tensor *x)
                                tg_dtype_name(x->dtype));
     if (!tg_is_contiguous(x))
         return tg_error_status(TG_EINVAL, "%s: tensor must be contiguous", op);
+    tg__bf16_written(x);
     return TG_OK;
 }
 

@@ -38,6 +38,24 @@ static const char *usage =
 bool tg_cli_check_only = false;
 FILE *tg_cli_errfile = NULL;
 
+void tg_cli_note_bf16(tg_numerics n)
+{
+    static bool said;
+    if (n != TG_NUMERICS_BF16 || said || tg_numerics_bf16_native()) return;
+    said = true;
+    FILE *f = tg_cli_errfile ? tg_cli_errfile : stderr;
+    fprintf(f, "tapegrad: bf16: this CPU has no bf16 hardware (AVX512_BF16 or AMX) for oneDNN; the products are "
+               "emulated on sgemm (the same numbers, slower than --precision fast)\n");
+    fflush(f);
+}
+
+void tg_cli_json_bf16(json_t *o, tg_numerics n)
+{
+    if (n != TG_NUMERICS_BF16) return;
+    json_object_set_new(o, "bf16", json_string(tg_numerics_bf16_native() ? "native" : "emulated"));
+    json_object_set_new(o, "bf16_kernel", json_string(tg_numerics_bf16_kernel()));
+}
+
 int tg_cli_error(const char *cmd, const char *fmt, ...)
 {
     char msg[1024];

@@ -29,6 +29,13 @@ extern bool tg_cli_check_only;
 /* Where tg_cli_error writes its line (NULL: stderr). */
 extern FILE *tg_cli_errfile;
 
+/* Under bf16 without bf16 hardware, one line on stderr (once per process)
+ * saying the products are emulated. */
+void tg_cli_note_bf16(tg_numerics n);
+/* "bf16": "native" or "emulated" and "bf16_kernel": the kernels the
+ * products ran on (tg_numerics_bf16_kernel), for a bf16 run's JSON. */
+void tg_cli_json_bf16(json_t *o, tg_numerics n);
+
 /* The whole command line (argv[0] is the program name). */
 int tg_cli_main(int argc, char **argv);
 

@@ -77,6 +77,7 @@ static int run(tg_tape *model, tg_tape *step, const bench_args *a, double *t_fwd
                             (long long)B, (long long)T, (long long)d_in, (long long)d_out, (long long)H,
                             TG_CLI_MEMORY_BUDGET / (1024.0 * 1024 * 1024));
     if (tg_cli_check_only) return TG_CLI_OK;
+    tg_cli_note_bf16(a->numerics);
     tg_cli_warn_blas(CMD);
     if (a->threads_set) omp_set_num_threads((int)a->threads);
 
@@ -179,6 +180,7 @@ int tg_cmd_bench(int argc, char **argv)
             json_object_set_new(o, "module", json_string(a.module));
             json_object_set_new(o, "fused", json_boolean(fused));
             json_object_set_new(o, "precision", json_string(tg_numerics_name(a.numerics)));
+            tg_cli_json_bf16(o, a.numerics);
             json_object_set_new(o, "batch", json_integer(a.batch));
             json_object_set_new(o, "tokens", json_integer(a.tokens));
             json_object_set_new(o, "d_in", json_integer(d_in));

@@ -273,7 +273,7 @@ int tg_cmd_bench_gpt(int argc, char **argv)
             json_object_set_new(o, "threads", json_integer(threads));
             json_object_set_new(o, "blas", json_string(tg_blas_info()));
             json_object_set_new(o, "precision", json_string(tg_numerics_name(mo.numerics)));
-            if (mo.numerics == TG_NUMERICS_BF16) json_object_set_new(o, "bf16", json_string("emulated"));
+            tg_cli_json_bf16(o, mo.numerics);
             json_object_set_new(o, "fwd_ms", json_real(fwd));
             json_object_set_new(o, "bwd_ms", json_real(bwd));
             json_object_set_new(o, "opt_ms", json_real(opt));
@@ -301,7 +301,10 @@ int tg_cmd_bench_gpt(int argc, char **argv)
                    mo.config, (long long)cfg.emb_dim, (long long)cfg.n_layers, (long long)cfg.n_heads,
                    (long long)cfg.vocab_size, cfg.drop_rate, (long long)a.batch, (long long)a.tokens, threads,
                    dist ? " per rank" : "", tg_numerics_name(mo.numerics),
-                   mo.numerics == TG_NUMERICS_BF16 ? " (emulated)" : "", (long long)a.steps);
+                   mo.numerics != TG_NUMERICS_BF16 ? ""
+                   : tg_numerics_bf16_native()   ? " (bf16 hardware)"
+                                                 : " (emulated)",
+                   (long long)a.steps);
             printf("  %-10s %12.1f ms\n", "forward", fwd);
             printf("  %-10s %12.1f ms\n", "backward", bwd);
             printf("  %-10s %12.1f ms\n", "AdamW", opt);

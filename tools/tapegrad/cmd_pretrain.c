@@ -437,7 +437,7 @@ static void json_out(const pt_run *r, double seconds)
     json_object_set_new(o, "samples", samples);
     json_object_set_new(o, "seconds", json_real(seconds));
     json_object_set_new(o, "precision", json_string(tg_numerics_name(tg_module_numerics(r->gpt))));
-    if (tg_module_numerics(r->gpt) == TG_NUMERICS_BF16) json_object_set_new(o, "bf16", json_string("emulated"));
+    tg_cli_json_bf16(o, tg_module_numerics(r->gpt));
     json_object_set_new(o, "tokens_per_s", json_real(seconds > 0 ? (double)r->tokens_this_run / seconds : 0.0));
     if (r->size > 1) { /* data parallel: how long a step waited for the gradients' all-reduce */
         const tg_dist_ddp_stats *d = &r->dist_stats;
