@@ -39,7 +39,10 @@ CONFIGS = [
 SCALING = [256, 512, 1024, 2048, 4096]
 # the book's GPT-2 124M training step (forward, cross-entropy, backward, AdamW),
 # tapegrad under each numerics policy (README.md, "Numerics")
-GPT_CONFIGS = [("GPT-2 124M B2 T256 exact", 2, 256, "exact"), ("GPT-2 124M B2 T256 fast", 2, 256, "fast")]
+# (bf16: PyTorch under torch.autocast("cpu", dtype=torch.bfloat16), its
+# matmuls on oneDNN; the kernels both ran on are printed after the table)
+GPT_CONFIGS = [("GPT-2 124M B2 T256 exact", 2, 256, "exact"), ("GPT-2 124M B2 T256 fast", 2, 256, "fast"),
+               ("GPT-2 124M B2 T256 bf16", 2, 256, "bf16")]
 TORCH_MAX_T = 2048  # PyTorch keeps several (B, h, T, T) tensors: 4096 needs ~10 GB
 
 
@@ -99,6 +102,7 @@ def torch_gpt_worker(cfg, steps, threads):
 
     torch.set_num_threads(threads)
     batch, tokens = cfg[1], cfg[2]
+    autocast = cfg[3] == "bf16"
     conf = dict(GPT_CONFIG_124M, context_length=tokens)
     torch.manual_seed(123)
     model = GPTModel(conf)
@@ -110,7 +114,8 @@ def torch_gpt_worker(cfg, steps, threads):
     for i in range(steps + 1):
         t0 = time.perf_counter()
         opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()
@@ -144,8 +149,16 @@ def run_torch(cfg, steps, threads):
     if cfg[0].startswith("GPT"):
         cmd = [sys.executable, os.path.abspath(__file__), "--gpt-worker", json.dumps(cfg), "--steps", str(steps),
                "--threads", str(threads)]
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-        return json.loads(out.strip().splitlines()[-1])
+        # under autocast, oneDNN's verbose lines name the kernels its matmuls ran on
+        env = dict(os.environ, DNNL_VERBOSE="1") if cfg[3] == "bf16" else None
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+        r = json.loads(out.strip().splitlines()[-1])
+        kernels = sorted({f[4] for f in (l.split(",") for l in out.splitlines())
+                          if len(f) > 5 and f[0].endswith("_verbose") and f[1] == "exec"
+                          and f[3] in ("matmul", "inner_product")})
+        if kernels:
+            r["kernels"] = ", ".join(kernels)
+        return r
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(cfg), "--steps", str(steps),
            "--threads", str(threads)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -188,8 +201,10 @@ def compare(exe, cfg, runs, steps, threads, with_torch=True):
         if with_torch:
             th.append(run_torch(cfg, steps, torch_threads))
     row = {"name": cfg[0], "tapegrad": {k: med(tg, k) for k in tg[0] if isinstance(tg[0][k], (int, float))}}
+    row["tapegrad_kernels"] = tg[0].get("bf16_kernel")
     if with_torch:
-        row["torch"] = {k: med(th, k) for k in th[0]}
+        row["torch"] = {k: med(th, k) for k in th[0] if isinstance(th[0][k], (int, float))}
+        row["torch_kernels"] = th[0].get("kernels")
         row["torch_threads"] = torch_threads
         row["speedup"] = row["torch"]["step_ms"] / row["tapegrad"]["step_ms"]
     return row
@@ -268,11 +283,27 @@ def main():
         print("|" + "---|" * len(hdr))
     else:
         print(FMT % tuple(hdr))
+    gpt_rows = {}
     for cfg in ([] if a.gpt else CONFIGS) + GPT_CONFIGS:
         if a.only and a.only not in cfg[0]:
             continue
         r = compare(a.tapegrad, list(cfg), a.runs, a.steps, a.threads)
         print(fmt_row(r, a.markdown, sgemm), flush=True)
+        if cfg[0].startswith("GPT"):
+            gpt_rows[cfg[3]] = r
+    if "bf16" in gpt_rows:
+        b = gpt_rows["bf16"]
+        print()
+        print("bf16: tapegrad on %s; PyTorch autocast on %s" % (b.get("tapegrad_kernels") or "?",
+                                                               b.get("torch_kernels") or "?"))
+        tb = b["tapegrad"]["step_ms"]
+        for name, ref in (("PyTorch float32", gpt_rows.get("exact", {}).get("torch")),
+                          ("PyTorch bf16 autocast", b.get("torch")),
+                          ("tapegrad fast", gpt_rows.get("fast", {}).get("tapegrad")),
+                          ("tapegrad exact", gpt_rows.get("exact", {}).get("tapegrad"))):
+            if ref:
+                print("  tapegrad bf16 step %.0f ms: %.2fx %s (%.0f ms)" % (tb, ref["step_ms"] / tb, name,
+                                                                             ref["step_ms"]))
     if a.gpt:
         gpt_generation(a)
     if not (a.no_scaling or a.only or a.gpt):
