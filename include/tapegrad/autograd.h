@@ -250,7 +250,7 @@ typedef struct {
     tg_layer_fn composed; /* the oracle */
     tg_layer_fn exact;    /* NULL: the composed graph is the exact variant */
     tg_layer_fn fast;     /* NULL: the exact op is also the fast one */
-    tg_layer_fn bf16;     /* NULL: the exact op, its products under the bf16 GEMM */
+    tg_layer_fn bf16;     /* NULL: the fast op (else exact), its products in bf16 */
     double fast_tol;      /* max |fast - composed| / (1 + |composed|) in float32, outputs and gradients */
     bool exact_bits;      /* exact reproduces composed's bits (else: exact_tol, PyTorch's own formulas) */
 } tg_layer;

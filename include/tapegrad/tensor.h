@@ -106,8 +106,10 @@ TG_API const char *tg_blas_info(void);
  *          GELU, gradients accumulated in place): the same results to
  *          float32 rounding, not the same bits;
  *   BF16   every matrix product with bf16 operands (rounded to nearest even
- *          from float32) and float32 accumulation; everything else float32.
- *          Products of float64 tensors stay float64.
+ *          from float32) and float32 accumulation, on oneDNN's bf16 kernels
+ *          where the CPU has them (tg_numerics_bf16_native); everything
+ *          else float32 as under FAST (float32 master weights, gradients
+ *          and optimizer state). Products of float64 tensors stay float64.
  * Dropout masks are a draw, not arithmetic: every policy draws the same
  * masks from the generator's stream. */
 typedef enum { TG_NUMERICS_EXACT = 0, TG_NUMERICS_FAST = 1, TG_NUMERICS_BF16 = 2 } tg_numerics;

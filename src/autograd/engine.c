@@ -206,7 +206,9 @@ static int run_node(tg_node *n)
     for (int i = 0; pool && i < n->nin; i++) was_set[i] = tg__needs_grad(n->in[i]) && *grad_slot(n->in[i]);
     if (pool) tg__tape_pool_begin(tp);
     tg_numerics prev = tg__numerics_enter(n->numerics);
+    uint64_t scope = tg__bf16_scope_begin(n->op != TG_OP_FUNCTION); /* a user's backward may write anything */
     int status = tg_ops[n->op].backward(n);
+    tg__bf16_scope_end(scope);
     tg__numerics_leave(prev);
     if (pool) {
         tg__tape_pool_end(tp);

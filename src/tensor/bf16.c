@@ -105,7 +105,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static char kernels[160];
 static bool emulated_ran;
 
-static void note_kernel(const char *name)
+static TG_UNUSED void note_kernel(const char *name)
 {
     if (!name || strstr(kernels, name)) return;
     size_t n = strlen(kernels);
@@ -226,11 +226,34 @@ static void fill_bstrides(bf16_mat *m, const tg_tensor *x)
 
 /* ---- parameters' copies ------------------------------------------------------------------------ */
 
+/* Which tensor a copy was made from: its storage, offset, shape and strides. */
 typedef struct {
-    const void *data; /* the parameter's storage, offset, shape and strides */
+    const void *data;
     int64_t offset;
     int ndim;
     int64_t shape[TG_MAX_DIMS], stride[TG_MAX_DIMS];
+} operand_key;
+
+static void key_set(operand_key *k, const tg_tensor *x)
+{
+    memset(k, 0, sizeof *k);
+    k->data = x->data;
+    k->offset = x->offset;
+    k->ndim = x->ndim;
+    memcpy(k->shape, x->shape, sizeof k->shape);
+    memcpy(k->stride, x->stride, sizeof k->stride);
+}
+
+static bool key_is(const operand_key *k, const tg_tensor *x)
+{
+    if (k->data != x->data || k->offset != x->offset || k->ndim != x->ndim) return false;
+    for (int d = 0; d < x->ndim; d++)
+        if (k->shape[d] != x->shape[d] || k->stride[d] != x->stride[d]) return false;
+    return true;
+}
+
+typedef struct {
+    operand_key key;
     uint64_t round, epoch; /* valid for this round and epoch */
     uint64_t used;         /* the last round that asked for it */
     uint16_t *copy;
@@ -243,14 +266,6 @@ static param_copy copies[NCOPIES];
 static int ncopies;
 static uint64_t last_round_seen;
 static atomic_bool any_copies; /* ncopies > 0 ever: tg__bf16_written's quick exit */
-
-static bool same_param(const param_copy *p, const tg_tensor *x)
-{
-    if (p->data != x->data || p->offset != x->offset || p->ndim != x->ndim) return false;
-    for (int d = 0; d < x->ndim; d++)
-        if (p->shape[d] != x->shape[d] || p->stride[d] != x->stride[d]) return false;
-    return true;
-}
 
 /* The bf16 copy of parameter x for this round; NULL with an error if out of
  * memory. Called under lock. */
@@ -271,7 +286,7 @@ static const uint16_t *param_bf16(const tg_tensor *x, uint64_t round, bool *col)
     }
     param_copy *p = NULL;
     for (int i = 0; i < ncopies && !p; i++)
-        if (same_param(&copies[i], x)) p = &copies[i];
+        if (key_is(&copies[i].key, x)) p = &copies[i];
     size_t need = (size_t)tg_numel(x);
     if (p && p->round == round && p->epoch == epoch) {
         p->used = round;
@@ -287,11 +302,7 @@ static const uint16_t *param_bf16(const tg_tensor *x, uint64_t round, bool *col)
         p = &copies[ncopies++];
         atomic_store(&any_copies, true);
         memset(p, 0, sizeof *p);
-        p->data = x->data;
-        p->offset = x->offset;
-        p->ndim = x->ndim;
-        memcpy(p->shape, x->shape, sizeof p->shape);
-        memcpy(p->stride, x->stride, sizeof p->stride);
+        key_set(&p->key, x);
     }
     if (p->cap < need) {
         uint16_t *c = realloc(p->copy, sizeof(uint16_t) * (need ? need : 1));
@@ -315,27 +326,66 @@ void tg__bf16_written(const tg_tensor *x)
     if (!x || !atomic_load(&any_copies)) return;
     pthread_mutex_lock(&lock);
     for (int i = 0; i < ncopies; i++)
-        if (copies[i].data == x->data) copies[i].epoch = 0; /* made again at its next use */
+        if (copies[i].key.data == x->data) copies[i].epoch = 0; /* made again at its next use */
     pthread_mutex_unlock(&lock);
 }
 
-/* ---- scratch for the other operands ---------------------------------------------------------- */
+/* ---- the other operands ----------------------------------------------------------------------- */
 
-static uint16_t *scratch[2];
-static size_t scratch_cap[2];
+/* Two buffers for the operands that are not parameters. Inside one node's
+ * backward (tg__bf16_scope_begin, src/autograd/engine.c) a tensor's copy
+ * serves every product of the node: a Linear's output gradient is rounded
+ * once for its input's and its weight's gradient. Nothing the node reads
+ * changes or is freed while it runs. */
+typedef struct {
+    operand_key key;
+    uint64_t scope; /* 0: made outside a node's backward, never reused */
+    uint16_t *buf;
+    size_t cap;
+    bool col;
+} operand_buf;
 
-static uint16_t *scratch_get(int i, size_t n)
+static operand_buf operands[2];
+static _Thread_local uint64_t node_scope;
+
+uint64_t tg__bf16_scope_begin(bool on)
 {
-    if (scratch_cap[i] < n) {
-        uint16_t *p = realloc(scratch[i], sizeof(uint16_t) * n);
+    uint64_t prev = node_scope;
+    node_scope = on ? tg__bf16_new_round() : 0;
+    return prev;
+}
+
+void tg__bf16_scope_end(uint64_t prev) { node_scope = prev; }
+
+/* x's bf16 copy in one of the buffers, not buffer `keep` (the other
+ * operand's, or -1); *used: the buffer. NULL with an error if out of memory. */
+static const uint16_t *operand_bf16(const tg_tensor *x, int keep, int *used, bool *col)
+{
+    for (int i = 0; node_scope && i < 2; i++)
+        if (operands[i].scope == node_scope && key_is(&operands[i].key, x)) {
+            *used = i;
+            *col = operands[i].col;
+            return operands[i].buf;
+        }
+    int i = keep == 0 ? 1 : 0;
+    operand_buf *o = &operands[i];
+    size_t n = (size_t)tg_numel(x);
+    if (o->cap < n) {
+        uint16_t *p = realloc(o->buf, sizeof(uint16_t) * n);
         if (!p) {
             tg_error("gemm: out of memory rounding an operand to bf16");
             return NULL;
         }
-        scratch[i] = p;
-        scratch_cap[i] = n;
+        o->buf = p;
+        o->cap = n;
     }
-    return scratch[i];
+    o->scope = 0;
+    if (!convert(o->buf, x, &o->col)) return NULL;
+    key_set(&o->key, x);
+    o->scope = node_scope;
+    *used = i;
+    *col = o->col;
+    return o->buf;
 }
 
 /* ---- primitives --------------------------------------------------------------------------------- */
@@ -360,10 +410,12 @@ static uint64_t prim_clock;
 
 static void prim_destroy(prim_entry *e)
 {
-    dnnl_memory_destroy(e->ma);
-    dnnl_memory_destroy(e->mb);
-    dnnl_memory_destroy(e->mc);
-    dnnl_primitive_destroy(e->prim);
+    if (e->ma) dnnl_memory_destroy(e->ma);
+    if (e->mb) dnnl_memory_destroy(e->mb);
+    if (e->mc) dnnl_memory_destroy(e->mc);
+    if (e->prim) dnnl_primitive_destroy(e->prim);
+    e->ma = e->mb = e->mc = NULL;
+    e->prim = NULL;
 }
 
 static prim_entry *prim_get(const prim_key *k)
@@ -371,7 +423,7 @@ static prim_entry *prim_get(const prim_key *k)
     for (int i = 0; i < nprims; i++)
         if (!memcmp(&prims[i].key, k, sizeof *k)) {
             prims[i].used = ++prim_clock;
-            return &prims[i];
+            return prims[i].prim ? &prims[i] : NULL; /* NULL: refused before */
         }
     dnnl_memory_desc_t da, db, dc;
     dnnl_dims_t ad = {k->M, k->K}, bd = {k->K, k->N}, cd = {k->M, k->N};
@@ -395,17 +447,16 @@ static prim_entry *prim_get(const prim_key *k)
          dnnl_memory_create(&e.ma, &da, engine, DNNL_MEMORY_NONE) == dnnl_success &&
          dnnl_memory_create(&e.mb, &db, engine, DNNL_MEMORY_NONE) == dnnl_success &&
          dnnl_memory_create(&e.mc, &dc, engine, DNNL_MEMORY_NONE) == dnnl_success;
+    /* oneDNN's reference kernels ("ref:any", for layouts its fast ones do
+     * not take) are far slower than the emulation: refused */
     const char *impl = NULL;
-    if (ok && dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success) note_kernel(impl);
+    ok = ok && dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl &&
+         strncmp(impl, "ref", 3) != 0;
+    if (ok) note_kernel(impl);
     if (pd) dnnl_primitive_desc_destroy(pd);
     if (po) dnnl_post_ops_destroy(po);
     if (attr) dnnl_primitive_attr_destroy(attr);
-    if (!ok) {
-        prim_destroy(&e);
-        tg_error("gemm: oneDNN refused a bf16 matmul of %lld x %lld x %lld", (long long)k->M, (long long)k->N,
-                 (long long)k->K);
-        return NULL;
-    }
+    if (!ok) prim_destroy(&e); /* kept as refused: the caller emulates */
     if (nprims == NPRIMS) { /* the least recently used goes */
         int lru = 0;
         for (int i = 1; i < nprims; i++)
@@ -414,7 +465,7 @@ static prim_entry *prim_get(const prim_key *k)
         prims[lru] = prims[--nprims];
     }
     prims[nprims] = e;
-    return &prims[nprims++];
+    return ok ? &prims[nprims++] : (nprims++, NULL);
 }
 
 /* strides of op(x) (rows, cols of the product's operand) for a compact
@@ -474,18 +525,15 @@ int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b,
     pthread_mutex_lock(&lock);
     bf16_mat ma = {0}, mb = {0};
     const uint16_t *pa = NULL, *pb = NULL;
-    if (a->is_param && round) {
+    int ia = -1, ib = -1;
+    if (a->is_param && round)
         pa = param_bf16(a, round, &ma.col);
-    } else {
-        uint16_t *s = scratch_get(0, (size_t)tg_numel(a));
-        pa = s && convert(s, a, &ma.col) ? s : NULL;
-    }
-    if (pa && b->is_param && round) {
+    else
+        pa = operand_bf16(a, -1, &ia, &ma.col);
+    if (pa && b->is_param && round)
         pb = param_bf16(b, round, &mb.col);
-    } else if (pa) {
-        uint16_t *s = scratch_get(1, (size_t)tg_numel(b));
-        pb = s && convert(s, b, &mb.col) ? s : NULL;
-    }
+    else if (pa)
+        pb = operand_bf16(b, ia, &ib, &mb.col);
     bool ok = pa && pb;
     if (ok) {
         fill_bstrides(&ma, a);
@@ -504,23 +552,31 @@ int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b,
         return 0;
     }
 #endif
-    prim_entry *e = NULL;
+    /* Tall products (the output head's weight gradient, 50257 rows) run
+     * faster on oneDNN's kernels in slices of ROWS rows: one primitive for
+     * the slices, one for the remainder. */
+    enum { ROWS = 8192 };
+    int64_t mc = M > ROWS ? ROWS : M, mr = M % mc;
+    prim_key k;
+    memset(&k, 0, sizeof k);
+    k.N = N;
+    k.K = K;
+    op_strides(ar, ac, ma.col, ta, k.sa);
+    op_strides(br, bc, mb.col, tb, k.sb);
+    k.sc[0] = c->stride[n - 2];
+    k.sc[1] = c->stride[n - 1];
+    if (M == 1) k.sc[0] = N * k.sc[1];
+    if (N == 1) k.sc[1] = M * k.sc[0];
+    k.alpha = (float)alpha;
+    k.beta = (float)beta;
+    prim_entry *e[2] = {NULL, NULL};
     if (ok) {
-        prim_key k;
-        memset(&k, 0, sizeof k);
-        k.M = M;
-        k.N = N;
-        k.K = K;
-        op_strides(ar, ac, ma.col, ta, k.sa);
-        op_strides(br, bc, mb.col, tb, k.sb);
-        k.sc[0] = c->stride[n - 2];
-        k.sc[1] = c->stride[n - 1];
-        if (M == 1) k.sc[0] = N * k.sc[1];
-        if (N == 1) k.sc[1] = M * k.sc[0];
-        k.alpha = (float)alpha;
-        k.beta = (float)beta;
-        e = prim_get(&k);
-        ok = e != NULL;
+        k.M = mc;
+        ok = (e[0] = prim_get(&k)) != NULL;
+    }
+    if (ok && mr) {
+        k.M = mr;
+        ok = (e[1] = prim_get(&k)) != NULL;
     }
     if (!ok) {
         pthread_mutex_unlock(&lock);
@@ -535,14 +591,18 @@ int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b,
             ob += idx * mb.bstride[d];
             oc += idx * c->stride[d];
         }
-        dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, e->ma}, {DNNL_ARG_WEIGHTS, e->mb}, {DNNL_ARG_DST, e->mc}};
-        ok = dnnl_memory_set_data_handle(e->ma, (void *)(pa + oa)) == dnnl_success &&
-             dnnl_memory_set_data_handle(e->mb, (void *)(pb + ob)) == dnnl_success &&
-             dnnl_memory_set_data_handle(e->mc, (float *)c->data + oc) == dnnl_success &&
-             dnnl_primitive_execute(e->prim, stream, 3, args) == dnnl_success &&
-             dnnl_stream_wait(stream) == dnnl_success;
-        if (!ok) tg_error("gemm: oneDNN failed running a bf16 matmul of %lld x %lld x %lld", (long long)M, (long long)N,
-                          (long long)K);
+        for (int64_t i0 = 0; ok && i0 < M; i0 += mc) {
+            prim_entry *pe = M - i0 >= mc ? e[0] : e[1];
+            dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, pe->ma}, {DNNL_ARG_WEIGHTS, pe->mb}, {DNNL_ARG_DST, pe->mc}};
+            ok = dnnl_memory_set_data_handle(pe->ma, (void *)(pa + oa + i0 * k.sa[0])) == dnnl_success &&
+                 dnnl_memory_set_data_handle(pe->mb, (void *)(pb + ob)) == dnnl_success &&
+                 dnnl_memory_set_data_handle(pe->mc, (float *)c->data + oc + i0 * k.sc[0]) == dnnl_success &&
+                 dnnl_primitive_execute(pe->prim, stream, 3, args) == dnnl_success &&
+                 dnnl_stream_wait(stream) == dnnl_success;
+        }
+        if (!ok)
+            tg_error("gemm: oneDNN failed running a bf16 matmul of %lld x %lld x %lld", (long long)M, (long long)N,
+                     (long long)K);
     }
     pthread_mutex_unlock(&lock);
     return ok ? 0 : -1;
@@ -551,6 +611,14 @@ int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b,
 #else
 
 void tg__bf16_written(const tg_tensor *x) { (void)x; }
+
+uint64_t tg__bf16_scope_begin(bool on)
+{
+    (void)on;
+    return 0;
+}
+
+void tg__bf16_scope_end(uint64_t prev) { (void)prev; }
 
 int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
                   double beta)

@@ -249,6 +249,10 @@ void tg__bf16_written(const tg_tensor *x);
 uint64_t tg__tape_round(const tg_tape *tp);
 uint64_t tg__bf16_hold_begin(void);
 void tg__bf16_hold_end(uint64_t prev);
+/* One node's backward (on: a built-in op): the products inside it share
+ * their operands' bf16 copies. Returns the previous scope for end. */
+uint64_t tg__bf16_scope_begin(bool on);
+void tg__bf16_scope_end(uint64_t prev);
 /* Batched GEMM: c = alpha * op(a) @ op(b) + beta * c over identical batch dims
  * (a, b, c all have the same ndim >= 2 and equal (possibly broadcast, stride 0)
  * batch shape). Strided operands whose last two dims have a unit stride are
