@@ -398,14 +398,24 @@ typedef struct {
 
 typedef struct {
     prim_key key;
-    dnnl_primitive_t prim;
-    dnnl_memory_t ma, mb, mc;
+    dnnl_primitive_t prim; /* NULL: oneDNN refused the shape (the caller emulates) */
+    dnnl_memory_desc_t da, db, dc;
+    dnnl_memory_t ma, mb, mc; /* for the calls under lock */
     uint64_t used;
 } prim_entry;
 
-enum { NPRIMS = 96 };
-static prim_entry prims[NPRIMS];
-static int nprims;
+/* Two caches: the products of tg_k_gemm (run under lock; the least
+ * recently used entry goes when full) and the per-block products of the
+ * attention kernel (run from its threads; entries are never dropped while
+ * a thread may run them: when full, the caller emulates). */
+typedef struct {
+    prim_entry *e;
+    int n, cap;
+    bool evict;
+} prim_cache;
+
+static prim_entry whole_entries[96], block_entries[512];
+static prim_cache whole = {whole_entries, 0, 96, true}, blocks = {block_entries, 0, 512, false};
 static uint64_t prim_clock;
 
 static void prim_destroy(prim_entry *e)
@@ -418,25 +428,30 @@ static void prim_destroy(prim_entry *e)
     e->prim = NULL;
 }
 
-static prim_entry *prim_get(const prim_key *k)
+/* The entry for k in cache c, created on first use; NULL if oneDNN refuses
+ * the shape (now or before) or the cache is full. Called under lock. */
+static prim_entry *prim_get(prim_cache *c, const prim_key *k)
 {
-    for (int i = 0; i < nprims; i++)
-        if (!memcmp(&prims[i].key, k, sizeof *k)) {
-            prims[i].used = ++prim_clock;
-            return prims[i].prim ? &prims[i] : NULL; /* NULL: refused before */
+    for (int i = 0; i < c->n; i++)
+        if (!memcmp(&c->e[i].key, k, sizeof *k)) {
+            c->e[i].used = ++prim_clock;
+            return c->e[i].prim ? &c->e[i] : NULL;
         }
-    dnnl_memory_desc_t da, db, dc;
+    if (c->n == c->cap && !c->evict) return NULL;
     dnnl_dims_t ad = {k->M, k->K}, bd = {k->K, k->N}, cd = {k->M, k->N};
     dnnl_dims_t as = {k->sa[0], k->sa[1]}, bs = {k->sb[0], k->sb[1]}, cs = {k->sc[0], k->sc[1]};
     dnnl_matmul_desc_t md;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
     dnnl_primitive_desc_t pd = NULL;
-    prim_entry e = {*k, NULL, NULL, NULL, NULL, ++prim_clock};
-    bool ok = dnnl_memory_desc_init_by_strides(&da, 2, ad, dnnl_bf16, as) == dnnl_success &&
-              dnnl_memory_desc_init_by_strides(&db, 2, bd, dnnl_bf16, bs) == dnnl_success &&
-              dnnl_memory_desc_init_by_strides(&dc, 2, cd, dnnl_f32, cs) == dnnl_success &&
-              dnnl_matmul_desc_init(&md, &da, &db, NULL, &dc) == dnnl_success &&
+    prim_entry e;
+    memset(&e, 0, sizeof e);
+    e.key = *k;
+    e.used = ++prim_clock;
+    bool ok = dnnl_memory_desc_init_by_strides(&e.da, 2, ad, dnnl_bf16, as) == dnnl_success &&
+              dnnl_memory_desc_init_by_strides(&e.db, 2, bd, dnnl_bf16, bs) == dnnl_success &&
+              dnnl_memory_desc_init_by_strides(&e.dc, 2, cd, dnnl_f32, cs) == dnnl_success &&
+              dnnl_matmul_desc_init(&md, &e.da, &e.db, NULL, &e.dc) == dnnl_success &&
               dnnl_primitive_attr_create(&attr) == dnnl_success;
     if (ok && k->alpha != 1.0f) ok = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &k->alpha) == dnnl_success;
     if (ok && k->beta != 0.0f)
@@ -444,9 +459,9 @@ static prim_entry *prim_get(const prim_key *k)
              dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
     ok = ok && dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL) == dnnl_success &&
          dnnl_primitive_create(&e.prim, pd) == dnnl_success &&
-         dnnl_memory_create(&e.ma, &da, engine, DNNL_MEMORY_NONE) == dnnl_success &&
-         dnnl_memory_create(&e.mb, &db, engine, DNNL_MEMORY_NONE) == dnnl_success &&
-         dnnl_memory_create(&e.mc, &dc, engine, DNNL_MEMORY_NONE) == dnnl_success;
+         dnnl_memory_create(&e.ma, &e.da, engine, DNNL_MEMORY_NONE) == dnnl_success &&
+         dnnl_memory_create(&e.mb, &e.db, engine, DNNL_MEMORY_NONE) == dnnl_success &&
+         dnnl_memory_create(&e.mc, &e.dc, engine, DNNL_MEMORY_NONE) == dnnl_success;
     /* oneDNN's reference kernels ("ref:any", for layouts its fast ones do
      * not take) are far slower than the emulation: refused */
     const char *impl = NULL;
@@ -456,16 +471,71 @@ static prim_entry *prim_get(const prim_key *k)
     if (pd) dnnl_primitive_desc_destroy(pd);
     if (po) dnnl_post_ops_destroy(po);
     if (attr) dnnl_primitive_attr_destroy(attr);
-    if (!ok) prim_destroy(&e); /* kept as refused: the caller emulates */
-    if (nprims == NPRIMS) { /* the least recently used goes */
+    if (!ok) prim_destroy(&e); /* kept as refused */
+    if (c->n == c->cap) { /* the least recently used goes */
         int lru = 0;
-        for (int i = 1; i < nprims; i++)
-            if (prims[i].used < prims[lru].used) lru = i;
-        prim_destroy(&prims[lru]);
-        prims[lru] = prims[--nprims];
+        for (int i = 1; i < c->n; i++)
+            if (c->e[i].used < c->e[lru].used) lru = i;
+        prim_destroy(&c->e[lru]);
+        c->e[lru] = c->e[--c->n];
     }
-    prims[nprims] = e;
-    return ok ? &prims[nprims++] : (nprims++, NULL);
+    c->e[c->n] = e;
+    return ok ? &c->e[c->n++] : (c->n++, NULL);
+}
+
+/* ---- products from the attention kernel's threads --------------------------------------------- */
+
+/* A stream per thread that runs block products (a CPU stream runs what it
+ * is given on the calling thread; OpenMP regions inside an OpenMP region run
+ * on one thread). Kept for the process, in `streams` too. */
+static _Thread_local dnnl_stream_t thread_stream;
+static dnnl_stream_t streams[256];
+static int nstreams;
+
+int tg__bf16_gemm_rows(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t *a,
+                       int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+    if (!tg__bf16_native_now()) return 1;
+    prim_key k;
+    memset(&k, 0, sizeof k);
+    k.M = M;
+    k.N = N;
+    k.K = K;
+    k.sa[0] = ta ? 1 : lda;
+    k.sa[1] = ta ? lda : 1;
+    k.sb[0] = tb ? 1 : ldb;
+    k.sb[1] = tb ? ldb : 1;
+    k.sc[0] = ldc;
+    k.sc[1] = 1;
+    k.alpha = alpha;
+    k.beta = beta;
+    pthread_mutex_lock(&lock);
+    prim_entry *e = prim_get(&blocks, &k);
+    dnnl_primitive_t prim = e ? e->prim : NULL;
+    dnnl_memory_desc_t da, db, dc;
+    if (e) {
+        da = e->da;
+        db = e->db;
+        dc = e->dc;
+    }
+    if (prim && !thread_stream && nstreams < (int)(sizeof streams / sizeof streams[0]) &&
+        dnnl_stream_create(&thread_stream, engine, dnnl_stream_default_flags) == dnnl_success)
+        streams[nstreams++] = thread_stream;
+    pthread_mutex_unlock(&lock);
+    if (!prim || !thread_stream) return 1;
+    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
+    bool ok = dnnl_memory_create(&ma, &da, engine, (void *)a) == dnnl_success &&
+              dnnl_memory_create(&mb, &db, engine, (void *)b) == dnnl_success &&
+              dnnl_memory_create(&mc, &dc, engine, c) == dnnl_success;
+    if (ok) {
+        dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+        ok = dnnl_primitive_execute(prim, thread_stream, 3, args) == dnnl_success &&
+             dnnl_stream_wait(thread_stream) == dnnl_success;
+    }
+    if (ma) dnnl_memory_destroy(ma);
+    if (mb) dnnl_memory_destroy(mb);
+    if (mc) dnnl_memory_destroy(mc);
+    return ok ? 0 : -1;
 }
 
 /* strides of op(x) (rows, cols of the product's operand) for a compact
@@ -572,11 +642,11 @@ int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b,
     prim_entry *e[2] = {NULL, NULL};
     if (ok) {
         k.M = mc;
-        ok = (e[0] = prim_get(&k)) != NULL;
+        ok = (e[0] = prim_get(&whole, &k)) != NULL;
     }
     if (ok && mr) {
         k.M = mr;
-        ok = (e[1] = prim_get(&k)) != NULL;
+        ok = (e[1] = prim_get(&whole, &k)) != NULL;
     }
     if (!ok) {
         pthread_mutex_unlock(&lock);
@@ -619,6 +689,14 @@ uint64_t tg__bf16_scope_begin(bool on)
 }
 
 void tg__bf16_scope_end(uint64_t prev) { (void)prev; }
+
+int tg__bf16_gemm_rows(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t *a,
+                       int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+    (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)a, (void)lda, (void)b, (void)ldb, (void)beta,
+        (void)c, (void)ldc;
+    return 1;
+}
 
 int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
                   double beta)

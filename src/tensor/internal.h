@@ -236,6 +236,13 @@ static inline float tg__bf16_round(float x)
 bool tg__bf16_native_now(void);
 int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
                   double beta);
+/* One product of row-major bf16 matrices (op(x) = x^T if t) into float32,
+ * c (M x N, ldc) = alpha op(a) op(b) + beta c, on the bf16 hardware, from
+ * any thread (inside an OpenMP region it runs on the calling thread):
+ * 0 done, 1 nothing written (no hardware, or a shape oneDNN refuses: the
+ * caller computes it), -1 failed. */
+int tg__bf16_gemm_rows(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t *a,
+                       int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c, int64_t ldc);
 /* Records that a product ran emulated (tg_numerics_bf16_kernel). */
 void tg__bf16_note_emulated(void);
 /* Rounds: a parameter's bf16 copy serves every product of one round (and
