@@ -57,7 +57,10 @@ static int map(hf_ctx *c, const char *hf_key, const char *our_key, bool transpos
                                c->path, key, transpose ? " (transposed)" : "", tg_shape_str(&src, a, sizeof a),
                                our_key, tg_shape_str(dst, b, sizeof b));
     c->used[idx] = true;
-    if (c->apply) tg_k_copy(dst, &src);
+    if (c->apply) {
+        tg_k_copy(dst, &src);
+        tg__bf16_written(dst);
+    }
     return TG_OK;
 }
 

@@ -273,6 +273,7 @@ static void restore_model(const loaded *l)
         const tg_tensor *t = l->backup[i];
         memcpy(tg_data_ptr(l->own.tensors[i]), t->data, (size_t)tg_numel(t) * tg_dtype_size(t->dtype));
     }
+    tg_numerics_weights_changed(); /* BF16's parameter copies (tensor.h) */
 }
 
 static int load_in(tg_tape *scratch, tg_tape *tp, tg_checkpoint *ck, const char *path)
@@ -291,9 +292,10 @@ static int load_in(tg_tape *scratch, tg_tape *tp, tg_checkpoint *ck, const char 
     for (int i = 0; i < ck->tensors.n; i++) {
         tg_tensor *into = ck->tensors.tensors[i];
         const tg_tensor *t = tg_safetensors_get(&l.f, ck->tensors.names[i]);
-        if (into)
+        if (into) {
             memcpy(tg_data_ptr(into), t->data, (size_t)tg_numel(t) * tg_dtype_size(t->dtype));
-        else
+            tg_numerics_weights_changed();
+        } else
             ck->tensors.tensors[i] = l.user[i];
     }
     ck->epoch = l.progress[1], ck->step = l.progress[2], ck->tokens_seen = l.progress[3];

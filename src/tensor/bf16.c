@@ -553,31 +553,49 @@ static void op_strides(int64_t R, int64_t C, bool col, bool t, int64_t s[2])
 /* ---- one row times a matrix -------------------------------------------------------------------- */
 
 #if TG_BF16_DOT
-/* y[j] = alpha sum_k a[k] w[j, k] (+ beta y[j]): w (N, K) rows of bf16, a
- * (K) bf16; dpbf16ps takes 32 pairs per instruction, float32 accumulation. */
-__attribute__((target("avx512f,avx512bf16"))) static void row_dot(float *y, const uint16_t *a, const uint16_t *w,
-                                                                int64_t N, int64_t K, int64_t ldw, float alpha,
-                                                                float beta)
+/* y[j] = alpha sum_k a[k] op(B)[k][j] (+ beta y[j]) for j in [j0, j1), a
+ * (K) and op(B) bf16, float32 accumulation. kc: column j of op(B) is K
+ * contiguous values at w + j ld, a dot product (vdpbf16ps takes 32 pairs
+ * per instruction); else row k of op(B) is N contiguous values at
+ * w + k ld, added 16 columns at a time (a product of two bf16 values is
+ * exact in float32, so a fused multiply-add rounds as the sum does). */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) static void
+row_part(float *y, const uint16_t *a, const uint16_t *w, int64_t ld, bool kc, int64_t j0, int64_t j1, int64_t K,
+         float alpha, float beta)
 {
-#pragma omp parallel for if (N * K > TG_PAR_MIN) schedule(static)
-    for (int64_t j = 0; j < N; j++) {
-        const uint16_t *r = w + j * ldw;
-        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-        int64_t k = 0;
-        for (; k + 64 <= K; k += 64) {
-            acc0 = _mm512_dpbf16_ps(acc0, (__m512bh)_mm512_loadu_si512(r + k), (__m512bh)_mm512_loadu_si512(a + k));
-            acc1 = _mm512_dpbf16_ps(acc1, (__m512bh)_mm512_loadu_si512(r + k + 32),
-                                    (__m512bh)_mm512_loadu_si512(a + k + 32));
+    if (kc) {
+        for (int64_t j = j0; j < j1; j++) {
+            const uint16_t *r = w + j * ld;
+            __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+            int64_t k = 0;
+            for (; k + 64 <= K; k += 64) {
+                acc0 = _mm512_dpbf16_ps(acc0, (__m512bh)_mm512_loadu_si512(r + k), (__m512bh)_mm512_loadu_si512(a + k));
+                acc1 = _mm512_dpbf16_ps(acc1, (__m512bh)_mm512_loadu_si512(r + k + 32),
+                                        (__m512bh)_mm512_loadu_si512(a + k + 32));
+            }
+            for (; k + 32 <= K; k += 32)
+                acc0 = _mm512_dpbf16_ps(acc0, (__m512bh)_mm512_loadu_si512(r + k), (__m512bh)_mm512_loadu_si512(a + k));
+            if (k < K) {
+                __mmask32 m = (__mmask32)((1ull << (K - k)) - 1);
+                acc1 = _mm512_dpbf16_ps(acc1, (__m512bh)_mm512_maskz_loadu_epi16(m, r + k),
+                                        (__m512bh)_mm512_maskz_loadu_epi16(m, a + k));
+            }
+            float s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+            y[j] = beta == 0 ? alpha * s : alpha * s + beta * y[j];
         }
-        for (; k + 32 <= K; k += 32)
-            acc0 = _mm512_dpbf16_ps(acc0, (__m512bh)_mm512_loadu_si512(r + k), (__m512bh)_mm512_loadu_si512(a + k));
-        if (k < K) {
-            __mmask32 m = (__mmask32)((1ull << (K - k)) - 1);
-            acc1 = _mm512_dpbf16_ps(acc1, (__m512bh)_mm512_maskz_loadu_epi16(m, r + k),
-                                    (__m512bh)_mm512_maskz_loadu_epi16(m, a + k));
+        return;
+    }
+    for (int64_t j = j0; j < j1; j += 16) {
+        __mmask16 m = (__mmask16)(j1 - j >= 16 ? 0xffff : (1u << (j1 - j)) - 1);
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t k = 0; k < K; k++) {
+            __m512i v = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, w + k * ld + j)), 16);
+            __m512 ak = _mm512_castsi512_ps(_mm512_set1_epi32((int)((uint32_t)a[k] << 16)));
+            acc = _mm512_fmadd_ps(_mm512_castsi512_ps(v), ak, acc);
         }
-        float s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-        y[j] = beta == 0 ? alpha * s : alpha * s + beta * y[j];
+        __m512 out = _mm512_mul_ps(acc, _mm512_set1_ps(alpha));
+        if (beta != 0) out = _mm512_add_ps(out, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, y + j), _mm512_set1_ps(beta)));
+        _mm512_mask_storeu_ps(y + j, m, out);
     }
 }
 #endif
@@ -614,10 +632,26 @@ int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b,
     int64_t ar = a->shape[n - 2], ac = a->shape[n - 1], br = b->shape[n - 2], bc = b->shape[n - 1];
     (void)br;
 #if TG_BF16_DOT
-    /* a row times a matrix stored with K contiguous: the dot kernel */
-    if (ok && M == 1 && nb == 1 && c->stride[n - 1] == 1 && (tb ? !mb.col : mb.col)) {
-        row_dot((float *)c->data + c->offset, pa, pb, N, K, K, (float)alpha, (float)beta);
-        note_kernel("tapegrad row_dot:avx512_bf16");
+    /* a row times matrices (generation with the KV cache: each weight, each
+     * head's keys and values): the library's row kernel, which reads each
+     * matrix once, over (batch, column block) tasks */
+    bool kc = tb ? !mb.col : mb.col, nc = tb ? mb.col : !mb.col;
+    if (ok && M == 1 && c->stride[n - 1] == 1 && (kc || nc)) {
+        int64_t jc = kc ? 256 : 64, nj = (N + jc - 1) / jc, ld = kc ? K : N;
+#pragma omp parallel for if (nb * N * K > TG_PAR_MIN) schedule(static)
+        for (int64_t t = 0; t < nb * nj; t++) {
+            int64_t bi = t / nj, j0 = t % nj * jc, j1 = j0 + jc < N ? j0 + jc : N;
+            int64_t oa = 0, ob = 0, oc = c->offset, r = bi;
+            for (int d = n - 3; d >= 0; d--) {
+                int64_t idx = r % c->shape[d];
+                r /= c->shape[d];
+                oa += idx * ma.bstride[d];
+                ob += idx * mb.bstride[d];
+                oc += idx * c->stride[d];
+            }
+            row_part((float *)c->data + oc, pa + oa, pb + ob, ld, kc, j0, j1, K, (float)alpha, (float)beta);
+        }
+        note_kernel("tapegrad row:avx512_bf16");
         pthread_mutex_unlock(&lock);
         return 0;
     }
