@@ -12,15 +12,6 @@
 #include <stdint.h>
 #include <string.h>
 
-/* x rounded to the nearest bf16, ties to even */
-static double bf16(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-    memcpy(&x, &u, 4);
-    return x;
-}
 
 /* ---- a module that records one product under its numerics ---------------------------------------- */
 
@@ -75,8 +66,8 @@ static double product_error(const tg_tensor *c, const tg_tensor *a, bool ta, con
             double ref = bias ? ((const float *)tg_data_ptr(bias))[j] : 0, mag = 0, f32 = ref;
             for (int64_t k = 0; k < K; k++) {
                 float x = at2(a, i, k, ta), y = at2(b, k, j, tb);
-                ref += bf16(x) * bf16(y);
-                mag += fabs(bf16(x) * bf16(y));
+                ref += tu_bf16(x) * tu_bf16(y);
+                mag += fabs(tu_bf16(x) * tu_bf16(y));
                 f32 += (double)x * y;
             }
             double got = pc[c->offset + i * c->stride[0] + j * c->stride[1]];
@@ -232,32 +223,34 @@ static void test_weight_copies(void **state)
  * GPT under BF16 against the same step in float32 (FAST; dropout 0.1 with
  * the same masks): the loss within 0.01, each gradient within 3% of its
  * float32 norm (bf16 keeps 8 bits: each product carries ~2^-9 relative
- * error, and a step stacks some 30 of them). */
+ * error, and a step stacks some 30 of them). The BF16 step run twice gives
+ * the same bits (no product races another on the kernels' scratch). */
 static void test_gpt_step(void **state)
 {
     (void)state;
-    tg_gpt_config cfg = {.vocab_size = 257, .context_length = 32, .emb_dim = 64, .n_heads = 4, .n_layers = 2,
+    /* (B h T^2 hd = 2^20: the attention kernel runs its heads on threads) */
+    tg_gpt_config cfg = {.vocab_size = 257, .context_length = 64, .emb_dim = 128, .n_heads = 4, .n_layers = 2,
                          .drop_rate = 0.1, .qkv_bias = false};
-    double loss[2];
-    tg_tape *mt[2], *tp[2];
-    tg_named_list ps[2];
-    for (int r = 0; r < 2; r++) {
+    double loss[3];
+    tg_tape *mt[3], *tp[3];
+    tg_named_list ps[3];
+    for (int r = 0; r < 3; r++) {
         mt[r] = tg_tape_new();
         tp[r] = tg_tape_new();
         tg_manual_seed(123);
         tg_module *gpt = tg_gpt_new(mt[r], &cfg);
         tu_assert_ok(gpt);
         assert_int_equal(tg_module_set_numerics(gpt, r ? TG_NUMERICS_BF16 : TG_NUMERICS_FAST), TG_OK);
-        int64_t ids[2 * 32], tgt[2 * 32];
-        for (int i = 0; i < 64; i++) {
+        int64_t ids[2 * 64], tgt[2 * 64];
+        for (int i = 0; i < 128; i++) {
             ids[i] = (i * 37 + 11) % 257;
             tgt[i] = (i * 53 + 5) % 257;
         }
-        tg_tensor *x = tg_from_data(tp[r], TG_I64, 2, (int64_t[]){2, 32}, ids);
-        tg_tensor *y = tg_from_data(tp[r], TG_I64, 1, (int64_t[]){64}, tgt);
+        tg_tensor *x = tg_from_data(tp[r], TG_I64, 2, (int64_t[]){2, 64}, ids);
+        tg_tensor *y = tg_from_data(tp[r], TG_I64, 1, (int64_t[]){128}, tgt);
         tg_tensor *logits = tg_module_forward(tp[r], gpt, x);
         tu_assert_ok(logits);
-        tg_tensor *l = tg_cross_entropy(tp[r], tg_reshape(tp[r], logits, 2, (int64_t[]){64, 257}), y, TG_REDUCE_MEAN);
+        tg_tensor *l = tg_cross_entropy(tp[r], tg_reshape(tp[r], logits, 2, (int64_t[]){128, 257}), y, TG_REDUCE_MEAN);
         tu_assert_ok(l);
         loss[r] = *(const float *)tg_data_ptr(l);
         assert_int_equal(tg_backward(l, NULL, false), TG_OK);
@@ -281,7 +274,13 @@ static void test_gpt_step(void **state)
         worst = fmax(worst, rel);
     }
     assert_true(worst > 1e-5); /* the products did run in bf16 */
-    for (int r = 0; r < 2; r++) {
+    assert_true(loss[2] == loss[1]);
+    for (int i = 0; i < ps[1].n; i++) {
+        const tg_tensor *g1 = ps[1].tensors[i]->grad, *g2 = ps[2].tensors[i]->grad;
+        if (memcmp(tg_data_ptr(g1), tg_data_ptr(g2), sizeof(float) * (size_t)tg_numel(g1)))
+            fail_msg("%s: the BF16 step's gradient differs from one run to the next", ps[1].names[i]);
+    }
+    for (int r = 0; r < 3; r++) {
         tg_tape_free(tp[r]);
         tg_tape_free(mt[r]);
     }

@@ -243,15 +243,6 @@ static void test_walk_every_entry(void **state)
     }
 }
 
-/* x rounded to the nearest bf16, ties to even */
-static double bf16(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-    memcpy(&x, &u, 4);
-    return x;
-}
 
 /* Under BF16 a product's operands are rounded to bf16 and accumulated in
  * float32: a Linear's output equals float64 products of the rounded
@@ -278,7 +269,7 @@ static void test_bf16_products(void **state)
     for (int r = 0; r < 5; r++)
         for (int o = 0; o < 8; o++) {
             double acc = b[o];
-            for (int k = 0; k < 64; k++) acc += bf16(xs[r * 64 + k]) * bf16(w[o * 64 + k]);
+            for (int k = 0; k < 64; k++) acc += tu_bf16(xs[r * 64 + k]) * tu_bf16(w[o * 64 + k]);
             worst = fmax(worst, fabs(yb[r * 8 + o] - acc) / (1 + fabs(acc)));
             apart = fmax(apart, fabs(yf[r * 8 + o] - acc));
         }

@@ -247,3 +247,12 @@ char *tu_read_file(const char *path, size_t *len)
     *len = (size_t)n;
     return b;
 }
+
+double tu_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}

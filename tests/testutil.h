@@ -26,6 +26,9 @@ char *tu_read_file(const char *path, size_t *len);
  * "data": [...]} (data row-major; "inf", "-inf", "nan" strings allowed).
  * dtype may be overridden with force (pass TG_DTYPE_COUNT to keep the file's). */
 tg_tensor *tu_tensor_from_json(tg_tape *tp, const json_t *j, tg_dtype force);
+/* x rounded to the nearest bf16 (ties to even), as BF16 numerics round a
+ * product's operands (tensor.h). */
+double tu_bf16(float x);
 
 /* Fails unless got and want have the same shape and
  * |got - want| <= atol + rtol * |want| everywhere (NaN matches NaN, inf

@@ -182,20 +182,13 @@ SDPA_ROWS(double, f64, exp_f64)
 
 /* Under BF16 numerics (tensor.h) both operands of a float32 product are
  * rounded to bf16 first, into this thread's two buffers of the node's
- * scratch (NULL: not rounded); with the CPU's bf16 hardware (hw) as bf16
- * for its kernels (src/tensor/bf16.c), else as floats for sgemm. */
+ * scratch (NULL: not rounded), and multiplied by sgemm: the block products
+ * run on the node's threads at once, and oneDNN's kernels share one
+ * scratchpad between concurrent calls in Debian's build (src/tensor/bf16.c
+ * runs them one at a time). */
 typedef struct {
     float *a, *b;
-    bool hw;
 } bf16_bufs;
-
-/* x (rows x cols, ld) as compact bf16 bits in out */
-static const uint16_t *bf16_bits_of(uint16_t *out, const float *x, int64_t rows, int64_t cols, int64_t ld)
-{
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) out[r * cols + c] = tg__bf16_bits(x[r * ld + c]);
-    return out;
-}
 
 /* x (rows x cols, ld) rounded to bf16 into out, compact */
 static const float *round_bf16(float *out, const float *x, int64_t rows, int64_t cols, int64_t ld)
@@ -213,12 +206,6 @@ static void gemm(bool f64, const bf16_bufs *rb, bool ta, bool tb, int64_t M, int
     enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
     if (rb && !f64) {
         int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
-        /* on the hardware; where it declines (nothing written), emulated */
-        if (rb->hw &&
-            tg__bf16_gemm_rows(ta, tb, M, N, K, (float)alpha, bf16_bits_of((uint16_t *)(void *)rb->a, a, ar, ac, lda),
-                               ac, bf16_bits_of((uint16_t *)(void *)rb->b, b, br, bc, ldb), bc, (float)beta, c,
-                               ldc) == 0)
-            return;
         a = round_bf16(rb->a, a, ar, ac, lda);
         b = round_bf16(rb->b, b, br, bc, ldb);
         lda = ac;
@@ -343,7 +330,6 @@ static bool sdpa_forward(tg_tape *tp, tg_tensor *out, tg_tensor *lse, const tg_t
     /* per thread: S_blk (BR x T) and a mask row (T); under BF16 two
      * operands' bf16 copies (rbn each) */
     int64_t rbn = bf16_operand_size(q, T, hd), per = BR * T + T + 2 * rbn;
-    bool hw = rbn && tg__bf16_native_now();
     int nth = threads_for(BH * nblk, BH * T * T * hd);
     /* From the tape, not malloc: after a tape reset a training step reuses it. */
     char *scratch = tg_tape_alloc(tp, (size_t)nth * (size_t)per * es, false);
@@ -358,7 +344,7 @@ static bool sdpa_forward(tg_tape *tp, tg_tensor *out, tg_tensor *lse, const tg_t
         int64_t kmax = causal ? r0 + br : T;
         char *S = scratch + (size_t)thread_num() * (size_t)per * es;
         char *z = S + (size_t)(BR * T) * es;
-        bf16_bufs rbt = {(float *)(void *)(z + (size_t)T * es), (float *)(void *)(z + (size_t)(T + rbn) * es), hw};
+        bf16_bufs rbt = {(float *)(void *)(z + (size_t)T * es), (float *)(void *)(z + (size_t)(T + rbn) * es)};
         const bf16_bufs *rb = rbn ? &rbt : NULL;
         const char *qb = mat_at(&mq, bh) + (size_t)(r0 * mq.ld) * es;
         const char *kb = mat_at(&mk, bh), *vb = mat_at(&mv, bh);
@@ -528,7 +514,6 @@ int tg__sdpa_backward(tg_node *n)
     /* per thread: S_blk, dP_blk (BR x T each) and a mask row (T); under
      * BF16 two operands' bf16 copies (rbn each) */
     int64_t rbn = bf16_operand_size(q, T, hd), per = 2 * BR * T + T + 2 * rbn;
-    bool hw = rbn && tg__bf16_native_now();
     int nth = threads_for(BH, BH * T * T * hd);
     char *scratch = tg_tape_alloc(tg__btape(n), (size_t)nth * (size_t)per * es, false);
     if (!scratch) return TG_ENOMEM; /* the tape's message says how much */
@@ -543,7 +528,7 @@ int tg__sdpa_backward(tg_node *n)
         char *S = scratch + (size_t)thread_num() * (size_t)per * es;
         char *dP = S + (size_t)(BR * T) * es;
         char *z = dP + (size_t)(BR * T) * es;
-        bf16_bufs rbt = {(float *)(void *)(z + (size_t)T * es), (float *)(void *)(z + (size_t)(T + rbn) * es), hw};
+        bf16_bufs rbt = {(float *)(void *)(z + (size_t)T * es), (float *)(void *)(z + (size_t)(T + rbn) * es)};
         const bf16_bufs *rb = rbn ? &rbt : NULL;
         const char *qm = mat_at(&mq, bh), *km = mat_at(&mk, bh), *vm = mat_at(&mv, bh);
         char *dq = dqb ? dqb + bh * mat : NULL, *dk = dkb ? dkb + bh * mat : NULL;

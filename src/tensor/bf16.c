@@ -143,26 +143,6 @@ typedef struct {
     int64_t bstride[TG_MAX_DIMS]; /* matrices, per batch dim (0: broadcast) */
 } bf16_mat;
 
-/* Orientation of x's last two dims if both can be read with one unit stride
- * (as gemm.c's describe): *col set when columns are contiguous. */
-static bool orient(const tg_tensor *x, bool *col, int64_t *ld)
-{
-    int n = x->ndim;
-    int64_t rows = x->shape[n - 2], cols = x->shape[n - 1];
-    int64_t sr = x->stride[n - 2], sc = x->stride[n - 1];
-    if (cols == 1) sc = 1;
-    if (rows == 1) sr = cols;
-    if (sc == 1 && sr >= (cols > 1 ? cols : 1)) {
-        *col = false;
-        *ld = sr;
-    } else if (sr == 1 && sc >= (rows > 1 ? rows : 1)) {
-        *col = true;
-        *ld = sc;
-    } else {
-        return false;
-    }
-    return true;
-}
 
 static int64_t nbatch(const tg_tensor *x)
 {
@@ -180,7 +160,7 @@ static bool convert(uint16_t *dst, const tg_tensor *x, bool *col_out)
     float *tmp = NULL;
     const tg_tensor *src = x;
     tg_tensor c;
-    if (!orient(x, &col, &ld)) {
+    if (!tg__matrix_layout(x, &col, &ld)) {
         /* any other layout: a contiguous float32 copy first */
         tmp = malloc(sizeof(float) * (size_t)(nb * rows * cols));
         if (!tmp) {
@@ -400,22 +380,20 @@ typedef struct {
     prim_key key;
     dnnl_primitive_t prim; /* NULL: oneDNN refused the shape (the caller emulates) */
     dnnl_memory_desc_t da, db, dc;
-    dnnl_memory_t ma, mb, mc; /* for the calls under lock */
+    dnnl_memory_t ma, mb, mc;
     uint64_t used;
 } prim_entry;
 
-/* Two caches: the products of tg_k_gemm (run under lock; the least
- * recently used entry goes when full) and the per-block products of the
- * attention kernel (run from its threads; entries are never dropped while
- * a thread may run them: when full, the caller emulates). */
+/* The primitives, run under lock; when full, the least recently used goes.
+ * (oneDNN's kernels share one scratchpad between calls in Debian's build:
+ * two may not run at once.) */
 typedef struct {
     prim_entry *e;
     int n, cap;
-    bool evict;
 } prim_cache;
 
-static prim_entry whole_entries[96], block_entries[512];
-static prim_cache whole = {whole_entries, 0, 96, true}, blocks = {block_entries, 0, 512, false};
+static prim_entry whole_entries[96];
+static prim_cache whole = {whole_entries, 0, 96};
 static uint64_t prim_clock;
 
 static void prim_destroy(prim_entry *e)
@@ -429,7 +407,7 @@ static void prim_destroy(prim_entry *e)
 }
 
 /* The entry for k in cache c, created on first use; NULL if oneDNN refuses
- * the shape (now or before) or the cache is full. Called under lock. */
+ * the shape (now or before). Called under lock. */
 static prim_entry *prim_get(prim_cache *c, const prim_key *k)
 {
     for (int i = 0; i < c->n; i++)
@@ -437,7 +415,6 @@ static prim_entry *prim_get(prim_cache *c, const prim_key *k)
             c->e[i].used = ++prim_clock;
             return c->e[i].prim ? &c->e[i] : NULL;
         }
-    if (c->n == c->cap && !c->evict) return NULL;
     dnnl_dims_t ad = {k->M, k->K}, bd = {k->K, k->N}, cd = {k->M, k->N};
     dnnl_dims_t as = {k->sa[0], k->sa[1]}, bs = {k->sb[0], k->sb[1]}, cs = {k->sc[0], k->sc[1]};
     dnnl_matmul_desc_t md;
@@ -481,61 +458,6 @@ static prim_entry *prim_get(prim_cache *c, const prim_key *k)
     }
     c->e[c->n] = e;
     return ok ? &c->e[c->n++] : (c->n++, NULL);
-}
-
-/* ---- products from the attention kernel's threads --------------------------------------------- */
-
-/* A stream per thread that runs block products (a CPU stream runs what it
- * is given on the calling thread; OpenMP regions inside an OpenMP region run
- * on one thread). Kept for the process, in `streams` too. */
-static _Thread_local dnnl_stream_t thread_stream;
-static dnnl_stream_t streams[256];
-static int nstreams;
-
-int tg__bf16_gemm_rows(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t *a,
-                       int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c, int64_t ldc)
-{
-    if (!tg__bf16_native_now()) return 1;
-    prim_key k;
-    memset(&k, 0, sizeof k);
-    k.M = M;
-    k.N = N;
-    k.K = K;
-    k.sa[0] = ta ? 1 : lda;
-    k.sa[1] = ta ? lda : 1;
-    k.sb[0] = tb ? 1 : ldb;
-    k.sb[1] = tb ? ldb : 1;
-    k.sc[0] = ldc;
-    k.sc[1] = 1;
-    k.alpha = alpha;
-    k.beta = beta;
-    pthread_mutex_lock(&lock);
-    prim_entry *e = prim_get(&blocks, &k);
-    dnnl_primitive_t prim = e ? e->prim : NULL;
-    dnnl_memory_desc_t da, db, dc;
-    if (e) {
-        da = e->da;
-        db = e->db;
-        dc = e->dc;
-    }
-    if (prim && !thread_stream && nstreams < (int)(sizeof streams / sizeof streams[0]) &&
-        dnnl_stream_create(&thread_stream, engine, dnnl_stream_default_flags) == dnnl_success)
-        streams[nstreams++] = thread_stream;
-    pthread_mutex_unlock(&lock);
-    if (!prim || !thread_stream) return 1;
-    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
-    bool ok = dnnl_memory_create(&ma, &da, engine, (void *)a) == dnnl_success &&
-              dnnl_memory_create(&mb, &db, engine, (void *)b) == dnnl_success &&
-              dnnl_memory_create(&mc, &dc, engine, c) == dnnl_success;
-    if (ok) {
-        dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
-        ok = dnnl_primitive_execute(prim, thread_stream, 3, args) == dnnl_success &&
-             dnnl_stream_wait(thread_stream) == dnnl_success;
-    }
-    if (ma) dnnl_memory_destroy(ma);
-    if (mb) dnnl_memory_destroy(mb);
-    if (mc) dnnl_memory_destroy(mc);
-    return ok ? 0 : -1;
 }
 
 /* strides of op(x) (rows, cols of the product's operand) for a compact
@@ -600,6 +522,21 @@ row_part(float *y, const uint16_t *a, const uint16_t *w, int64_t ld, bool kc, in
 }
 #endif
 
+/* Where product bi of the batch finds its operands' copies and its output. */
+static void batch_offsets(const tg_tensor *c, const bf16_mat *ma, const bf16_mat *mb, int64_t bi, int64_t *oa,
+                          int64_t *ob, int64_t *oc)
+{
+    *oa = *ob = 0;
+    *oc = c->offset;
+    for (int d = c->ndim - 3; d >= 0; d--) {
+        int64_t idx = bi % c->shape[d];
+        bi /= c->shape[d];
+        *oa += idx * ma->bstride[d];
+        *ob += idx * mb->bstride[d];
+        *oc += idx * c->stride[d];
+    }
+}
+
 /* ---- the product -------------------------------------------------------------------------------- */
 
 int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
@@ -641,14 +578,8 @@ int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b,
 #pragma omp parallel for if (nb * N * K > TG_PAR_MIN) schedule(static)
         for (int64_t t = 0; t < nb * nj; t++) {
             int64_t bi = t / nj, j0 = t % nj * jc, j1 = j0 + jc < N ? j0 + jc : N;
-            int64_t oa = 0, ob = 0, oc = c->offset, r = bi;
-            for (int d = n - 3; d >= 0; d--) {
-                int64_t idx = r % c->shape[d];
-                r /= c->shape[d];
-                oa += idx * ma.bstride[d];
-                ob += idx * mb.bstride[d];
-                oc += idx * c->stride[d];
-            }
+            int64_t oa, ob, oc;
+            batch_offsets(c, &ma, &mb, bi, &oa, &ob, &oc);
             row_part((float *)c->data + oc, pa + oa, pb + ob, ld, kc, j0, j1, K, (float)alpha, (float)beta);
         }
         note_kernel("tapegrad row:avx512_bf16");
@@ -687,14 +618,8 @@ int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b,
         return 1; /* nothing written: emulate */
     }
     for (int64_t bi = 0; ok && bi < nb; bi++) {
-        int64_t oa = 0, ob = 0, oc = c->offset, r = bi;
-        for (int d = n - 3; d >= 0; d--) {
-            int64_t idx = r % c->shape[d];
-            r /= c->shape[d];
-            oa += idx * ma.bstride[d];
-            ob += idx * mb.bstride[d];
-            oc += idx * c->stride[d];
-        }
+        int64_t oa, ob, oc;
+        batch_offsets(c, &ma, &mb, bi, &oa, &ob, &oc);
         for (int64_t i0 = 0; ok && i0 < M; i0 += mc) {
             prim_entry *pe = M - i0 >= mc ? e[0] : e[1];
             dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, pe->ma}, {DNNL_ARG_WEIGHTS, pe->mb}, {DNNL_ARG_DST, pe->mc}};
@@ -723,14 +648,6 @@ uint64_t tg__bf16_scope_begin(bool on)
 }
 
 void tg__bf16_scope_end(uint64_t prev) { (void)prev; }
-
-int tg__bf16_gemm_rows(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t *a,
-                       int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c, int64_t ldc)
-{
-    (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)a, (void)lda, (void)b, (void)ldb, (void)beta,
-        (void)c, (void)ldc;
-    return 1;
-}
 
 int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
                   double beta)

@@ -24,9 +24,7 @@ typedef struct {
     int64_t ld;
 } mat_desc;
 
-/* Describes x (rows x cols in its last two dims, op(x) = x^T if t) for BLAS.
- * False if the layout needs a copy. */
-static bool describe(const tg_tensor *x, bool t, mat_desc *m)
+bool tg__matrix_layout(const tg_tensor *x, bool *col, int64_t *ld)
 {
     int n = x->ndim;
     int64_t rows = x->shape[n - 2], cols = x->shape[n - 1];
@@ -34,14 +32,25 @@ static bool describe(const tg_tensor *x, bool t, mat_desc *m)
     if (cols == 1) sc = 1;
     if (rows == 1) sr = cols;
     if (sc == 1 && sr >= (cols > 1 ? cols : 1)) {
-        m->trans = t;
-        m->ld = sr;
+        *col = false;
+        *ld = sr;
     } else if (sr == 1 && sc >= (rows > 1 ? rows : 1)) {
-        m->trans = !t;
-        m->ld = sc;
+        *col = true;
+        *ld = sc;
     } else {
         return false;
     }
+    return true;
+}
+
+/* Describes x (rows x cols in its last two dims, op(x) = x^T if t) for BLAS.
+ * False if the layout needs a copy. */
+static bool describe(const tg_tensor *x, bool t, mat_desc *m)
+{
+    int n = x->ndim;
+    bool col;
+    if (!tg__matrix_layout(x, &col, &m->ld)) return false;
+    m->trans = col ? !t : t;
     m->base = (const char *)x->data + (size_t)x->offset * tg_dtype_size(x->dtype);
     for (int d = 0; d < n - 2; d++) m->bstride[d] = x->shape[d] == 1 ? 0 : x->stride[d];
     return true;

@@ -236,13 +236,6 @@ static inline float tg__bf16_round(float x)
 bool tg__bf16_native_now(void);
 int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
                   double beta);
-/* One product of row-major bf16 matrices (op(x) = x^T if t) into float32,
- * c (M x N, ldc) = alpha op(a) op(b) + beta c, on the bf16 hardware, from
- * any thread (inside an OpenMP region it runs on the calling thread):
- * 0 done, 1 nothing written (no hardware, or a shape oneDNN refuses: the
- * caller computes it), -1 failed. */
-int tg__bf16_gemm_rows(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t *a,
-                       int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c, int64_t ldc);
 /* Records that a product ran emulated (tg_numerics_bf16_kernel). */
 void tg__bf16_note_emulated(void);
 /* Rounds: a parameter's bf16 copy serves every product of one round (and
@@ -268,6 +261,9 @@ void tg__bf16_scope_end(uint64_t prev);
  * ask for), bf16-rounded operands under BF16. */
 void tg_k_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
                double beta);
+/* Whether x's last two dims can be read with one unit stride: by rows
+ * (element (r, c) at r * ld + c) or, *col, by columns (at c * ld + r). */
+bool tg__matrix_layout(const tg_tensor *x, bool *col, int64_t *ld);
 
 /* ---- graph nodes, as the tensor layer sees them ------------------------------- */
 /* The head of every graph node: the part the tensor layer may read (to print
