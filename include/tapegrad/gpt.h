@@ -63,9 +63,11 @@ TG_API tg_module *tg_gpt_new(tg_tape *tp, const tg_gpt_config *cfg);
 /* The configuration a GPTModel was built with (TG_EINVAL for another module). */
 TG_API int tg_gpt_get_config(const tg_module *gpt, tg_gpt_config *out);
 
-/* Every parameter's element count, each tensor once (sum(p.numel() for p in
- * model.parameters())). */
-TG_API int64_t tg_module_num_parameters(const tg_module *m);
+/* The output size of the model's out_head (its weight's rows: vocab_size as
+ * built, 2 after the book's chapter 6 replaces it with Linear(emb_dim, 2));
+ * -1 with an error when out_head has no 2-D "weight". tg_gpt_get_config
+ * keeps describing the body (vocab_size: the token embedding's rows). */
+TG_API int64_t tg_gpt_out_features(const tg_module *gpt);
 
 /* Loads a Hugging Face GPT-2 model.safetensors (wte, wpe, h.N.ln_1, attn.c_attn
  * with q/k/v fused and Conv1D weights stored (in, out), attn.c_proj, ln_2,

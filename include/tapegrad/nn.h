@@ -202,6 +202,24 @@ TG_API tg_module *tg_mha_wrapper_new(tg_tape *tp, int64_t d_in, int64_t d_out, i
 TG_API tg_module *tg_mha_new(tg_tape *tp, int64_t d_in, int64_t d_out, int64_t context_length, double dropout,
                              int64_t num_heads, bool qkv_bias);
 
+/* ---- LoRA (the book's appendix E) ------------------------------------------------------- */
+
+/* LoRALayer(in_dim, out_dim, rank, alpha): A (in_dim, rank) drawn by
+ * kaiming_uniform_(a=sqrt(5)) from the default generator, B (rank, out_dim)
+ * zeros; forward (alpha / rank) * (x @ A @ B). LinearWithLoRA(linear, rank,
+ * alpha): children "linear" (the given Linear, borrowed) and "lora"
+ * (LoRALayer(in_features, out_features, rank, alpha)); forward linear(x) +
+ * lora(x); it takes the Linear's training mode, layers and numerics.
+ * tg_lora_replace_linear: the book's replace_linear_with_lora: every
+ * built-in Linear among model's children becomes LinearWithLoRA under the
+ * same name, other children are searched in turn, in named_children order
+ * (the order A is drawn in). Freezing is the caller's, as in the book:
+ * tg_module_requires_grad_(model, false) before the replacement leaves A and
+ * B the only trainable parameters. */
+TG_API tg_module *tg_lora_layer_new(tg_tape *tp, int64_t in_dim, int64_t out_dim, int64_t rank, double alpha);
+TG_API tg_module *tg_linear_with_lora_new(tg_tape *tp, tg_module *linear, int64_t rank, double alpha);
+TG_API int tg_lora_replace_linear(tg_tape *tp, tg_module *model, int64_t rank, double alpha);
+
 /* ---- walking the tree ------------------------------------------------------------------- */
 
 /* Parameters / state_dict entries with PyTorch's dotted names
@@ -218,6 +236,15 @@ TG_API int tg_module_named_parameters(tg_tape *tp, const tg_module *m, tg_named_
 TG_API int tg_module_state_dict(tg_tape *tp, const tg_module *m, tg_named_list *out);
 /* Sets every parameter's .grad to zeros (kept allocated). */
 TG_API int tg_module_zero_grad(tg_module *m);
+/* module.requires_grad_(flag): every parameter of the tree (freezing a model
+ * or a part of it: tg_module_requires_grad_(tg_module_get_submodule(gpt,
+ * "trf_blocks.11"), true)). Optimizers skip parameters without a gradient. */
+TG_API int tg_module_requires_grad_(tg_module *m, bool requires_grad);
+/* Every parameter's element count, each tensor once (sum(p.numel() for p in
+ * model.parameters())), and the same over those that require grad (the
+ * book's "trainable parameters"); -1 with an error for a NULL module. */
+TG_API int64_t tg_module_num_parameters(const tg_module *m);
+TG_API int64_t tg_module_num_trainable_parameters(const tg_module *m);
 
 /* state_dict in safetensors, interchangeable with PyTorch's keys. Save is
  * atomic (temporary file + rename). Load checks every key, dtype and shape
@@ -230,6 +257,22 @@ TG_API int tg_module_load(tg_module *m, const char *path);
  * state_dict must be present with its shape and a float dtype, and no other
  * key; on error the module is unchanged. */
 TG_API int tg_module_load_state_dict(tg_module *m, const tg_named_list *sd);
+/* load_state_dict(sd, strict): with strict false, keys of the module that sd
+ * lacks keep their values and keys sd has that the module lacks are skipped
+ * (a pretrained body into a model with a new head, or adapters alone);
+ * every key both have must still match in shape and be float, or nothing
+ * changes (PyTorch's size-mismatch error). keys, if not NULL, receives
+ * PyTorch's _IncompatibleKeys (missing and unexpected, names copied into tp,
+ * which must then be given). With strict true it is tg_module_load_state_dict
+ * (its first missing or unexpected key is the error). tg_module_load_ex is
+ * the same from a safetensors file. */
+typedef struct {
+    int n_missing, n_unexpected;
+    const char **missing, **unexpected;
+} tg_incompatible_keys;
+TG_API int tg_module_load_state_dict_ex(tg_module *m, const tg_named_list *sd, bool strict, tg_tape *tp,
+                                        tg_incompatible_keys *keys);
+TG_API int tg_module_load_ex(tg_module *m, const char *path, bool strict, tg_tape *tp, tg_incompatible_keys *keys);
 
 /* Finite differences on every parameter of m that requires grad and every
  * float input (they must be float64: convert the module with

@@ -105,7 +105,7 @@ int tg_gpt_generate(tg_module *gpt, const int64_t *prompt, int64_t n_prompt, con
         tg_tensor *ids = tg_from_data(tp, TG_I64, 2, shape, out + start + cached);
         tg_tensor *logits = ids ? tg_module_forward(tp, gpt, ids) : NULL; /* (1, 1, vocab) */
         if (use_cache) cached = len - start;
-        int64_t vs[2] = {1, c.vocab_size}, next = 0;
+        int64_t vs[2] = {1, -1}, next = 0; /* out_head's outputs (vocab_size as built) */
         logits = logits ? tg_view(tp, tg_contiguous(tp, logits), 2, vs) : NULL;
         if (!logits || next_id(tp, logits, o, &next) != TG_OK) {
             st = TG_EINVAL;

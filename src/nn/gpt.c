@@ -86,23 +86,6 @@ int64_t tg_gpt_config_num_parameters(const tg_gpt_config *c)
     return (int64_t)params_of(c);
 }
 
-int64_t tg_module_num_parameters(const tg_module *m)
-{
-    if (!m) {
-        tg_error("num_parameters: NULL module");
-        return -1;
-    }
-    tg_tape *tp = tg_tape_new();
-    tg_named_list ps;
-    int64_t n = -1;
-    if (tp && tg_module_named_parameters(tp, m, &ps) == TG_OK) {
-        n = 0;
-        for (int i = 0; i < ps.n; i++) n += tg_numel(ps.tensors[i]);
-    }
-    tg_tape_free(tp);
-    return n;
-}
-
 /* ---- Embedding ---------------------------------------------------------------------------- */
 
 typedef struct {
@@ -444,6 +427,23 @@ bool tg__gpt_set_last_logits_only(tg_module *gpt, bool on)
     bool prev = s->last_logits_only;
     s->last_logits_only = on;
     return prev;
+}
+
+int64_t tg_gpt_out_features(const tg_module *gpt)
+{
+    tg_gpt_config c;
+    if (tg_gpt_get_config(gpt, &c) != TG_OK) return -1;
+    const tg_module *head = tg__entry_get(&gpt->children, "out_head");
+    const tg_tensor *w = head ? tg__entry_get(&head->params, "weight") : NULL;
+    if (!w && head) { /* a wrapped head (LinearWithLoRA): its inner Linear */
+        const tg_module *inner = tg__entry_get(&head->children, "linear");
+        w = inner ? tg__entry_get(&inner->params, "weight") : NULL;
+    }
+    if (!w || w->ndim != 2) {
+        tg_error("GPTModel: out_head has no 2-D weight to tell its output size");
+        return -1;
+    }
+    return w->shape[0];
 }
 
 int tg_gpt_get_config(const tg_module *gpt, tg_gpt_config *out)

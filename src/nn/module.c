@@ -579,6 +579,47 @@ int tg_module_zero_grad(tg_module *m)
     return TG_OK;
 }
 
+int tg_module_requires_grad_(tg_module *m, bool requires_grad)
+{
+    if (!m) return tg_error_status(TG_EINVAL, "requires_grad_: NULL module");
+    for (int i = 0; i < m->params.n; i++) {
+        int st = tg_requires_grad_(m->params.items[i].ptr, requires_grad);
+        if (st != TG_OK) return st;
+    }
+    for (int i = 0; i < m->children.n; i++) {
+        int st = tg_module_requires_grad_(m->children.items[i].ptr, requires_grad);
+        if (st != TG_OK) return st;
+    }
+    return TG_OK;
+}
+
+/* The element count of every parameter (each tensor once), or of those that
+ * require grad only. */
+static int64_t count_parameters(const char *op, const tg_module *m, bool trainable_only)
+{
+    if (!m) {
+        tg_error("%s: NULL module", op);
+        return -1;
+    }
+    tg_tape *tp = tg_tape_new();
+    tg_named_list ps;
+    int64_t n = -1;
+    if (tp && tg_module_named_parameters(tp, m, &ps) == TG_OK) {
+        n = 0;
+        for (int i = 0; i < ps.n; i++)
+            if (!trainable_only || ps.tensors[i]->requires_grad) n += tg_numel(ps.tensors[i]);
+    }
+    tg_tape_free(tp);
+    return n;
+}
+
+int64_t tg_module_num_parameters(const tg_module *m) { return count_parameters("num_parameters", m, false); }
+
+int64_t tg_module_num_trainable_parameters(const tg_module *m)
+{
+    return count_parameters("num_trainable_parameters", m, true);
+}
+
 /* ---- dtype ----------------------------------------------------------------------------------------------- */
 
 int tg_module_to_dtype(tg_tape *tp, tg_module *m, tg_dtype dt)

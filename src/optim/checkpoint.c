@@ -282,7 +282,9 @@ static int load_in(tg_tape *scratch, tg_tape *tp, tg_checkpoint *ck, const char 
     int st = check_all(scratch, tp, &l, ck);
     if (st == TG_OK && ck->optimizer) st = backup_model(scratch, &l, ck);
     if (st != TG_OK) return st;
-    if ((st = tg_module_load_state_dict(ck->model, &l.model)) != TG_OK) return part_error(st, path, "the model");
+    /* the file's model part does not fit the model: a malformed file here */
+    if ((st = tg_module_load_state_dict(ck->model, &l.model)) != TG_OK)
+        return part_error(st == TG_EINVAL ? TG_EFORMAT : st, path, "the model");
     if (ck->optimizer && (st = tg_optimizer_load_state_dict(ck->optimizer, &l.optimizer)) != TG_OK) {
         restore_model(&l);
         return part_error(st, path, "the optimizer");

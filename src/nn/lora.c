@@ -1,0 +1,96 @@
+/* LoRA, the book's appendix E: LoRALayer, LinearWithLoRA and the recursive
+ * replacement of every Linear of a model. Written with the public module
+ * API only, as a user's own modules are (include/tapegrad/nn.h), so the
+ * state_dict keys are PyTorch's ("trf_blocks.0.att.W_query.linear.weight",
+ * "trf_blocks.0.att.W_query.lora.A"). */
+#include "nn_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+
+typedef struct {
+    int64_t rank;
+    double alpha;
+} lora_state;
+
+/* forward: (self.alpha / self.rank) * (x @ self.A @ self.B) */
+static tg_tensor *lora_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *const *x)
+{
+    if (n != 1) return tg_error("LoRALayer: expected 1 input, got %d", n);
+    const lora_state *s = tg_module_state(self);
+    tg_tensor *a = tg_module_get_parameter(self, "A"), *b = tg_module_get_parameter(self, "B");
+    if (!a || !b) return NULL;
+    return tg_mul_scalar(tp, tg_matmul(tp, tg_matmul(tp, x[0], a), b), s->alpha / (double)s->rank);
+}
+
+static const tg_module_type lora_type = {.name = "LoRALayer", .forward = lora_forward};
+
+tg_module *tg_lora_layer_new(tg_tape *tp, int64_t in_dim, int64_t out_dim, int64_t rank, double alpha)
+{
+    if (!tg__check_size("LoRALayer", "in_dim", in_dim) || !tg__check_size("LoRALayer", "out_dim", out_dim) ||
+        !tg__check_size("LoRALayer", "rank", rank))
+        return NULL;
+    if (!isfinite(alpha)) return tg_error("LoRALayer: alpha must be finite, got %g", alpha);
+    tg_module *m = tg_module_new(tp, &lora_type, sizeof(lora_state));
+    if (!m) return NULL;
+    *(lora_state *)tg_module_state(m) = (lora_state){rank, alpha};
+    /* self.A = nn.Parameter(torch.empty(in_dim, rank));
+     * torch.nn.init.kaiming_uniform_(self.A, a=math.sqrt(5)) */
+    int64_t as[2] = {in_dim, rank}, bs[2] = {rank, out_dim};
+    tg_tensor *a = tg_parameter_new(tp, TG_F32, 2, as);
+    if (tg_module_register_parameter(m, "A", a) != TG_OK) return NULL;
+    double gain = sqrt(2.0 / (1 + 5.0)), bound = sqrt(3.0) * (gain / sqrt((double)rank));
+    if (tg_uniform_(a, -bound, bound, NULL) != TG_OK) return NULL;
+    /* self.B = nn.Parameter(torch.zeros(rank, out_dim)) */
+    tg_tensor *b = tg_parameter_new(tp, TG_F32, 2, bs);
+    if (tg_module_register_parameter(m, "B", b) != TG_OK) return NULL;
+    return m;
+}
+
+/* forward: self.linear(x) + self.lora(x) */
+static tg_tensor *linear_lora_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *const *x)
+{
+    if (n != 1) return tg_error("LinearWithLoRA: expected 1 input, got %d", n);
+    tg_tensor *y = tg_module_forward(tp, tg_module_get_submodule(self, "linear"), x[0]);
+    tg_tensor *d = y ? tg_module_forward(tp, tg_module_get_submodule(self, "lora"), x[0]) : NULL;
+    return tg_add(tp, y, d);
+}
+
+static const tg_module_type linear_lora_type = {.name = "LinearWithLoRA", .forward = linear_lora_forward};
+
+tg_module *tg_linear_with_lora_new(tg_tape *tp, tg_module *linear, int64_t rank, double alpha)
+{
+    if (!linear) return tg_error("LinearWithLoRA: NULL linear");
+    const tg_tensor *w = tg_module_get_parameter(linear, "weight");
+    if (!w || w->ndim != 2)
+        return tg_error("LinearWithLoRA: the wrapped %s has no 2-D weight", tg_module_type_name(linear));
+    tg_module *m = tg_module_new(tp, &linear_lora_type, 0);
+    if (!m || tg_module_add_module(m, "linear", linear) != TG_OK) return NULL;
+    /* LoRALayer(linear.in_features, linear.out_features, rank, alpha) */
+    tg_module *lora = tg_lora_layer_new(tp, w->shape[1], w->shape[0], rank, alpha);
+    if (!lora || tg_module_add_module(m, "lora", lora) != TG_OK) return NULL;
+    tg_module_train(m, tg_module_is_training(linear));
+    tg_module_set_numerics(m, tg_module_numerics(linear));
+    tg_module_set_fused(m, tg_module_is_fused(linear));
+    return m;
+}
+
+int tg_lora_replace_linear(tg_tape *tp, tg_module *model, int64_t rank, double alpha)
+{
+    if (!model) return tg_error_status(TG_EINVAL, "replace_linear_with_lora: NULL module");
+    if (!tg__check_size("replace_linear_with_lora", "rank", rank)) return TG_EINVAL;
+    /* for name, module in model.named_children(): a Linear becomes
+     * LinearWithLoRA(module), anything else is searched in turn */
+    for (int i = 0; i < tg_module_num_children(model); i++) {
+        tg_module *c = tg_module_child(model, i);
+        int st;
+        if (tg__is_linear(c)) {
+            tg_module *w = tg_linear_with_lora_new(tp, c, rank, alpha);
+            st = w ? tg_module_add_module(model, tg_module_child_name(model, i), w) : TG_EINVAL;
+        } else {
+            st = tg_lora_replace_linear(tp, c, rank, alpha);
+        }
+        if (st != TG_OK) return st;
+    }
+    return TG_OK;
+}
