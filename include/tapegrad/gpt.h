@@ -68,6 +68,12 @@ TG_API int tg_gpt_get_config(const tg_module *gpt, tg_gpt_config *out);
  * -1 with an error when out_head has no 2-D "weight". tg_gpt_get_config
  * keeps describing the body (vocab_size: the token embedding's rows). */
 TG_API int64_t tg_gpt_out_features(const tg_module *gpt);
+/* model(ids)[:, -1, :]: the logits of the last position (B, out_features),
+ * what chapter 6's classifier reads. Under TG_NUMERICS_EXACT computed as the
+ * book does (every position's logits, then the select: PyTorch's bits);
+ * under FAST and BF16 final_norm and out_head run on the last position
+ * alone (the same values within those policies' tolerances, less work). */
+TG_API tg_tensor *tg_gpt_forward_last(tg_tape *tp, tg_module *gpt, tg_tensor *ids);
 
 /* Loads a Hugging Face GPT-2 model.safetensors (wte, wpe, h.N.ln_1, attn.c_attn
  * with q/k/v fused and Conv1D weights stored (in, out), attn.c_proj, ln_2,

@@ -429,6 +429,20 @@ bool tg__gpt_set_last_logits_only(tg_module *gpt, bool on)
     return prev;
 }
 
+tg_tensor *tg_gpt_forward_last(tg_tape *tp, tg_module *gpt, tg_tensor *ids)
+{
+    tg_gpt_config c;
+    if (tg_gpt_get_config(gpt, &c) != TG_OK) return NULL;
+    if (!ids) return tg__error_null_input("gpt_forward_last");
+    bool exact = tg_module_numerics(gpt) == TG_NUMERICS_EXACT;
+    /* under EXACT the book's model(ids)[:, -1, :], so the bits are PyTorch's;
+     * otherwise final_norm and out_head see the last position only */
+    bool prev = exact ? false : tg__gpt_set_last_logits_only(gpt, true);
+    tg_tensor *logits = tg_module_forward(tp, gpt, ids);
+    if (!exact) tg__gpt_set_last_logits_only(gpt, prev);
+    return logits ? tg_select(tp, logits, 1, logits->shape[1] - 1) : NULL;
+}
+
 int64_t tg_gpt_out_features(const tg_module *gpt)
 {
     tg_gpt_config c;
