@@ -1,7 +1,10 @@
 /* tapegrad/data.h: GPT-2's byte-level BPE tokenizer, equal to tiktoken's
  * "gpt2" encoding (README.md, "Tokenizer"), and the book's chapter-5 text
  * pipeline: the train/validation split, windows of ids, and loaders that
- * shuffle exactly as PyTorch's DataLoader.
+ * shuffle exactly as PyTorch's DataLoader; the fine-tuning data of chapters
+ * 6 and 7: the classifier's CSV (SpamDataset), the instruction JSON,
+ * format_input, the 85/10/5 split, InstructionDataset and
+ * custom_collate_fn.
  *
  * A tokenizer reads GPT-2's encoder.json and vocab.bpe once (the project
  * ships them: data/gpt2/, installed to share/tapegrad/gpt2/, found by
@@ -115,6 +118,107 @@ TG_API int tg_loader_iter_next_indices(tg_loader_iter *it, int64_t *idx, int64_t
 /* The same for a loader over a dataset: the batch's (B, context) input and
  * target ids in tp. */
 TG_API int tg_loader_iter_next(tg_loader_iter *it, tg_tape *tp, tg_tensor **input, tg_tensor **target);
+
+/* ---- fine-tuning data (the book's chapters 6 and 7) ---------------------------------------- */
+
+/* ---- classifier CSV (chapter 6's SpamDataset) ---- */
+typedef struct tg_class_dataset tg_class_dataset;
+/* Reads csv_path: RFC 4180 CSV (libcsv, strict) with a header row holding
+ * (at least) the columns "Label" and "Text" in any order (other columns
+ * ignored; a repeated name: its first column, as pandas.read_csv takes it).
+ * Labels are integers >= 0 (decimal digits only: no sign, no surrounding
+ * spaces), text UTF-8. Quoted fields keep their embedded newlines, commas
+ * and quotes (a doubled quote is one), as pandas.read_csv keeps them; rows
+ * may end in LF, CRLF or CR; blank lines are skipped; unquoted fields keep
+ * their spaces; a leading UTF-8 byte order mark is dropped.
+ * Each text is encoded with tok (tg_tokenizer_encode: unlike tiktoken's
+ * encode, which refuses it, "<|endoftext|>" in a text becomes its id,
+ * 50256), then, as the book's SpamDataset: max_length 0 -> padded to the
+ * longest encoded text; max_length > 0 -> truncated to max_length ids and
+ * padded to it; padding id pad_id (0 <= pad_id < vocabulary size).
+ * NULL and one line naming the file, and the row when there is one:
+ * missing or unreadable file, empty file, no header, a header without
+ * "Label" or "Text", a row with a different number of fields than the
+ * header, an unterminated quoted field, a quote inside an unquoted field or
+ * text after a closing quote, a bad label ("FILE: row 7: label 'spam' is not
+ * an integer"), an empty text (pandas reads it as a missing value, which the
+ * book's encode refuses), invalid UTF-8, no data rows. Rows are numbered
+ * as data rows from 1: the header is not counted, and a row is one record
+ * however many lines its quoted fields span. */
+TG_API tg_class_dataset *tg_class_dataset_load(const char *csv_path, tg_tokenizer *tok, int64_t max_length,
+                                               int64_t pad_id);
+TG_API void tg_class_dataset_free(tg_class_dataset *ds);
+/* The number of rows. */
+TG_API int64_t tg_class_dataset_len(const tg_class_dataset *ds);
+/* The padded length of every row. */
+TG_API int64_t tg_class_dataset_max_length(const tg_class_dataset *ds);
+/* The largest label + 1. */
+TG_API int64_t tg_class_dataset_num_classes(const tg_class_dataset *ds);
+/* Row i: its label and its (padded) ids (max_length entries copied into ids). */
+TG_API int tg_class_dataset_get(const tg_class_dataset *ds, int64_t i, int64_t *ids, int64_t *label);
+/* Rows idx[0..count) stacked: input (count, max_length) TG_I64 and labels
+ * (count) TG_I64 in tp. */
+TG_API int tg_class_dataset_batch(const tg_class_dataset *ds, tg_tape *tp, const int64_t *idx, int64_t count,
+                                  tg_tensor **input, tg_tensor **labels);
+
+/* ---- instruction data (chapter 7) ---- */
+typedef struct {
+    const char *instruction, *input, *output;
+} tg_instruction;
+typedef struct tg_instruction_data tg_instruction_data;
+/* Reads a JSON array of objects with string members "instruction", "input"
+ * and "output" (jansson; other members ignored; a repeated key keeps its
+ * last value, as Python's json.load). Entries are numbered from 0, as the
+ * array's indices (data[3] in Python). NULL and one line naming the file:
+ * "FILE: entry 3: \"output\" is missing" / "is not a string" / "contains a
+ * NUL character", "FILE: entry 3: not a JSON object", "FILE: not a JSON
+ * array", "FILE: the array has no entries", "FILE: empty file", JSON
+ * syntax errors with line:column, invalid UTF-8 (with its byte and
+ * line:column). */
+TG_API tg_instruction_data *tg_instruction_data_load(const char *json_path);
+TG_API void tg_instruction_data_free(tg_instruction_data *d);
+TG_API int64_t tg_instruction_data_len(const tg_instruction_data *d);
+/* Entry i (borrowed: valid until tg_instruction_data_free); NULL and a
+ * message when i is out of range. */
+TG_API const tg_instruction *tg_instruction_data_get(const tg_instruction_data *d, int64_t i);
+/* The book's format_input(entry) (malloc'd, NUL-terminated, caller frees):
+ * "Below is an instruction that describes a task. Write a response that
+ * appropriately completes the request.\n\n### Instruction:\n{instruction}"
+ * and, when input is non-empty, "\n\n### Input:\n{input}". */
+TG_API char *tg_format_input(const tg_instruction *e);
+/* The book's split of n entries: train = int(n * 0.85), test =
+ * int(n * 0.1), val = the rest; train is [0, train), test [train, train +
+ * test), val after. int(n * 0.85) as Python computes it: the double product
+ * truncated (n = 1100 gives 935, 110 and 55). TG_EINVAL for n < 0. */
+TG_API int tg_instruction_split(int64_t n, int64_t *n_train, int64_t *n_test, int64_t *n_val);
+/* The book's InstructionDataset over entries [begin, end) of d (0 <= begin
+ * <= end <= len; an empty range is a dataset of no entries): each entry
+ * encoded as format_input(e) + "\n\n### Response:\n" + output (with
+ * tg_tokenizer_encode: "<|endoftext|>" in the text becomes id 50256, where
+ * tiktoken's encode would refuse it). The ids are copied: d may be freed
+ * first. */
+typedef struct tg_instruction_dataset tg_instruction_dataset;
+TG_API tg_instruction_dataset *tg_instruction_dataset_new(const tg_instruction_data *d, int64_t begin, int64_t end,
+                                                          tg_tokenizer *tok);
+TG_API void tg_instruction_dataset_free(tg_instruction_dataset *ds);
+TG_API int64_t tg_instruction_dataset_len(const tg_instruction_dataset *ds);
+/* Entry i's ids (borrowed) and their count in *n; NULL and a message when i
+ * is out of range. */
+TG_API const int64_t *tg_instruction_dataset_ids(const tg_instruction_dataset *ds, int64_t i, int64_t *n);
+/* The book's custom_collate_fn on n >= 1 sequences ids[i] of lens[i] ids:
+ * batch_max = max(len + 1); each item + [pad] then padded with pad to
+ * batch_max; inputs = padded[:-1], targets = padded[1:]; in targets every
+ * position equal to pad (ids of the items themselves included, as the
+ * book's mask compares values) except the first such position becomes
+ * ignore_index; then both cut to allowed_max_length when it is > 0 (0:
+ * the book's None). Outputs (n, L) TG_I64 in tp, L = batch_max - 1 or
+ * allowed_max_length if smaller. */
+TG_API int tg_collate_pad(tg_tape *tp, int n, const int64_t *const *ids, const int64_t *lens, int64_t pad_id,
+                          int64_t ignore_index, int64_t allowed_max_length, tg_tensor **inputs, tg_tensor **targets);
+/* The same on dataset entries idx[0..count). */
+TG_API int tg_instruction_dataset_batch(const tg_instruction_dataset *ds, tg_tape *tp, const int64_t *idx,
+                                        int64_t count, int64_t pad_id, int64_t ignore_index,
+                                        int64_t allowed_max_length, tg_tensor **inputs, tg_tensor **targets);
 
 #ifdef __cplusplus
 }
