@@ -30,6 +30,8 @@ static const char *usage =
     "  summary     print the book's GPTModel as PyTorch does, with its size\n"
     "  generate    generate text with the book's GPTModel (KV cache)\n"
     "  pretrain    pretrain the GPTModel on a text as the book's chapter 5 does\n"
+    "  finetune    fine-tune it as chapters 6 (classify) and 7 (instruct) do, with\n"
+    "              or without LoRA (appendix E)\n"
     "\n"
     "Run 'tapegrad <command> --help' for a command's options.\n"
     "Exit status: 0 success, 1 gradcheck FAIL or training diverged, 2 bad\n"
@@ -147,7 +149,7 @@ double tg_cli_estimate_bytes(int64_t batch, int64_t tokens, int64_t d_in, int64_
 int tg_cli_main(int argc, char **argv)
 {
     if (argc < 2 || !argv || !argv[1])
-        return tg_cli_error(NULL, "missing command (attention, train, bench, tokenize, summary, generate or pretrain; see tapegrad --help)");
+        return tg_cli_error(NULL, "missing command (attention, train, bench, tokenize, summary, generate, pretrain or finetune; see tapegrad --help)");
     const char *cmd = argv[1];
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
         fputs(usage, stdout);
@@ -169,7 +171,8 @@ int tg_cli_main(int argc, char **argv)
     if (strcmp(cmd, "summary") == 0) return tg_cmd_summary(argc - 1, argv + 1);
     if (strcmp(cmd, "generate") == 0) return tg_cmd_generate(argc - 1, argv + 1);
     if (strcmp(cmd, "pretrain") == 0) return tg_cmd_pretrain(argc - 1, argv + 1);
-    return tg_cli_error(NULL, "unknown command '%.200s' (expected attention, train, bench, tokenize, summary, generate or pretrain; see tapegrad --help)", cmd);
+    if (strcmp(cmd, "finetune") == 0) return tg_cmd_finetune(argc - 1, argv + 1);
+    return tg_cli_error(NULL, "unknown command '%.200s' (expected attention, train, bench, tokenize, summary, generate, pretrain or finetune; see tapegrad --help)", cmd);
 }
 
 char *tg_cli_read_file(const char *cmd, const char *opt, const char *path, bool allow_stdin, size_t *len)

@@ -62,6 +62,7 @@ int tg_cmd_summary(int argc, char **argv);
 int tg_cmd_generate(int argc, char **argv);
 int tg_cmd_tokenize(int argc, char **argv);
 int tg_cmd_pretrain(int argc, char **argv);
+int tg_cmd_finetune(int argc, char **argv);
 
 /* The GPT-2 tokenizer from $TAPEGRAD_DATA/gpt2, the installed vocabulary
  * or the source tree's (tools/tapegrad/datadir.c), or NULL with a message. The CLI owns it
@@ -176,6 +177,11 @@ typedef struct {
  * non-finite losses left out. 0, or -1 when path cannot be opened and -2
  * when a write failed, with errno. */
 int tg_cli_svg_loss_plot(const char *path, const char *title, double epochs, int64_t n, const tg_cli_loss_row *rows);
+/* The same for another quantity (the book's plot_values): what names the
+ * y axis ("Accuracy"; the legend says "Training accuracy"), top the axis of
+ * rows[].tokens ("Examples seen"). */
+int tg_cli_svg_values_plot(const char *path, const char *title, const char *what, const char *top, double epochs,
+                           int64_t n, const tg_cli_loss_row *rows);
 
 /* A rough upper bound of the bytes a forward+backward of an attention module
  * needs (composed or fused attention); commands refuse configurations above a fixed budget so that a huge

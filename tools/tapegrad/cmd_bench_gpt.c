@@ -18,7 +18,7 @@
 #define CMD "bench"
 
 static const char *help =
-    "usage: tapegrad bench --model gpt [MODEL] [options]\n"
+    "usage: tapegrad bench --model gpt|classify [MODEL] [options]\n"
     "\n"
     "Times one training step of the book's GPTModel (forward, cross-entropy on\n"
     "random target ids, backward, AdamW lr 4e-4 weight decay 0.1) in training\n"
@@ -28,6 +28,11 @@ static const char *help =
     "each rank takes its slice of the batch and the gradients are averaged as\n"
     "pretrain averages them; it prints the time waiting for the all-reduce\n"
     "after backward, the same all-reduces alone, and the share backward hid.\n"
+    "\n"
+    "--model classify times the book's chapter-6 fine-tuning step instead: a new\n"
+    "out_head Linear(emb, 2), the last block, final norm and head trainable (or\n"
+    "LoRA adapters on every Linear with --lora-rank R --lora-alpha A), the loss\n"
+    "on the last position against random labels (tg_gpt_forward_last).\n"
     "\n"
     "  --batch N       batch size (2); the global batch under mpirun\n"
     "  --tokens N      tokens per row (256); the context length too unless\n"
@@ -50,8 +55,9 @@ static const char *help =
 
 typedef struct {
     const char *model;
-    int64_t batch, tokens, steps, threads;
-    bool threads_set, json, dist;
+    int64_t batch, tokens, steps, threads, lora_rank;
+    double lora_alpha;
+    bool threads_set, json, dist, classify, lora_rank_seen, lora_alpha_seen;
 } gpt_bench_args;
 
 /* Phases of a step, each a median over the timed steps. */
@@ -61,6 +67,7 @@ typedef struct {
     double ms[T_N];
     double tape_mib;
     tg_dist_ddp_stats dist;
+    int64_t trainable;
     json_t *buckets; /* each bucket's bytes, in all-reduce order */
     int ranks;
 } gpt_bench_result;
@@ -74,6 +81,30 @@ static tg_tensor *random_ids(tg_tape *tp, int64_t B, int64_t T, int64_t vocab, t
     int64_t *p = tg_data_ptr(t);
     for (int64_t i = 0; i < B * T; i++) p[i] = (int64_t)(tg_generator_random64(g) % (uint64_t)vocab);
     return t;
+}
+
+/* The book's chapter-6 classifier on gpt: after manual_seed(seed) a new
+ * out_head Linear(emb, 2), everything frozen, then LoRA adapters on every
+ * Linear or the last block, final norm and head trainable again. */
+static int make_classifier(tg_tape *tp, tg_module *gpt, const gpt_bench_args *a, const tg_cli_model *mo,
+                           const tg_gpt_config *cfg)
+{
+    tg_manual_seed(mo->seed);
+    tg_module *head = tg_linear_new(tp, cfg->emb_dim, 2, true);
+    if (!head || tg_module_add_module(gpt, "out_head", head) != TG_OK || tg_module_requires_grad_(gpt, false) != TG_OK)
+        return TG_EINVAL;
+    if (a->lora_rank_seen) {
+        if (tg_lora_replace_linear(tp, gpt, a->lora_rank, a->lora_alpha) != TG_OK) return TG_EINVAL;
+    } else {
+        char last[48];
+        snprintf(last, sizeof last, "trf_blocks.%lld", (long long)cfg->n_layers - 1);
+        const char *parts[3] = {last, "final_norm", "out_head"};
+        for (int k = 0; k < 3; k++)
+            if (tg_module_requires_grad_(tg_module_get_submodule(gpt, parts[k]), true) != TG_OK) return TG_EINVAL;
+    }
+    tg_module_set_numerics(gpt, mo->numerics);
+    tg_cli_gpt_set_layers(gpt, false);
+    return TG_OK;
 }
 
 /* A failure of this rank while the others may wait in a collective ends
@@ -128,13 +159,19 @@ static int run(const gpt_bench_args *a, const tg_cli_model *mo, const tg_gpt_con
     tg_optimizer *opt = NULL;
     tg_dist_ddp *ddp = NULL;
     tg_tensor *x = NULL, *y = NULL;
+    if (gpt && a->classify && make_classifier(model_tape, gpt, a, mo, cfg) != TG_OK) gpt = NULL;
     if (gpt) {
+        res->trainable = tg_module_num_trainable_parameters(gpt);
         tg_cli_gpt_set_layers(gpt, false);
         tg_adam_options o = {4e-4, {0.9, 0.999}, 1e-8, 0.1, false};
         opt = tg_adamw_new(model_tape, gpt, o);
         /* the same global batch on every rank, then this rank's rows */
         x = opt ? random_ids(model_tape, a->batch, a->tokens, cfg->vocab_size, g) : NULL;
-        y = x ? random_ids(model_tape, a->batch, a->tokens, cfg->vocab_size, g) : NULL;
+        y = !x ? NULL
+            : a->classify ? random_ids(model_tape, 1, a->batch, 2, g)
+                          : random_ids(model_tape, a->batch, a->tokens, cfg->vocab_size, g);
+        int64_t nb = a->batch;
+        if (a->classify && y) y = tg_view(model_tape, y, 1, &nb); /* labels (B) */
         if (dist && y) {
             x = tg_dist_batch_slice(model_tape, x);
             y = x ? tg_dist_batch_slice(model_tape, y) : NULL;
@@ -147,10 +184,11 @@ static int run(const gpt_bench_args *a, const tg_cli_model *mo, const tg_gpt_con
     for (int64_t s = -1; rc == TG_CLI_OK && s < a->steps; s++) { /* s = -1: the warm-up step */
         double t0 = tg_cli_now();
         tg_optimizer_zero_grad(opt);
-        tg_tensor *logits = tg_module_forward(step, gpt, x);
-        tg_tensor *loss = logits ? tg_cross_entropy(step, tg_view(step, logits, 2, flat), tg_view(step, y, 1, &n),
-                                                    TG_REDUCE_MEAN)
-                                 : NULL;
+        tg_tensor *logits = a->classify ? tg_gpt_forward_last(step, gpt, x) : tg_module_forward(step, gpt, x);
+        tg_tensor *loss = !logits     ? NULL
+                          : a->classify ? tg_cross_entropy(step, logits, y, TG_REDUCE_MEAN)
+                                        : tg_cross_entropy(step, tg_view(step, logits, 2, flat),
+                                                           tg_view(step, y, 1, &n), TG_REDUCE_MEAN);
         double t1 = tg_cli_now();
         if (!loss || tg_backward(loss, NULL, false) != TG_OK) {
             rc = step_failed();
@@ -204,6 +242,10 @@ int tg_cmd_bench_gpt(int argc, char **argv)
         {.name = "--threads", .type = TG_OPT_INT, .dest = &a.threads, .imin = 1, .imax = 1024, .seen = &a.threads_set},
         {.name = "--json", .type = TG_OPT_FLAG, .dest = &a.json},
         {.name = "--dist", .type = TG_OPT_FLAG, .dest = &a.dist},
+        {.name = "--lora-rank", .type = TG_OPT_INT, .dest = &a.lora_rank, .imin = 1, .imax = 65536,
+         .seen = &a.lora_rank_seen},
+        {.name = "--lora-alpha", .type = TG_OPT_DOUBLE, .dest = &a.lora_alpha, .dmin = -1e6, .dmax = 1e6,
+         .seen = &a.lora_alpha_seen},
     };
     /* the context defaults to --tokens, so MODEL is parsed after --tokens is known */
     tg_cli_model mo;
@@ -212,7 +254,15 @@ int tg_cmd_bench_gpt(int argc, char **argv)
     int rc;
     tg_cli_command c = {.name = CMD, .help = help, .opts = own, .nopts = TG_CLI_NOPTS(own)};
     if (!tg_cli_model_parse(&c, argc, argv, &mo, &cfg, &rc)) return rc;
-    if (strcmp(a.model, "gpt") != 0) return tg_cli_error(CMD, "--model: expected gpt, got '%.200s'", a.model);
+    a.classify = strcmp(a.model, "classify") == 0;
+    if (strcmp(a.model, "gpt") != 0 && !a.classify)
+        return tg_cli_error(CMD, "--model: expected gpt or classify, got '%.200s'", a.model);
+    if ((a.lora_rank_seen || a.lora_alpha_seen) && !a.classify)
+        return tg_cli_error(CMD, "--lora-rank and --lora-alpha go with --model classify");
+    if (a.lora_alpha_seen && !a.lora_rank_seen) return tg_cli_error(CMD, "--lora-alpha needs --lora-rank");
+    if (a.lora_rank_seen && !a.lora_alpha_seen) a.lora_alpha = (double)a.lora_rank;
+    if (a.classify && tg_dist_launched() > 1)
+        return tg_cli_error(CMD, "--model classify runs in one process (not under mpirun)");
     if (!mo.context) cfg.context_length = a.tokens;
     if (a.tokens > cfg.context_length)
         return tg_cli_error(CMD, "--tokens %lld exceeds the model's context length %lld", (long long)a.tokens,
@@ -260,7 +310,12 @@ int tg_cmd_bench_gpt(int argc, char **argv)
         int threads = omp_get_max_threads();
         if (a.json) {
             json_t *o = json_object();
-            json_object_set_new(o, "model", json_string("gpt"));
+            json_object_set_new(o, "model", json_string(a.model));
+            json_object_set_new(o, "trainable_parameters", json_integer(res.trainable));
+            if (a.lora_rank_seen) {
+                json_object_set_new(o, "lora_rank", json_integer(a.lora_rank));
+                json_object_set_new(o, "lora_alpha", json_real(a.lora_alpha));
+            }
             json_object_set_new(o, "config", json_string(mo.config));
             json_object_set_new(o, "batch", json_integer(a.batch));
             json_object_set_new(o, "tokens", json_integer(a.tokens));
@@ -314,6 +369,9 @@ int tg_cmd_bench_gpt(int argc, char **argv)
             printf("  %-10s %12.1f MiB\n", "peak RSS", rss);
             printf("  %-10s %12.1f MiB (activations and gradients of one step)\n", "step tape", res.tape_mib);
             printf("  %-10s %s\n", "BLAS", tg_blas_info());
+            if (a.classify)
+                printf("  %-10s %12lld trainable parameters (%s; GFLOP/s counts a full step)\n", "classify",
+                       (long long)res.trainable, a.lora_rank_seen ? "LoRA adapters" : "last block, final norm, head");
             if (dist) {
                 printf("  %-10s %12.1f ms waiting after backward: %d ranks, %.1f MiB of gradients in %lld buckets, "
                        "%lld started during backward\n",

@@ -26,6 +26,8 @@ static const char *generate_help =
     "\n"
     "  --load FILE         a state_dict (safetensors, PyTorch's keys)\n"
     "  --hf FILE           a Hugging Face GPT-2 model.safetensors (sets --qkv-bias)\n"
+    "  --lora-rank R       the model has LoRA adapters (finetune --lora-rank R\n"
+    "  --lora-alpha A      --lora-alpha A --save): every Linear wrapped before --load\n"
     "  --prompt STR        the start text (\"Hello, I am\")\n"
     "  --max-new-tokens N  ids to generate (10)\n"
     "  --temperature T     0 = greedy (default); > 0 samples softmax(logits / T)\n"
@@ -79,8 +81,9 @@ int tg_cmd_summary(int argc, char **argv)
 
 typedef struct {
     const char *load, *hf, *prompt;
-    int64_t max_new, top_k, eos;
-    double temperature;
+    int64_t max_new, top_k, eos, lora_rank;
+    double temperature, lora_alpha;
+    bool lora_rank_seen, lora_alpha_seen;
     uint64_t sample_seed;
     bool sample_seed_seen, no_cache, json;
 } gen_args;
@@ -111,6 +114,9 @@ static int run_generate(tg_tape *tp, tg_tokenizer *tok, const tg_cli_model *m, t
     }
     tg_module *gpt = tg_cli_model_build(tp, m, cfg);
     if (!gpt) rc = tg_cli_lib_error(cmd, NULL);
+    else if (a->lora_rank_seen && (tg_lora_replace_linear(tp, gpt, a->lora_rank, a->lora_alpha) != TG_OK ||
+                                   tg_module_set_numerics(gpt, m->numerics) != TG_OK))
+        rc = tg_cli_lib_error(cmd, "--lora-rank");
     else if (a->load && tg_module_load(gpt, a->load) != TG_OK) rc = tg_cli_lib_error(cmd, "--load");
     else if (a->hf && tg_gpt_load_hf(gpt, a->hf) != TG_OK) rc = tg_cli_lib_error(cmd, "--hf");
     ids = malloc(sizeof *ids * (n_prompt + (size_t)a->max_new));
@@ -161,6 +167,10 @@ int tg_cmd_generate(int argc, char **argv)
         {.name = "--sample-seed", .type = TG_OPT_U64, .dest = &a.sample_seed, .seen = &a.sample_seed_seen},
         {.name = "--no-kv-cache", .type = TG_OPT_FLAG, .dest = &a.no_cache},
         {.name = "--json", .type = TG_OPT_FLAG, .dest = &a.json},
+        {.name = "--lora-rank", .type = TG_OPT_INT, .dest = &a.lora_rank, .imin = 1, .imax = 65536,
+         .seen = &a.lora_rank_seen},
+        {.name = "--lora-alpha", .type = TG_OPT_DOUBLE, .dest = &a.lora_alpha, .dmin = -1e6, .dmax = 1e6,
+         .seen = &a.lora_alpha_seen},
     };
     tg_cli_model m;
     tg_gpt_config cfg;
@@ -172,6 +182,8 @@ int tg_cmd_generate(int argc, char **argv)
     tg_cli_command c = {.name = cmd, .help = generate_help, .opts = own, .nopts = TG_CLI_NOPTS(own)};
     if (!tg_cli_model_parse(&c, argc, argv, &m, &cfg, &rc)) return rc;
     if (a.load && a.hf) return tg_cli_error(cmd, "--load and --hf are exclusive");
+    if (a.lora_alpha_seen && !a.lora_rank_seen) return tg_cli_error(cmd, "--lora-alpha needs --lora-rank");
+    if (a.lora_rank_seen && !a.lora_alpha_seen) a.lora_alpha = (double)a.lora_rank;
     if (a.top_k > cfg.vocab_size)
         return tg_cli_error(cmd, "--top-k %lld exceeds the vocabulary (%lld)", (long long)a.top_k,
                             (long long)cfg.vocab_size);

@@ -64,6 +64,7 @@ typedef struct {
     double W, H, L, T, pw, ph; /* the page, then the area's left, top, width, height */
     double lo, hi, ystep;      /* the loss axis */
     double epochs;             /* the x axis: 0..epochs */
+    const char *what, *top;    /* "Loss" / "Accuracy"; the top axis: "Tokens seen" / "Examples seen" */
 } loss_frame;
 
 static double xp(const loss_frame *fr, double e) { return fr->L + fr->pw * e / fr->epochs; }
@@ -122,9 +123,9 @@ static void draw_axes(FILE *f, const loss_frame *fr, int64_t n, const tg_cli_los
     }
     fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#000\"/>\n", L, T, pw, ph);
     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">Epochs</text>\n", L + pw / 2, fr->H - 18);
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">Tokens seen</text>\n", L + pw / 2, T - 30);
-    fprintf(f, "<text x=\"18\" y=\"%.1f\" text-anchor=\"middle\" transform=\"rotate(-90 18 %.1f)\">Loss</text>\n",
-            T + ph / 2, T + ph / 2);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n", L + pw / 2, T - 30, fr->top);
+    fprintf(f, "<text x=\"18\" y=\"%.1f\" text-anchor=\"middle\" transform=\"rotate(-90 18 %.1f)\">%s</text>\n",
+            T + ph / 2, T + ph / 2, fr->what);
 }
 
 /* The two curves, training solid and validation dash-dot (the book's "-."),
@@ -142,19 +143,27 @@ static void draw_curves(FILE *f, const loss_frame *fr, int64_t n, const tg_cli_l
         }
         fputs("\"/>\n", f);
     }
-    double lx = fr->L + fr->pw - 150, ly = fr->T + 14;
-    const char *label[2] = {"Training loss", "Validation loss"};
-    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"142\" height=\"44\" fill=\"white\" stroke=\"#ccc\"/>\n", lx - 6, ly - 8);
+    double lx = fr->L + fr->pw - 180, ly = fr->T + 14;
+    const char *label[2] = {"Training", "Validation"};
+    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"172\" height=\"44\" fill=\"white\" stroke=\"#ccc\"/>\n", lx - 6, ly - 8);
     for (int k = 0; k < 2; k++) {
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke-width=\"1.8\" %s/>\n", lx, ly + 20 * k + 6,
                 lx + 30, ly + 20 * k + 6, style[k]);
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n", lx + 38, ly + 20 * k + 10, label[k]);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">%s %c%s</text>\n", lx + 38, ly + 20 * k + 10, label[k],
+                fr->what[0] + 'a' - 'A', fr->what + 1);
     }
 }
 
 int tg_cli_svg_loss_plot(const char *path, const char *title, double epochs, int64_t n, const tg_cli_loss_row *rows)
 {
+    return tg_cli_svg_values_plot(path, title, "Loss", "Tokens seen", epochs, n, rows);
+}
+
+int tg_cli_svg_values_plot(const char *path, const char *title, const char *what, const char *top, double epochs,
+                           int64_t n, const tg_cli_loss_row *rows)
+{
     loss_frame fr = frame_for(epochs, n, rows);
+    fr.what = what, fr.top = top;
     tg_cli_svg *s = tg_cli_svg_open(path, fr.W, fr.H);
     if (!s) return -1;
     FILE *f = tg_cli_svg_file(s);
