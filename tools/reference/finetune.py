@@ -10,7 +10,8 @@ Fixtures, written here too (tests/ref/finetune/):
       training text, so the training set's padded length truncates them.
   instruction-40.json   the first 40 entries of the book's instruction data
       (../shared/data/instruction-data.json next to the source tree; when that
-      file is missing the committed copy is read instead).
+      file is missing the committed tests/ref/finetune/instruction-40.json is
+      read instead and not rewritten).
 
 The runs use the book's code: SpamDataset, calc_accuracy_loader,
 calc_loss_batch / calc_loss_loader / evaluate_model (last-token versions) and
@@ -551,20 +552,23 @@ def new_record(s, cfg):
 
 
 def new_model(s, cfg, rec, tokenizer):
-    """manual_seed(s); GPTModel(cfg); the pretrained weights for an init run."""
+    """manual_seed(s); GPTModel(cfg); then s["init_state"] (a state_dict) or, for an
+    init run, the pretraining's weights."""
     torch.manual_seed(s["seed"])
     model = GPTModel(cfg)
-    if s["init"]:
+    if s.get("init_state") is not None:
+        model.load_state_dict(s["init_state"])
+    elif s["init"]:
         sd, args, lines = pretrained(cfg["context_length"], tokenizer)
         model.load_state_dict(sd)
         rec["init_pretrain_args"], rec["init_pretrain_lines"] = args, lines
     return model
 
 
-def classify_run(s, fixtures, tokenizer):
+def classify_run(s, paths, tokenizer):
+    """paths: {"train", "val", "test"}: the CSV files."""
     cfg = model_config(s)
     rec = new_record(s, cfg)
-    paths = {p: os.path.join(fixtures, p + ".csv") for p in ("train", "val", "test")}
     for p in paths:
         rec[p] = FIXTURES + "/" + p + ".csv"
     train_dataset = SpamDataset(paths["train"], tokenizer, max_length=s["max_length"])
@@ -668,7 +672,8 @@ def run(spec, fixtures, entries, tokenizer):
     s = dict(MODEL)
     s.update(spec)
     if s["kind"] == "classify":
-        rec, model, text = classify_run(s, fixtures, tokenizer)
+        paths = {p: os.path.join(fixtures, p + ".csv") for p in ("train", "val", "test")}
+        rec, model, text = classify_run(s, paths, tokenizer)
     else:
         rec, model, text = instruct_run(s, entries, tokenizer)
     assert text.endswith("\n")
@@ -709,6 +714,8 @@ def write_fixtures(fixtures, tokenizer):
             entries = json.load(f)[:INSTRUCTION_LIMIT]
         with open(path, "w", encoding="utf-8") as f:
             f.write(json.dumps(entries, indent=4, ensure_ascii=False) + "\n")
+    else:
+        path = os.path.join(ROOT, "tests", "ref", FIXTURES, os.path.basename(path))
     with open(path, encoding="utf-8") as f:
         entries = json.load(f)
     assert len(entries) == INSTRUCTION_LIMIT

@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""Runs `tapegrad finetune` with the settings of one committed PyTorch
+fine-tuning run (tests/ref/finetune.json, written by
+tools/reference/finetune.py) and checks that its standard output is, line for
+line, the run's "lines" (the book's loss table, accuracies, samples and
+responses).
+
+    check_finetune_output.py --cli TAPEGRAD REF_JSON RUN_NAME [EXTRA...]
+
+The program is `TAPEGRAD finetune classify|instruct` with the run's settings
+as options, then EXTRA (--threads N, ...). The run's fixtures (CSV files,
+instruction JSON) are named relative to REF_JSON's folder. A run that starts
+from pretrained weights ("init_pretrain_args") first runs `TAPEGRAD pretrain
+<init_pretrain_args> --save FILE` in a temporary folder (its --text relative
+to the source tree, two folders above REF_JSON's), checks that pretraining's
+lines are PyTorch's, and passes `--init FILE`.
+
+    check_finetune_output.py --tol X --cli TAPEGRAD REF_JSON RUN_NAME [EXTRA...]
+
+compares numbers instead of lines (a policy that is not PyTorch's bits,
+--precision fast or bf16): the --json line's rows (every train and val loss
+within X of PyTorch's, the same epochs, steps and examples or tokens seen),
+the accuracies within X, the same number of trainable parameters and of
+responses, and "precision" as EXTRA asks.
+
+Output is split at "\\n" only (not str.splitlines): a generated text may hold
+"\\r" or U+2028 inside one printed line.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+TIMEOUT = 1200
+
+
+def model_args(run):
+    c = run["config"]
+    a = ["--seed", run["seed"], "--vocab", c["vocab_size"], "--context", c["context_length"],
+         "--emb", c["emb_dim"], "--heads", c["n_heads"], "--layers", c["n_layers"],
+         "--dropout", repr(c["drop_rate"])]
+    if c["qkv_bias"]:
+        a.append("--qkv-bias")
+    return a
+
+
+def train_args(run):
+    return ["--epochs", run["epochs"], "--batch", run["batch"], "--lr", repr(run["lr"]),
+            "--weight-decay", repr(run["weight_decay"]), "--eval-freq", run["eval_freq"],
+            "--eval-iter", run["eval_iter"]]
+
+
+def number(x):
+    return repr(x) if isinstance(x, float) else str(x)
+
+
+def cli_args(run, base, init=None):
+    """The finetune command line for a run; fixtures relative to base."""
+    if run["kind"] == "classify":
+        a = ["finetune", "classify", "--train", os.path.join(base, run["train"]),
+             "--val", os.path.join(base, run["val"]), "--test", os.path.join(base, run["test"])]
+        a += model_args(run) + train_args(run)
+        if run["max_length"] is not None:
+            a += ["--max-length", run["max_length"]]
+    else:
+        a = ["finetune", "instruct", "--data", os.path.join(base, run["data"]), "--limit", run["limit"]]
+        a += model_args(run) + train_args(run)
+        a += ["--allowed-max-length", run["allowed_max_length"], "--max-new-tokens", run["max_new_tokens"]]
+    if run["lora_rank"] is not None:
+        a += ["--lora-rank", number(run["lora_rank"]), "--lora-alpha", number(run["lora_alpha"])]
+    if init is not None:
+        a += ["--init", init]
+    return [str(x) for x in a]
+
+
+def out_lines(stdout):
+    text = stdout.decode("utf-8", errors="replace")
+    if text.endswith("\n"):
+        text = text[:-1]
+    return text.split("\n") if text else []
+
+
+def compare_lines(want, got, what):
+    bad = 0
+    for i in range(max(len(want), len(got))):
+        w = want[i] if i < len(want) else "<none>"
+        g = got[i] if i < len(got) else "<none>"
+        if w != g:
+            if bad == 0:
+                print("%s: line %d differs:\n  PyTorch:  %s\n  tapegrad: %s" % (what, i + 1, w, g))
+            bad += 1
+    print("%d of %d lines equal PyTorch's (%s; %d differ)" % (max(len(want), len(got)) - bad, len(want), what, bad))
+    return bad
+
+
+def pretrain_init(prog, run, root, tmp):
+    """Runs the pretraining the run starts from; the saved file's path, or None."""
+    args = list(run["init_pretrain_args"])
+    i = args.index("--text")
+    if not os.path.isabs(args[i + 1]):
+        args[i + 1] = os.path.join(root, args[i + 1])
+    path = os.path.join(tmp, "init.safetensors")
+    p = subprocess.run([prog, "pretrain"] + args + ["--save", path], capture_output=True, timeout=TIMEOUT, cwd=tmp)
+    if p.returncode != 0:
+        print("pretrain: exit status %d: %s" % (p.returncode, p.stderr.decode(errors="replace").strip()))
+        return None
+    if compare_lines(run["init_pretrain_lines"], out_lines(p.stdout), run["name"] + " pretraining"):
+        return None
+    return path
+
+
+def close(g, w, tol):
+    return isinstance(g, (int, float)) and abs(g - w) <= tol
+
+
+def check_tol(prog, args, run, tol):
+    p = subprocess.run([prog] + args + ["--json"], capture_output=True, timeout=TIMEOUT)
+    if p.returncode != 0:
+        print("exit status %d: %s" % (p.returncode, p.stderr.decode(errors="replace").strip()))
+        return 1
+    got = json.loads(out_lines(p.stdout)[-1])
+    want_prec = args[args.index("--precision") + 1] if "--precision" in args else "exact"
+    bad = 0
+    if got.get("precision") != want_prec:
+        print("precision %r, expected %r" % (got.get("precision"), want_prec))
+        bad += 1
+    if got.get("trainable_parameters") != run["trainable_parameters"]:
+        print("%r trainable parameters, PyTorch's model has %d" % (got.get("trainable_parameters"),
+                                                                   run["trainable_parameters"]))
+        bad += 1
+    seen = "examples_seen" if run["kind"] == "classify" else "tokens_seen"
+    rows, ref = got["rows"], run["rows"]
+    if len(rows) != len(ref):
+        print("%d rows, PyTorch's run has %d" % (len(rows), len(ref)))
+        return 1
+    worst = 0.0
+    for g, w in zip(rows, ref):
+        if (g["epoch"], g["step"], g.get(seen)) != (w["epoch"], w["step"], w[seen]):
+            print("row %r differs from PyTorch's %r" % (g, w))
+            bad += 1
+        for k in ("train_loss", "val_loss"):
+            d = abs(g[k] - w[k])
+            worst = max(worst, d)
+            if not d <= tol:
+                print("Ep %d step %d %s: %.6f, PyTorch %.6f (|d| %.2e > %g)" % (g["epoch"], g["step"], k, g[k], w[k], d, tol))
+                bad += 1
+    if run["kind"] == "classify":
+        for k in ("train_accuracy", "val_accuracy"):
+            if len(got.get(k, [])) != len(run[k]):
+                print("%s: %d values, PyTorch's run has %d" % (k, len(got.get(k, [])), len(run[k])))
+                bad += 1
+                continue
+            for e, (g, w) in enumerate(zip(got[k], run[k])):
+                if not close(g, w, tol):
+                    print("epoch %d %s: %r, PyTorch %r (tolerance %g)" % (e + 1, k, g, w, tol))
+                    bad += 1
+        if not close(got.get("test_accuracy"), run["test_accuracy"], tol):
+            print("test_accuracy %r, PyTorch %r (tolerance %g)" % (got.get("test_accuracy"), run["test_accuracy"], tol))
+            bad += 1
+    else:
+        resp = got.get("responses", [])
+        if len(resp) != len(run["responses"]):
+            print("%d responses, PyTorch's run has %d" % (len(resp), len(run["responses"])))
+            bad += 1
+        else:
+            same = sum(g == w for g, w in zip(resp, run["responses"]))
+            print("%d of %d responses equal PyTorch's" % (same, len(resp)))
+    print("%d rows, largest loss difference from PyTorch's %.2e (tolerance %g, %s)" % (len(rows), worst, tol, run["name"]))
+    return 1 if bad else 0
+
+
+def main():
+    argv = sys.argv[1:]
+    tol = None
+    cli = False
+    while argv[:1] in (["--tol"], ["--cli"]):
+        if argv[0] == "--tol":
+            tol = float(argv[1])
+            argv = argv[2:]
+        else:
+            cli = True
+            argv = argv[1:]
+    if not cli or len(argv) < 3:
+        print(__doc__.strip().split("\n\n")[1], file=sys.stderr)
+        return 2
+    prog, ref, name = argv[:3]
+    extra = argv[3:]
+    with open(ref, encoding="utf-8") as f:
+        runs = {r["name"]: r for r in json.load(f)["runs"]}
+    run = runs[name]
+    base = os.path.dirname(os.path.abspath(ref))
+    root = os.path.dirname(os.path.dirname(base))
+    with tempfile.TemporaryDirectory(prefix="check_finetune_") as tmp:
+        init = None
+        if run["init_pretrain_args"] is not None:
+            init = pretrain_init(prog, run, root, tmp)
+            if init is None:
+                return 1
+        args = cli_args(run, base, init) + extra
+        if tol is not None:
+            return check_tol(prog, args, run, tol)
+        p = subprocess.run([prog] + args, capture_output=True, timeout=TIMEOUT)
+        if p.returncode != 0:
+            print("exit status %d: %s" % (p.returncode, p.stderr.decode(errors="replace").strip()))
+            return 1
+        return 1 if compare_lines(run["lines"], out_lines(p.stdout), name) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
