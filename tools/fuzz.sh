@@ -62,7 +62,7 @@ ALL_TARGETS=(fuzz_safetensors fuzz_module_load fuzz_hf_load fuzz_tokenizer fuzz_
 # forward and generation after every successful load (~150 exec/s);
 # fuzz_tokenizer encodes, decodes and encodes again (~3,000 exec/s);
 # fuzz_csv loads each input twice and fuzz_instruction_json tokenizes every
-# entry (~3,500 exec/s each, one core).
+# entry (~6,000 exec/s each, one at a time; 100,000 executions in ~20 s).
 declare -A CI_RUNS=(
   [fuzz_safetensors]=2000000
   [fuzz_module_load]=200000
