@@ -223,6 +223,7 @@ static void test_csv_errors(void **state)
         {"newline_label", "Label,Text\n\"1\n2\",a\n", -1, "row 1: label '1\\x0a2' is not an integer"},
         {"negative", "Label,Text\n-1,a\n", -1, "row 1: label -1 is negative"},
         {"too_large", "Label,Text\n99999999999999999999,a\n", -1, "row 1: label 99999999999999999999 is too large"},
+        {"int64_max", "Label,Text\n0,a\n9223372036854775807,a\n", -1, "row 2: label 9223372036854775807 is too large"},
         {"empty_text", "Label,Text\n0,a\n1,\n", -1, "row 2: empty text"},
         {"quote_inside", "Label,Text\n0,a\n1,ab\"c\n", -1, "row 2: a quote inside an unquoted field or text after a closing quote (line 3, column 5)"},
         {"after_quote", "Label,Text\n1,\"ab\"c\n", -1, "row 1: a quote inside an unquoted field or text after a closing quote (line 2, column 7)"},
@@ -259,6 +260,12 @@ static void test_csv_errors(void **state)
     tg_class_dataset *ds = tg_class_dataset_load(path, tok, 0, PAD);
     tu_assert_ok(ds);
     assert_int_equal(tg_class_dataset_num_classes(ds), 3);
+    tg_class_dataset_free(ds);
+    /* the largest label: one less than INT64_MAX classes */
+    write_tmp(path, sizeof path, "max_label.csv", "Label,Text\n9223372036854775806,a\n", -1);
+    ds = tg_class_dataset_load(path, tok, 0, PAD);
+    tu_assert_ok(ds);
+    assert_true(tg_class_dataset_num_classes(ds) == INT64_MAX);
     tg_class_dataset_free(ds);
     unlink(path);
 }

@@ -126,11 +126,12 @@ typedef struct tg_class_dataset tg_class_dataset;
 /* Reads csv_path: RFC 4180 CSV (libcsv, strict) with a header row holding
  * (at least) the columns "Label" and "Text" in any order (other columns
  * ignored; a repeated name: its first column, as pandas.read_csv takes it).
- * Labels are integers >= 0 (decimal digits only: no sign, no surrounding
- * spaces), text UTF-8. Quoted fields keep their embedded newlines, commas
- * and quotes (a doubled quote is one), as pandas.read_csv keeps them; rows
- * may end in LF, CRLF or CR; blank lines are skipped; unquoted fields keep
- * their spaces; a leading UTF-8 byte order mark is dropped.
+ * Labels are integers in [0, 2^63 - 1) (decimal digits only: no sign, no
+ * surrounding spaces), text UTF-8. Quoted fields keep their embedded
+ * newlines, commas and quotes (a doubled quote is one), as pandas.read_csv
+ * keeps them; rows may end in LF, CRLF or CR; blank lines are skipped;
+ * unquoted fields keep their spaces; a leading UTF-8 byte order mark is
+ * dropped.
  * Each text is encoded with tok (tg_tokenizer_encode: unlike tiktoken's
  * encode, which refuses it, "<|endoftext|>" in a text becomes its id,
  * 50256), then, as the book's SpamDataset: max_length 0 -> padded to the

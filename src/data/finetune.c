@@ -175,8 +175,9 @@ static int parse_label(const csv_ctx *c, int64_t row, int64_t *label)
         return tg_error_status(TG_EFORMAT, "%s: row %lld: label %s is negative (labels are class indices from 0)",
                                c->path, (long long)row, printable(shown, sizeof shown, s, n, 40));
     for (i = 0; i < n; i++) {
+        /* at most INT64_MAX - 1: the number of classes is one more */
         int d = s[i] - '0';
-        if (v > (INT64_MAX - d) / 10)
+        if (v > (INT64_MAX - 1 - d) / 10)
             return tg_error_status(TG_EFORMAT, "%s: row %lld: label %s is too large", c->path, (long long)row,
                                    printable(shown, sizeof shown, s, n, 40));
         v = v * 10 + d;
