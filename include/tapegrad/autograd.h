@@ -166,6 +166,19 @@ TG_API tg_tensor *tg_clone(tg_tape *tp, tg_tensor *x);
 TG_API tg_tensor *tg_cat(tg_tape *tp, int n, tg_tensor *const *xs, int dim);
 TG_API tg_tensor *tg_stack(tg_tape *tp, int n, tg_tensor *const *xs, int dim);
 
+/* ---- indexing by an int64 index tensor (copies, not views) ---------------- */
+
+/* torch.gather(x, dim, index): index TG_I64 with x's number of dims and
+ * index.size(d) <= x.size(d) for every d != dim; the result has index's
+ * shape, out[i][j][k] = x[index[i][j][k]][j][k] (dim 0), and so on. An index
+ * value outside [0, x.size(dim)) is an error naming it and its position.
+ * GatherBackward0: the gradient scatter-added into zeros of x's shape. */
+TG_API tg_tensor *tg_gather(tg_tape *tp, tg_tensor *x, int dim, const tg_tensor *index);
+/* torch.index_select(x, dim, index): index TG_I64, 1-D (or 0-dim); the
+ * result is x with dim taking index's numel, out[.., j, ..] = x[.., index[j], ..].
+ * IndexSelectBackward0: the gradient index-added into zeros of x's shape. */
+TG_API tg_tensor *tg_index_select(tg_tape *tp, tg_tensor *x, int dim, const tg_tensor *index);
+
 /* ---- in-place, never recorded (error if x requires grad in grad mode) ---- */
 
 TG_API int tg_copy_(tg_tensor *dst, const tg_tensor *src); /* broadcasting copy */
