@@ -109,6 +109,11 @@ TG_API tg_tensor *tg_masked_fill(tg_tape *tp, tg_tensor *x, const tg_tensor *mas
 
 /* ---- reductions (dims may be negative; ndims 0 = all dims) -------------- */
 
+/* tg_sum and tg_sum_dims also take TG_BOOL, TG_U8 and TG_I64 tensors: the
+ * result is then TG_I64, the exact sum (the count of true elements of a
+ * mask), as torch.sum gives int64; not recorded. The others take float
+ * tensors only. */
+
 TG_API tg_tensor *tg_sum(tg_tape *tp, tg_tensor *x);  /* all elements: SumBackward0 */
 TG_API tg_tensor *tg_mean(tg_tape *tp, tg_tensor *x); /* MeanBackward0 */
 TG_API tg_tensor *tg_sum_dims(tg_tape *tp, tg_tensor *x, int ndims, const int *dims, bool keepdim);
