@@ -34,6 +34,12 @@ TG_API void tg_zero_grad(tg_tensor *x);
 TG_API const char *tg_grad_fn_name(const tg_tensor *x);
 /* A leaf x is one with no grad_fn. */
 TG_API bool tg_is_leaf(const tg_tensor *x);
+/* Tensor.retain_grad(): a non-leaf x (one with a grad_fn) gets its .grad,
+ * in x's own tape, filled with d(root)/d(x) by every later backward that
+ * reaches it (accumulated, as a leaf's; tg_zero_grad clears it). A leaf
+ * requiring grad keeps its .grad anyway: TG_OK, nothing to do. An error
+ * for a tensor that does not require grad. */
+TG_API int tg_retain_grad(tg_tensor *x);
 
 /* Reverse-mode backward from root. grad may be NULL for a 1-element root (the
  * gradient is 1); otherwise it must have root's shape. Follows the graph from
