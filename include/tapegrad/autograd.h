@@ -34,6 +34,12 @@ TG_API void tg_zero_grad(tg_tensor *x);
 TG_API const char *tg_grad_fn_name(const tg_tensor *x);
 /* A leaf x is one with no grad_fn. */
 TG_API bool tg_is_leaf(const tg_tensor *x);
+/* Tensor.retain_grad(): a non-leaf x (one with a grad_fn) gets its .grad,
+ * in x's own tape, filled with d(root)/d(x) by every later backward that
+ * reaches it (accumulated, as a leaf's; tg_zero_grad clears it). A leaf
+ * requiring grad keeps its .grad anyway: TG_OK, nothing to do. An error
+ * for a tensor that does not require grad. */
+TG_API int tg_retain_grad(tg_tensor *x);
 
 /* Reverse-mode backward from root. grad may be NULL for a 1-element root (the
  * gradient is 1); otherwise it must have root's shape. Follows the graph from
@@ -109,6 +115,11 @@ TG_API tg_tensor *tg_masked_fill(tg_tape *tp, tg_tensor *x, const tg_tensor *mas
 
 /* ---- reductions (dims may be negative; ndims 0 = all dims) -------------- */
 
+/* tg_sum and tg_sum_dims also take TG_BOOL, TG_U8 and TG_I64 tensors: the
+ * result is then TG_I64, the exact sum (the count of true elements of a
+ * mask), as torch.sum gives int64; not recorded. The others take float
+ * tensors only. */
+
 TG_API tg_tensor *tg_sum(tg_tape *tp, tg_tensor *x);  /* all elements: SumBackward0 */
 TG_API tg_tensor *tg_mean(tg_tape *tp, tg_tensor *x); /* MeanBackward0 */
 TG_API tg_tensor *tg_sum_dims(tg_tape *tp, tg_tensor *x, int ndims, const int *dims, bool keepdim);
@@ -165,6 +176,19 @@ TG_API tg_tensor *tg_contiguous(tg_tape *tp, tg_tensor *x);
 TG_API tg_tensor *tg_clone(tg_tape *tp, tg_tensor *x);
 TG_API tg_tensor *tg_cat(tg_tape *tp, int n, tg_tensor *const *xs, int dim);
 TG_API tg_tensor *tg_stack(tg_tape *tp, int n, tg_tensor *const *xs, int dim);
+
+/* ---- indexing by an int64 index tensor (copies, not views) ---------------- */
+
+/* torch.gather(x, dim, index): index TG_I64 with x's number of dims and
+ * index.size(d) <= x.size(d) for every d != dim; the result has index's
+ * shape, out[i][j][k] = x[index[i][j][k]][j][k] (dim 0), and so on. An index
+ * value outside [0, x.size(dim)) is an error naming it and its position.
+ * GatherBackward0: the gradient scatter-added into zeros of x's shape. */
+TG_API tg_tensor *tg_gather(tg_tape *tp, tg_tensor *x, int dim, const tg_tensor *index);
+/* torch.index_select(x, dim, index): index TG_I64, 1-D (or 0-dim); the
+ * result is x with dim taking index's numel, out[.., j, ..] = x[.., index[j], ..].
+ * IndexSelectBackward0: the gradient index-added into zeros of x's shape. */
+TG_API tg_tensor *tg_index_select(tg_tape *tp, tg_tensor *x, int dim, const tg_tensor *index);
 
 /* ---- in-place, never recorded (error if x requires grad in grad mode) ---- */
 

@@ -274,6 +274,52 @@ TG_API tg_tensor *tg_multinomial(tg_tape *tp, const tg_tensor *probs, int64_t nu
 TG_API tg_tensor *tg_rand(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape, tg_generator *g);
 TG_API tg_tensor *tg_randn(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape, tg_generator *g);
 
+/* ---- torch.nn.init -------------------------------------------------------- */
+
+/* In-place initialisations of a (parameter) tensor, drawing from g (NULL =
+ * default generator) exactly as PyTorch 1.13's torch.nn.init does after the
+ * same seed: each is one tg_uniform_ or tg_normal_ with the bound or standard
+ * deviation init.py computes. Never recorded, allowed on tensors that require
+ * grad (init runs under no_grad). The random ones take contiguous float32 or
+ * float64 tensors; zeros_ and ones_ any tensor. Return TG_OK or an error
+ * status with a message.
+ *
+ * Fans (_calculate_fan_in_and_fan_out; tensors of 2 dims or more):
+ * fan_in = size(1) * receptive field, fan_out = size(0) * receptive field,
+ * the receptive field being the product of the sizes past dim 1. A Linear
+ * weight (out, in) has fan_in = in; LoRA's A (in, rank) has fan_in = rank, so
+ * tg_init_kaiming_uniform_(A, sqrt(5), TG_FAN_IN, NULL, g) draws from
+ * U(-1/sqrt(rank), 1/sqrt(rank)). */
+typedef enum { TG_FAN_IN = 0, TG_FAN_OUT = 1 } tg_fan_mode;
+
+/* init.calculate_gain(nonlinearity, param): 1 for "linear", "conv1d",
+ * "conv2d", "conv3d", "conv_transpose1d/2d/3d", "sigmoid"; 5/3 "tanh";
+ * sqrt(2) "relu"; sqrt(2 / (1 + param^2)) "leaky_relu" (param the negative
+ * slope, NAN for PyTorch's default 0.01; NULL nonlinearity = "leaky_relu");
+ * 3/4 "selu". An error for any other name. */
+TG_API int tg_init_calculate_gain(const char *nonlinearity, double param, double *gain);
+/* init.uniform_(x, a, b), init.normal_(x, mean, std). */
+TG_API int tg_init_uniform_(tg_tensor *x, double a, double b, tg_generator *g);
+TG_API int tg_init_normal_(tg_tensor *x, double mean, double std, tg_generator *g);
+/* init.zeros_(x), init.ones_(x). */
+TG_API int tg_init_zeros_(tg_tensor *x);
+TG_API int tg_init_ones_(tg_tensor *x);
+/* init.kaiming_uniform_(x, a, mode, nonlinearity): std = gain / sqrt(fan)
+ * with gain = calculate_gain(nonlinearity, a) and fan = fan_in or fan_out
+ * by mode; x from U(-sqrt(3) * std, sqrt(3) * std). nonlinearity NULL =
+ * "leaky_relu" (PyTorch's default, a = 0 its default slope). A tensor with a
+ * zero size is left as it is, as PyTorch does. */
+TG_API int tg_init_kaiming_uniform_(tg_tensor *x, double a, tg_fan_mode mode, const char *nonlinearity,
+                                    tg_generator *g);
+/* init.kaiming_normal_: the same std, x from N(0, std). */
+TG_API int tg_init_kaiming_normal_(tg_tensor *x, double a, tg_fan_mode mode, const char *nonlinearity,
+                                   tg_generator *g);
+/* init.xavier_uniform_(x, gain): std = gain * sqrt(2 / (fan_in + fan_out)),
+ * x from U(-sqrt(3) * std, sqrt(3) * std); init.xavier_normal_: N(0, std).
+ * PyTorch's default gain is 1. */
+TG_API int tg_init_xavier_uniform_(tg_tensor *x, double gain, tg_generator *g);
+TG_API int tg_init_xavier_normal_(tg_tensor *x, double gain, tg_generator *g);
+
 /* ---- printing ---------------------------------------------------------- */
 
 /* Formats x exactly as PyTorch's default print does ("tensor([...])",

@@ -41,6 +41,7 @@ struct tg_node {
     uint64_t seq;       /* creation order: backward runs the latest ready node first */
     int64_t pending;    /* during backward: consumers that have not yet sent their gradient */
     bool released;
+    tg_tensor *retained; /* tg_retain_grad: the output whose .grad receives grad when the node runs */
     tg_numerics numerics; /* the policy it was recorded under; its backward runs under it */
 };
 

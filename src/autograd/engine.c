@@ -39,6 +39,15 @@ int tg_requires_grad_(tg_tensor *x, bool requires_grad)
     return TG_OK;
 }
 
+int tg_retain_grad(tg_tensor *x)
+{
+    if (!x) return tg_error_status(TG_EINVAL, "retain_grad: NULL tensor");
+    if (!x->requires_grad)
+        return tg_error_status(TG_EINVAL, "retain_grad: can't retain_grad on Tensor that has requires_grad=False");
+    if (x->grad_fn) x->grad_fn->retained = x; /* a leaf keeps its .grad anyway */
+    return TG_OK;
+}
+
 tg_tensor *tg_detach(tg_tape *tp, tg_tensor *x)
 {
     if (!x) return tg__error_null_input("detach");
@@ -227,6 +236,24 @@ static int run_node(tg_node *n)
     }
     n->grad = NULL;
     return status;
+}
+
+/* A node whose output retains its gradient (tg_retain_grad): the gradient
+ * it is about to run with, complete, added into the output's .grad (made in
+ * the output's own tape on first use, as a leaf's is), before backward hands
+ * the node's buffer back to the pool. */
+static int retain(const tg_node *n)
+{
+    tg_tensor *x = n->retained;
+    if (x->grad) {
+        tg_k_axpy(x->grad, n->grad, 1.0);
+        return TG_OK;
+    }
+    tg_tensor *g = tg_empty(x->tape, x->dtype, x->ndim, x->shape);
+    if (!g) return TG_ENOMEM;
+    tg_k_copy(g, n->grad);
+    x->grad = g;
+    return TG_OK;
 }
 
 /* Each backward pass takes a new number; a node reached by the pass carries it,
@@ -452,6 +479,7 @@ int tg_backward(tg_tensor *root, const tg_tensor *grad, bool retain_graph)
                                                     "first time", n->head.name);
                 break;
             }
+            if (n->retained && (status = retain(n)) != TG_OK) break;
             status = run_node(n);
             if (status != TG_OK) break;
             if (!retain_graph) n->released = true;

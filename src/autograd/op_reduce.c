@@ -32,10 +32,42 @@ static int reduce_shape(const char *op, const tg_tensor *x, int ndims, const int
     return on;
 }
 
+/* torch.sum of a bool, uint8 or int64 tensor: int64, exact (wrapping on
+ * overflow as PyTorch's int64 sum); never recorded. */
+static tg_tensor *reduce_int(tg_tape *tp, const char *op, const tg_tensor *x, int ndims, const int *dims,
+                             bool keepdim)
+{
+    int64_t kshape[TG_MAX_DIMS], oshape[TG_MAX_DIMS], ost[TG_MAX_DIMS], pos[TG_MAX_DIMS] = {0};
+    bool reduced[TG_MAX_DIMS];
+    int on = reduce_shape(op, x, ndims, dims, keepdim, kshape, oshape, reduced);
+    if (on < 0) return NULL;
+    tg_tensor *out = tg_zeros(tp, TG_I64, on, oshape);
+    if (!out) return NULL;
+    /* out seen with keepdim shape, broadcast back over the reduced dims */
+    tg__contiguous_strides(x->ndim, kshape, ost);
+    for (int d = 0; d < x->ndim; d++)
+        if (reduced[d]) ost[d] = 0;
+    uint64_t *o = (uint64_t *)out->data;
+    int64_t cnt = tg_numel(x), xo = x->offset, oo = 0;
+    for (int64_t i = 0; i < cnt; i++) {
+        uint64_t v = x->dtype == TG_I64 ? (uint64_t)((const int64_t *)x->data)[xo] : ((const uint8_t *)x->data)[xo];
+        o[oo] += v;
+        for (int d = x->ndim - 1; d >= 0; d--) {
+            xo += x->stride[d], oo += ost[d];
+            if (++pos[d] < x->shape[d]) break;
+            xo -= x->stride[d] * x->shape[d], oo -= ost[d] * x->shape[d];
+            pos[d] = 0;
+        }
+    }
+    return out;
+}
+
 static tg_tensor *reduce(tg_tape *tp, const char *op, tg_op_id id, tg_tensor *x, int ndims, const int *dims,
                          bool keepdim, bool mean)
 {
     if (!x) return tg__error_null_input(op);
+    if (!mean && (x->dtype == TG_BOOL || x->dtype == TG_U8 || x->dtype == TG_I64))
+        return reduce_int(tp, op, x, ndims, dims, keepdim);
     if (!tg__check_float(op, x)) return NULL;
     int64_t kshape[TG_MAX_DIMS], oshape[TG_MAX_DIMS];
     bool reduced[TG_MAX_DIMS];
