@@ -35,7 +35,8 @@ bool tg__is_linear(const tg_module *m) { return m && m->type == &linear_type; }
 
 /* nn.Linear.reset_parameters: kaiming_uniform_(weight, a=sqrt(5)) then bias
  * from uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)); the bound arithmetic is
- * torch/nn/init.py's, in double, so the bounds are bit-identical. */
+ * torch/nn/init.py's, in double (src/tensor/init.c), so the bounds are
+ * bit-identical. */
 tg_module *tg_linear_new(tg_tape *tp, int64_t in_features, int64_t out_features, bool bias)
 {
     if (!tg__check_size("Linear", "in_features", in_features) ||
@@ -47,11 +48,7 @@ tg_module *tg_linear_new(tg_tape *tp, int64_t in_features, int64_t out_features,
     int64_t ws[2] = {out_features, in_features}, bs[1] = {out_features};
     tg_tensor *w = tg_parameter_new(tp, TG_F32, 2, ws);
     if (tg_module_register_parameter(m, "weight", w) != TG_OK) return NULL;
-    double a = sqrt(5.0);
-    double gain = sqrt(2.0 / (1 + a * a));
-    double std = gain / sqrt((double)in_features);
-    double bound = sqrt(3.0) * std;
-    if (tg_uniform_(w, -bound, bound, NULL) != TG_OK) return NULL;
+    if (tg_init_kaiming_uniform_(w, sqrt(5.0), TG_FAN_IN, "leaky_relu", NULL) != TG_OK) return NULL;
     if (bias) {
         tg_tensor *b = tg_parameter_new(tp, TG_F32, 1, bs);
         if (tg_module_register_parameter(m, "bias", b) != TG_OK) return NULL;

@@ -39,8 +39,7 @@ tg_module *tg_lora_layer_new(tg_tape *tp, int64_t in_dim, int64_t out_dim, int64
     int64_t as[2] = {in_dim, rank}, bs[2] = {rank, out_dim};
     tg_tensor *a = tg_parameter_new(tp, TG_F32, 2, as);
     if (tg_module_register_parameter(m, "A", a) != TG_OK) return NULL;
-    double gain = sqrt(2.0 / (1 + 5.0)), bound = sqrt(3.0) * (gain / sqrt((double)rank));
-    if (tg_uniform_(a, -bound, bound, NULL) != TG_OK) return NULL;
+    if (tg_init_kaiming_uniform_(a, sqrt(5.0), TG_FAN_IN, "leaky_relu", NULL) != TG_OK) return NULL;
     /* self.B = nn.Parameter(torch.zeros(rank, out_dim)) */
     tg_tensor *b = tg_parameter_new(tp, TG_F32, 2, bs);
     if (tg_module_register_parameter(m, "B", b) != TG_OK) return NULL;

@@ -37,14 +37,15 @@ Random draws from the default generator, in order:
     validation and test loaders, in that order.
   instruct: manual_seed(s); GPTModel(cfg) (init as above); with LoRA freeze
     all and replace every Linear; AdamW(model.parameters()); manual_seed(s);
-    train_model_simple; then model.eval() and, for each test entry, a greedy
-    generate() of max_new_tokens with eos_id 50256.
+    train_model_simple; then, for each test entry, a greedy generate() of
+    max_new_tokens with eos_id 50256.
 Each iter() of a DataLoader draws its base seed; the shuffled train loader
 draws its sampler's seed at its first batch; dropout draws in training mode
 (not at p = 0). Chapter 7's code generates the test responses in whatever
-mode training left the model (training mode); the book runs it with dropout
-0, where the two agree; here the model is put in eval mode first, so the
-dropout runs generate without drawing.
+mode training left the model: training mode (generate_and_print_sample ends
+with model.train()). The book runs it with dropout 0, where the two modes
+agree; with dropout the responses are drawn through dropout masks, as the
+book's code draws them, and so are tapegrad's.
 
 The pretraining that *_init runs start from is chapter 5's, run as
 tools/reference/pretrain.py runs it (its setup() and train_model_simple()),
@@ -651,7 +652,6 @@ def instruct_run(s, entries, tokenizer):
         torch.manual_seed(s["seed"])
         train_model_simple(model, train_loader, val_loader, optimizer, s["epochs"], s["eval_freq"],
                            s["eval_iter"], format_input(val_data[0]), tokenizer, rec)
-        model.eval()
         rec["responses"] = []
         for entry in test_data:
             input_text = format_input(entry)
