@@ -262,8 +262,28 @@ head -c 100000 "$TMP/ck1" >"$TMP/ck_trunc"
 printf 'x' >"$TMP/verdict_small.txt"
 { head -c 3000 "$VERDICT"; printf 'caf\303 au lait'; } >"$TMP/bad_utf8.txt"
 
+# fine-tuning fixtures: the committed CSV and instruction sets, and broken ones
+FT=$(dirname "$0")/ref/finetune
+FTTINY="--context 128 --emb 8 --heads 2 --layers 1 --threads 1"
+printf 'Label,Text\n0,fine\nspam,"bad label"\n' >"$TMP/badlabel.csv"
+printf 'Label,Text\n0,"never closed\n' >"$TMP/unterminated.csv"
+printf '[{"instruction": "a", "input": "", "output": 3}]' >"$TMP/badentry.json"
+printf '[{"instruction": "a",' >"$TMP/truncated.json"
+
+# ---- finetune: --save of a LoRA model loads in generate; --json; --plot writes both plots ----
+if "$TG" finetune instruct --data "$FT/instruction-40.json" --limit 20 --context 256 --emb 8 --heads 2 --layers 1 \
+        --threads 1 --epochs 1 --max-new-tokens 3 --lora-rank 2 --lora-alpha 4 --save "$TMP/ft.safetensors" --json \
+        >"$TMP/ft.json" 2>"$TMP/err" && tail -1 "$TMP/ft.json" | grep -q '"trainable_parameters":100818' &&
+    "$TG" generate --load "$TMP/ft.safetensors" --lora-rank 2 --lora-alpha 4 --context 256 --emb 8 --heads 2 \
+        --layers 1 --max-new-tokens 3 >/dev/null 2>>"$TMP/err"; then ok; else
+    bad "finetune instruct --lora-rank --save, then generate --load --lora-rank: $(head -2 "$TMP/err" | tr '\n' '|')"; fi
+if "$TG" finetune classify --train "$FT/train.csv" --val "$FT/val.csv" $FTTINY --epochs 2 --eval-freq 3 \
+        --plot "$TMP/ft.svg" >/dev/null 2>"$TMP/err" && grep -q "Validation loss" "$TMP/ft.svg" &&
+    grep -q "Examples seen" "$TMP/ft.svg" && grep -q "Validation accuracy" "$TMP/ft-accuracy.svg"; then ok; else
+    bad "finetune classify --plot: $(head -1 "$TMP/err")"; fi
+
 # ---- help ---------------------------------------------------------------------------------
-for c in "" attention train bench tokenize summary generate pretrain; do
+for c in "" attention train bench tokenize summary generate pretrain "finetune classify" "finetune instruct"; do
     if "$TG" $c --help >"$TMP/help" 2>&1 && grep -q "usage: tapegrad" "$TMP/help"; then ok; else bad "tapegrad $c --help"; fi
 done
 
@@ -418,6 +438,36 @@ pretrain $TINY --resume $TMP/junk.safetensors
 pretrain $TINY --resume $TMP/ck_trunc
 pretrain $TINY --resume $TMP/mha.safetensors
 pretrain $TINY --emb 8 --resume $TMP/ck1
+finetune
+finetune frobnicate
+finetune classify
+finetune classify --train $FT/train.csv
+finetune classify --train $TMP/no/such.csv --val $FT/val.csv $FTTINY
+finetune classify --train $TMP/badlabel.csv --val $FT/val.csv $FTTINY
+finetune classify --train $TMP/unterminated.csv --val $FT/val.csv $FTTINY
+finetune classify --train $FT/train.csv --val $TMP/dir $FTTINY
+finetune classify --train $FT/train.csv --val $FT/val.csv --data $FT/instruction-40.json
+finetune classify --train $FT/train.csv --val $FT/val.csv --lora-alpha 2
+finetune classify --train $FT/train.csv --val $FT/val.csv --lora-rank 0
+finetune classify --train $FT/train.csv --val $FT/val.csv --vocab 100
+finetune classify --train $FT/train.csv --val $FT/val.csv --init a.safetensors --hf b.safetensors
+finetune classify --train $FT/train.csv --val $FT/val.csv --max-length 0
+finetune classify --train $FT/train.csv --val $FT/val.csv $FTTINY --context 8
+finetune classify --train $FT/train.csv --val $FT/val.csv $FTTINY --batch 1000
+finetune classify --train $FT/train.csv --val $FT/val.csv $FTTINY --init $TMP/junk.safetensors
+finetune classify --train $FT/train.csv --val $FT/val.csv $FTTINY --init $TMP/mha.safetensors
+finetune classify --train $FT/train.csv --val $FT/val.csv $FTTINY --save $TMP/no/such/dir/m.safetensors
+finetune classify --train $FT/train.csv --val $FT/val.csv $FTTINY --plot $TMP/no/such/dir/p.svg
+finetune classify --train $FT/train.csv --val $FT/val.csv $FTTINY --precision half
+finetune instruct
+finetune instruct --data $TMP/badentry.json $FTTINY
+finetune instruct --data $TMP/truncated.json $FTTINY
+finetune instruct --data $FT/train.csv $FTTINY
+finetune instruct --data $FT/instruction-40.json --limit 3 $FTTINY
+finetune instruct --data $FT/instruction-40.json --train $FT/train.csv
+finetune instruct --data $FT/instruction-40.json --allowed-max-length 0
+finetune instruct --data $FT/instruction-40.json $FTTINY --context 16
+generate --lora-alpha 4
 pretrain $TINY --dropout 0.2 --resume $TMP/ck1
 pretrain $TINY --batch 3 --resume $TMP/ck1
 pretrain $TINY --optimizer adam --resume $TMP/ck1
