@@ -51,37 +51,9 @@ def configs():
 # ---- the PyTorch side (runs in a child process) ---------------------------------------
 
 def lora_classes():
-    """Appendix E's LoRALayer, LinearWithLoRA and replace_linear_with_lora."""
-    import torch
-
-    class LoRALayer(torch.nn.Module):
-        def __init__(self, in_dim, out_dim, rank, alpha):
-            super().__init__()
-            self.A = torch.nn.Parameter(torch.empty(in_dim, rank))
-            torch.nn.init.kaiming_uniform_(self.A, a=math.sqrt(5))
-            self.B = torch.nn.Parameter(torch.zeros(rank, out_dim))
-            self.rank = rank
-            self.alpha = alpha
-
-        def forward(self, x):
-            return (self.alpha / self.rank) * (x @ self.A @ self.B)
-
-    class LinearWithLoRA(torch.nn.Module):
-        def __init__(self, linear, rank, alpha):
-            super().__init__()
-            self.linear = linear
-            self.lora = LoRALayer(linear.in_features, linear.out_features, rank, alpha)
-
-        def forward(self, x):
-            return self.linear(x) + self.lora(x)
-
-    def replace_linear_with_lora(model, rank, alpha):
-        for name, module in model.named_children():
-            if isinstance(module, torch.nn.Linear):
-                setattr(model, name, LinearWithLoRA(module, rank, alpha))
-            else:
-                replace_linear_with_lora(module, rank, alpha)
-
+    """Appendix E's replace_linear_with_lora (tools/reference/finetune.py)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+    from reference.finetune import replace_linear_with_lora
     return replace_linear_with_lora
 
 

@@ -27,29 +27,10 @@
  * message naming the file when it cannot be read. */
 static char *read_all(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return tg_error("%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        char *b = cap > ((size_t)1 << 40) ? NULL : realloc(buf, 2 * cap + 1);
-        if (!b) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = b, cap *= 2;
-    }
-    bool bad = ferror(f);
-    fclose(f);
-    if (!buf || bad) {
-        free(buf);
-        return tg_error("%s: cannot read the file%s", path, buf ? "" : " (out of memory)");
-    }
-    buf[n] = '\0';
-    *len = n;
+    int err;
+    char *buf = tg__read_file(path, (size_t)1 << 40, len, &err);
+    if (!buf && err != EIO && err != ENOMEM && err != EFBIG) return tg_error("%s: cannot open: %s", path, strerror(err));
+    if (!buf) return tg_error("%s: cannot read the file%s", path, err == ENOMEM ? " (out of memory)" : "");
     return buf;
 }
 

@@ -10,6 +10,9 @@
  * short last batch with drop_last. */
 #include "data_internal.h"
 
+#include <errno.h>
+#include <stdio.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -189,4 +192,38 @@ int tg_loader_iter_next(tg_loader_iter *it, tg_tape *tp, tg_tensor **input, tg_t
     if (r != 1) return r;
     int st = tg_text_dataset_batch(it->l->ds, tp, idx, count, input, target);
     return st == TG_OK ? 1 : st;
+}
+
+char *tg__read_file(const char *path, size_t limit, size_t *len, int *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        *err = errno;
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    *err = buf ? 0 : ENOMEM;
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap) break;
+        char *b = cap > limit ? NULL : realloc(buf, 2 * cap + 1);
+        if (!b) {
+            *err = cap > limit ? EFBIG : ENOMEM;
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = b, cap *= 2;
+    }
+    if (buf && ferror(f)) {
+        *err = EIO;
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (!buf) return NULL;
+    buf[n] = '\0';
+    *len = n;
+    return buf;
 }

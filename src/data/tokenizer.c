@@ -11,6 +11,7 @@
  * GPT-2's byte alphabet (bytes_to_unicode: printable Latin-1 bytes stand for
  * themselves, the other 68 bytes for U+0100 ...). */
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include <errno.h>
 #include <jansson.h>
 #include <pcre2.h>
 #include <stdio.h>
@@ -273,29 +274,10 @@ static int load_encoder(tg_tokenizer *t, const char *path, const int16_t *inv)
 
 static char *read_file(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return tg_error("tokenizer: cannot open %s", path);
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        char *b = cap > ((size_t)1 << 30) ? NULL : realloc(buf, 2 * cap + 1);
-        if (!b) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = b, cap *= 2;
-    }
-    bool bad = ferror(f);
-    fclose(f);
-    if (!buf || bad) {
-        free(buf);
-        return tg_error("tokenizer: cannot read %s", path);
-    }
-    buf[n] = '\0';
-    *len = n;
+    int err;
+    char *buf = tg__read_file(path, (size_t)1 << 30, len, &err);
+    if (!buf && err != EIO && err != ENOMEM && err != EFBIG) return tg_error("tokenizer: cannot open %s", path);
+    if (!buf) return tg_error("tokenizer: cannot read %s", path);
     return buf;
 }
 
