@@ -15,6 +15,11 @@ from pretrained weights ("init_pretrain_args") first runs `TAPEGRAD pretrain
 to the source tree, two folders above REF_JSON's), checks that pretraining's
 lines are PyTorch's, and passes `--init FILE`.
 
+    check_finetune_output.py PROGRAM REF_JSON RUN_NAME -- ARGS...
+
+runs PROGRAM ARGS instead (the examples, examples/classify.c and
+examples/instruct.c, which hard-code a run's settings).
+
     check_finetune_output.py --tol X --cli TAPEGRAD REF_JSON RUN_NAME [EXTRA...]
 
 compares numbers instead of lines (a policy that is not PyTorch's bits,
@@ -181,6 +186,16 @@ def main():
         else:
             cli = True
             argv = argv[1:]
+    if not cli and len(argv) >= 4 and argv[3] == "--":
+        # a program of its own (examples/classify.c): PROGRAM ARGS, its lines
+        prog, ref, name = argv[:3]
+        with open(ref, encoding="utf-8") as f:
+            run = {r["name"]: r for r in json.load(f)["runs"]}[name]
+        p = subprocess.run([prog] + argv[4:], capture_output=True, timeout=TIMEOUT)
+        if p.returncode != 0:
+            print("exit status %d: %s" % (p.returncode, p.stderr.decode(errors="replace").strip()))
+            return 1
+        return 1 if compare_lines(run["lines"], out_lines(p.stdout), name) else 0
     if not cli or len(argv) < 3:
         print(__doc__.strip().split("\n\n")[1], file=sys.stderr)
         return 2
