@@ -41,12 +41,14 @@ cd "$(dirname "$0")/.."
 CC=${CC:-cc}
 RUN_TIMEOUT=120
 # Installed examples that are compiled but not run (ones that need arguments
-# or input files); none so far.
-SKIP_RUN=()
-# Examples run with arguments: pretrain the installed data directory (the
-# vocabulary and the-verdict.txt) and its small run. gpt_generate runs with
-# none: it loads the installed vocabulary (tg_tokenizer_load_dir(NULL)).
-declare -A RUN_ARGS=([pretrain]=DATA)
+# or input files): classify and instruct read the fine-tuning sets of the
+# source tree (tests/ref/finetune/), which are not installed; the test suite
+# runs them (classify_example, instruct_example).
+SKIP_RUN=(classify instruct)
+# Examples run with arguments: pretrain and lora the installed data directory
+# (the vocabulary and the-verdict.txt; pretrain's small run). gpt_generate
+# runs with none: it loads the installed vocabulary (tg_tokenizer_load_dir(NULL)).
+declare -A RUN_ARGS=([pretrain]=DATA [lora]=DATA)
 # Linked statically against libtapegrad.a in step (e).
 STATIC_EXAMPLE=train_toy
 
