@@ -277,6 +277,25 @@ if "$TG" finetune instruct --data "$FT/instruction-40.json" --limit 20 --context
     "$TG" generate --load "$TMP/ft.safetensors" --lora-rank 2 --lora-alpha 4 --context 256 --emb 8 --heads 2 \
         --layers 1 --max-new-tokens 3 >/dev/null 2>>"$TMP/err"; then ok; else
     bad "finetune instruct --lora-rank --save, then generate --load --lora-rank: $(head -2 "$TMP/err" | tr '\n' '|')"; fi
+# a LoRA file loaded without --lora-rank (or with another rank), a plain one with it: the error says so
+GENTINY="--context 256 --emb 8 --heads 2 --layers 1 --max-new-tokens 3"
+expect_load_hint() {
+    desc=$1 needle=$2
+    shift 2
+    "$TG" generate $GENTINY "$@" >/dev/null 2>"$TMP/err"
+    st=$?
+    if [ $st -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -q -- "$needle" "$TMP/err"; then ok; else
+        bad "$desc: exit $st, $(head -2 "$TMP/err" | tr '\n' '|')"; fi
+}
+expect_load_hint "generate --load LoRA file without --lora-rank" "pass --lora-rank 2 and the --lora-alpha" \
+    --load "$TMP/ft.safetensors"
+expect_load_hint "generate --load LoRA file, other rank" "have rank 2, not --lora-rank 3" \
+    --load "$TMP/ft.safetensors" --lora-rank 3
+if "$TG" finetune instruct --data "$FT/instruction-40.json" --limit 20 --context 256 --emb 8 --heads 2 --layers 1 \
+        --threads 1 --epochs 1 --max-new-tokens 1 --save "$TMP/ftplain.safetensors" >/dev/null 2>"$TMP/err"; then
+    expect_load_hint "generate --load plain file with --lora-rank" "holds no LoRA adapters" \
+        --load "$TMP/ftplain.safetensors" --lora-rank 2
+else bad "finetune instruct --save: $(head -1 "$TMP/err")"; fi
 if "$TG" finetune classify --train "$FT/train.csv" --val "$FT/val.csv" $FTTINY --epochs 2 --eval-freq 3 \
         --plot "$TMP/ft.svg" >/dev/null 2>"$TMP/err" && grep -q "Validation loss" "$TMP/ft.svg" &&
     grep -q "Examples seen" "$TMP/ft.svg" && grep -q "Validation accuracy" "$TMP/ft-accuracy.svg"; then ok; else

@@ -98,6 +98,36 @@ static int print_json(const int64_t *ids, int64_t n_prompt, int64_t n, const cha
     return tg_cli_print_json("generate", o, JSON_COMPACT | JSON_ENSURE_ASCII);
 }
 
+/* After a failed --load: whether the file holds LoRA adapters (a key ending
+ * in ".lora.A", its second dimension the rank) against whether --lora-rank
+ * asked for them, as a hint for the error line; "" when they agree or the
+ * file does not read. */
+static void lora_hint(const char *path, bool asked, int64_t rank, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    tg_tape *tp = tg_tape_new();
+    tg_safetensors st;
+    if (!tp || tg_safetensors_load(tp, path, &st) != TG_OK) {
+        tg_tape_free(tp);
+        return;
+    }
+    int64_t found = -1;
+    for (int i = 0; i < st.n && found < 0; i++) {
+        size_t len = strlen(st.names[i]);
+        if (len >= 7 && strcmp(st.names[i] + len - 7, ".lora.A") == 0 && st.tensors[i]->ndim == 2)
+            found = st.tensors[i]->shape[1];
+    }
+    tg_tape_free(tp);
+    if (found >= 0 && !asked)
+        snprintf(buf, size, " (the file holds LoRA adapters of rank %lld: pass --lora-rank %lld and the "
+                 "--lora-alpha it was trained with)", (long long)found, (long long)found);
+    else if (found >= 0 && found != rank)
+        snprintf(buf, size, " (the file's LoRA adapters have rank %lld, not --lora-rank %lld)", (long long)found,
+                 (long long)rank);
+    else if (found < 0 && asked)
+        snprintf(buf, size, " (the file holds no LoRA adapters: leave out --lora-rank)");
+}
+
 static int run_generate(tg_tape *tp, tg_tokenizer *tok, const tg_cli_model *m, tg_gpt_config *cfg, const gen_args *a)
 {
     const char *cmd = "generate";
@@ -117,7 +147,12 @@ static int run_generate(tg_tape *tp, tg_tokenizer *tok, const tg_cli_model *m, t
     else if (a->lora_rank_seen && (tg_lora_replace_linear(tp, gpt, a->lora_rank, a->lora_alpha) != TG_OK ||
                                    tg_module_set_numerics(gpt, m->numerics) != TG_OK))
         rc = tg_cli_lib_error(cmd, "--lora-rank");
-    else if (a->load && tg_module_load(gpt, a->load) != TG_OK) rc = tg_cli_lib_error(cmd, "--load");
+    else if (a->load && tg_module_load(gpt, a->load) != TG_OK) {
+        char err[512], hint[160];
+        snprintf(err, sizeof err, "%s", tg_last_error());
+        lora_hint(a->load, a->lora_rank_seen, a->lora_rank, hint, sizeof hint);
+        rc = tg_cli_error(cmd, "--load: %s%s", err, hint);
+    }
     else if (a->hf && tg_gpt_load_hf(gpt, a->hf) != TG_OK) rc = tg_cli_lib_error(cmd, "--hf");
     ids = malloc(sizeof *ids * (n_prompt + (size_t)a->max_new));
     if (rc == TG_CLI_OK && !ids) rc = tg_cli_error(cmd, "out of memory");
