@@ -120,6 +120,83 @@ static void test_forward_last(void **state)
     tg_tape_free(tp);
 }
 
+/* One classifier step's loss and the gradients of the trainable parameters
+ * (clones in out, named_parameters order): the book's chapter 6 (new head,
+ * last block and final norm trainable) or LoRA rank 2 everywhere, under nm,
+ * in training mode with the given dropout. */
+static tg_tensor *classifier_grads(tg_tape *out, tg_numerics nm, bool lora, double drop, tg_tensor **grads, int *n)
+{
+    tg_tape *tp = tg_tape_new(), *step = tg_tape_new();
+    tg_gpt_config c = small;
+    c.drop_rate = drop;
+    tg_manual_seed(5);
+    tg_module *g = tg_gpt_new(tp, &c);
+    tu_assert_ok(g);
+    tg_manual_seed(6);
+    assert_int_equal(tg_module_add_module(g, "out_head", tg_linear_new(tp, 16, 2, true)), TG_OK);
+    assert_int_equal(tg_module_requires_grad_(g, false), TG_OK);
+    if (lora) {
+        assert_int_equal(tg_lora_replace_linear(tp, g, 2, 4.0), TG_OK);
+        /* B is zero at first: make the adapters' product count */
+        tg_named_list ps;
+        assert_int_equal(tg_module_named_parameters(tp, g, &ps), TG_OK);
+        for (int i = 0; i < ps.n; i++)
+            if (strstr(ps.names[i], "lora.B")) assert_int_equal(tg_init_uniform_(ps.tensors[i], -0.5, 0.5, NULL), TG_OK);
+    } else {
+        const char *parts[3] = {"trf_blocks.1", "final_norm", "out_head"};
+        for (int k = 0; k < 3; k++) assert_int_equal(tg_module_requires_grad_(tg_module_get_submodule(g, parts[k]), true), TG_OK);
+    }
+    assert_int_equal(tg_module_set_numerics(g, nm), TG_OK);
+    tg_module_train(g, true);
+    tg_manual_seed(7);
+    int64_t nb = 3, ys[3] = {0, 1, 1};
+    tg_tensor *x = ids_of(step, 3, 11, 4), *y = tg_from_data(step, TG_I64, 1, &nb, ys);
+    tg_tensor *loss = tg_cross_entropy(step, tg_gpt_forward_last(step, g, x), y, TG_REDUCE_MEAN);
+    tu_assert_ok(loss);
+    assert_int_equal(tg_backward(loss, NULL, false), TG_OK);
+    tg_named_list ps;
+    assert_int_equal(tg_module_named_parameters(tp, g, &ps), TG_OK);
+    *n = 0;
+    for (int i = 0; i < ps.n; i++)
+        if (ps.tensors[i]->requires_grad) {
+            tu_assert_ok(ps.tensors[i]->grad);
+            grads[(*n)++] = tg_clone(out, ps.tensors[i]->grad);
+        }
+    tg_tensor *l = tg_clone(out, loss);
+    tg_tape_free(step);
+    tg_tape_free(tp);
+    return l;
+}
+
+/* Under FAST and BF16, model(x)[:, -1, :] runs the last block at its last
+ * position only (its keys and values over all); the loss and every trainable
+ * gradient are the full forward's under EXACT within the policy's tolerance:
+ * chapter 6's trainable last block, LoRA, and with dropout (drawn as the full
+ * forward draws it, so the model runs whole). */
+static void test_forward_last_gradients(void **state)
+{
+    (void)state;
+    tg_tape *tp = tg_tape_new();
+    static const struct {
+        tg_numerics nm;
+        bool lora;
+        double drop, tol;
+    } cases[] = {{TG_NUMERICS_FAST, false, 0.0, 1e-4}, {TG_NUMERICS_FAST, true, 0.0, 1e-4},
+                 {TG_NUMERICS_FAST, false, 0.1, 1e-4}, {TG_NUMERICS_BF16, false, 0.0, 3e-2},
+                 {TG_NUMERICS_BF16, true, 0.0, 3e-2}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        tg_tensor *want[64], *got[64];
+        int nw = 0, ng = 0;
+        tg_tensor *lw = classifier_grads(tp, TG_NUMERICS_EXACT, cases[k].lora, cases[k].drop, want, &nw);
+        tg_tensor *lg = classifier_grads(tp, cases[k].nm, cases[k].lora, cases[k].drop, got, &ng);
+        assert_int_equal(ng, nw);
+        assert_true(nw > 4);
+        tu_assert_close(lg, lw, cases[k].tol, cases[k].tol, "the loss");
+        for (int i = 0; i < nw; i++) tu_assert_close(got[i], want[i], cases[k].tol, cases[k].tol, "a gradient");
+    }
+    tg_tape_free(tp);
+}
+
 /* load_state_dict(strict=False): a pretrained body into a model with a new
  * head; the incompatible keys as PyTorch lists them. */
 static void test_load_non_strict(void **state)
@@ -296,6 +373,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_freeze_and_head),   cmocka_unit_test(test_forward_last),
+        cmocka_unit_test(test_forward_last_gradients),
         cmocka_unit_test(test_load_non_strict),   cmocka_unit_test(test_lora_gpt),
         cmocka_unit_test(test_lora_gradcheck),
     };

@@ -72,7 +72,10 @@ TG_API int64_t tg_gpt_out_features(const tg_module *gpt);
  * what chapter 6's classifier reads. Under TG_NUMERICS_EXACT computed as the
  * book does (every position's logits, then the select: PyTorch's bits);
  * under FAST and BF16 final_norm and out_head run on the last position
- * alone (the same values within those policies' tolerances, less work). */
+ * alone, and so does the last block when it is the built-in one and draws no
+ * dropout (eval mode or p = 0): its keys and values see every position, its
+ * query, feed-forward and residuals only the last. The same values and
+ * gradients within those policies' tolerances, less work. */
 TG_API tg_tensor *tg_gpt_forward_last(tg_tape *tp, tg_module *gpt, tg_tensor *ids);
 
 /* Loads a Hugging Face GPT-2 model.safetensors (wte, wpe, h.N.ln_1, attn.c_attn

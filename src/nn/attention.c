@@ -261,6 +261,22 @@ static tg_tensor *split_heads(tg_tape *tp, tg_tensor *t, int64_t h)
     return tg_transpose(tp, tg_view(tp, t, 4, split), 1, 2);
 }
 
+/* The queries q (b, h, T, hd) of positions p0 .. p0+T-1 against keys and
+ * values (b, h, P, hd) of positions 0 .. P-1: the causal mask's rows p0 ..
+ * p0+T-1 (a single query, the last position, masks nothing), softmax of the
+ * scaled scores, dropout in training; (b, h, T, hd). */
+static tg_tensor *attend_rows(tg_tape *tp, tg_module *m, tg_tensor *q, tg_tensor *keys, tg_tensor *values, int64_t p0)
+{
+    const attn_state *c = cfg(m);
+    if (!q || !keys || !values) return NULL;
+    int64_t T = q->shape[2], P = keys->shape[2], hd = q->shape[3];
+    tg_tensor *s = tg_matmul(tp, q, tg_transpose(tp, keys, 2, 3)); /* (b, h, T, P) */
+    if (T > 1) s = tg_masked_fill(tp, s, mask_bool(tp, m, p0, T, P), -INFINITY); /* mask.bool()[pos:pos + T, :P] */
+    tg_tensor *w = tg_softmax(tp, tg_div_scalar(tp, s, pow((double)hd, 0.5)), -1);
+    if (w && tg_module_is_training(m) && c->dropout > 0) w = tg_dropout(tp, w, c->dropout, tg_module_generator(m));
+    return tg_matmul(tp, w, values); /* (b, h, T, hd) */
+}
+
 /* The book's KV-cache forward (gpt_with_kv_cache's MultiHeadAttention) from
  * the new positions' q, k, v (b, h, T, hd): k and v go into the cache after
  * the pos positions it holds, the queries attend to all pos + T of them,
@@ -293,12 +309,7 @@ static tg_tensor *mha_cached(tg_tape *tp, tg_module *m, tg_tensor *q, tg_tensor 
     if (tg_copy_(tg_narrow(tp, c->cache_k, 2, p0, T), k) != TG_OK ||
         tg_copy_(tg_narrow(tp, c->cache_v, 2, p0, T), v) != TG_OK)
         return NULL;
-    tg_tensor *keys = tg_narrow(tp, c->cache_k, 2, 0, P), *values = tg_narrow(tp, c->cache_v, 2, 0, P);
-    tg_tensor *s = tg_matmul(tp, q, tg_transpose(tp, keys, 2, 3)); /* (b, h, T, P) */
-    if (T > 1) s = tg_masked_fill(tp, s, mask_bool(tp, m, p0, T, P), -INFINITY); /* mask.bool()[pos:pos + T, :P] */
-    tg_tensor *w = tg_softmax(tp, tg_div_scalar(tp, s, pow((double)hd, 0.5)), -1);
-    if (w && tg_module_is_training(m) && c->dropout > 0) w = tg_dropout(tp, w, c->dropout, tg_module_generator(m));
-    tg_tensor *ctx = tg_matmul(tp, w, values); /* (b, h, T, hd) */
+    tg_tensor *ctx = attend_rows(tp, m, q, tg_narrow(tp, c->cache_k, 2, 0, P), tg_narrow(tp, c->cache_v, 2, 0, P), p0);
     if (ctx) c->pos = P;
     return ctx;
 }
@@ -330,6 +341,28 @@ static const tg_module_type mha_type = {.name = "MultiHeadAttention", .forward =
 bool tg__is_mha_owning_output(const tg_module *m)
 {
     return m && m->type == &mha_type && tg__is_linear(tg__entry_get(&m->children, "out_proj"));
+}
+
+bool tg__mha_last_position_ok(const tg_module *m)
+{
+    return m && m->type == &mha_type && m->numerics != TG_NUMERICS_EXACT && !m->kv_cache &&
+           !(m->training && ((const attn_state *)m->state)->dropout > 0);
+}
+
+tg_tensor *tg__mha_forward_last_position(tg_tape *tp, tg_module *m, tg_tensor *x)
+{
+    if (!x) return tg__error_null_input("MultiHeadAttention");
+    if (!check_input(m, 1, &x, 3)) return NULL;
+    const attn_state *c = cfg(m);
+    int64_t b = x->shape[0], T = x->shape[1], h = c->num_heads;
+    int64_t merged[3] = {b, 1, c->d_out};
+    tg_tensor *k = split_heads(tp, tg_module_forward(tp, child(m, "W_key"), x), h); /* (b, h, T, hd) */
+    tg_tensor *v = split_heads(tp, tg_module_forward(tp, child(m, "W_value"), x), h);
+    tg_tensor *q = split_heads(tp, tg_module_forward(tp, child(m, "W_query"), tg_narrow(tp, x, 1, T - 1, 1)), h);
+    tg_numerics prev = tg__numerics_enter(m->numerics); /* as tg_module_call would */
+    tg_tensor *ctx = tg_transpose(tp, attend_rows(tp, m, q, k, v, T - 1), 1, 2); /* (b, 1, h, hd) */
+    tg__numerics_leave(prev);
+    return tg_module_forward(tp, child(m, "out_proj"), tg_view(tp, tg_contiguous(tp, ctx), 3, merged));
 }
 
 tg_module *tg_mha_new_config(tg_tape *tp, tg_attention_config c)

@@ -16,6 +16,8 @@ static tg_tensor *sequential_forward(tg_tape *tp, tg_module *self, int n, tg_ten
 static const tg_module_type sequential_type = {.name = "Sequential", .forward = sequential_forward};
 static const tg_module_type module_list_type = {.name = "ModuleList"};
 
+bool tg__is_sequential(const tg_module *m) { return m && m->type == &sequential_type; }
+
 int tg_module_append(tg_module *m, tg_module *child)
 {
     if (!m) return tg_error_status(TG_EINVAL, "append: NULL module");

@@ -28,6 +28,11 @@ static const tg_module_type dropout_type = {.name = "Dropout", .forward = dropou
 
 bool tg__is_dropout(const tg_module *m) { return m && m->type == &dropout_type; }
 
+bool tg__dropout_draws(const tg_module *m)
+{
+    return tg__is_dropout(m) && m->training && ((const dropout_state *)m->state)->p > 0;
+}
+
 tg_tensor *tg__dropout_forward_over(tg_tape *tp, tg_module *m, tg_tensor *x)
 {
     double p = ((const dropout_state *)tg_module_state(m))->p;

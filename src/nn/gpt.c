@@ -312,15 +312,17 @@ static tg_tensor *residual(tg_tape *tp, tg_module *self, tg_module *drop, const 
     return tg_add(tp, d, shortcut); /* x = x + shortcut */
 }
 
-static tg_tensor *block_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *const *in)
+/* The block's forward, or with last_only its last position only, (b, 1, d):
+ * the attention's keys and values still see every position of x (b, T, d);
+ * the query, the residuals, norm2 and the feed-forward only the last
+ * (last_position_block says when that applies). */
+static tg_tensor *block_run(tg_tape *tp, tg_module *self, tg_tensor *x, bool last_only)
 {
-    if (!tg__check_ninputs(self, n, 1)) return NULL;
     tg_module *drop = tg_module_get_submodule(self, "drop_shortcut");
-    tg_tensor *x = in[0];
-    tg_tensor *shortcut = x;
+    tg_tensor *shortcut = last_only ? tg_narrow(tp, x, 1, x->shape[1] - 1, 1) : x;
     tg_module *att = tg_module_get_submodule(self, "att"), *ff = tg_module_get_submodule(self, "ff");
     x = tg_module_forward(tp, tg_module_get_submodule(self, "norm1"), x);
-    x = x ? tg_module_forward(tp, att, x) : NULL;
+    x = !x ? NULL : last_only ? tg__mha_forward_last_position(tp, att, x) : tg_module_forward(tp, att, x);
     x = residual(tp, self, drop, att, x, shortcut);
     shortcut = x;
     x = x ? tg_module_forward(tp, tg_module_get_submodule(self, "norm2"), x) : NULL;
@@ -328,7 +330,20 @@ static tg_tensor *block_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *
     return residual(tp, self, drop, ff, x, shortcut);
 }
 
+static tg_tensor *block_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *const *in)
+{
+    return tg__check_ninputs(self, n, 1) ? block_run(tp, self, in[0], false) : NULL;
+}
+
 static const tg_module_type block_type = {.name = "TransformerBlock", .forward = block_forward};
+
+static tg_tensor *block_forward_last_position(tg_tape *tp, tg_module *self, tg_tensor *x)
+{
+    tg_numerics prev = tg__numerics_enter(self->numerics); /* as tg_module_call would */
+    x = block_run(tp, self, x, true);
+    tg__numerics_leave(prev);
+    return x;
+}
 
 tg_module *tg_transformer_block_new(tg_tape *tp, const tg_gpt_config *cfg)
 {
@@ -350,13 +365,35 @@ tg_module *tg_transformer_block_new(tg_tape *tp, const tg_gpt_config *cfg)
 /* ---- GPTModel --------------------------------------------------------------------------------- */
 
 /* GPTModel's state: its configuration, the KV cache's position (the book's
- * current_pos) and, set by tg_gpt_generate only, whether final_norm and
- * out_head see the last position alone (the only logits generate reads). */
+ * current_pos) and, set by tg_gpt_generate and tg_gpt_forward_last, whether
+ * final_norm and out_head see the last position alone (the only logits they
+ * read; under FAST and BF16 the last block too, last_position_block). */
 typedef struct {
     tg_gpt_config cfg;
     int64_t current_pos;
     bool last_logits_only;
 } gpt_state;
+
+/* The last of the model's blocks when only the last position's logits are
+ * wanted and the block can compute that position alone: numerics other than
+ * EXACT (whose bits are the full forward's), the built-in Sequential of
+ * built-in TransformerBlocks, the last with the built-in LayerNorms,
+ * FeedForward and MultiHeadAttention (no KV cache) and no dropout to draw
+ * (the draws would not be the full forward's). Else NULL. */
+static tg_module *last_position_block(tg_module *gpt)
+{
+    if (tg_module_numerics(gpt) == TG_NUMERICS_EXACT) return NULL;
+    tg_module *blocks = tg__entry_get(&gpt->children, "trf_blocks");
+    int nb = blocks && tg__is_sequential(blocks) ? tg_module_num_children(blocks) : 0;
+    tg_module *b = nb > 0 ? tg_module_child(blocks, nb - 1) : NULL;
+    if (!b || b->type != &block_type || b->numerics == TG_NUMERICS_EXACT) return NULL;
+    const tg_module *n1 = tg__entry_get(&b->children, "norm1"), *n2 = tg__entry_get(&b->children, "norm2"),
+                    *ff = tg__entry_get(&b->children, "ff"), *drop = tg__entry_get(&b->children, "drop_shortcut");
+    bool ok = n1 && n1->type == &layer_norm_type && n2 && n2->type == &layer_norm_type && ff &&
+              ff->type == &feed_forward_type && tg__is_dropout(drop) && !tg__dropout_draws(drop) &&
+              tg__mha_last_position_ok(tg__entry_get(&b->children, "att"));
+    return ok ? b : NULL;
+}
 
 static tg_tensor *gpt_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *const *in)
 {
@@ -384,8 +421,16 @@ static tg_tensor *gpt_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *co
                          : NULL;
     tg_tensor *x = tg_add(tp, tok, pos); /* x = tok_embeds + pos_embeds */
     static const char *const chain[] = {"drop_emb", "trf_blocks", "final_norm", "out_head"};
+    tg_module *last_block = s->last_logits_only ? last_position_block(self) : NULL;
     for (size_t i = 0; x && i < sizeof chain / sizeof chain[0]; i++) {
-        if (i == 2 && s->last_logits_only) x = tg_narrow(tp, x, 1, T - 1, 1);
+        if (i == 1 && last_block) { /* the blocks, the last one at its last position only */
+            tg_module *blocks = tg_module_get_submodule(self, "trf_blocks");
+            int nb = tg_module_num_children(blocks);
+            for (int j = 0; x && j < nb - 1; j++) x = tg_module_forward(tp, tg_module_child(blocks, j), x);
+            x = x ? block_forward_last_position(tp, last_block, x) : NULL;
+            continue;
+        }
+        if (i == 2 && s->last_logits_only && !last_block) x = tg_narrow(tp, x, 1, T - 1, 1);
         x = tg_module_forward(tp, tg_module_get_submodule(self, chain[i]), x);
     }
     if (x && tg_module_kv_cache_enabled(self)) s->current_pos = p0 + T;

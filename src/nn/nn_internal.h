@@ -42,11 +42,25 @@ bool tg__is_linear(const tg_module *m);
 /* Whether m is the built-in MultiHeadAttention with the built-in Linear as
  * out_proj: its output is a fresh tensor that nothing else reads. */
 bool tg__is_mha_owning_output(const tg_module *m);
+/* Whether m is the built-in MultiHeadAttention under FAST or BF16, without
+ * KV cache and without dropout to draw (eval mode or p = 0), which
+ * tg__mha_forward_last_position runs. */
+bool tg__mha_last_position_ok(const tg_module *m);
+/* Its forward's last position only, (b, 1, d_out): keys and values of all T
+ * positions of x (b, T, d_in), the query of the last, which the causal mask
+ * lets see every key. The same values as the full forward's last row, not
+ * the same bits (other products, no fused attention node). */
+tg_tensor *tg__mha_forward_last_position(tg_tape *tp, tg_module *m, tg_tensor *x);
+/* Whether m is the built-in Dropout and draws (training, p > 0). */
+bool tg__dropout_draws(const tg_module *m);
+/* Whether m is the built-in Sequential. */
+bool tg__is_sequential(const tg_module *m);
 /* The built-in Dropout m's forward, its product written over x (x a tensor
  * nothing else reads; tg__dropout_over). */
 tg_tensor *tg__dropout_forward_over(tg_tape *tp, tg_module *m, tg_tensor *x);
 /* GPTModel gpt's forward computes final_norm and out_head on the last
- * position only while on (tg_gpt_generate reads no other logits); the
+ * position only while on (tg_gpt_generate and tg_gpt_forward_last read no
+ * other logits), under FAST and BF16 the last block too when it can; the
  * previous setting returned. */
 bool tg__gpt_set_last_logits_only(tg_module *gpt, bool on);
 /* v as Python's repr(float) writes it ("0.0", "0.1", "1e-05"). */
