@@ -33,7 +33,8 @@
  * modules, attention, state_dict) and gpt.h (the book's GPT, generation);
  * optim.h (SGD, Adam, AdamW, clipping, schedules, checkpoints), data.h
  * (tokenizer, text windows, loaders) and dist.h (data-parallel training over
- * MPI) build on them.
+ * MPI) build on them; train.h (the training loop every task trains
+ * through) on all of them.
  */
 #ifndef TAPEGRAD_H
 #define TAPEGRAD_H
@@ -45,5 +46,6 @@
 #include "tapegrad/gpt.h"
 #include "tapegrad/data.h"
 #include "tapegrad/dist.h"
+#include "tapegrad/train.h"
 
 #endif

@@ -119,6 +119,17 @@ TG_API int tg_loader_iter_next_indices(tg_loader_iter *it, int64_t *idx, int64_t
  * target ids in tp. */
 TG_API int tg_loader_iter_next(tg_loader_iter *it, tg_tape *tp, tg_tensor **input, tg_tensor **target);
 
+/* The loader's batch size and number of samples. */
+TG_API int64_t tg_loader_batch_size(const tg_loader *l);
+TG_API int64_t tg_loader_num_samples(const tg_loader *l);
+/* Where a pass is: the next sample's position in its order (-1 before the
+ * first next, when the order is not drawn yet) and the order (n sample
+ * indices; NULL before the first next). resume: a pass of l at pos in
+ * order (copied; a permutation of l's samples, else NULL with a message),
+ * drawing nothing: a checkpoint's pass continued where it stopped. */
+TG_API int64_t tg_loader_iter_position(const tg_loader_iter *it, const int64_t **order);
+TG_API tg_loader_iter *tg_loader_iter_resume(const tg_loader *l, int64_t pos, const int64_t *order);
+
 /* ---- fine-tuning data (the book's chapters 6 and 7) ---------------------------------------- */
 
 /* ---- classifier CSV (chapter 6's SpamDataset) ---- */

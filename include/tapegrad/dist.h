@@ -89,7 +89,7 @@ typedef struct {
 } tg_dist_ddp_options;
 
 /* Wraps model's parameters: broadcasts the model's state from rank 0,
- * groups the parameters in reverse registration order into buckets
+ * groups the parameters that require grad (frozen ones are left alone) in reverse registration order into buckets
  * (a bucket closes when it reaches the cap; one dtype per bucket), makes
  * each parameter's .grad a view into its bucket (zeros; values it had are
  * kept) and sets the model's generator (tg_module_generator) to draw this

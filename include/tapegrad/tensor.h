@@ -43,7 +43,8 @@ typedef enum {
     X(EIO, -3, "input/output error (a file could not be opened, read or written)") \
     X(EFORMAT, -4, "malformed file")                                              \
     X(ESTATE, -5, "operation not allowed in the current state")                    \
-    X(EDIST, -6, "distributed training: MPI is not available or an MPI call failed")
+    X(EDIST, -6, "distributed training: MPI is not available or an MPI call failed") \
+    X(EDIVERGED, -7, "training diverged: the loss is not finite")
 
 typedef enum {
 #define TG_STATUS_ENUM_(name, value, text) TG_##name = value,

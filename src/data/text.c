@@ -179,6 +179,42 @@ int tg_loader_iter_next_indices(tg_loader_iter *it, int64_t *idx, int64_t *count
     return 1;
 }
 
+int64_t tg_loader_batch_size(const tg_loader *l) { return l ? l->opt.batch_size : 0; }
+int64_t tg_loader_num_samples(const tg_loader *l) { return l ? l->n : 0; }
+
+int64_t tg_loader_iter_position(const tg_loader_iter *it, const int64_t **order)
+{
+    if (order) *order = it && it->pos >= 0 ? it->order : NULL;
+    return it ? it->pos : -1;
+}
+
+tg_loader_iter *tg_loader_iter_resume(const tg_loader *l, int64_t pos, const int64_t *order)
+{
+    if (!l) return tg_error("loader: NULL loader");
+    if (pos < 0 || pos > l->n || (!order && l->n > 0))
+        return tg_error("loader: cannot resume a pass at sample %lld of %lld", (long long)pos, (long long)l->n);
+    /* a permutation of 0..n-1: every index once */
+    unsigned char *hit = calloc((size_t)(l->n ? l->n : 1), 1);
+    if (!hit) return tg_error("loader: out of memory");
+    for (int64_t i = 0; i < l->n; i++) {
+        if (order[i] < 0 || order[i] >= l->n || hit[order[i]]) {
+            free(hit);
+            return tg_error("loader: the resumed order is not a permutation of the %lld samples", (long long)l->n);
+        }
+        hit[order[i]] = 1;
+    }
+    free(hit);
+    tg_loader_iter *it = calloc(1, sizeof *it);
+    if (!it || !(it->order = malloc(sizeof *it->order * (size_t)(l->n ? l->n : 1)))) {
+        free(it);
+        return tg_error("loader: out of memory");
+    }
+    if (l->n) memcpy(it->order, order, sizeof *order * (size_t)l->n);
+    it->l = l;
+    it->pos = pos;
+    return it;
+}
+
 int tg_loader_iter_next(tg_loader_iter *it, tg_tape *tp, tg_tensor **input, tg_tensor **target)
 {
     if (input) *input = NULL;

@@ -454,6 +454,7 @@ tg_dist_ddp *tg_dist_ddp_new(tg_module *model, tg_dist_ddp_options opt)
     int st = d->params && d->views && d->bucket_of && d->ready ? TG_OK : TG_ENOMEM;
     for (int i = 0; st == TG_OK && i < pl.n; i++) {
         tg_tensor *p = pl.tensors[pl.n - 1 - i];
+        if (!p->requires_grad) continue; /* frozen: no gradient to average */
         if (!tg__is_float(p->dtype) || !tg_is_contiguous(p))
             st = tg_error_status(TG_EINVAL, "dist ddp: parameter '%s' is not a contiguous float tensor",
                                  pl.names[pl.n - 1 - i]);

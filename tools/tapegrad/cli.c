@@ -80,6 +80,7 @@ bool tg_cli_parse(const tg_cli_command *c, int argc, char **argv, int *status)
     tg_args_status st = tg_cli_parse_options(argc, argv, c->opts, c->nopts, err, sizeof err);
     if (st == TG_ARGS_HELP) {
         fputs(c->help, stdout);
+        for (int k = 0; k < 3 && c->help_more[k]; k++) fputs(c->help_more[k], stdout);
         *status = TG_CLI_OK;
     } else if (st != TG_ARGS_OK) {
         *status = tg_cli_error(c->name, "%s", err);

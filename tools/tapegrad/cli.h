@@ -46,6 +46,8 @@ typedef struct {
     const char *help;
     const tg_opt *opts;
     int nopts;
+    const char *help_more[3]; /* printed after help (NULL: nothing), as
+                               * TG_CLI_TRAIN_HELP, TG_CLI_MODEL_HELP */
 } tg_cli_command;
 #define TG_CLI_NOPTS(opts) ((int)(sizeof(opts) / sizeof((opts)[0])))
 
@@ -119,6 +121,111 @@ int tg_cli_dist_begin(const char *cmd, bool dist, int64_t batch, bool threads_se
  * 0's model broadcast) with its defaults, and agree on that. */
 int tg_cli_dist_ddp(const char *cmd, int rc, tg_module *model, tg_dist_ddp **ddp);
 void tg_cli_dist_show_errors(void);
+/* TG_CLI_OK when every rank's rc was; otherwise the failing rank shows its
+ * lines and every rank returns an error. */
+int tg_cli_dist_agree(int rc);
+
+/* ---- the training commands (tools/tapegrad/train_cli.c) ---------------------------------- */
+
+/* The options every training command takes (TG_CLI_TRAIN_OPTS in its
+ * option table, TG_CLI_TRAIN_HELP in its --help). */
+typedef struct {
+    const char *checkpoint, *resume, *plot, *save;
+    int64_t warmup, accumulate, checkpoint_every, threads;
+    double initial_lr, min_lr, clip;
+    bool warmup_seen, initial_seen, min_seen, clip_seen, dist, json;
+} tg_cli_train;
+#define TG_CLI_TRAIN_OPTS(t)                                                                                       \
+    {.name = "--warmup", .type = TG_OPT_INT, .dest = &(t).warmup, .imin = 0, .imax = INT32_MAX,                    \
+     .seen = &(t).warmup_seen},                                                                                    \
+        {.name = "--initial-lr", .type = TG_OPT_DOUBLE, .dest = &(t).initial_lr, .dmin = 0.0, .dmax = 10.0,        \
+         .seen = &(t).initial_seen},                                                                               \
+        {.name = "--min-lr", .type = TG_OPT_DOUBLE, .dest = &(t).min_lr, .dmin = 0.0, .dmax = 10.0,                \
+         .seen = &(t).min_seen},                                                                                   \
+        {.name = "--clip-grad-norm", .type = TG_OPT_DOUBLE, .dest = &(t).clip, .dmin = 1e-12, .dmax = 1e12,        \
+         .seen = &(t).clip_seen},                                                                                  \
+        {.name = "--accumulate", .type = TG_OPT_INT, .dest = &(t).accumulate, .imin = 1, .imax = 65536},           \
+        {.name = "--checkpoint", .type = TG_OPT_STRING, .dest = &(t).checkpoint},                                  \
+        {.name = "--checkpoint-every", .type = TG_OPT_INT, .dest = &(t).checkpoint_every, .imin = 1,               \
+         .imax = INT32_MAX},                                                                                       \
+        {.name = "--resume", .type = TG_OPT_STRING, .dest = &(t).resume},                                          \
+        {.name = "--plot", .type = TG_OPT_STRING, .dest = &(t).plot},                                              \
+        {.name = "--save", .type = TG_OPT_STRING, .dest = &(t).save},                                              \
+        {.name = "--threads", .type = TG_OPT_INT, .dest = &(t).threads, .imin = 1, .imax = 1024},                  \
+        {.name = "--dist", .type = TG_OPT_FLAG, .dest = &(t).dist},                                                \
+    {                                                                                                              \
+        .name = "--json", .type = TG_OPT_FLAG, .dest = &(t).json                                                   \
+    }
+#define TG_CLI_TRAIN_HELP                                                                           \
+    "training options (every training command):\n"                                                   \
+    "  --warmup N           appendix D's schedule: N steps of linear warm-up from\n"                 \
+    "                       --initial-lr to --lr, then cosine decay to --min-lr\n"                   \
+    "  --initial-lr X       (1e-5 with --warmup)\n"                                                  \
+    "  --min-lr X           (--initial-lr with --warmup)\n"                                          \
+    "  --clip-grad-norm X   clip the gradients' 2-norm to X (after the warm-up,\n"                   \
+    "                       as appendix D clips)\n"                                                  \
+    "  --accumulate N       N micro-batches of --batch examples per optimizer step,\n"               \
+    "                       each loss divided by N (--eval-freq counts optimizer\n"                  \
+    "                       steps); with dropout 0 and equal micro-batches, the\n"                   \
+    "                       run of --batch N*B to float rounding, except for a\n"                    \
+    "                       loss that is a mean over unmasked tokens (instruct):\n"                  \
+    "                       there each micro-batch's mean counts equally, as in\n"                   \
+    "                       PyTorch\n"                                                               \
+    "  --checkpoint FILE    after each epoch (and every --checkpoint-every N\n"                      \
+    "                       optimizer steps): the model, optimizer, generator,\n"                    \
+    "                       the loader's position and every line printed so far,\n"                  \
+    "                       written atomically\n"                                                    \
+    "  --resume FILE        continue from a checkpoint of the same run (a changed\n"                 \
+    "                       setting is refused); prints the uninterrupted run's\n"                   \
+    "                       lines (--epochs N trains until epoch N)\n"                               \
+    "  --save FILE          the trained model's state_dict (safetensors)\n"                          \
+    "  --plot FILE          the loss against epochs and examples or tokens seen (SVG)\n"             \
+    "  --threads N          OpenMP threads (all cores; under mpirun, the cores\n"                    \
+    "                       shared among the ranks on the machine)\n"                                \
+    "  --dist               data parallel: start with mpirun -np N, N dividing\n"                    \
+    "                       --batch (a job mpirun started is data parallel anyway;\n"                \
+    "                       --dist makes a missing mpirun an error); the table is\n"                 \
+    "                       the one-process table\n"                                                 \
+    "  --json               end with one JSON line (the rows and the task's values)\n"
+/* finetune instruct (tools/tapegrad/finetune_text.c): the book's
+ * generate(model, idx, max_new_tokens, context_size, eos_id) with the model
+ * in the mode it is in (in training mode with dropout, each id from the
+ * whole window's forward, drawing the masks PyTorch draws); and the
+ * response in text (len bytes, of which the first prompt_len are the
+ * prompt): the rest with every "### Response:" removed, stripped as
+ * Python's str.strip() strips (malloc'd; NULL when out of memory). text is
+ * changed. */
+int tg_cli_generate_in_mode(tg_tape *tp, tg_module *gpt, const tg_gpt_config *cfg, const int64_t *prompt,
+                            int64_t n_prompt, int64_t max_new, int64_t eos, int64_t *out, int64_t *n_out);
+char *tg_cli_response_text(char *text, size_t len, size_t prompt_len);
+
+/* TG_CLI_OK when every id of ids[0..n) is below vocab; else the line
+ * "what: id N is outside the model's vocabulary (--vocab V)". */
+int tg_cli_check_ids(const char *cmd, const char *what, const int64_t *ids, int64_t n, int64_t vocab);
+/* Checks the options (the schedule's, --checkpoint-every) and fills their
+ * defaults. */
+int tg_cli_train_check(const char *cmd, tg_cli_train *t);
+/* Threads, mpirun's checks (tg_cli_dist_begin; batch: the global batch),
+ * the BLAS warning, and the output paths writable. */
+int tg_cli_train_begin(const char *cmd, const tg_cli_train *t, int64_t batch);
+/* The schedule, clipping, accumulation, checkpoints and progress line into o. */
+void tg_cli_train_options(const tg_cli_train *t, tg_trainer_options *o);
+/* The ranks agree on rc (the command's set-up), then the trainer (*out,
+ * freed by the caller) trains. A diverged loss is TG_CLI_FAIL; a rank that
+ * fails alone ends the job. */
+int tg_cli_train_run(const char *cmd, int rc, const tg_trainer_options *o, tg_trainer **out);
+/* {"rows": [...], "seconds": S (and ranks, buckets, mpi_wait_per_step_s
+ * under mpirun)}: the rows with seen named `seen`. */
+json_t *tg_cli_train_json(const tg_trainer *tr, const char *seen);
+/* A series of the trainer's as a JSON array; a double or null. */
+json_t *tg_cli_json_series(const tg_trainer *tr, const char *series);
+json_t *tg_cli_json_real(double v);
+/* "N steps in S s (R unit/s)" on stderr (and the ranks' wait). */
+void tg_cli_train_summary(const tg_trainer *tr, const char *unit);
+/* The loss plot of the trainer's rows (top: the top axis's name; NULL:
+ * the book's plot_losses with tokens seen). */
+int tg_cli_train_plot(const char *cmd, const char *path, const tg_trainer *tr, const char *title, const char *top,
+                      double epochs);
 
 /* Prints "tapegrad <cmd>: <message>" as exactly one line on stderr (newlines in
  * the message become spaces) and returns TG_CLI_USAGE. */

@@ -2,7 +2,10 @@
  * GPTModel's last position, train_classifier_simple) and chapter 7 (an
  * instruction follower, train_model_simple on custom_collate_fn batches),
  * each with or without appendix E's LoRA, printing the book's lines
- * (README.md, "Fine-tuning").
+ * (docs/fine-tuning.md). The command reads the data, builds the model and
+ * names the task (its loss, its lines after each epoch and after training);
+ * the library's trainer (include/tapegrad/train.h) trains, on one process
+ * or, under mpirun, data parallel.
  *
  * Every random draw is PyTorch's, in the book's order (the model, the new
  * head, LoRA's A matrices, the loaders' seeds, dropout), so a seeded run
@@ -10,15 +13,10 @@
  * for the same data. */
 #include "cli.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #define PAD_ID 50256 /* <|endoftext|>: the book's padding and end of a response */
 
@@ -39,7 +37,7 @@ static const char *classify_help =
     "  --batch N            (8)\n"
     "  --lr X               AdamW's learning rate (5e-5)\n"
     "  --weight-decay X     (0.1)\n"
-    "  --eval-freq N        evaluate every N steps (50)\n"
+    "  --eval-freq N        evaluate every N optimizer steps (50)\n"
     "  --eval-iter N        batches per evaluation and per epoch's accuracy (5)\n";
 
 static const char *instruct_help =
@@ -59,7 +57,7 @@ static const char *instruct_help =
     "  --batch N            (8)\n"
     "  --lr X               AdamW's learning rate (5e-5)\n"
     "  --weight-decay X     (0.1)\n"
-    "  --eval-freq N        evaluate every N steps (5)\n"
+    "  --eval-freq N        evaluate every N optimizer steps (5)\n"
     "  --eval-iter N        batches per evaluation (5)\n";
 
 static const char *common_help =
@@ -68,16 +66,14 @@ static const char *common_help =
     "  --hf FILE            start from Hugging Face GPT-2 weights (sets --qkv-bias)\n"
     "  --lora-rank R        LoRA instead of the book's partial fine-tuning: every\n"
     "  --lora-alpha A       Linear wrapped, only the adapters trained (alpha: R)\n"
-    "  --save FILE          the fine-tuned model's state_dict (safetensors; a LoRA\n"
-    "                       model keeps PyTorch's .linear / .lora keys: load it with\n"
-    "                       generate --load FILE --lora-rank R --lora-alpha A)\n"
-    "  --plot FILE          loss against epochs and examples or tokens seen (SVG;\n"
-    "                       classify also writes FILE's accuracy plot beside it,\n"
-    "                       named with -accuracy before .svg)\n"
     "  --composed           the book's composed layers instead of the fused kernels\n"
-    "  --threads N          OpenMP threads (all cores)\n"
-    "  --json               end with one JSON line (rows, accuracies or responses,\n"
-    "                       trainable_parameters, seconds)\n"
+    "  (--save: a LoRA model keeps PyTorch's .linear / .lora keys: load it with\n"
+    "  generate --load FILE --lora-rank R --lora-alpha A; --plot: classify also\n"
+    "  writes FILE's accuracy plot beside it, named with -accuracy before .svg;\n"
+    "  --json: rows, accuracies or responses, trainable_parameters, seconds)\n"
+    "\n";
+
+static const char *end_help =
     "\n" TG_CLI_MODEL_HELP "                  (finetune's --dropout defaults to 0, as the book's)\n"
     "\n"
     "Exit status: 0 ok, 1 the loss diverged, 2 bad arguments or bad input.\n";
@@ -85,10 +81,11 @@ static const char *common_help =
 typedef struct {
     bool instruct;
     const char *cmd;
-    const char *train, *val, *test, *data, *init, *hf, *save, *plot;
-    int64_t max_length, limit, allowed_max, max_new, epochs, batch, eval_freq, eval_iter, lora_rank, threads;
+    const char *train, *val, *test, *data, *init, *hf;
+    int64_t max_length, limit, allowed_max, max_new, epochs, batch, eval_freq, eval_iter, lora_rank;
     double lr, weight_decay, lora_alpha;
-    bool max_length_seen, limit_seen, lora_rank_seen, lora_alpha_seen, json, composed;
+    bool max_length_seen, limit_seen, lora_rank_seen, lora_alpha_seen, composed;
+    tg_cli_train t;
 } ft_args;
 
 typedef struct {
@@ -99,457 +96,144 @@ typedef struct {
     tg_tokenizer *tok;
     tg_module *gpt;
     tg_optimizer *opt;
-    tg_tape *model_tape, *step_tape;
+    tg_tape *model_tape;
     /* the sets: classify train, val, test; instruct train, val, test */
     tg_class_dataset *cls[3];
     tg_instruction_data *entries;
     tg_instruction_dataset *ins[3];
+    tg_instruction_batches ib[3];
     int64_t ins_begin[3];
-    tg_loader *ld[3];
-    int64_t *idx; /* a batch's sample indices */
-    /* what was printed */
-    tg_cli_loss_row *rows, *acc; /* acc: one row per epoch, train / val accuracy */
-    int64_t n_rows, cap_rows, n_acc;
-    double test_acc;
-    char **responses;
-    int64_t n_responses;
-    /* progress */
-    int64_t global_step, seen, steps_done, total_steps;
-    double t0;
-    bool progress;
+    tg_data set[3];
+    uint64_t digest; /* of every set's ids: a checkpoint's data */
 } ft_run;
 
 enum { TRAIN = 0, VAL = 1, TEST = 2 };
 
-/* ---- small helpers ------------------------------------------------------------------------ */
-
-static int add_row(tg_cli_loss_row **rows, int64_t *n, int64_t *cap, tg_cli_loss_row r)
+static uint64_t fnv1a(uint64_t h, const int64_t *v, int64_t n)
 {
-    if (*n == *cap) {
-        int64_t c = *cap ? 2 * *cap : 32;
-        tg_cli_loss_row *nr = realloc(*rows, sizeof *nr * (size_t)c);
-        if (!nr) return -1;
-        *rows = nr, *cap = c;
-    }
-    (*rows)[(*n)++] = r;
-    return 0;
+    for (int64_t i = 0; i < n; i++) h = (h ^ (uint64_t)v[i]) * 1099511628211ull;
+    return h;
 }
 
-static void progress_clear(const ft_run *r)
-{
-    if (r->progress) fputs("\r\033[K", stderr);
-}
+/* ---- the task's lines ------------------------------------------------------------------------ */
 
-static void progress_draw(const ft_run *r, int64_t epoch, int64_t batch, int64_t nbatches)
-{
-    if (!r->progress) return;
-    double el = tg_cli_now() - r->t0, sps = el > 0 && r->steps_done > 0 ? (double)r->steps_done / el : 0;
-    double eta = sps > 0 ? (double)(r->total_steps - r->steps_done) / sps : 0;
-    fprintf(stderr, "\r\033[Kepoch %lld/%lld  batch %lld/%lld  step %lld/%lld  %.2f steps/s  %d:%02d left",
-            (long long)epoch, (long long)r->a->epochs, (long long)batch, (long long)nbatches,
-            (long long)r->steps_done, (long long)r->total_steps, sps, (int)(eta / 60), (int)fmod(eta, 60));
-    fflush(stderr);
-}
-
-/* Python's str.strip(): leading and trailing whitespace (str.isspace: the
- * ASCII spaces, \x1c-\x1f, and the Unicode spaces in UTF-8). Returns the
- * start and sets *len. */
-static size_t space_len(const unsigned char *s, size_t n, bool from_end)
-{
-    static const char *const wide[] = {"\xc2\x85", "\xc2\xa0", "\xe1\x9a\x80", "\xe2\x80\xa8", "\xe2\x80\xa9",
-                                       "\xe2\x80\xaf", "\xe2\x81\x9f", "\xe3\x80\x80"};
-    if (n == 0) return 0;
-    unsigned char c = from_end ? s[n - 1] : s[0];
-    if ((c >= 9 && c <= 13) || c == ' ' || (c >= 0x1c && c <= 0x1f)) return 1;
-    for (size_t k = 0; k < sizeof wide / sizeof wide[0]; k++) {
-        size_t l = strlen(wide[k]);
-        if (n >= l && memcmp(from_end ? s + n - l : s, wide[k], l) == 0) return l;
-    }
-    /* U+2000..U+200A: e2 80 80..8a */
-    if (n >= 3) {
-        const unsigned char *t = from_end ? s + n - 3 : s;
-        if (t[0] == 0xe2 && t[1] == 0x80 && t[2] >= 0x80 && t[2] <= 0x8a) return 3;
-    }
-    return 0;
-}
-
-static char *py_strip(char *s, size_t *len)
-{
-    size_t n = *len, k;
-    while ((k = space_len((unsigned char *)s, n, false)) > 0) s += k, n -= k;
-    while ((k = space_len((unsigned char *)s, n, true)) > 0) n -= k;
-    *len = n;
-    return s;
-}
-
-/* text with every "### Response:" removed (str.replace(old, "")), in place. */
-static size_t remove_all(char *s, size_t n, const char *what)
-{
-    size_t w = strlen(what), o = 0;
-    for (size_t i = 0; i < n;) {
-        if (i + w <= n && memcmp(s + i, what, w) == 0) {
-            i += w;
-            continue;
-        }
-        s[o++] = s[i++];
-    }
-    return o;
-}
-
-/* ---- batches and the book's loss functions ----------------------------------------------------- */
-
-/* The next batch of set k from it: (B, L) ids and the targets (labels (B)
- * or shifted ids (B, L)). 1, 0 at the end, -1 on error. */
-static int next_batch(ft_run *r, int k, tg_loader_iter *it, tg_tensor **x, tg_tensor **y)
-{
-    int64_t count;
-    int got = tg_loader_iter_next_indices(it, r->idx, &count);
-    if (got != 1) return got;
-    if (!r->a->instruct) return tg_class_dataset_batch(r->cls[k], r->step_tape, r->idx, count, x, y) == TG_OK ? 1 : -1;
-    return tg_instruction_dataset_batch(r->ins[k], r->step_tape, r->idx, count, PAD_ID, TG_IGNORE_INDEX,
-                                        r->a->allowed_max, x, y) == TG_OK
-               ? 1
-               : -1;
-}
-
-/* The classifier's logits: model(input_batch)[:, -1, :]. */
-static tg_tensor *last_logits(ft_run *r, tg_tensor *x) { return tg_gpt_forward_last(r->step_tape, r->gpt, x); }
-
-/* calc_loss_batch: chapter 6's cross_entropy(logits[:, -1, :], labels);
- * chapter 7's cross_entropy(logits.flatten(0, 1), targets.flatten()) (-100
- * ignored). */
-static tg_tensor *loss_batch(ft_run *r, tg_tensor *x, tg_tensor *y)
-{
-    tg_tape *tp = r->step_tape;
-    if (!r->a->instruct) return tg_cross_entropy(tp, last_logits(r, x), y, TG_REDUCE_MEAN);
-    tg_tensor *logits = tg_module_forward(tp, r->gpt, x);
-    if (!logits) return NULL;
-    int64_t flat[2] = {-1, logits->shape[2]}, n = -1;
-    return tg_cross_entropy(tp, tg_view(tp, logits, 2, flat), tg_view(tp, y, 1, &n), TG_REDUCE_MEAN);
-}
-
-/* calc_loss_loader(loader, model, num_batches) */
-static int loss_loader(ft_run *r, int k, int64_t num_batches, double *out)
-{
-    int64_t len = tg_loader_len(r->ld[k]);
-    if (len == 0) return *out = NAN, 0;
-    if (num_batches > len) num_batches = len;
-    tg_loader_iter *it = tg_loader_iter_new(r->ld[k]);
-    if (!it) return -1;
-    double total = 0;
-    int st = 0;
-    for (int64_t i = 0; i < num_batches && !st; i++) {
-        tg_tensor *x, *y, *loss;
-        if (next_batch(r, k, it, &x, &y) != 1 || !(loss = loss_batch(r, x, y))) st = -1;
-        else total += tg_item(loss);
-        tg_tape_reset(r->step_tape);
-    }
-    tg_loader_iter_free(it);
-    *out = total / (double)num_batches;
-    return st;
-}
-
-/* evaluate_model: eval mode, no grad, both loaders, then training mode. */
-static int evaluate(ft_run *r, double *train, double *val)
-{
-    tg_module_train(r->gpt, false);
-    bool prev = tg_set_grad_enabled(false);
-    int st = loss_loader(r, TRAIN, r->a->eval_iter, train);
-    if (!st) st = loss_loader(r, VAL, r->a->eval_iter, val);
-    tg_set_grad_enabled(prev);
-    tg_module_train(r->gpt, true);
-    return st;
-}
-
-/* calc_accuracy_loader(loader, model, num_batches): the model stays in eval
- * mode afterwards, as the book's does. num_batches 0: the whole loader. */
-static int accuracy_loader(ft_run *r, int k, int64_t num_batches, double *out)
-{
-    tg_module_train(r->gpt, false);
-    int64_t len = tg_loader_len(r->ld[k]), correct = 0, examples = 0;
-    if (num_batches == 0 || num_batches > len) num_batches = len;
-    tg_loader_iter *it = tg_loader_iter_new(r->ld[k]);
-    if (!it) return -1;
-    bool prev = tg_set_grad_enabled(false);
-    int st = 0;
-    for (int64_t i = 0; i < num_batches && !st; i++) {
-        tg_tensor *x, *y, *logits, *pred;
-        if (next_batch(r, k, it, &x, &y) != 1 || !(logits = last_logits(r, x)) ||
-            !(pred = tg_argmax(r->step_tape, logits, -1, false))) {
-            st = -1;
-        } else {
-            const int64_t *p = tg_data_ptr(pred), *l = tg_data_ptr(y);
-            for (int64_t j = 0; j < pred->shape[0]; j++) correct += p[j] == l[j];
-            examples += pred->shape[0];
-        }
-        tg_tape_reset(r->step_tape);
-    }
-    tg_set_grad_enabled(prev);
-    tg_loader_iter_free(it);
-    *out = examples ? (double)correct / (double)examples : NAN;
-    return st;
-}
-
-/* ---- generation ---------------------------------------------------------------------------------- */
-
-/* The book's generate(model, idx, max_new_tokens, context_size, eos_id)
- * with the model in the mode it is in. In eval mode, or without dropout,
- * the library's tg_gpt_generate (the KV cache gives the same ids); in
- * training mode with dropout, the book's loop itself, each id from the
- * whole window's forward, so that the dropout masks are drawn as PyTorch
- * draws them. */
-static int generate(ft_run *r, const int64_t *prompt, int64_t n_prompt, int64_t max_new, int64_t eos, int64_t *out,
-                    int64_t *n_out)
-{
-    if (!tg_module_is_training(r->gpt) || r->cfg.drop_rate == 0) {
-        tg_generate_options o = {.max_new_tokens = max_new, .eos_id = eos};
-        return tg_gpt_generate(r->gpt, prompt, n_prompt, &o, out, n_out);
-    }
-    memmove(out, prompt, sizeof *out * (size_t)n_prompt);
-    int64_t len = n_prompt;
-    bool prev = tg_set_grad_enabled(false);
-    int st = TG_OK;
-    for (int64_t i = 0; i < max_new && st == TG_OK; i++) {
-        int64_t start = len > r->cfg.context_length ? len - r->cfg.context_length : 0, shape[2] = {1, len - start};
-        tg_tensor *ids = tg_from_data(r->step_tape, TG_I64, 2, shape, out + start);
-        tg_tensor *logits = ids ? tg_module_forward(r->step_tape, r->gpt, ids) : NULL;
-        tg_tensor *last = logits ? tg_select(r->step_tape, tg_select(r->step_tape, logits, 0, 0), 0, shape[1] - 1) : NULL;
-        tg_tensor *next = last ? tg_argmax(r->step_tape, last, -1, false) : NULL;
-        if (!next) {
-            st = TG_EINVAL;
-        } else {
-            int64_t id = *(const int64_t *)tg_data_ptr(next);
-            tg_tape_reset(r->step_tape);
-            if (id == eos) break;
-            out[len++] = id;
-        }
-    }
-    tg_tape_reset(r->step_tape);
-    tg_set_grad_enabled(prev);
-    *n_out = len;
-    return st;
-}
-
-/* The ids of text (<|endoftext|> allowed), checked against the model's
- * vocabulary; malloc'd with room for extra more. */
-static int encode(ft_run *r, const char *what, const char *text, int64_t extra, int64_t **ids, int64_t *n)
+/* The ids of text (<|endoftext|> allowed), malloc'd with room for extra more. */
+static int encode(ft_run *r, const char *text, int64_t extra, int64_t **ids, int64_t *n)
 {
     int64_t *raw = NULL;
     size_t nr = 0;
-    if (tg_tokenizer_encode(r->tok, text, strlen(text), &raw, &nr) != TG_OK) return tg_cli_lib_error(r->cmd, what);
+    if (tg_tokenizer_encode(r->tok, text, strlen(text), &raw, &nr) != TG_OK) return TG_EINVAL;
     *ids = realloc(raw, sizeof *raw * (nr + (size_t)extra + 1));
     if (!*ids) {
         free(raw);
-        return tg_cli_error(r->cmd, "out of memory");
+        return tg_error_status(TG_ENOMEM, "out of memory");
     }
     *n = (int64_t)nr;
-    return TG_CLI_OK;
+    return TG_OK;
+}
+
+/* format_input(entry)'s continuation by the model in its mode: the prompt,
+ * the decoded text (malloc'd) and its length. */
+static int continue_prompt(ft_run *r, tg_trainer *tr, const tg_instruction *e, int64_t max_new, int64_t eos,
+                           char **prompt, char **text, size_t *len)
+{
+    int64_t *ids = NULL, n = 0, got = 0;
+    *text = NULL;
+    if (!(*prompt = tg_format_input(e))) return TG_ENOMEM;
+    int st = encode(r, *prompt, max_new, &ids, &n);
+    if (st == TG_OK)
+        st = tg_cli_generate_in_mode(tg_trainer_tape(tr), r->gpt, &r->cfg, ids, n, max_new, eos, ids, &got);
+    if (st == TG_OK) st = tg_tokenizer_decode_text(r->tok, ids, (size_t)got, text, len);
+    free(ids);
+    return st;
 }
 
 /* generate_and_print_sample: eval mode, 50 greedy ids from the first
  * validation entry's prompt, newlines shown as spaces; training mode after. */
-static int print_sample(ft_run *r)
+static int instruct_epoch_end(tg_trainer *tr, int64_t epoch, void *task)
 {
-    const tg_instruction *e = tg_instruction_data_get(r->entries, r->ins_begin[VAL]);
-    char *prompt = e ? tg_format_input(e) : NULL, *text = NULL;
-    if (!prompt) return tg_cli_lib_error(r->cmd, "sample");
-    int64_t *ids = NULL, n = 0, got = 0;
-    size_t len = 0;
-    int rc = encode(r, "sample", prompt, 50, &ids, &n);
-    free(prompt);
-    if (rc != TG_CLI_OK) return rc;
-    tg_generate_options o = {.max_new_tokens = 50, .eos_id = -1};
-    if (tg_gpt_generate(r->gpt, ids, n, &o, ids, &got) != TG_OK ||
-        tg_tokenizer_decode_text(r->tok, ids, (size_t)got, &text, &len) != TG_OK) {
-        rc = tg_cli_lib_error(r->cmd, "sample");
-    } else {
-        for (size_t i = 0; i < len; i++)
+    (void)epoch;
+    ft_run *r = task;
+    int st = TG_OK;
+    if (tg_trainer_is_lead(tr)) {
+        const tg_instruction *e = tg_instruction_data_get(r->entries, r->ins_begin[VAL]);
+        char *prompt = NULL, *text = NULL;
+        size_t len = 0;
+        tg_module_train(r->gpt, false);
+        st = e ? continue_prompt(r, tr, e, 50, -1, &prompt, &text, &len) : TG_EINVAL;
+        for (size_t i = 0; st == TG_OK && i < len; i++)
             if (text[i] == '\n') text[i] = ' ';
-        progress_clear(r);
-        fwrite(text, 1, len, stdout);
-        fputc('\n', stdout);
-        fflush(stdout);
-    }
-    tg_module_train(r->gpt, true);
-    free(text);
-    free(ids);
-    return rc;
-}
-
-/* For each test entry: the prompt, the expected output and the model's
- * response (the text after the prompt, "### Response:" removed, stripped),
- * as the book prints them. */
-static int responses(ft_run *r)
-{
-    int64_t n = tg_instruction_dataset_len(r->ins[TEST]);
-    r->responses = calloc((size_t)(n ? n : 1), sizeof *r->responses);
-    if (!r->responses) return tg_cli_error(r->cmd, "out of memory");
-    for (int64_t i = 0; i < n; i++) {
-        const tg_instruction *e = tg_instruction_data_get(r->entries, r->ins_begin[TEST] + i);
-        char *prompt = e ? tg_format_input(e) : NULL, *text = NULL;
-        if (!prompt) return tg_cli_lib_error(r->cmd, "response");
-        int64_t *ids = NULL, np = 0, got = 0;
-        size_t len = 0, plen = strlen(prompt);
-        int rc = encode(r, "response", prompt, r->a->max_new, &ids, &np);
-        if (rc == TG_CLI_OK && (generate(r, ids, np, r->a->max_new, PAD_ID, ids, &got) != TG_OK ||
-                                tg_tokenizer_decode_text(r->tok, ids, (size_t)got, &text, &len) != TG_OK))
-            rc = tg_cli_lib_error(r->cmd, "response");
-        free(ids);
-        if (rc != TG_CLI_OK) {
-            free(prompt);
-            return rc;
-        }
-        /* generated_text[len(input_text):]: the prompt decodes to itself */
-        size_t rest = len >= plen ? len - plen : 0;
-        memmove(text, text + (len - rest), rest);
-        rest = remove_all(text, rest, "### Response:");
-        char *resp = py_strip(text, &rest);
-        char *keep = malloc(rest + 1);
-        if (!keep) {
-            free(prompt);
-            free(text);
-            return tg_cli_error(r->cmd, "out of memory");
-        }
-        memcpy(keep, resp, rest);
-        keep[rest] = '\0';
-        r->responses[r->n_responses++] = keep;
-        progress_clear(r);
-        printf("%s\n\nCorrect response:\n>> %s\n\nModel response:\n>> %s\n-------------------------------------\n",
-               prompt, e->output, keep);
-        fflush(stdout);
+        if (st == TG_OK) st = tg_trainer_printf(tr, "%s", text);
         free(prompt);
         free(text);
     }
-    return TG_CLI_OK;
+    tg_module_train(r->gpt, true);
+    return st;
 }
 
-/* ---- training -------------------------------------------------------------------------------------- */
-
-/* One optimizer step on one batch. */
-static int train_step(ft_run *r, tg_tensor *x, tg_tensor *y, double *loss_out)
+/* For each test entry: the prompt, the expected output and the model's
+ * response (in the mode the book leaves the model: training), as the book
+ * prints them. */
+static int instruct_end(tg_trainer *tr, void *task)
 {
-    tg_optimizer_zero_grad(r->opt);
-    tg_tensor *loss = loss_batch(r, x, y);
-    if (!loss || tg_backward(loss, NULL, false) != TG_OK) return -1;
-    *loss_out = tg_item(loss);
-    if (tg_optimizer_step(r->opt) != TG_OK) return -1;
-    tg_tape_reset(r->step_tape);
-    return 0;
-}
-
-static void print_row(const tg_cli_loss_row *w)
-{
-    printf("Ep %lld (Step %06lld): Train loss %.3f, Val loss %.3f\n", (long long)w->epoch, (long long)w->step, w->train,
-           w->val);
-}
-
-static int epoch_loop(ft_run *r, int64_t epoch)
-{
-    const ft_args *a = r->a;
-    int64_t nb = tg_loader_len(r->ld[TRAIN]);
-    tg_loader_iter *it = tg_loader_iter_new(r->ld[TRAIN]);
-    if (!it) return tg_cli_lib_error(r->cmd, NULL);
-    int rc = TG_CLI_OK;
-    for (int64_t b = 0; rc == TG_CLI_OK; b++) {
-        tg_tensor *x, *y;
-        int got = next_batch(r, TRAIN, it, &x, &y);
-        if (got <= 0) {
-            if (got < 0) rc = tg_cli_lib_error(r->cmd, NULL);
-            break;
-        }
-        /* examples_seen += input_batch.shape[0] / tokens_seen += input_batch.numel() */
-        int64_t n = a->instruct ? tg_numel(x) : x->shape[0];
-        double loss;
-        if (train_step(r, x, y, &loss)) {
-            rc = tg_cli_lib_error(r->cmd, "training step");
-            break;
-        }
-        if (!isfinite(loss)) {
-            progress_clear(r);
-            fflush(stdout);
-            tg_cli_error(r->cmd, "the loss diverged to %g at step %lld (try a smaller --lr)", loss,
-                         (long long)r->global_step + 1);
-            rc = TG_CLI_FAIL;
-            break;
-        }
-        r->seen += n;
-        r->global_step++;
-        r->steps_done++;
-        if (r->global_step % a->eval_freq == 0) {
-            tg_cli_loss_row w = {epoch + 1, r->global_step, r->seen, 0, 0};
-            if (evaluate(r, &w.train, &w.val)) rc = tg_cli_lib_error(r->cmd, "evaluation");
-            else if (add_row(&r->rows, &r->n_rows, &r->cap_rows, w)) rc = tg_cli_error(r->cmd, "out of memory");
-            else {
-                progress_clear(r);
-                print_row(&w);
-                fflush(stdout);
-            }
-        }
-        progress_draw(r, epoch + 1, b + 1, nb);
+    ft_run *r = task;
+    int64_t n = tg_instruction_dataset_len(r->ins[TEST]);
+    int st = TG_OK;
+    for (int64_t i = 0; i < n && st == TG_OK && tg_trainer_is_lead(tr); i++) {
+        const tg_instruction *e = tg_instruction_data_get(r->entries, r->ins_begin[TEST] + i);
+        char *prompt = NULL, *text = NULL, *resp = NULL;
+        size_t len = 0;
+        st = e ? continue_prompt(r, tr, e, r->a->max_new, PAD_ID, &prompt, &text, &len) : TG_EINVAL;
+        if (st == TG_OK && !(resp = tg_cli_response_text(text, len, strlen(prompt))))
+            st = tg_error_status(TG_ENOMEM, "out of memory");
+        if (st == TG_OK) st = tg_trainer_record_text(tr, "responses", resp);
+        if (st == TG_OK)
+            st = tg_trainer_printf(tr, "%s\n\nCorrect response:\n>> %s\n\nModel response:\n>> %s\n"
+                                       "-------------------------------------",
+                                   prompt, e->output, resp);
+        free(prompt);
+        free(text);
+        free(resp);
     }
-    tg_loader_iter_free(it);
-    return rc;
+    return st;
 }
 
-/* After an epoch: chapter 6's accuracies over --eval-iter batches, or
- * chapter 7's sample. */
-static int end_of_epoch(ft_run *r, int64_t epoch)
+/* Chapter 6's accuracies over --eval-iter batches after each epoch. */
+static int classify_epoch_end(tg_trainer *tr, int64_t epoch, void *task)
 {
-    if (r->a->instruct) return print_sample(r);
-    double tr, va;
-    int64_t cap = r->n_acc;
-    if (accuracy_loader(r, TRAIN, r->a->eval_iter, &tr) || accuracy_loader(r, VAL, r->a->eval_iter, &va))
-        return tg_cli_lib_error(r->cmd, "accuracy");
-    if (add_row(&r->acc, &r->n_acc, &cap, (tg_cli_loss_row){epoch + 1, epoch + 1, r->seen, tr, va}))
-        return tg_cli_error(r->cmd, "out of memory");
-    progress_clear(r);
-    printf("Training accuracy: %.2f%% | Validation accuracy: %.2f%%\n", tr * 100, va * 100);
-    fflush(stdout);
-    return TG_CLI_OK;
+    (void)epoch;
+    ft_run *r = task;
+    double acc[2];
+    int st = TG_OK;
+    for (int k = 0; k < 2 && st == TG_OK; k++) st = tg_trainer_accuracy(tr, &r->set[k], r->a->eval_iter, &acc[k]);
+    tg_trainer_stats s;
+    tg_trainer_get_stats(tr, &s);
+    if (st == TG_OK) st = tg_trainer_record(tr, "train_accuracy", acc[0]);
+    if (st == TG_OK) st = tg_trainer_record(tr, "val_accuracy", acc[1]);
+    if (st == TG_OK) st = tg_trainer_record(tr, "accuracy_seen", (double)s.seen);
+    if (st == TG_OK)
+        st = tg_trainer_printf(tr, "Training accuracy: %.2f%% | Validation accuracy: %.2f%%", acc[0] * 100,
+                               acc[1] * 100);
+    return st;
 }
 
-/* After training: chapter 6's accuracies over the whole loaders, or chapter
- * 7's responses. */
-static int after_training(ft_run *r)
+/* After training: the accuracies over the whole loaders. */
+static int classify_end(tg_trainer *tr, void *task)
 {
-    if (r->a->instruct) return responses(r);
-    double acc[3] = {0, 0, NAN};
+    ft_run *r = task;
     static const char *const label[3] = {"Training", "Validation", "Test"};
-    for (int k = 0; k < 3; k++) {
-        if (!r->ld[k]) continue;
-        if (accuracy_loader(r, k, 0, &acc[k])) return tg_cli_lib_error(r->cmd, "accuracy");
-        printf("%s accuracy: %.2f%%\n", label[k], acc[k] * 100);
+    int st = TG_OK;
+    for (int k = 0; k < 3 && st == TG_OK; k++) {
+        double acc;
+        if (!r->set[k].loader) continue;
+        if ((st = tg_trainer_accuracy(tr, &r->set[k], 0, &acc)) == TG_OK)
+            st = tg_trainer_printf(tr, "%s accuracy: %.2f%%", label[k], acc * 100);
+        if (st == TG_OK && k == TEST) st = tg_trainer_record(tr, "test_accuracy", acc);
     }
-    r->test_acc = acc[TEST];
-    fflush(stdout);
-    return TG_CLI_OK;
-}
-
-static int train(ft_run *r)
-{
-    r->total_steps = tg_loader_len(r->ld[TRAIN]) * r->a->epochs;
-    r->t0 = tg_cli_now();
-    int rc = TG_CLI_OK;
-    for (int64_t epoch = 0; epoch < r->a->epochs && rc == TG_CLI_OK; epoch++) {
-        tg_module_train(r->gpt, true);
-        rc = epoch_loop(r, epoch);
-        if (rc == TG_CLI_OK) rc = end_of_epoch(r, epoch);
-    }
-    if (rc == TG_CLI_OK) rc = after_training(r);
-    progress_clear(r);
-    return rc;
+    return st;
 }
 
 /* ---- data ---------------------------------------------------------------------------------------- */
-
-static int check_ids(ft_run *r, const char *what, const int64_t *ids, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++)
-        if (ids[i] >= r->cfg.vocab_size)
-            return tg_cli_error(r->cmd, "%s: id %lld is outside the model's vocabulary (--vocab %lld)", what,
-                                (long long)ids[i], (long long)r->cfg.vocab_size);
-    return TG_CLI_OK;
-}
 
 /* The three CSV sets: the training set's longest text (or --max-length)
  * sets every set's length, which the model's context must hold. */
@@ -579,7 +263,7 @@ static int load_classify(ft_run *r)
         for (int64_t i = 0; r->cls[k] && i < tg_class_dataset_len(r->cls[k]) && rc == TG_CLI_OK; i++) {
             int64_t label;
             if (tg_class_dataset_get(r->cls[k], i, row, &label) != TG_OK) rc = tg_cli_lib_error(r->cmd, opts[k]);
-            else rc = check_ids(r, opts[k], row, len);
+            else rc = tg_cli_check_ids(r->cmd, opts[k], row, len, r->cfg.vocab_size);
         }
     free(row);
     return rc;
@@ -611,7 +295,7 @@ static int load_instruct(ft_run *r)
             int64_t len;
             const int64_t *ids = tg_instruction_dataset_ids(r->ins[k], i, &len);
             if (!ids && len) return tg_cli_lib_error(r->cmd, "--data");
-            int rc = check_ids(r, "--data", ids, len);
+            int rc = tg_cli_check_ids(r->cmd, "--data", ids, len, r->cfg.vocab_size);
             if (rc != TG_CLI_OK) return rc;
             int64_t need = len + 1 < a->allowed_max ? len + 1 : a->allowed_max;
             if (k != TEST && need - 1 > r->cfg.context_length)
@@ -678,117 +362,139 @@ static int build_model(ft_run *r, const tg_cli_model *m)
 
 /* ---- output ----------------------------------------------------------------------------------------- */
 
-static json_t *real_or_null(double v) { return isfinite(v) ? json_real(v) : json_null(); }
-
-static int json_out(const ft_run *r, double seconds)
+static int json_out(const ft_run *r, const tg_trainer *tr)
 {
-    json_t *o = json_object(), *rows = json_array();
-    for (int64_t i = 0; i < r->n_rows; i++) {
-        const tg_cli_loss_row *w = &r->rows[i];
-        json_t *row = json_object();
-        json_object_set_new(row, "epoch", json_integer(w->epoch));
-        json_object_set_new(row, "step", json_integer(w->step));
-        json_object_set_new(row, "train_loss", real_or_null(w->train));
-        json_object_set_new(row, "val_loss", real_or_null(w->val));
-        json_object_set_new(row, r->a->instruct ? "tokens_seen" : "examples_seen", json_integer(w->tokens));
-        json_array_append_new(rows, row);
-    }
-    json_object_set_new(o, "rows", rows);
+    json_t *o = tg_cli_train_json(tr, r->a->instruct ? "tokens_seen" : "examples_seen");
     if (r->a->instruct) {
-        json_t *resp = json_array();
-        for (int64_t i = 0; i < r->n_responses; i++) json_array_append_new(resp, json_string(r->responses[i]));
-        json_object_set_new(o, "responses", resp);
+        json_object_set_new(o, "responses", tg_cli_json_series(tr, "responses"));
     } else {
-        json_t *tr = json_array(), *va = json_array();
-        for (int64_t i = 0; i < r->n_acc; i++) {
-            json_array_append_new(tr, real_or_null(r->acc[i].train));
-            json_array_append_new(va, real_or_null(r->acc[i].val));
-        }
-        json_object_set_new(o, "train_accuracy", tr);
-        json_object_set_new(o, "val_accuracy", va);
-        json_object_set_new(o, "test_accuracy", real_or_null(r->test_acc));
+        int64_t n;
+        const double *test = tg_trainer_series(tr, "test_accuracy", &n);
+        json_object_set_new(o, "train_accuracy", tg_cli_json_series(tr, "train_accuracy"));
+        json_object_set_new(o, "val_accuracy", tg_cli_json_series(tr, "val_accuracy"));
+        json_object_set_new(o, "test_accuracy", tg_cli_json_real(n ? test[0] : NAN));
     }
     json_object_set_new(o, "trainable_parameters", json_integer(tg_module_num_trainable_parameters(r->gpt)));
-    json_object_set_new(o, "seconds", json_real(seconds));
     json_object_set_new(o, "precision", json_string(tg_numerics_name(tg_module_numerics(r->gpt))));
     tg_cli_json_bf16(o, tg_module_numerics(r->gpt));
     return tg_cli_print_json(r->cmd, o, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(17));
 }
 
 /* --plot FILE: the loss plot; the classifier's accuracy plot beside it. */
-static int write_plots(const ft_run *r, const char *path)
+static int write_plots(const ft_run *r, const tg_trainer *tr, const char *path)
 {
     const char *top = r->a->instruct ? "Tokens seen" : "Examples seen";
     char title[64];
     snprintf(title, sizeof title, "tapegrad %s", r->cmd);
-    int st = tg_cli_svg_values_plot(path, title, "Loss", top, (double)r->a->epochs, r->n_rows, r->rows), e = errno;
-    if (st == 0 && !r->a->instruct) {
-        size_t n = strlen(path);
-        char *acc = malloc(n + 16);
-        if (!acc) return tg_cli_error(r->cmd, "out of memory");
-        size_t stem = n >= 4 && strcmp(path + n - 4, ".svg") == 0 ? n - 4 : n;
-        snprintf(acc, n + 16, "%.*s-accuracy.svg", (int)stem, path);
-        st = tg_cli_svg_values_plot(acc, title, "Accuracy", top, (double)r->a->epochs, r->n_acc, r->acc), e = errno;
-        free(acc);
+    int rc = tg_cli_train_plot(r->cmd, path, tr, title, top, (double)r->a->epochs);
+    if (rc != TG_CLI_OK || r->a->instruct) return rc;
+    int64_t n, k;
+    const double *tra = tg_trainer_series(tr, "train_accuracy", &n), *va = tg_trainer_series(tr, "val_accuracy", &k);
+    const double *seen = tg_trainer_series(tr, "accuracy_seen", &k);
+    size_t len = strlen(path), stem = len >= 4 && strcmp(path + len - 4, ".svg") == 0 ? len - 4 : len;
+    char *acc = malloc(len + 16);
+    tg_cli_loss_row *rows = malloc(sizeof *rows * (size_t)(n ? n : 1));
+    if (acc && rows) {
+        snprintf(acc, len + 16, "%.*s-accuracy.svg", (int)stem, path);
+        for (int64_t i = 0; i < n; i++) rows[i] = (tg_cli_loss_row){i + 1, i + 1, (int64_t)seen[i], tra[i], va[i]};
+        int st = tg_cli_svg_values_plot(acc, title, "Accuracy", top, (double)r->a->epochs, n, rows);
+        rc = st == 0 ? TG_CLI_OK : tg_cli_error(r->cmd, "--plot: cannot write '%.300s'", acc);
+    } else {
+        rc = tg_cli_error(r->cmd, "out of memory");
     }
-    if (st == -1) return tg_cli_error(r->cmd, "--plot: cannot open '%.300s' for writing: %s", path, strerror(e));
-    if (st != 0) return tg_cli_error(r->cmd, "--plot: cannot write '%.300s': %s", path, strerror(e));
-    return TG_CLI_OK;
+    free(rows);
+    free(acc);
+    return rc;
 }
 
 /* ---- the run ---------------------------------------------------------------------------------------- */
 
-static int run(ft_run *r, const tg_cli_model *m)
+/* The datasets, their loaders and batches, and a digest of the ids. */
+static int load_data(ft_run *r)
 {
     const ft_args *a = r->a;
-    const char *outs[2] = {a->save, a->plot}, *names[2] = {"--save", "--plot"};
-    for (int k = 0; k < 2; k++)
-        if (outs[k] && !tg_cli_writable(outs[k]))
-            return tg_cli_error(r->cmd, "%s: cannot write '%.300s': %s", names[k], outs[k], strerror(errno));
     r->tok = tg_cli_tokenizer();
     if (!r->tok) return tg_cli_lib_error(r->cmd, NULL);
     int rc = a->instruct ? load_instruct(r) : load_classify(r);
     if (rc != TG_CLI_OK) return rc;
-    tg_loader_options ot = {.batch_size = a->batch, .shuffle = true, .drop_last = true};
-    tg_loader_options ov = {.batch_size = a->batch, .shuffle = false, .drop_last = false};
+    r->digest = 1469598103934665603ull;
     for (int k = 0; k < 3; k++) {
         int64_t n = a->instruct ? tg_instruction_dataset_len(r->ins[k]) : r->cls[k] ? tg_class_dataset_len(r->cls[k]) : -1;
         if (n < 0) continue;
-        if (!(r->ld[k] = tg_loader_new(n, k == TRAIN ? ot : ov))) return tg_cli_lib_error(r->cmd, NULL);
+        r->ib[k] = (tg_instruction_batches){r->ins[k], PAD_ID, TG_IGNORE_INDEX, a->allowed_max};
+        tg_loader_options lo = {.batch_size = a->batch, .shuffle = k == TRAIN, .drop_last = k == TRAIN};
+        r->set[k] = a->instruct ? (tg_data){tg_loader_new(n, lo), tg_instruction_batch, &r->ib[k]}
+                                : (tg_data){tg_loader_new(n, lo), tg_class_batch, r->cls[k]};
+        if (!r->set[k].loader) return tg_cli_lib_error(r->cmd, NULL);
+        int64_t len = a->instruct ? 0 : tg_class_dataset_max_length(r->cls[k]), label;
+        int64_t *row = malloc(sizeof *row * (size_t)(len + 1));
+        for (int64_t i = 0; row && i < n; i++) {
+            const int64_t *ids = a->instruct ? tg_instruction_dataset_ids(r->ins[k], i, &len) : row;
+            if (!a->instruct && tg_class_dataset_get(r->cls[k], i, row, &label) == TG_OK) row[len] = label;
+            r->digest = fnv1a(r->digest, ids, a->instruct ? len : len + 1);
+        }
+        free(row);
     }
-    r->idx = malloc(sizeof *r->idx * (size_t)a->batch);
-    if (!r->idx) return tg_cli_error(r->cmd, "out of memory");
-    if ((rc = build_model(r, m)) != TG_CLI_OK) return rc;
-    double t0 = tg_cli_now();
-    rc = train(r);
-    double seconds = tg_cli_now() - t0;
-    if (rc == TG_CLI_OK && a->save && tg_module_save(r->gpt, a->save) != TG_OK) rc = tg_cli_lib_error(r->cmd, "--save");
-    if (rc == TG_CLI_OK && a->plot) rc = write_plots(r, a->plot);
-    if (rc == TG_CLI_OK && a->json) rc = json_out(r, seconds);
-    if (rc == TG_CLI_OK && !a->json)
-        fprintf(stderr, "%lld steps in %.1f s, %lld trainable parameters\n", (long long)r->steps_done, seconds,
-                (long long)tg_module_num_trainable_parameters(r->gpt));
+    return TG_CLI_OK;
+}
+
+#define FT_NIDENTITY 14
+static int run(ft_run *r, const tg_cli_model *m)
+{
+    const ft_args *a = r->a;
+    int rc = load_data(r);
+    if (rc == TG_CLI_OK) rc = build_model(r, m);
+    const tg_gpt_config *c = &r->cfg;
+    const tg_checkpoint_value id[FT_NIDENTITY] = {
+        {.name = "--vocab", .i = c->vocab_size},
+        {.name = "--context", .i = c->context_length},
+        {.name = "--emb", .i = c->emb_dim},
+        {.name = "--heads", .i = c->n_heads},
+        {.name = "--layers", .i = c->n_layers},
+        {.name = "--qkv-bias", .i = c->qkv_bias},
+        {.name = "--seed", .i = (int64_t)r->seed},
+        {.name = "--lora-rank", .i = a->lora_rank_seen ? a->lora_rank : 0},
+        {.name = "--allowed-max-length", .i = a->allowed_max},
+        {.name = "the data", .i = (int64_t)r->digest, .differs = "was trained on other data"},
+        {.name = "--init or --hf (1)", .i = a->init || a->hf},
+        {.name = "--dropout", .is_float = true, .f = c->drop_rate},
+        {.name = "--weight-decay", .is_float = true, .f = a->weight_decay},
+        {.name = "--lora-alpha", .is_float = true, .f = a->lora_rank_seen ? a->lora_alpha : 0},
+    };
+    tg_trainer_options o = {.model = r->gpt, .optimizer = r->opt, .train = r->set[TRAIN], .val = r->set[VAL],
+                            .loss = a->instruct ? tg_loss_lm : tg_loss_last, .task = r, .epochs = a->epochs,
+                            .eval_freq = a->eval_freq, .eval_iter = a->eval_iter, .count_tokens = a->instruct,
+                            .n_identity = FT_NIDENTITY, .identity = id,
+                            .on_epoch_end = a->instruct ? instruct_epoch_end : classify_epoch_end,
+                            .on_train_end = a->instruct ? instruct_end : classify_end};
+    tg_cli_train_options(&a->t, &o);
+    tg_trainer *tr;
+    rc = tg_cli_train_run(r->cmd, rc, &o, &tr);
+    if (rc == TG_CLI_OK && tg_trainer_is_lead(tr)) {
+        if (a->t.save && tg_module_save(r->gpt, a->t.save) != TG_OK) rc = tg_cli_lib_error(r->cmd, "--save");
+        if (rc == TG_CLI_OK && a->t.plot) rc = write_plots(r, tr, a->t.plot);
+        if (rc == TG_CLI_OK && a->t.json) rc = json_out(r, tr);
+        if (rc == TG_CLI_OK && !a->t.json) {
+            tg_cli_train_summary(tr, a->instruct ? "tokens" : "examples");
+            fprintf(stderr, "%lld trainable parameters\n", (long long)tg_module_num_trainable_parameters(r->gpt));
+        }
+    }
+    tg_trainer_free(tr);
     return rc;
 }
 
 static void run_free(ft_run *r)
 {
     for (int k = 0; k < 3; k++) {
-        tg_loader_free(r->ld[k]);
+        tg_loader_free(r->set[k].loader);
         tg_class_dataset_free(r->cls[k]);
         tg_instruction_dataset_free(r->ins[k]);
     }
     tg_instruction_data_free(r->entries);
-    for (int64_t i = 0; i < r->n_responses; i++) free(r->responses[i]);
-    free(r->responses);
-    free(r->rows);
-    free(r->acc);
-    free(r->idx);
-    tg_tape_free(r->step_tape);
     tg_tape_free(r->model_tape);
 }
 
-int tg_cmd_finetune(int argc, char **argv)
+static int finetune(int argc, char **argv)
 {
     const char *kind = argc > 1 && argv[1] ? argv[1] : NULL;
     if (kind && (strcmp(kind, "--help") == 0 || strcmp(kind, "-h") == 0)) {
@@ -825,27 +531,19 @@ int tg_cmd_finetune(int argc, char **argv)
          .seen = &a.lora_rank_seen},
         {.name = "--lora-alpha", .type = TG_OPT_DOUBLE, .dest = &a.lora_alpha, .dmin = -1e6, .dmax = 1e6,
          .seen = &a.lora_alpha_seen},
-        {.name = "--save", .type = TG_OPT_STRING, .dest = &a.save},
-        {.name = "--plot", .type = TG_OPT_STRING, .dest = &a.plot},
         {.name = "--composed", .type = TG_OPT_FLAG, .dest = &a.composed},
-        {.name = "--threads", .type = TG_OPT_INT, .dest = &a.threads, .imin = 1, .imax = 1024},
-        {.name = "--json", .type = TG_OPT_FLAG, .dest = &a.json},
+        TG_CLI_TRAIN_OPTS(a.t),
     };
-    size_t hl = strlen(a.instruct ? instruct_help : classify_help) + strlen(common_help) + 1;
-    char *help = malloc(hl);
-    if (!help) return tg_cli_error(a.cmd, "out of memory");
-    snprintf(help, hl, "%s%s", a.instruct ? instruct_help : classify_help, common_help);
     tg_cli_model m;
-    ft_run r = {.a = &a, .cmd = a.cmd, .global_step = -1, .test_acc = NAN};
+    ft_run r = {.a = &a, .cmd = a.cmd};
     tg_cli_model_defaults(&m, 0);
     m.dropout_seen = true; /* the book fine-tunes with drop_rate 0.0 */
     for (int i = 1; i < argc; i++) /* GPT-2's released weights have q/k/v biases */
         if (argv[i] && (strcmp(argv[i], "--hf") == 0 || strncmp(argv[i], "--hf=", 5) == 0)) m.qkv_bias = true;
     int rc;
-    tg_cli_command c = {.name = a.cmd, .help = help, .opts = own, .nopts = TG_CLI_NOPTS(own)};
-    bool go = tg_cli_model_parse(&c, argc - 1, argv + 1, &m, &r.cfg, &rc);
-    free(help);
-    if (!go) return rc;
+    tg_cli_command c = {.name = a.cmd, .help = a.instruct ? instruct_help : classify_help, .opts = own,
+                        .nopts = TG_CLI_NOPTS(own), .help_more = {common_help, TG_CLI_TRAIN_HELP, end_help}};
+    if (!tg_cli_model_parse(&c, argc - 1, argv + 1, &m, &r.cfg, &rc)) return rc;
     if (a.instruct && (a.train || a.val || a.test || a.max_length_seen))
         return tg_cli_error(a.cmd, "--train, --val, --test and --max-length are classify's; instruct reads --data");
     if (!a.instruct && (a.data || a.limit_seen))
@@ -858,17 +556,19 @@ int tg_cmd_finetune(int argc, char **argv)
     if (r.cfg.vocab_size <= PAD_ID)
         return tg_cli_error(a.cmd, "--vocab %lld: the padding id %d needs a vocabulary of at least %d",
                             (long long)r.cfg.vocab_size, PAD_ID, PAD_ID + 1);
+    if ((rc = tg_cli_train_check(a.cmd, &a.t)) != TG_CLI_OK) return rc;
     r.seed = m.seed;
     if (tg_cli_check_only) return TG_CLI_OK;
-#ifdef _OPENMP
-    if (a.threads) omp_set_num_threads((int)a.threads);
-#endif
-    tg_cli_warn_blas(a.cmd);
-    r.progress = isatty(STDERR_FILENO) && !a.json;
+    if ((rc = tg_cli_train_begin(a.cmd, &a.t, a.batch)) != TG_CLI_OK) return rc;
     r.model_tape = tg_tape_new();
-    r.step_tape = tg_tape_new();
-    rc = r.model_tape && r.step_tape ? run(&r, &m) : tg_cli_error(a.cmd, "out of memory");
+    rc = r.model_tape ? run(&r, &m) : tg_cli_error(a.cmd, "out of memory");
     run_free(&r);
     fflush(stdout);
     return rc;
+}
+
+/* Under mpirun every rank starts MPI first (tools/tapegrad/dist_cli.c). */
+int tg_cmd_finetune(int argc, char **argv)
+{
+    return tg_cli_dist_main(finetune, argc, argv);
 }

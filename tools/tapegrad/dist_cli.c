@@ -68,7 +68,7 @@ int tg_cli_dist_begin(const char *cmd, bool dist, int64_t batch, bool threads_se
 
 /* TG_CLI_OK when every rank's rc was; otherwise the failing rank shows its
  * lines and every rank returns an error. */
-static int agree(int rc)
+int tg_cli_dist_agree(int rc)
 {
     int failed = -1;
     if (tg_dist_agree(rc == TG_CLI_OK ? TG_OK : TG_EINVAL, &failed) == TG_OK) return TG_CLI_OK;
@@ -79,7 +79,7 @@ static int agree(int rc)
 int tg_cli_dist_ddp(const char *cmd, int rc, tg_module *model, tg_dist_ddp **ddp)
 {
     /* twice: the ddp's broadcast is a collective every rank must reach */
-    if ((rc = agree(rc)) != TG_CLI_OK) return rc;
+    if ((rc = tg_cli_dist_agree(rc)) != TG_CLI_OK) return rc;
     if (!(*ddp = tg_dist_ddp_new(model, (tg_dist_ddp_options){0}))) rc = tg_cli_lib_error(cmd, NULL);
-    return agree(rc);
+    return tg_cli_dist_agree(rc);
 }
