@@ -175,7 +175,7 @@ def main():
                      "from rank 0's: --lr 0.001, rank 0 0.0004", "ranks with different settings")
         expect_error(mpirun(2, [tg, "bench", "--tokens", "8", "--d", "8", "--heads", "2"]),
                      "an attention module's bench runs alone", "bench of an attention module on 2 ranks")
-        expect_error(mpirun(2, [tg, "summary"]), "only tapegrad pretrain and bench --model gpt run data parallel", "summary on 2 ranks")
+        expect_error(mpirun(2, [tg, "summary"]), "run data parallel; run 'summary' without mpirun", "summary on 2 ranks")
         expect_error(mpirun(2, a + ["--checkpoint", "/proc/self/comm"]), "--checkpoint: safetensors_save: cannot create a temporary file",
                      "rank 0 failing alone after epoch 1")
     finally:

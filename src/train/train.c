@@ -826,8 +826,10 @@ tg_trainer *tg_trainer_new(const tg_trainer_options *o)
     if (tr->size > 1) {
         st = agree(st);
         if (st == TG_OK) st = agree(same_as_rank0(tr));
-        if (st == TG_OK && !(tr->ddp = tg_dist_ddp_new(o->model, (tg_dist_ddp_options){0}))) st = TG_EDIST;
-        st = agree(st);
+        if (st == TG_OK) {
+            tr->ddp = tg_dist_ddp_new(o->model, (tg_dist_ddp_options){0});
+            st = agree(tr->ddp ? TG_OK : TG_EDIST);
+        }
     }
     if (st != TG_OK) {
         tg_trainer_free(tr);

@@ -15,27 +15,61 @@
 
 #include <tapegrad.h>
 
-static const char *usage =
-    "usage: tapegrad <command> [options]\n"
-    "\n"
-    "Tensors, autograd, the attention modules and the GPT of \"Build a Large\n"
-    "Language Model (From Scratch)\", in C, equal to PyTorch 1.13.\n"
-    "\n"
-    "commands:\n"
-    "  attention   build one attention module, run it, print output / gradients /\n"
-    "              gradcheck, save or load its state_dict (safetensors)\n"
-    "  train       train a toy attention layer with SGD (teacher-student task)\n"
-    "  bench       time one training step of an attention module\n"
-    "  tokenize    GPT-2's tokenizer: text to ids (with MB/s) and ids to text\n"
-    "  summary     print the book's GPTModel as PyTorch does, with its size\n"
-    "  generate    generate text with the book's GPTModel (KV cache)\n"
-    "  pretrain    pretrain the GPTModel on a text as the book's chapter 5 does\n"
-    "  finetune    fine-tune it as chapters 6 (classify) and 7 (instruct) do, with\n"
-    "              or without LoRA (appendix E)\n"
-    "\n"
-    "Run 'tapegrad <command> --help' for a command's options.\n"
-    "Exit status: 0 success, 1 gradcheck FAIL or training diverged, 2 bad\n"
-    "arguments or a runtime error (one line on stderr).\n";
+/* The commands: a new one is its own file and a row here. Those that
+ * train run data parallel under mpirun; the others would run once per
+ * process, each alone. */
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    bool data_parallel;
+    const char *summary; /* the --help line(s) */
+} commands[] = {
+    {"attention", tg_cmd_attention, false,
+     "build one attention module, run it, print output / gradients /\n"
+     "              gradcheck, save or load its state_dict (safetensors)"},
+    {"train", tg_cmd_train, false, "train a toy attention layer with SGD (teacher-student task)"},
+    {"bench", tg_cmd_bench, true,
+     "time one training step of an attention module, or of the GPTModel\n"
+     "              (--model gpt) or its classifier (--model classify)"},
+    {"tokenize", tg_cmd_tokenize, false, "GPT-2's tokenizer: text to ids (with MB/s) and ids to text"},
+    {"summary", tg_cmd_summary, false, "print the book's GPTModel as PyTorch does, with its size"},
+    {"generate", tg_cmd_generate, false, "generate text with the book's GPTModel (KV cache)"},
+    {"pretrain", tg_cmd_pretrain, true, "pretrain the GPTModel on a text as the book's chapter 5 does"},
+    {"finetune", tg_cmd_finetune, true,
+     "fine-tune it as chapters 6 (classify) and 7 (instruct) do, with\n"
+     "              or without LoRA (appendix E)"},
+};
+#define N_COMMANDS ((int)(sizeof commands / sizeof commands[0]))
+
+static void print_usage(void)
+{
+    fputs("usage: tapegrad <command> [options]\n"
+          "\n"
+          "Tensors, autograd, the attention modules and the GPT of \"Build a Large\n"
+          "Language Model (From Scratch)\", in C, equal to PyTorch 1.13.\n"
+          "\n"
+          "commands:\n",
+          stdout);
+    for (int i = 0; i < N_COMMANDS; i++) printf("  %-11s %s\n", commands[i].name, commands[i].summary);
+    fputs("\n"
+          "Run 'tapegrad <command> --help' for a command's options. The training\n"
+          "commands (pretrain, finetune, bench --model) run data parallel under\n"
+          "mpirun -np N.\n"
+          "Exit status: 0 success, 1 gradcheck FAIL or training diverged, 2 bad\n"
+          "arguments or a runtime error (one line on stderr).\n",
+          stdout);
+}
+
+/* "attention, train, ... or finetune" */
+static const char *command_names(void)
+{
+    static char names[256];
+    size_t n = 0;
+    for (int i = 0; i < N_COMMANDS && n < sizeof names; i++)
+        n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", i == 0 ? "" : i == N_COMMANDS - 1 ? " or " : ", ",
+                              commands[i].name);
+    return names;
+}
 
 bool tg_cli_check_only = false;
 FILE *tg_cli_errfile = NULL;
@@ -150,10 +184,10 @@ double tg_cli_estimate_bytes(int64_t batch, int64_t tokens, int64_t d_in, int64_
 int tg_cli_main(int argc, char **argv)
 {
     if (argc < 2 || !argv || !argv[1])
-        return tg_cli_error(NULL, "missing command (attention, train, bench, tokenize, summary, generate, pretrain or finetune; see tapegrad --help)");
+        return tg_cli_error(NULL, "missing command (%s; see tapegrad --help)", command_names());
     const char *cmd = argv[1];
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
-        fputs(usage, stdout);
+        print_usage();
         return TG_CLI_OK;
     }
     if (strcmp(cmd, "--version") == 0) {
@@ -161,19 +195,15 @@ int tg_cli_main(int argc, char **argv)
         return TG_CLI_OK;
     }
     tg_clear_error();
-    /* the other commands would run once per process, each alone */
-    if (tg_dist_launched() > 1 && strcmp(cmd, "pretrain") != 0 && strcmp(cmd, "bench") != 0)
-        return tg_cli_error(NULL, "mpirun started %d processes, but only tapegrad pretrain and bench --model gpt "
-                                  "run data parallel; run '%.100s' without mpirun", tg_dist_launched(), cmd);
-    if (strcmp(cmd, "attention") == 0) return tg_cmd_attention(argc - 1, argv + 1);
-    if (strcmp(cmd, "train") == 0) return tg_cmd_train(argc - 1, argv + 1);
-    if (strcmp(cmd, "bench") == 0) return tg_cmd_bench(argc - 1, argv + 1);
-    if (strcmp(cmd, "tokenize") == 0) return tg_cmd_tokenize(argc - 1, argv + 1);
-    if (strcmp(cmd, "summary") == 0) return tg_cmd_summary(argc - 1, argv + 1);
-    if (strcmp(cmd, "generate") == 0) return tg_cmd_generate(argc - 1, argv + 1);
-    if (strcmp(cmd, "pretrain") == 0) return tg_cmd_pretrain(argc - 1, argv + 1);
-    if (strcmp(cmd, "finetune") == 0) return tg_cmd_finetune(argc - 1, argv + 1);
-    return tg_cli_error(NULL, "unknown command '%.200s' (expected attention, train, bench, tokenize, summary, generate, pretrain or finetune; see tapegrad --help)", cmd);
+    for (int i = 0; i < N_COMMANDS; i++) {
+        if (strcmp(cmd, commands[i].name) != 0) continue;
+        if (tg_dist_launched() > 1 && !commands[i].data_parallel)
+            return tg_cli_error(NULL, "mpirun started %d processes, but only the training commands (pretrain, "
+                                      "finetune, bench) run data parallel; run '%.100s' without mpirun",
+                                tg_dist_launched(), cmd);
+        return commands[i].run(argc - 1, argv + 1);
+    }
+    return tg_cli_error(NULL, "unknown command '%.200s' (expected %s; see tapegrad --help)", cmd, command_names());
 }
 
 char *tg_cli_read_file(const char *cmd, const char *opt, const char *path, bool allow_stdin, size_t *len)
