@@ -114,8 +114,9 @@ typedef struct {
      * the peak of the schedule) */
     tg_module *model;
     tg_optimizer *optimizer;
-    /* the training loader (required) and the validation one (optional:
-     * without it the table's val loss is NaN) */
+    /* the training loader (required by fit; tg_trainer_step alone needs
+     * none) and the validation one (optional: without it the table's val
+     * loss is NaN) */
     tg_data train, val;
     /* the task: its loss (required), the pointer its callbacks receive */
     tg_loss_fn loss;

@@ -779,8 +779,8 @@ static int agree(int st)
 static int check_options(const tg_trainer_options *o)
 {
     if (!o) return tg_error_status(TG_EINVAL, "trainer: NULL options");
-    if (!o->model || !o->optimizer || !o->loss || !o->train.loader)
-        return tg_error_status(TG_EINVAL, "trainer: a model, an optimizer, a loss and a training loader are required");
+    if (!o->model || !o->optimizer || !o->loss)
+        return tg_error_status(TG_EINVAL, "trainer: a model, an optimizer and a loss are required");
     if (o->epochs < 1) return tg_error_status(TG_EINVAL, "trainer: epochs must be >= 1, got %lld", (long long)o->epochs);
     if (o->eval_freq < 0 || o->eval_iter < 0 || o->accumulate < 0 || o->checkpoint_every < 0 || o->warmup < 0)
         return tg_error_status(TG_EINVAL, "trainer: eval_freq, eval_iter, accumulate, checkpoint_every and warmup "
@@ -922,6 +922,7 @@ int tg_trainer_fit(tg_trainer *tr)
 {
     if (!tr) return tg_error_status(TG_EINVAL, "trainer_fit: NULL trainer");
     const tg_trainer_options *o = &tr->o;
+    if (!o->train.loader) return tg_error_status(TG_EINVAL, "trainer_fit: no training loader");
     /* a resumed run prints what was printed before, so that its output
      * equals an uninterrupted run's */
     if (tr->lead && tr->t_len) {

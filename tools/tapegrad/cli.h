@@ -108,6 +108,8 @@ tg_module *tg_cli_model_build(tg_tape *tp, const tg_cli_model *m, const tg_gpt_c
  * layer (LayerNorm, GELU, attention, FeedForward) unless composed. */
 void tg_cli_gpt_set_layers(tg_module *gpt, bool composed);
 int tg_cmd_bench_gpt(int argc, char **argv);
+/* bench --model gpt|classify's --help (bench --help prints it too). */
+extern const char *const tg_cli_bench_gpt_help;
 
 /* Data parallel under mpirun (tools/tapegrad/dist_cli.c). main: when a
  * launcher started this process, MPI around command; ranks other than 0 keep
@@ -117,9 +119,6 @@ int tg_cmd_bench_gpt(int argc, char **argv);
  * ranks unless --threads was given. */
 int tg_cli_dist_main(int (*command)(int, char **), int argc, char **argv);
 int tg_cli_dist_begin(const char *cmd, bool dist, int64_t batch, bool threads_set);
-/* Every rank has set up (rc) or failed to: they agree, then the ddp (rank
- * 0's model broadcast) with its defaults, and agree on that. */
-int tg_cli_dist_ddp(const char *cmd, int rc, tg_module *model, tg_dist_ddp **ddp);
 void tg_cli_dist_show_errors(void);
 /* TG_CLI_OK when every rank's rc was; otherwise the failing rank shows its
  * lines and every rank returns an error. */

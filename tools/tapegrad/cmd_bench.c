@@ -17,7 +17,8 @@
 #define CMD "bench"
 
 static const char *help =
-    "usage: tapegrad bench [options]\n"
+    "usage: tapegrad bench [options]  (an attention module; --model gpt|classify:\n"
+    "       the GPTModel's training step, with the options after this part)\n"
     "\n"
     "Times one training step (forward, MSE loss against zeros, backward) of an\n"
     "attention module in training mode: one warm-up step, then --steps timed\n"
@@ -152,7 +153,8 @@ int tg_cmd_bench(int argc, char **argv)
         {.name = "--json", .type = TG_OPT_FLAG, .dest = &a.json},
     };
     int rc;
-    tg_cli_command c = {.name = CMD, .help = help, .opts = opts, .nopts = TG_CLI_NOPTS(opts)};
+    tg_cli_command c = {.name = CMD, .help = help, .opts = opts, .nopts = TG_CLI_NOPTS(opts),
+                        .help_more = {"\n", tg_cli_bench_gpt_help}};
     if (!tg_cli_parse(&c, argc, argv, &rc)) return rc;
     if (tg_numerics_parse(a.precision, &a.numerics) != TG_OK)
         return tg_cli_error(CMD, "--precision: '%.40s' is not one of exact, fast, bf16", a.precision);

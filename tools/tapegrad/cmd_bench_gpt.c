@@ -17,7 +17,7 @@
 
 #define CMD "bench"
 
-static const char *help =
+const char *const tg_cli_bench_gpt_help =
     "usage: tapegrad bench --model gpt|classify [MODEL] [options]\n"
     "\n"
     "Times one training step of the book's GPTModel (forward, cross-entropy on\n"
@@ -147,72 +147,58 @@ static int time_all_reduce_alone(tg_tape *tp, const tg_dist_ddp *ddp, int64_t re
 }
 
 /* t[phase][s] (ms): forward with the loss, backward, waiting for the
- * gradients' all-reduce, optimizer, whole step; then the all-reduces alone.
- * dist: data parallel (the global batch sliced, a ddp). */
+ * gradients' all-reduce, optimizer, whole step (the library's trainer's
+ * step, as pretrain and finetune take it); then the all-reduces alone.
+ * dist: under mpirun (the trainer slices the global batch, a ddp). */
 static int run(const gpt_bench_args *a, const tg_cli_model *mo, const tg_gpt_config *cfg, bool dist, double *t[T_N],
                gpt_bench_result *res)
 {
-    tg_tape *model_tape = tg_tape_new(), *step = tg_tape_new();
+    tg_tape *model_tape = tg_tape_new();
     tg_generator *g = tg_generator_new(7);
     int rc = TG_CLI_OK;
-    tg_module *gpt = model_tape && step && g ? tg_cli_model_build(model_tape, mo, cfg) : NULL;
+    tg_module *gpt = model_tape && g ? tg_cli_model_build(model_tape, mo, cfg) : NULL;
     tg_optimizer *opt = NULL;
-    tg_dist_ddp *ddp = NULL;
-    tg_tensor *x = NULL, *y = NULL;
+    tg_trainer *tr = NULL;
+    tg_batch b = {NULL, NULL};
     if (gpt && a->classify && make_classifier(model_tape, gpt, a, mo, cfg) != TG_OK) gpt = NULL;
     if (gpt) {
         res->trainable = tg_module_num_trainable_parameters(gpt);
         tg_cli_gpt_set_layers(gpt, false);
         tg_adam_options o = {4e-4, {0.9, 0.999}, 1e-8, 0.1, false};
         opt = tg_adamw_new(model_tape, gpt, o);
-        /* the same global batch on every rank, then this rank's rows */
-        x = opt ? random_ids(model_tape, a->batch, a->tokens, cfg->vocab_size, g) : NULL;
-        y = !x ? NULL
-            : a->classify ? random_ids(model_tape, 1, a->batch, 2, g)
-                          : random_ids(model_tape, a->batch, a->tokens, cfg->vocab_size, g);
+        /* the same global batch on every rank */
+        b.input = opt ? random_ids(model_tape, a->batch, a->tokens, cfg->vocab_size, g) : NULL;
+        b.target = !b.input ? NULL
+                   : a->classify ? random_ids(model_tape, 1, a->batch, 2, g)
+                                 : random_ids(model_tape, a->batch, a->tokens, cfg->vocab_size, g);
         int64_t nb = a->batch;
-        if (a->classify && y) y = tg_view(model_tape, y, 1, &nb); /* labels (B) */
-        if (dist && y) {
-            x = tg_dist_batch_slice(model_tape, x);
-            y = x ? tg_dist_batch_slice(model_tape, y) : NULL;
-        }
+        if (a->classify && b.target) b.target = tg_view(model_tape, b.target, 1, &nb); /* labels (B) */
     }
-    if (!y) rc = g ? tg_cli_lib_error(CMD, NULL) : tg_cli_error(CMD, "out of memory");
-    if (dist) rc = tg_cli_dist_ddp(CMD, rc, gpt, &ddp);
+    if (!b.target) rc = g ? tg_cli_lib_error(CMD, NULL) : tg_cli_error(CMD, "out of memory");
+    if (dist) rc = tg_cli_dist_agree(rc);
+    if (rc == TG_CLI_OK) {
+        tg_trainer_options o = {.model = gpt, .optimizer = opt, .loss = a->classify ? tg_loss_last : tg_loss_lm,
+                                .epochs = 1, .quiet = true};
+        if (!(tr = tg_trainer_new(&o))) rc = *tg_last_error() ? step_failed() : TG_CLI_USAGE;
+    }
     if (rc == TG_CLI_OK) tg_module_train(gpt, true);
-    int64_t flat[2] = {-1, cfg->vocab_size}, n = -1;
     for (int64_t s = -1; rc == TG_CLI_OK && s < a->steps; s++) { /* s = -1: the warm-up step */
         double t0 = tg_cli_now();
-        tg_optimizer_zero_grad(opt);
-        tg_tensor *logits = a->classify ? tg_gpt_forward_last(step, gpt, x) : tg_module_forward(step, gpt, x);
-        tg_tensor *loss = !logits     ? NULL
-                          : a->classify ? tg_cross_entropy(step, logits, y, TG_REDUCE_MEAN)
-                                        : tg_cross_entropy(step, tg_view(step, logits, 2, flat),
-                                                           tg_view(step, y, 1, &n), TG_REDUCE_MEAN);
+        if (tg_trainer_step(tr, 1, &b, NULL) != TG_OK) {
+            rc = step_failed();
+            break;
+        }
         double t1 = tg_cli_now();
-        if (!loss || tg_backward(loss, NULL, false) != TG_OK) {
-            rc = step_failed();
-            break;
-        }
-        double t2 = tg_cli_now();
-        if (ddp && tg_dist_ddp_sync(ddp) != TG_OK) {
-            rc = step_failed();
-            break;
-        }
-        double t3 = tg_cli_now();
-        if (tg_optimizer_step(opt) != TG_OK) {
-            rc = step_failed();
-            break;
-        }
-        res->tape_mib = (double)tg_tape_used(step) / (1024.0 * 1024.0);
-        tg_tape_reset(step);
-        double t4 = tg_cli_now();
+        tg_trainer_stats st;
+        tg_trainer_get_stats(tr, &st);
+        res->tape_mib = (double)st.step_tape_bytes / (1024.0 * 1024.0);
         if (s >= 0) {
-            double at[5] = {t0, t1, t2, t3, t4};
-            for (int k = 0; k < T_STEP; k++) t[k][s] = 1e3 * (at[k + 1] - at[k]);
-            t[T_STEP][s] = 1e3 * (t4 - t0);
+            double ph[T_STEP] = {st.forward_s, st.backward_s, st.sync_s, st.optimizer_s};
+            for (int k = 0; k < T_STEP; k++) t[k][s] = 1e3 * ph[k];
+            t[T_STEP][s] = 1e3 * (t1 - t0);
         }
     }
+    const tg_dist_ddp *ddp = tg_trainer_ddp(tr);
     if (rc == TG_CLI_OK && ddp) {
         tg_dist_ddp_get_stats(ddp, &res->dist);
         res->buckets = json_array();
@@ -222,11 +208,10 @@ static int run(const gpt_bench_args *a, const tg_cli_model *mo, const tg_gpt_con
             tg_dist_ddp_bucket(ddp, k, &first, &count, &bytes);
             json_array_append_new(res->buckets, json_integer((json_int_t)bytes));
         }
-        rc = time_all_reduce_alone(step, ddp, a->steps, t[T_ALONE]);
+        rc = time_all_reduce_alone(tg_trainer_tape(tr), ddp, a->steps, t[T_ALONE]);
     }
-    tg_dist_ddp_free(ddp);
+    tg_trainer_free(tr);
     tg_generator_free(g);
-    tg_tape_free(step);
     tg_tape_free(model_tape);
     return rc;
 }
@@ -252,7 +237,7 @@ int tg_cmd_bench_gpt(int argc, char **argv)
     tg_cli_model_defaults(&mo, 0);
     tg_gpt_config cfg;
     int rc;
-    tg_cli_command c = {.name = CMD, .help = help, .opts = own, .nopts = TG_CLI_NOPTS(own)};
+    tg_cli_command c = {.name = CMD, .help = tg_cli_bench_gpt_help, .opts = own, .nopts = TG_CLI_NOPTS(own)};
     if (!tg_cli_model_parse(&c, argc, argv, &mo, &cfg, &rc)) return rc;
     a.classify = strcmp(a.model, "classify") == 0;
     if (strcmp(a.model, "gpt") != 0 && !a.classify)
@@ -261,8 +246,6 @@ int tg_cmd_bench_gpt(int argc, char **argv)
         return tg_cli_error(CMD, "--lora-rank and --lora-alpha go with --model classify");
     if (a.lora_alpha_seen && !a.lora_rank_seen) return tg_cli_error(CMD, "--lora-alpha needs --lora-rank");
     if (a.lora_rank_seen && !a.lora_alpha_seen) a.lora_alpha = (double)a.lora_rank;
-    if (a.classify && tg_dist_launched() > 1)
-        return tg_cli_error(CMD, "--model classify runs in one process (not under mpirun)");
     if (!mo.context) cfg.context_length = a.tokens;
     if (a.tokens > cfg.context_length)
         return tg_cli_error(CMD, "--tokens %lld exceeds the model's context length %lld", (long long)a.tokens,

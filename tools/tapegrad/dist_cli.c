@@ -75,11 +75,3 @@ int tg_cli_dist_agree(int rc)
     if (failed == tg_dist_rank()) tg_cli_dist_show_errors();
     return rc != TG_CLI_OK ? rc : TG_CLI_USAGE;
 }
-
-int tg_cli_dist_ddp(const char *cmd, int rc, tg_module *model, tg_dist_ddp **ddp)
-{
-    /* twice: the ddp's broadcast is a collective every rank must reach */
-    if ((rc = tg_cli_dist_agree(rc)) != TG_CLI_OK) return rc;
-    if (!(*ddp = tg_dist_ddp_new(model, (tg_dist_ddp_options){0}))) rc = tg_cli_lib_error(cmd, NULL);
-    return tg_cli_dist_agree(rc);
-}
