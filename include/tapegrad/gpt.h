@@ -68,6 +68,17 @@ TG_API int tg_gpt_get_config(const tg_module *gpt, tg_gpt_config *out);
  * -1 with an error when out_head has no 2-D "weight". tg_gpt_get_config
  * keeps describing the body (vocab_size: the token embedding's rows). */
 TG_API int64_t tg_gpt_out_features(const tg_module *gpt);
+/* The book's fine-tuning surgery on a GPTModel. num_classes > 0 (chapter
+ * 6): after manual_seed(seed) out_head becomes a new Linear(emb_dim,
+ * num_classes), and the whole model is frozen. lora_rank > 0 (appendix E):
+ * the model frozen and every Linear, out_head included, wrapped in LoRA
+ * (tg_lora_replace_linear with rank and alpha); otherwise a classifier's
+ * last transformer block, final_norm and out_head train again. Both 0:
+ * nothing changes. New modules live in tp; they take the numerics and
+ * layers set on the model afterwards. TG_EINVAL for a module that is not a
+ * GPTModel or negative counts. */
+TG_API int tg_gpt_prepare_finetune(tg_tape *tp, tg_module *gpt, int64_t num_classes, uint64_t seed, int64_t lora_rank,
+                                   double lora_alpha);
 /* model(ids)[:, -1, :]: the logits of the last position (B, out_features),
  * what chapter 6's classifier reads. Under TG_NUMERICS_EXACT computed as the
  * book does (every position's logits, then the select: PyTorch's bits);

@@ -513,3 +513,30 @@ int tg_gpt_get_config(const tg_module *gpt, tg_gpt_config *out)
     *out = ((const gpt_state *)tg_module_state_const(gpt))->cfg;
     return TG_OK;
 }
+
+int tg_gpt_prepare_finetune(tg_tape *tp, tg_module *gpt, int64_t num_classes, uint64_t seed, int64_t lora_rank,
+                            double lora_alpha)
+{
+    tg_gpt_config cfg;
+    int st = tg_gpt_get_config(gpt, &cfg);
+    if (st != TG_OK) return st;
+    if (num_classes < 0 || lora_rank < 0)
+        return tg_error_status(TG_EINVAL, "gpt_prepare_finetune: num_classes %lld and lora_rank %lld must be >= 0",
+                               (long long)num_classes, (long long)lora_rank);
+    if (num_classes > 0) {
+        /* torch.manual_seed(s); model.out_head = Linear(emb_dim, num_classes) */
+        tg_manual_seed(seed);
+        tg_module *head = tg_linear_new(tp, cfg.emb_dim, num_classes, true);
+        if (!head || (st = tg_module_add_module(gpt, "out_head", head)) != TG_OK) return head ? st : TG_ENOMEM;
+    }
+    if ((num_classes > 0 || lora_rank > 0) && (st = tg_module_requires_grad_(gpt, false)) != TG_OK) return st;
+    if (lora_rank > 0) return tg_lora_replace_linear(tp, gpt, lora_rank, lora_alpha);
+    if (num_classes == 0) return TG_OK;
+    /* trf_blocks[-1], final_norm and out_head train */
+    char last[48];
+    snprintf(last, sizeof last, "trf_blocks.%lld", (long long)cfg.n_layers - 1);
+    const char *parts[3] = {last, "final_norm", "out_head"};
+    for (int k = 0; k < 3; k++)
+        if ((st = tg_module_requires_grad_(tg_module_get_submodule(gpt, parts[k]), true)) != TG_OK) return st;
+    return TG_OK;
+}

@@ -186,18 +186,6 @@ typedef struct {
     "                       --dist makes a missing mpirun an error); the table is\n"                 \
     "                       the one-process table\n"                                                 \
     "  --json               end with one JSON line (the rows and the task's values)\n"
-/* finetune instruct (tools/tapegrad/finetune_text.c): the book's
- * generate(model, idx, max_new_tokens, context_size, eos_id) with the model
- * in the mode it is in (in training mode with dropout, each id from the
- * whole window's forward, drawing the masks PyTorch draws); and the
- * response in text (len bytes, of which the first prompt_len are the
- * prompt): the rest with every "### Response:" removed, stripped as
- * Python's str.strip() strips (malloc'd; NULL when out of memory). text is
- * changed. */
-int tg_cli_generate_in_mode(tg_tape *tp, tg_module *gpt, const tg_gpt_config *cfg, const int64_t *prompt,
-                            int64_t n_prompt, int64_t max_new, int64_t eos, int64_t *out, int64_t *n_out);
-char *tg_cli_response_text(char *text, size_t len, size_t prompt_len);
-
 /* TG_CLI_OK when every id of ids[0..n) is below vocab; else the line
  * "what: id N is outside the model's vocabulary (--vocab V)". */
 int tg_cli_check_ids(const char *cmd, const char *what, const int64_t *ids, int64_t n, int64_t vocab);

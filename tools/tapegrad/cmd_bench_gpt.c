@@ -83,25 +83,13 @@ static tg_tensor *random_ids(tg_tape *tp, int64_t B, int64_t T, int64_t vocab, t
     return t;
 }
 
-/* The book's chapter-6 classifier on gpt: after manual_seed(seed) a new
- * out_head Linear(emb, 2), everything frozen, then LoRA adapters on every
- * Linear or the last block, final norm and head trainable again. */
-static int make_classifier(tg_tape *tp, tg_module *gpt, const gpt_bench_args *a, const tg_cli_model *mo,
-                           const tg_gpt_config *cfg)
+/* The book's chapter-6 classifier on gpt (tg_gpt_prepare_finetune): a
+ * new out_head Linear(emb, 2), then LoRA adapters on every Linear or the
+ * last block, final norm and head trainable. */
+static int make_classifier(tg_tape *tp, tg_module *gpt, const gpt_bench_args *a, const tg_cli_model *mo)
 {
-    tg_manual_seed(mo->seed);
-    tg_module *head = tg_linear_new(tp, cfg->emb_dim, 2, true);
-    if (!head || tg_module_add_module(gpt, "out_head", head) != TG_OK || tg_module_requires_grad_(gpt, false) != TG_OK)
-        return TG_EINVAL;
-    if (a->lora_rank_seen) {
-        if (tg_lora_replace_linear(tp, gpt, a->lora_rank, a->lora_alpha) != TG_OK) return TG_EINVAL;
-    } else {
-        char last[48];
-        snprintf(last, sizeof last, "trf_blocks.%lld", (long long)cfg->n_layers - 1);
-        const char *parts[3] = {last, "final_norm", "out_head"};
-        for (int k = 0; k < 3; k++)
-            if (tg_module_requires_grad_(tg_module_get_submodule(gpt, parts[k]), true) != TG_OK) return TG_EINVAL;
-    }
+    int st = tg_gpt_prepare_finetune(tp, gpt, 2, mo->seed, a->lora_rank_seen ? a->lora_rank : 0, a->lora_alpha);
+    if (st != TG_OK) return st;
     tg_module_set_numerics(gpt, mo->numerics);
     tg_cli_gpt_set_layers(gpt, false);
     return TG_OK;
@@ -160,7 +148,7 @@ static int run(const gpt_bench_args *a, const tg_cli_model *mo, const tg_gpt_con
     tg_optimizer *opt = NULL;
     tg_trainer *tr = NULL;
     tg_batch b = {NULL, NULL};
-    if (gpt && a->classify && make_classifier(model_tape, gpt, a, mo, cfg) != TG_OK) gpt = NULL;
+    if (gpt && a->classify && make_classifier(model_tape, gpt, a, mo) != TG_OK) gpt = NULL;
     if (gpt) {
         res->trainable = tg_module_num_trainable_parameters(gpt);
         tg_cli_gpt_set_layers(gpt, false);

@@ -11,14 +11,12 @@
  * head, LoRA's A matrices, the loaders' seeds, dropout), so a seeded run
  * with --precision exact prints what the book's code prints under PyTorch
  * for the same data. */
-#include "cli.h"
+#include "finetune.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define PAD_ID 50256 /* <|endoftext|>: the book's padding and end of a response */
 
 static const char *classify_help =
     "usage: tapegrad finetune classify --train T.csv --val V.csv [--test X.csv] [MODEL] [options]\n"
@@ -78,159 +76,10 @@ static const char *end_help =
     "\n"
     "Exit status: 0 ok, 1 the loss diverged, 2 bad arguments or bad input.\n";
 
-typedef struct {
-    bool instruct;
-    const char *cmd;
-    const char *train, *val, *test, *data, *init, *hf;
-    int64_t max_length, limit, allowed_max, max_new, epochs, batch, eval_freq, eval_iter, lora_rank;
-    double lr, weight_decay, lora_alpha;
-    bool max_length_seen, limit_seen, lora_rank_seen, lora_alpha_seen, composed;
-    tg_cli_train t;
-} ft_args;
-
-typedef struct {
-    const ft_args *a;
-    const char *cmd;
-    tg_gpt_config cfg;
-    uint64_t seed;
-    tg_tokenizer *tok;
-    tg_module *gpt;
-    tg_optimizer *opt;
-    tg_tape *model_tape;
-    /* the sets: classify train, val, test; instruct train, val, test */
-    tg_class_dataset *cls[3];
-    tg_instruction_data *entries;
-    tg_instruction_dataset *ins[3];
-    tg_instruction_batches ib[3];
-    int64_t ins_begin[3];
-    tg_data set[3];
-    uint64_t digest; /* of every set's ids: a checkpoint's data */
-} ft_run;
-
-enum { TRAIN = 0, VAL = 1, TEST = 2 };
-
 static uint64_t fnv1a(uint64_t h, const int64_t *v, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) h = (h ^ (uint64_t)v[i]) * 1099511628211ull;
     return h;
-}
-
-/* ---- the task's lines ------------------------------------------------------------------------ */
-
-/* The ids of text (<|endoftext|> allowed), malloc'd with room for extra more. */
-static int encode(ft_run *r, const char *text, int64_t extra, int64_t **ids, int64_t *n)
-{
-    int64_t *raw = NULL;
-    size_t nr = 0;
-    if (tg_tokenizer_encode(r->tok, text, strlen(text), &raw, &nr) != TG_OK) return TG_EINVAL;
-    *ids = realloc(raw, sizeof *raw * (nr + (size_t)extra + 1));
-    if (!*ids) {
-        free(raw);
-        return tg_error_status(TG_ENOMEM, "out of memory");
-    }
-    *n = (int64_t)nr;
-    return TG_OK;
-}
-
-/* format_input(entry)'s continuation by the model in its mode: the prompt,
- * the decoded text (malloc'd) and its length. */
-static int continue_prompt(ft_run *r, tg_trainer *tr, const tg_instruction *e, int64_t max_new, int64_t eos,
-                           char **prompt, char **text, size_t *len)
-{
-    int64_t *ids = NULL, n = 0, got = 0;
-    *text = NULL;
-    if (!(*prompt = tg_format_input(e))) return TG_ENOMEM;
-    int st = encode(r, *prompt, max_new, &ids, &n);
-    if (st == TG_OK)
-        st = tg_cli_generate_in_mode(tg_trainer_tape(tr), r->gpt, &r->cfg, ids, n, max_new, eos, ids, &got);
-    if (st == TG_OK) st = tg_tokenizer_decode_text(r->tok, ids, (size_t)got, text, len);
-    free(ids);
-    return st;
-}
-
-/* generate_and_print_sample: eval mode, 50 greedy ids from the first
- * validation entry's prompt, newlines shown as spaces; training mode after. */
-static int instruct_epoch_end(tg_trainer *tr, int64_t epoch, void *task)
-{
-    (void)epoch;
-    ft_run *r = task;
-    int st = TG_OK;
-    if (tg_trainer_is_lead(tr)) {
-        const tg_instruction *e = tg_instruction_data_get(r->entries, r->ins_begin[VAL]);
-        char *prompt = NULL, *text = NULL;
-        size_t len = 0;
-        tg_module_train(r->gpt, false);
-        st = e ? continue_prompt(r, tr, e, 50, -1, &prompt, &text, &len) : TG_EINVAL;
-        for (size_t i = 0; st == TG_OK && i < len; i++)
-            if (text[i] == '\n') text[i] = ' ';
-        if (st == TG_OK) st = tg_trainer_printf(tr, "%s", text);
-        free(prompt);
-        free(text);
-    }
-    tg_module_train(r->gpt, true);
-    return st;
-}
-
-/* For each test entry: the prompt, the expected output and the model's
- * response (in the mode the book leaves the model: training), as the book
- * prints them. */
-static int instruct_end(tg_trainer *tr, void *task)
-{
-    ft_run *r = task;
-    int64_t n = tg_instruction_dataset_len(r->ins[TEST]);
-    int st = TG_OK;
-    for (int64_t i = 0; i < n && st == TG_OK && tg_trainer_is_lead(tr); i++) {
-        const tg_instruction *e = tg_instruction_data_get(r->entries, r->ins_begin[TEST] + i);
-        char *prompt = NULL, *text = NULL, *resp = NULL;
-        size_t len = 0;
-        st = e ? continue_prompt(r, tr, e, r->a->max_new, PAD_ID, &prompt, &text, &len) : TG_EINVAL;
-        if (st == TG_OK && !(resp = tg_cli_response_text(text, len, strlen(prompt))))
-            st = tg_error_status(TG_ENOMEM, "out of memory");
-        if (st == TG_OK) st = tg_trainer_record_text(tr, "responses", resp);
-        if (st == TG_OK)
-            st = tg_trainer_printf(tr, "%s\n\nCorrect response:\n>> %s\n\nModel response:\n>> %s\n"
-                                       "-------------------------------------",
-                                   prompt, e->output, resp);
-        free(prompt);
-        free(text);
-        free(resp);
-    }
-    return st;
-}
-
-/* Chapter 6's accuracies over --eval-iter batches after each epoch. */
-static int classify_epoch_end(tg_trainer *tr, int64_t epoch, void *task)
-{
-    (void)epoch;
-    ft_run *r = task;
-    double acc[2];
-    int st = TG_OK;
-    for (int k = 0; k < 2 && st == TG_OK; k++) st = tg_trainer_accuracy(tr, &r->set[k], r->a->eval_iter, &acc[k]);
-    tg_trainer_stats s;
-    tg_trainer_get_stats(tr, &s);
-    if (st == TG_OK) st = tg_trainer_record(tr, "train_accuracy", acc[0]);
-    if (st == TG_OK) st = tg_trainer_record(tr, "val_accuracy", acc[1]);
-    if (st == TG_OK) st = tg_trainer_record(tr, "accuracy_seen", (double)s.seen);
-    if (st == TG_OK)
-        st = tg_trainer_printf(tr, "Training accuracy: %.2f%% | Validation accuracy: %.2f%%", acc[0] * 100,
-                               acc[1] * 100);
-    return st;
-}
-
-/* After training: the accuracies over the whole loaders. */
-static int classify_end(tg_trainer *tr, void *task)
-{
-    ft_run *r = task;
-    static const char *const label[3] = {"Training", "Validation", "Test"};
-    int st = TG_OK;
-    for (int k = 0; k < 3 && st == TG_OK; k++) {
-        double acc;
-        if (!r->set[k].loader) continue;
-        if ((st = tg_trainer_accuracy(tr, &r->set[k], 0, &acc)) == TG_OK)
-            st = tg_trainer_printf(tr, "%s accuracy: %.2f%%", label[k], acc * 100);
-        if (st == TG_OK && k == TEST) st = tg_trainer_record(tr, "test_accuracy", acc);
-    }
-    return st;
 }
 
 /* ---- data ---------------------------------------------------------------------------------------- */
@@ -327,27 +176,11 @@ static int build_model(ft_run *r, const tg_cli_model *m)
     tg_cli_gpt_set_layers(r->gpt, a->composed);
     if (a->init && tg_module_load(r->gpt, a->init) != TG_OK) return tg_cli_lib_error(r->cmd, "--init");
     if (a->hf && tg_gpt_load_hf(r->gpt, a->hf) != TG_OK) return tg_cli_lib_error(r->cmd, "--hf");
-    if (!a->instruct) {
-        /* torch.manual_seed(s); model.out_head = Linear(emb_dim, num_classes) */
-        tg_manual_seed(r->seed);
-        tg_module *head = tg_linear_new(r->model_tape, r->cfg.emb_dim, num_classes(r), true);
-        if (!head || tg_module_add_module(r->gpt, "out_head", head) != TG_OK) return tg_cli_lib_error(r->cmd, NULL);
-    }
-    if (a->lora_rank_seen || !a->instruct) {
-        if (tg_module_requires_grad_(r->gpt, false) != TG_OK) return tg_cli_lib_error(r->cmd, NULL);
-    }
-    if (a->lora_rank_seen) {
-        if (tg_lora_replace_linear(r->model_tape, r->gpt, a->lora_rank, a->lora_alpha) != TG_OK)
-            return tg_cli_lib_error(r->cmd, "--lora-rank");
-    } else if (!a->instruct) {
-        /* trf_blocks[-1], final_norm and out_head train */
-        char last[48];
-        snprintf(last, sizeof last, "trf_blocks.%lld", (long long)r->cfg.n_layers - 1);
-        const char *parts[3] = {last, "final_norm", "out_head"};
-        for (int k = 0; k < 3; k++)
-            if (tg_module_requires_grad_(tg_module_get_submodule(r->gpt, parts[k]), true) != TG_OK)
-                return tg_cli_lib_error(r->cmd, NULL);
-    }
+    /* classify: torch.manual_seed(s); model.out_head = Linear(emb_dim,
+     * num_classes); freezing; LoRA or the last block trainable */
+    if (tg_gpt_prepare_finetune(r->model_tape, r->gpt, a->instruct ? 0 : num_classes(r), r->seed,
+                                a->lora_rank_seen ? a->lora_rank : 0, a->lora_alpha) != TG_OK)
+        return tg_cli_lib_error(r->cmd, a->lora_rank_seen ? "--lora-rank" : NULL);
     /* the new modules run under the model's numerics and layers */
     tg_module_set_numerics(r->gpt, m->numerics);
     tg_cli_gpt_set_layers(r->gpt, a->composed);
@@ -358,53 +191,6 @@ static int build_model(ft_run *r, const tg_cli_model *m)
     if (!r->opt) return tg_cli_lib_error(r->cmd, NULL);
     if (a->instruct) tg_manual_seed(r->seed);
     return TG_CLI_OK;
-}
-
-/* ---- output ----------------------------------------------------------------------------------------- */
-
-static int json_out(const ft_run *r, const tg_trainer *tr)
-{
-    json_t *o = tg_cli_train_json(tr, r->a->instruct ? "tokens_seen" : "examples_seen");
-    if (r->a->instruct) {
-        json_object_set_new(o, "responses", tg_cli_json_series(tr, "responses"));
-    } else {
-        int64_t n;
-        const double *test = tg_trainer_series(tr, "test_accuracy", &n);
-        json_object_set_new(o, "train_accuracy", tg_cli_json_series(tr, "train_accuracy"));
-        json_object_set_new(o, "val_accuracy", tg_cli_json_series(tr, "val_accuracy"));
-        json_object_set_new(o, "test_accuracy", tg_cli_json_real(n ? test[0] : NAN));
-    }
-    json_object_set_new(o, "trainable_parameters", json_integer(tg_module_num_trainable_parameters(r->gpt)));
-    json_object_set_new(o, "precision", json_string(tg_numerics_name(tg_module_numerics(r->gpt))));
-    tg_cli_json_bf16(o, tg_module_numerics(r->gpt));
-    return tg_cli_print_json(r->cmd, o, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(17));
-}
-
-/* --plot FILE: the loss plot; the classifier's accuracy plot beside it. */
-static int write_plots(const ft_run *r, const tg_trainer *tr, const char *path)
-{
-    const char *top = r->a->instruct ? "Tokens seen" : "Examples seen";
-    char title[64];
-    snprintf(title, sizeof title, "tapegrad %s", r->cmd);
-    int rc = tg_cli_train_plot(r->cmd, path, tr, title, top, (double)r->a->epochs);
-    if (rc != TG_CLI_OK || r->a->instruct) return rc;
-    int64_t n, k;
-    const double *tra = tg_trainer_series(tr, "train_accuracy", &n), *va = tg_trainer_series(tr, "val_accuracy", &k);
-    const double *seen = tg_trainer_series(tr, "accuracy_seen", &k);
-    size_t len = strlen(path), stem = len >= 4 && strcmp(path + len - 4, ".svg") == 0 ? len - 4 : len;
-    char *acc = malloc(len + 16);
-    tg_cli_loss_row *rows = malloc(sizeof *rows * (size_t)(n ? n : 1));
-    if (acc && rows) {
-        snprintf(acc, len + 16, "%.*s-accuracy.svg", (int)stem, path);
-        for (int64_t i = 0; i < n; i++) rows[i] = (tg_cli_loss_row){i + 1, i + 1, (int64_t)seen[i], tra[i], va[i]};
-        int st = tg_cli_svg_values_plot(acc, title, "Accuracy", top, (double)r->a->epochs, n, rows);
-        rc = st == 0 ? TG_CLI_OK : tg_cli_error(r->cmd, "--plot: cannot write '%.300s'", acc);
-    } else {
-        rc = tg_cli_error(r->cmd, "out of memory");
-    }
-    free(rows);
-    free(acc);
-    return rc;
 }
 
 /* ---- the run ---------------------------------------------------------------------------------------- */
@@ -465,15 +251,15 @@ static int run(ft_run *r, const tg_cli_model *m)
                             .loss = a->instruct ? tg_loss_lm : tg_loss_last, .task = r, .epochs = a->epochs,
                             .eval_freq = a->eval_freq, .eval_iter = a->eval_iter, .count_tokens = a->instruct,
                             .n_identity = FT_NIDENTITY, .identity = id,
-                            .on_epoch_end = a->instruct ? instruct_epoch_end : classify_epoch_end,
-                            .on_train_end = a->instruct ? instruct_end : classify_end};
+                            .on_epoch_end = a->instruct ? tg_ft_instruct_epoch_end : tg_ft_classify_epoch_end,
+                            .on_train_end = a->instruct ? tg_ft_instruct_end : tg_ft_classify_end};
     tg_cli_train_options(&a->t, &o);
     tg_trainer *tr;
     rc = tg_cli_train_run(r->cmd, rc, &o, &tr);
     if (rc == TG_CLI_OK && tg_trainer_is_lead(tr)) {
         if (a->t.save && tg_module_save(r->gpt, a->t.save) != TG_OK) rc = tg_cli_lib_error(r->cmd, "--save");
-        if (rc == TG_CLI_OK && a->t.plot) rc = write_plots(r, tr, a->t.plot);
-        if (rc == TG_CLI_OK && a->t.json) rc = json_out(r, tr);
+        if (rc == TG_CLI_OK && a->t.plot) rc = tg_ft_write_plots(r, tr, a->t.plot);
+        if (rc == TG_CLI_OK && a->t.json) rc = tg_ft_json(r, tr);
         if (rc == TG_CLI_OK && !a->t.json) {
             tg_cli_train_summary(tr, a->instruct ? "tokens" : "examples");
             fprintf(stderr, "%lld trainable parameters\n", (long long)tg_module_num_trainable_parameters(r->gpt));

@@ -1,0 +1,53 @@
+/* tapegrad finetune's task (tools/tapegrad/cmd_finetune.c wires it to the
+ * library's trainer): the run's settings and data, and the book's lines
+ * after each epoch and after training (tools/tapegrad/finetune_task.c). */
+#ifndef TAPEGRAD_FINETUNE_H
+#define TAPEGRAD_FINETUNE_H
+
+#include "cli.h"
+
+#define PAD_ID 50256 /* <|endoftext|>: the book's padding and end of a response */
+
+typedef struct {
+    bool instruct;
+    const char *cmd;
+    const char *train, *val, *test, *data, *init, *hf;
+    int64_t max_length, limit, allowed_max, max_new, epochs, batch, eval_freq, eval_iter, lora_rank;
+    double lr, weight_decay, lora_alpha;
+    bool max_length_seen, limit_seen, lora_rank_seen, lora_alpha_seen, composed;
+    tg_cli_train t;
+} ft_args;
+
+typedef struct {
+    const ft_args *a;
+    const char *cmd;
+    tg_gpt_config cfg;
+    uint64_t seed;
+    tg_tokenizer *tok;
+    tg_module *gpt;
+    tg_optimizer *opt;
+    tg_tape *model_tape;
+    /* the sets: classify train, val, test; instruct train, val, test */
+    tg_class_dataset *cls[3];
+    tg_instruction_data *entries;
+    tg_instruction_dataset *ins[3];
+    tg_instruction_batches ib[3];
+    int64_t ins_begin[3];
+    tg_data set[3];
+    uint64_t digest; /* of every set's ids: a checkpoint's data */
+} ft_run;
+
+enum { TRAIN = 0, VAL = 1, TEST = 2 };
+
+/* The trainer's callbacks (task: the ft_run): chapter 7's sample after
+ * each epoch and the test entries' responses; chapter 6's accuracies after
+ * each epoch and over the whole sets after training. */
+int tg_ft_instruct_epoch_end(tg_trainer *tr, int64_t epoch, void *task);
+int tg_ft_instruct_end(tg_trainer *tr, void *task);
+int tg_ft_classify_epoch_end(tg_trainer *tr, int64_t epoch, void *task);
+int tg_ft_classify_end(tg_trainer *tr, void *task);
+/* --json's line; --plot's loss plot and the classifier's accuracy plot. */
+int tg_ft_json(const ft_run *r, const tg_trainer *tr);
+int tg_ft_write_plots(const ft_run *r, const tg_trainer *tr, const char *path);
+
+#endif
