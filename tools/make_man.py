@@ -151,6 +151,9 @@ def page(exe, version):
     out = [
         '.\\" tapegrad.1: made by tools/make_man.py from the --help texts of tapegrad %s.' % version,
         '.TH TAPEGRAD 1 "" "tapegrad %s" "User Commands"' % esc(version),
+        # left-aligned and not hyphenated: an option is never split at a line's end
+        ".ad l",
+        ".nh",
         ".SH NAME",
         "tapegrad \\- " + esc(name),
         ".SH SYNOPSIS",
@@ -189,10 +192,16 @@ def page(exe, version):
         "docs/pretraining.md and docs/fine-tuning.md the GPT-2 commands, docs/numerics.md the",
         "\\fB\\-\\-precision\\fR policies and docs/many-processes.md training under",
         ".BR mpirun (1).",
-        "The library's installed examples are in share/tapegrad/examples/; a program builds against",
-        "the library with",
+        ".PP",
+        "The library's examples are installed in <prefix>/share/tapegrad/examples/; a program builds",
+        "against the library with",
         ".BR pkg\\-config (1):",
-        ".B cc prog.c $(pkg\\-config \\-\\-cflags \\-\\-libs tapegrad)",
+        ".PP",
+        ".RS",
+        ".nf",
+        "cc prog.c $(pkg\\-config \\-\\-cflags \\-\\-libs tapegrad)",
+        ".fi",
+        ".RE",
     ]
     return "\n".join(out) + "\n"
 
