@@ -1,42 +1,55 @@
 #!/usr/bin/env python3
-"""Checks that the README quotes its example programs whole.
+"""Checks that the documentation quotes its example programs whole.
 
-Every code block preceded by a marker line `<!-- examples/NAME.c -->` must be
-the text of that file exactly, so the programs the README shows are the ones
-the test suite compiles and runs (suite `examples`).
+Every code block preceded by a marker line `<!-- examples/NAME.c -->`, in
+README.md or any page docs/*.md, must be the text of that file exactly, so
+the programs the documentation shows are the ones the test suite compiles
+and runs (suite `examples`).
 
     tests/readme_examples.py SOURCE_ROOT NAME.c [NAME.c ...]
 
-The names given must each be quoted once.
+The names given must each be quoted once in all those files together.
 """
 import pathlib
 import re
 import sys
 
 
+def documents(root):
+    """README.md, then docs/*.md in name order, as (path relative to root, text)."""
+    paths = [root / "README.md"] + sorted((root / "docs").glob("*.md"))
+    return [(p.relative_to(root).as_posix(), p.read_text(encoding="utf-8")) for p in paths if p.is_file()]
+
+
 def main():
     root = pathlib.Path(sys.argv[1])
     want = sys.argv[2:]
-    readme = (root / "README.md").read_text(encoding="utf-8")
-    blocks = re.findall(r"^<!-- (examples/[\w.]+) -->\n```c\n(.*?)^```$", readme, re.S | re.M)
+    docs = documents(root)
     quoted = {}
-    for path, body in blocks:
-        quoted.setdefault(path, []).append(body)
+    for doc, text in docs:
+        for m in re.finditer(r"^<!-- (examples/[\w.]+) -->\n```c\n(.*?)^```$", text, re.S | re.M):
+            where = "%s:%d" % (doc, text.count("\n", 0, m.start()) + 1)
+            quoted.setdefault(m.group(1), []).append((where, m.group(2)))
+    searched = ", ".join(doc for doc, _ in docs)
     passed = failed = 0
     for name in want:
         path = "examples/" + name
-        bodies = quoted.get(path, [])
+        quotes = quoted.get(path, [])
         text = (root / path).read_text(encoding="utf-8")
-        if len(bodies) != 1:
-            print("FAIL %s: quoted %d times in README.md (want once, after <!-- %s -->)" % (path, len(bodies), path))
+        if len(quotes) != 1:
+            where = " (at %s)" % ", ".join(w for w, _ in quotes) if quotes else ""
+            print("FAIL %s: quoted %d times%s (want once, after <!-- %s -->, in one of %s)"
+                  % (path, len(quotes), where, path, searched))
             failed += 1
-        elif bodies[0] != text:
-            a, b = bodies[0].splitlines(), text.splitlines()
+            continue
+        where, body = quotes[0]
+        if body != text:
+            a, b = body.splitlines(), text.splitlines()
             line = next((i for i in range(min(len(a), len(b))) if a[i] != b[i]), min(len(a), len(b)))
-            print("FAIL %s: README.md's copy differs from the file at line %d" % (path, line + 1))
+            print("FAIL %s: the copy at %s differs from the file at the file's line %d" % (path, where, line + 1))
             failed += 1
         else:
-            print("ok   %s (%d lines)" % (path, len(text.splitlines())))
+            print("ok   %s (%d lines, quoted at %s)" % (path, len(text.splitlines()), where))
             passed += 1
     print("%d passed, %d failed" % (passed, failed))
     return 1 if failed else 0

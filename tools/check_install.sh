@@ -29,7 +29,9 @@
 #       as the machine is noisy); `pkg-config --variable=datadir tapegrad`
 #       is the installed vocabulary's folder, and the installed tapegrad and
 #       gpt_generate (run with no argument in (c): tg_tokenizer_load_dir(NULL))
-#       find it with TAPEGRAD_DATA unset.
+#       find it with TAPEGRAD_DATA unset;
+#   (g) the man page is installed as <prefix>/share/man/man1/tapegrad.1, the
+#       build's page (tools/make_man.py), so `man tapegrad` finds it.
 # Every step runs; the offending names are printed. Exit status 0 if all
 # passed, 1 if any failed, 2 if the build or install itself failed.
 #
@@ -244,6 +246,18 @@ else
   if ! within "$ratio"; then fail "(f) bench: more than ${BENCH_RATIO}x apart: $msg"
   elif [ -n "$ompdir" ] && [[ "$blas" != *"(OpenMP build)" ]]; then fail "(f) bench: the installed tapegrad runs on $blas"
   else pass "(f) bench: $msg"; fi
+fi
+
+echo "=== check_install: (g) the man page ==="
+man_page=$PREFIX/share/man/man1/tapegrad.1
+if [ ! -f "$man_page" ]; then
+  fail "(g) tapegrad.1: not installed as share/man/man1/tapegrad.1$(find "$PREFIX" -name 'tapegrad.1*' | sed "s|^$PREFIX/| (found: |; s|$|)|" | head -n 1)"
+elif ! cmp -s "$man_page" "$BUILD/tapegrad.1"; then
+  fail "(g) tapegrad.1: share/man/man1/tapegrad.1 differs from the build's tapegrad.1"
+elif ! head -n 5 "$man_page" | grep -q '^\.TH TAPEGRAD 1 '; then
+  fail "(g) tapegrad.1: share/man/man1/tapegrad.1 has no '.TH TAPEGRAD 1' header"
+else
+  pass "(g) share/man/man1/tapegrad.1 ($(grep -c '^\.SS ' "$man_page") command sections)"
 fi
 
 if [ ${#failed[@]} -eq 0 ]; then echo "=== check_install: all passed ($((SECONDS)) s) ==="; exit 0; fi
