@@ -117,6 +117,17 @@ typedef struct {
     bool json;
 } train_args;
 
+/* The task: the student's MSE against the teacher's output, which only
+ * makes targets (no grad). */
+static tg_tensor *toy_loss(tg_tape *tp, tg_module *student, const tg_batch *b, void *teacher, double *weight)
+{
+    (void)weight;
+    bool prev = tg_set_grad_enabled(false);
+    tg_tensor *target = tg_module_forward(tp, teacher, b->input);
+    tg_set_grad_enabled(prev);
+    return tg_mse_loss(tp, tg_module_forward(tp, student, b->input), target, TG_REDUCE_MEAN);
+}
+
 static int run(tg_tape *model, tg_tape *step, double *losses, FILE *plot, const train_args *a)
 {
     bool wrapper = strcmp(a->module, "mha-wrapper") == 0;
@@ -126,8 +137,15 @@ static int run(tg_tape *model, tg_tape *step, double *losses, FILE *plot, const 
     if (!student) return tg_cli_lib_error(CMD, NULL);
     tg_sgd *opt = tg_sgd_new(model, student, (tg_sgd_options){.lr = a->lr, .momentum = a->momentum});
     if (!opt) return tg_cli_lib_error(CMD, NULL);
+    /* each step is the library's trainer's (zero_grad, loss, backward, SGD) */
+    tg_trainer *tr = tg_trainer_new(&(tg_trainer_options){
+        .model = student, .optimizer = opt, .loss = toy_loss, .task = teacher, .epochs = 1, .step_tape = step});
+    if (!tr) return tg_cli_lib_error(CMD, NULL);
     tg_generator *g = tg_generator_new(seed + 2);
-    if (!g) return tg_cli_error(CMD, "out of memory");
+    if (!g) {
+        tg_trainer_free(tr);
+        return tg_cli_error(CMD, "out of memory");
+    }
 
     const int64_t shape[3] = {BATCH, TOKENS, D_MODEL};
     int64_t every = a->steps >= 10 ? a->steps / 10 : 1;
@@ -137,17 +155,12 @@ static int run(tg_tape *model, tg_tape *step, double *losses, FILE *plot, const 
            wrapper ? "MultiHeadAttentionWrapper" : "MultiHeadAttention", D_MODEL, HEADS, TOKENS, BATCH,
            (long long)a->steps, a->lr, a->momentum);
     for (int64_t it = 0; it < a->steps; it++) {
-        tg_tensor *x = tg_rand(step, TG_F32, 3, shape, g);
-        bool prev = tg_set_grad_enabled(false); /* the teacher only makes targets */
-        tg_tensor *target = tg_module_forward(step, teacher, x);
-        tg_set_grad_enabled(prev);
-        tg_tensor *y = tg_module_forward(step, student, x);
-        tg_tensor *loss = tg_mse_loss(step, y, target, TG_REDUCE_MEAN);
-        if (!loss) {
+        tg_batch b = {tg_rand(step, TG_F32, 3, shape, g), NULL};
+        double l;
+        if (!b.input || tg_trainer_step(tr, 1, &b, &l) != TG_OK) {
             rc = tg_cli_lib_error(CMD, NULL);
             break;
         }
-        double l = tg_item(loss);
         losses[it] = l;
         if (!isfinite(l)) {
             fflush(stdout);
@@ -156,12 +169,6 @@ static int run(tg_tape *model, tg_tape *step, double *losses, FILE *plot, const 
             rc = TG_CLI_FAIL;
             break;
         }
-        tg_sgd_zero_grad(opt);
-        if (tg_backward(loss, NULL, false) != TG_OK || tg_sgd_step(opt) != TG_OK) {
-            rc = tg_cli_lib_error(CMD, NULL);
-            break;
-        }
-        tg_tape_reset(step); /* drops every activation: no malloc next step */
         if ((it + 1) % every == 0 || it == 0 || it + 1 == a->steps) {
             double el = tg_cli_now() - t0;
             printf("step %6lld/%lld  loss %.6e  %8.1f steps/s\n", (long long)it + 1, (long long)a->steps, l,
@@ -169,6 +176,7 @@ static int run(tg_tape *model, tg_tape *step, double *losses, FILE *plot, const 
             fflush(stdout);
         }
     }
+    tg_trainer_free(tr);
     double seconds = tg_cli_now() - t0;
     tg_generator_free(g);
     if (rc != TG_CLI_OK) return rc;
