@@ -486,6 +486,16 @@ finetune instruct --data $FT/instruction-40.json --limit 3 $FTTINY
 finetune instruct --data $FT/instruction-40.json --train $FT/train.csv
 finetune instruct --data $FT/instruction-40.json --allowed-max-length 0
 finetune instruct --data $FT/instruction-40.json $FTTINY --context 16
+finetune classify --train $FT/train.csv --val $FT/val.csv --checkpoint-every 3
+finetune classify --train $FT/train.csv --val $FT/val.csv --accumulate 0
+finetune classify --train $FT/train.csv --val $FT/val.csv --min-lr 1e-5
+finetune classify --train $FT/train.csv --val $FT/val.csv $FTTINY --warmup 1000
+finetune classify --train $FT/train.csv --val $FT/val.csv $FTTINY --resume $TMP/no/such/file
+finetune classify --train $FT/train.csv --val $FT/val.csv $FTTINY --resume $TMP/ck1
+finetune instruct --data $FT/instruction-40.json $FTTINY --checkpoint $TMP/no/such/dir/c.ckpt
+finetune instruct --data $FT/instruction-40.json $FTTINY --dist
+pretrain $TINY --accumulate 0
+pretrain $TINY --checkpoint-every 0
 generate --lora-alpha 4
 pretrain $TINY --dropout 0.2 --resume $TMP/ck1
 pretrain $TINY --batch 3 --resume $TMP/ck1

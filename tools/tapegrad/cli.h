@@ -186,6 +186,10 @@ typedef struct {
     "                       --dist makes a missing mpirun an error); the table is\n"                 \
     "                       the one-process table\n"                                                 \
     "  --json               end with one JSON line (the rows and the task's values)\n"
+/* The model's part of a training run's identity (tg_checkpoint_value):
+ * its sizes, biases, seed and dropout into v[0..TG_CLI_MODEL_NIDENTITY). */
+#define TG_CLI_MODEL_NIDENTITY 8
+int tg_cli_model_identity(const tg_gpt_config *c, uint64_t seed, tg_checkpoint_value *v);
 /* TG_CLI_OK when every id of ids[0..n) is below vocab; else the line
  * "what: id N is outside the model's vocabulary (--vocab V)". */
 int tg_cli_check_ids(const char *cmd, const char *what, const int64_t *ids, int64_t n, int64_t vocab);

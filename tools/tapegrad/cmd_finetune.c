@@ -224,29 +224,23 @@ static int load_data(ft_run *r)
     return TG_CLI_OK;
 }
 
-#define FT_NIDENTITY 14
+#define FT_NIDENTITY (TG_CLI_MODEL_NIDENTITY + 6)
 static int run(ft_run *r, const tg_cli_model *m)
 {
     const ft_args *a = r->a;
     int rc = load_data(r);
     if (rc == TG_CLI_OK) rc = build_model(r, m);
-    const tg_gpt_config *c = &r->cfg;
-    const tg_checkpoint_value id[FT_NIDENTITY] = {
-        {.name = "--vocab", .i = c->vocab_size},
-        {.name = "--context", .i = c->context_length},
-        {.name = "--emb", .i = c->emb_dim},
-        {.name = "--heads", .i = c->n_heads},
-        {.name = "--layers", .i = c->n_layers},
-        {.name = "--qkv-bias", .i = c->qkv_bias},
-        {.name = "--seed", .i = (int64_t)r->seed},
+    tg_checkpoint_value id[FT_NIDENTITY];
+    int k = tg_cli_model_identity(&r->cfg, r->seed, id);
+    const tg_checkpoint_value own[FT_NIDENTITY - TG_CLI_MODEL_NIDENTITY] = {
         {.name = "--lora-rank", .i = a->lora_rank_seen ? a->lora_rank : 0},
         {.name = "--allowed-max-length", .i = a->allowed_max},
         {.name = "the data", .i = (int64_t)r->digest, .differs = "was trained on other data"},
         {.name = "--init or --hf (1)", .i = a->init || a->hf},
-        {.name = "--dropout", .is_float = true, .f = c->drop_rate},
         {.name = "--weight-decay", .is_float = true, .f = a->weight_decay},
         {.name = "--lora-alpha", .is_float = true, .f = a->lora_rank_seen ? a->lora_alpha : 0},
     };
+    memcpy(id + k, own, sizeof own);
     tg_trainer_options o = {.model = r->gpt, .optimizer = r->opt, .train = r->set[TRAIN], .val = r->set[VAL],
                             .loss = a->instruct ? tg_loss_lm : tg_loss_last, .task = r, .epochs = a->epochs,
                             .eval_freq = a->eval_freq, .eval_iter = a->eval_iter, .count_tokens = a->instruct,

@@ -108,29 +108,21 @@ static int sample(tg_trainer *tr, int64_t epoch, void *task)
 
 /* What else must agree for a checkpoint to continue this run (the
  * trainer adds its own settings). */
-#define PT_NIDENTITY 15
+#define PT_NIDENTITY (TG_CLI_MODEL_NIDENTITY + 7)
 static void identity(const pt_run *r, tg_checkpoint_value *v)
 {
     const pt_args *a = r->a;
-    const tg_gpt_config *c = &r->cfg;
-    const tg_checkpoint_value id[PT_NIDENTITY] = {
-        {.name = "--vocab", .i = c->vocab_size},
-        {.name = "--context", .i = c->context_length},
-        {.name = "--emb", .i = c->emb_dim},
-        {.name = "--heads", .i = c->n_heads},
-        {.name = "--layers", .i = c->n_layers},
-        {.name = "--qkv-bias", .i = c->qkv_bias},
-        {.name = "--seed", .i = (int64_t)r->seed},
+    int k = tg_cli_model_identity(&r->cfg, r->seed, v);
+    const tg_checkpoint_value id[PT_NIDENTITY - TG_CLI_MODEL_NIDENTITY] = {
         {.name = "--stride", .i = a->stride},
         {.name = "--sample-tokens", .i = a->sample_tokens},
         {.name = "--text (its contents)", .i = (int64_t)r->text_hash, .differs = "was trained on another text"},
         {.name = "--optimizer adam (1) or adamw (0)", .i = strcmp(a->optimizer, "adam") == 0},
         {.name = "--fast-dropout", .i = a->fast_dropout},
-        {.name = "--dropout", .is_float = true, .f = c->drop_rate},
         {.name = "--weight-decay", .is_float = true, .f = a->weight_decay},
         {.name = "--train-ratio", .is_float = true, .f = a->train_ratio},
     };
-    memcpy(v, id, sizeof id);
+    memcpy(v + k, id, sizeof id);
 }
 
 /* Reads, splits and tokenizes the text; builds the loaders. */

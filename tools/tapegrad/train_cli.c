@@ -162,3 +162,19 @@ int tg_cli_check_ids(const char *cmd, const char *what, const int64_t *ids, int6
                                 (long long)ids[i], (long long)vocab);
     return TG_CLI_OK;
 }
+
+int tg_cli_model_identity(const tg_gpt_config *c, uint64_t seed, tg_checkpoint_value *v)
+{
+    const tg_checkpoint_value id[TG_CLI_MODEL_NIDENTITY] = {
+        {.name = "--vocab", .i = c->vocab_size},
+        {.name = "--context", .i = c->context_length},
+        {.name = "--emb", .i = c->emb_dim},
+        {.name = "--heads", .i = c->n_heads},
+        {.name = "--layers", .i = c->n_layers},
+        {.name = "--qkv-bias", .i = c->qkv_bias},
+        {.name = "--seed", .i = (int64_t)seed},
+        {.name = "--dropout", .is_float = true, .f = c->drop_rate},
+    };
+    memcpy(v, id, sizeof id);
+    return TG_CLI_MODEL_NIDENTITY;
+}
