@@ -199,6 +199,9 @@ static void test_table(void **state)
     double got;
     assert_int_equal(tg_trainer_step(tr, 2, b, &got), TG_OK);
     assert_true(fabs(got - want) <= 1e-7 * fabs(want));
+    tg_batch none = {NULL, NULL};
+    tu_assert_status_error(tg_trainer_step(tr, 1, &none, &got), "a batch needs an input");
+    tu_assert_status_error(tg_trainer_step(tr, 0, b, &got), "trainer_step: bad argument");
     tg_trainer_free(tr);
     run_free(&r);
 }

@@ -54,7 +54,7 @@ usage() {
 }
 
 ALL_TARGETS=(fuzz_safetensors fuzz_module_load fuzz_hf_load fuzz_tokenizer fuzz_csv fuzz_instruction_json fuzz_cli
-             fuzz_cli_args fuzz_input_spec)
+             fuzz_cli_args fuzz_input_spec fuzz_train_log)
 # --ci executions per target (the initial pass over the seed corpus included).
 # Measured on 2 cores, ASan+UBSan debug build: fuzz_cli runs whole commands
 # (~20 s to load its corpus, then a few hundred exec/s), the parsers run at
@@ -73,6 +73,7 @@ declare -A CI_RUNS=(
   [fuzz_cli]=20000
   [fuzz_cli_args]=2000000
   [fuzz_input_spec]=2000000
+  [fuzz_train_log]=20000
 )
 
 MODE=explore

@@ -469,12 +469,14 @@ static int micro_step(tg_trainer *tr, const tg_batch *b, int64_t n)
     double t0 = now();
     tg_tape *tp = tr->tp;
     tg_batch s = *b;
+    if (!b->input || b->input->ndim < 1)
+        return tg_error_status(TG_EINVAL, "trainer: a batch needs an input whose first dimension counts its rows");
     if (tr->size > 1) {
         s.input = tg_dist_batch_slice(tp, b->input);
         s.target = s.input ? tg_dist_batch_slice(tp, b->target) : NULL;
         if (!s.target) return TG_EINVAL;
     }
-    double w = (double)s.input->shape[0], all = w;
+    double w = (double)s.input->shape[0], all;
     tg_tensor *loss = tr->o.loss(tp, tr->o.model, &s, tr->o.task, &w);
     if (!loss) return TG_EINVAL;
     if (loss->ndim != 0 && tg_numel(loss) != 1)
