@@ -60,6 +60,9 @@ static void print_usage(void)
           stdout);
 }
 
+int tg_cli_num_commands(void) { return N_COMMANDS; }
+const char *tg_cli_command_name(int i) { return i >= 0 && i < N_COMMANDS ? commands[i].name : NULL; }
+
 /* "attention, train, ... or finetune" */
 static const char *command_names(void)
 {
@@ -108,8 +111,32 @@ int tg_cli_error(const char *cmd, const char *fmt, ...)
     return TG_CLI_USAGE;
 }
 
+bool tg_cli_help_check = false;
+
+/* Whether the help text of c names option `name` ("--lr" followed by
+ * neither a letter, a digit nor '-'). */
+static bool help_names(const tg_cli_command *c, const char *name)
+{
+    const char *texts[4] = {c->help, c->help_more[0], c->help_more[1], c->help_more[2]};
+    size_t n = strlen(name);
+    for (int k = 0; k < 4; k++)
+        for (const char *p = texts[k]; p && (p = strstr(p, name)); p += n) {
+            char after = p[n];
+            if (!(after == '-' || (after >= 'a' && after <= 'z') || (after >= '0' && after <= '9'))) return true;
+        }
+    return false;
+}
+
 bool tg_cli_parse(const tg_cli_command *c, int argc, char **argv, int *status)
 {
+    if (tg_cli_help_check) { /* every option this parse takes is in --help */
+        int missing = 0;
+        for (int i = 0; i < c->nopts; i++)
+            if (!help_names(c, c->opts[i].name))
+                missing++, tg_cli_error(c->name, "--help does not name %s", c->opts[i].name);
+        *status = missing ? TG_CLI_USAGE : TG_CLI_OK;
+        return false;
+    }
     char err[512];
     tg_args_status st = tg_cli_parse_options(argc, argv, c->opts, c->nopts, err, sizeof err);
     if (st == TG_ARGS_HELP) {

@@ -26,6 +26,10 @@ enum {
  * validates its arguments exactly as usual, then returns TG_CLI_OK before it
  * builds a module, opens a file or computes anything. */
 extern bool tg_cli_check_only;
+/* Help-check mode (tests/test_cli_help.c): a command's parse checks that
+ * its --help text names every option it takes instead of parsing, writes
+ * one error line for each one missing (status TG_CLI_USAGE), and returns. */
+extern bool tg_cli_help_check;
 /* Where tg_cli_error writes its line (NULL: stderr). */
 extern FILE *tg_cli_errfile;
 
@@ -35,6 +39,10 @@ void tg_cli_note_bf16(tg_numerics n);
 /* "bf16": "native" or "emulated" and "bf16_kernel": the kernels the
  * products ran on (tg_numerics_bf16_kernel), for a bf16 run's JSON. */
 void tg_cli_json_bf16(json_t *o, tg_numerics n);
+
+/* The commands of the table in cli.c: how many, and the name of command i. */
+int tg_cli_num_commands(void);
+const char *tg_cli_command_name(int i);
 
 /* The whole command line (argv[0] is the program name). */
 int tg_cli_main(int argc, char **argv);

@@ -289,16 +289,21 @@ static int finetune(int argc, char **argv)
     } else {
         return tg_cli_error("finetune", "expected classify or instruct, got '%.100s'", kind ? kind : "");
     }
-    const tg_opt own[] = {
+    /* each kind's own options, then the common ones */
+    const tg_opt classify_opts[] = {
         {.name = "--train", .type = TG_OPT_STRING, .dest = &a.train},
         {.name = "--val", .type = TG_OPT_STRING, .dest = &a.val},
         {.name = "--test", .type = TG_OPT_STRING, .dest = &a.test},
         {.name = "--max-length", .type = TG_OPT_INT, .dest = &a.max_length, .imin = 1, .imax = 65536,
          .seen = &a.max_length_seen},
+    };
+    const tg_opt instruct_opts[] = {
         {.name = "--data", .type = TG_OPT_STRING, .dest = &a.data},
         {.name = "--limit", .type = TG_OPT_INT, .dest = &a.limit, .imin = 1, .imax = INT32_MAX, .seen = &a.limit_seen},
         {.name = "--allowed-max-length", .type = TG_OPT_INT, .dest = &a.allowed_max, .imin = 1, .imax = 65536},
         {.name = "--max-new-tokens", .type = TG_OPT_INT, .dest = &a.max_new, .imin = 0, .imax = 100000},
+    };
+    const tg_opt common[] = {
         {.name = "--init", .type = TG_OPT_STRING, .dest = &a.init},
         {.name = "--hf", .type = TG_OPT_STRING, .dest = &a.hf},
         {.name = "--epochs", .type = TG_OPT_INT, .dest = &a.epochs, .imin = 1, .imax = 1000000},
@@ -314,6 +319,12 @@ static int finetune(int argc, char **argv)
         {.name = "--composed", .type = TG_OPT_FLAG, .dest = &a.composed},
         TG_CLI_TRAIN_OPTS(a.t),
     };
+    _Static_assert(sizeof classify_opts == sizeof instruct_opts, "each kind has 4 options of its own");
+    tg_opt own[TG_CLI_NOPTS(common) + 4];
+    int n_own = 4;
+    memcpy(own, a.instruct ? instruct_opts : classify_opts, sizeof classify_opts);
+    memcpy(own + n_own, common, sizeof common);
+    n_own += TG_CLI_NOPTS(common);
     tg_cli_model m;
     ft_run r = {.a = &a, .cmd = a.cmd};
     tg_cli_model_defaults(&m, 0);
@@ -322,12 +333,8 @@ static int finetune(int argc, char **argv)
         if (argv[i] && (strcmp(argv[i], "--hf") == 0 || strncmp(argv[i], "--hf=", 5) == 0)) m.qkv_bias = true;
     int rc;
     tg_cli_command c = {.name = a.cmd, .help = a.instruct ? instruct_help : classify_help, .opts = own,
-                        .nopts = TG_CLI_NOPTS(own), .help_more = {common_help, TG_CLI_TRAIN_HELP, end_help}};
+                        .nopts = n_own, .help_more = {common_help, TG_CLI_TRAIN_HELP, end_help}};
     if (!tg_cli_model_parse(&c, argc - 1, argv + 1, &m, &r.cfg, &rc)) return rc;
-    if (a.instruct && (a.train || a.val || a.test || a.max_length_seen))
-        return tg_cli_error(a.cmd, "--train, --val, --test and --max-length are classify's; instruct reads --data");
-    if (!a.instruct && (a.data || a.limit_seen))
-        return tg_cli_error(a.cmd, "--data and --limit are instruct's; classify reads --train, --val and --test");
     if (a.instruct && !a.data) return tg_cli_error(a.cmd, "--data FILE.json is required");
     if (!a.instruct && (!a.train || !a.val)) return tg_cli_error(a.cmd, "--train and --val are required");
     if (a.init && a.hf) return tg_cli_error(a.cmd, "--init and --hf are exclusive");

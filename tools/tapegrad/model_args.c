@@ -69,7 +69,8 @@ bool tg_cli_model_parse(const tg_cli_command *c, int argc, char **argv, tg_cli_m
     }
     if (c->nopts) memcpy(opts, c->opts, sizeof *opts * (size_t)c->nopts);
     int n = c->nopts + model_opts(m, opts + c->nopts);
-    tg_cli_command all = {.name = c->name, .help = c->help, .opts = opts, .nopts = n};
+    tg_cli_command all = {.name = c->name, .help = c->help, .opts = opts, .nopts = n,
+                          .help_more = {c->help_more[0], c->help_more[1], c->help_more[2]}};
     if (!tg_cli_parse(&all, argc, argv, status)) return false;
     *status = model_config(c->name, m, cfg);
     return *status == TG_CLI_OK;
