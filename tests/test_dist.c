@@ -146,6 +146,23 @@ static void test_buckets(void **state)
         tg_dist_ddp_free(d);
         for (int i = 0; i < pl.n; i++) assert_null(pl.tensors[i]->grad);
     }
+    /* frozen parameters are left out: only the last block, the final norm
+     * and the head of a chapter-6 classifier, and they keep no .grad */
+    assert_int_equal(tg_gpt_prepare_finetune(mt, gpt, 2, 3, 0, 0), TG_OK);
+    assert_int_equal(tg_module_named_parameters(tp, gpt, &pl), TG_OK);
+    int64_t trainable = 0, bytes = 0;
+    for (int i = 0; i < pl.n; i++)
+        if (pl.tensors[i]->requires_grad) trainable++, bytes += 4 * tg_numel(pl.tensors[i]);
+    assert_true(trainable > 0 && trainable < pl.n);
+    tg_dist_ddp *d = tg_dist_ddp_new(gpt, (tg_dist_ddp_options){0});
+    tu_assert_ok(d);
+    tg_dist_ddp_stats s;
+    assert_int_equal(tg_dist_ddp_get_stats(d, &s), TG_OK);
+    assert_int_equal(s.params, trainable);
+    assert_int_equal((int64_t)s.bytes, bytes);
+    for (int i = 0; i < pl.n; i++)
+        if (!pl.tensors[i]->requires_grad) assert_null(pl.tensors[i]->grad);
+    tg_dist_ddp_free(d);
     tg_tape_free(tp);
     tg_tape_free(mt);
 }

@@ -89,8 +89,9 @@ typedef struct {
 } tg_dist_ddp_options;
 
 /* Wraps model's parameters: broadcasts the model's state from rank 0,
- * groups the parameters that require grad (frozen ones are left alone) in reverse registration order into buckets
- * (a bucket closes when it reaches the cap; one dtype per bucket), makes
+ * groups the parameters that require grad (frozen ones are left alone: no
+ * gradient to average) in reverse registration order into buckets (a
+ * bucket closes when it reaches the cap; one dtype per bucket), makes
  * each parameter's .grad a view into its bucket (zeros; values it had are
  * kept) and sets the model's generator (tg_module_generator) to draw this
  * rank's slice of every dropout mask. From then on each tg_backward on this
