@@ -75,7 +75,7 @@ declare -A CI_RUNS=(
   [fuzz_cli]=20000
   [fuzz_cli_args]=2000000
   [fuzz_input_spec]=2000000
-  [fuzz_train_log]=10000
+  [fuzz_train_log]=5000
 )
 
 MODE=explore

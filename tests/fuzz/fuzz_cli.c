@@ -13,8 +13,9 @@
  *     option ever writes.
  *   - Small work only: an input is skipped when a size option (--d-in, --d-out,
  *     --d, --heads, --context, --tokens, --batch, and --input rand:SEED[:B]:T)
- *     asks for more than MAX_SIZE (B*T > MAX_SIZE for --input), or --steps /
- *     --threads more than MAX_STEPS / MAX_THREADS. The check is conservative:
+ *     asks for more than MAX_SIZE (B*T > MAX_SIZE for --input), --steps /
+ *     --threads more than MAX_STEPS / MAX_THREADS, or --stride less than
+ *     MAX_SIZE (more windows of pretrain's text, each step evaluated). The check is conservative:
  *     every argument that could be read as such an option's value is checked.
  *   - `train` and `bench` get small defaults put before the fuzzed options
  *     (--steps 1 for train; --batch 1 --tokens 4 --d 4 --heads 2 --steps 1
@@ -33,6 +34,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,19 +113,29 @@ static bool input_too_big(const char *v)
 typedef struct {
     const char *name;
     long long max; /* -1: an --input spec */
+    long long min; /* a smaller value is more work (--stride: more windows) */
 } bounded_opt;
 
 static const bounded_opt bounded[] = {
-    {"--d-in", MAX_SIZE},   {"--d-out", MAX_SIZE},    {"--d", MAX_SIZE},         {"--heads", MAX_SIZE},
-    {"--context", MAX_SIZE}, {"--tokens", MAX_SIZE},  {"--batch", MAX_SIZE},     {"--steps", MAX_STEPS},
-    {"--threads", MAX_THREADS}, {"--input", -1},    {"--vocab", MAX_SIZE},     {"--emb", MAX_SIZE},
-    {"--layers", MAX_STEPS},  {"--max-new-tokens", MAX_STEPS}, {"--epochs", MAX_STEPS},
-    {"--eval-iter", MAX_STEPS}, {"--sample-tokens", MAX_STEPS},
+    {"--d-in", MAX_SIZE, 0},   {"--d-out", MAX_SIZE, 0},    {"--d", MAX_SIZE, 0},         {"--heads", MAX_SIZE, 0},
+    {"--context", MAX_SIZE, 0}, {"--tokens", MAX_SIZE, 0},  {"--batch", MAX_SIZE, 0},     {"--steps", MAX_STEPS, 0},
+    {"--threads", MAX_THREADS, 0}, {"--input", -1, 0},    {"--vocab", MAX_SIZE, 0},     {"--emb", MAX_SIZE, 0},
+    {"--layers", MAX_STEPS, 0},  {"--max-new-tokens", MAX_STEPS, 0}, {"--epochs", MAX_STEPS, 0},
+    {"--eval-iter", MAX_STEPS, 0}, {"--sample-tokens", MAX_STEPS, 0}, {"--stride", LLONG_MAX, MAX_SIZE},
 };
+
+static bool value_too_small(const char *v, long long min)
+{
+    errno = 0;
+    char *end = NULL;
+    long long x = strtoll(v, &end, 10);
+    return end != v && errno != ERANGE && x < min;
+}
 
 static bool check_value(const bounded_opt *b, const char *v)
 {
-    return b->max < 0 ? input_too_big(v) : value_too_big(v, b->max);
+    if (b->max < 0) return input_too_big(v);
+    return value_too_big(v, b->max) || (b->min > 0 && value_too_small(v, b->min));
 }
 
 /* true: run it; false: skip the input. Arguments from `fuzzed` on come from
