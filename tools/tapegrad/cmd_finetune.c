@@ -13,7 +13,6 @@
  * for the same data. */
 #include "finetune.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
