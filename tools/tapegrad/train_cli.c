@@ -57,9 +57,9 @@ void tg_cli_train_options(const tg_cli_train *t, tg_trainer_options *o)
 
 /* A rank that failed alone while the others wait in a collective ends the
  * job; every rank failing alike returns as one process does. */
-static int fail(const char *cmd, int st, const char *what)
+static int fail(const char *cmd, int st)
 {
-    int rc = st == TG_EDIVERGED ? (tg_cli_error(cmd, "%s", tg_last_error()), TG_CLI_FAIL) : tg_cli_lib_error(cmd, what);
+    int rc = st == TG_EDIVERGED ? (tg_cli_error(cmd, "%s", tg_last_error()), TG_CLI_FAIL) : tg_cli_lib_error(cmd, NULL);
     if (tg_dist_size() > 1) {
         tg_cli_dist_show_errors();
         tg_dist_abort(rc);
@@ -81,7 +81,7 @@ int tg_cli_train_run(const char *cmd, int rc, const tg_trainer_options *o, tg_tr
     }
     *out = tr;
     int st = tg_trainer_fit(tr);
-    if (st != TG_OK) return fail(cmd, st, NULL);
+    if (st != TG_OK) return fail(cmd, st);
     tg_trainer_stats s;
     tg_trainer_get_stats(tr, &s);
     if (s.steps_this_run == 0 && s.epoch >= o->epochs && tg_trainer_is_lead(tr))
