@@ -106,6 +106,7 @@ typedef struct {
     int64_t eos_id;      /* stop before appending this id; -1: none */
     bool no_kv_cache;    /* false (the default): one position per new token */
     tg_generator *generator; /* multinomial's draws; NULL: the default generator */
+    tg_numerics numerics;    /* the policy of its forwards (tg_tape_set_numerics); EXACT by default */
 } tg_generate_options;
 
 /* Runs gpt in eval mode without recording (its mode is restored afterwards),

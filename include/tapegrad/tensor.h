@@ -60,6 +60,7 @@ TG_API const char *tg_status_str(int status);
 typedef struct tg_tape tg_tape;
 typedef struct tg_node tg_node;
 typedef struct tg_generator tg_generator;
+typedef struct tg_storage tg_storage;
 
 /* A strided view on storage owned by a tape. Fields are public for reading;
  * use the functions below to make new tensors and views. */
@@ -75,6 +76,9 @@ typedef struct tg_tensor {
     tg_node *grad_fn;            /* node that produced it, NULL for leaves */
     bool requires_grad;
     bool is_param;               /* created by tg_parameter_new */
+    tg_storage *storage;         /* data's write count and derived copies, shared
+                                  * by views (tg_tensor_version); NULL for a
+                                  * header over memory the library did not make */
 } tg_tensor;
 
 /* ---- errors ---------------------------------------------------------- */
@@ -98,8 +102,9 @@ TG_API const char *tg_blas_info(void);
 
 /* ---- numerics ---------------------------------------------------------- */
 
-/* How a model's arithmetic runs, set on a model as train/eval is
- * (tg_module_set_numerics, nn.h; README.md, "Numerics"):
+/* How a step's arithmetic runs, set on the step's tape
+ * (tg_tape_set_numerics below; docs/numerics.md), as PyTorch's autocast is
+ * set around a step:
  *   EXACT  PyTorch 1.13's float32 bits: its GEMM calls, shapes and orders
  *          (the default; the book's tables print digit for digit);
  *   FAST   float32 with the library's own call shapes and kernels (all
@@ -132,11 +137,9 @@ TG_API void tg_numerics_bf16_set_emulated(bool on);
  * own row kernel of generation, "emulated (sgemm on bf16-rounded operands)";
  * "" before the first. */
 TG_API const char *tg_numerics_bf16_kernel(void);
-/* Under BF16 a parameter's bf16 copy (tg_parameter_new) is made once and
- * reused for all the products of one tape round (tg_tape_reset) and one
- * optimizer step. Optimizer steps and the library's in-place ops say that
- * parameters changed; code that writes a parameter's data by hand calls
- * this before its next product. */
+/* Deprecated, does nothing: under BF16 a parameter's bf16 copy is made for
+ * one version of its storage (tg_tensor_version) and made again after any
+ * write through the library. Kept so that older programs compile. */
 TG_API void tg_numerics_weights_changed(void);
 
 /* ---- tapes ----------------------------------------------------------- */
@@ -156,6 +159,15 @@ TG_API void tg_tape_set_limit(tg_tape *tp, size_t max_bytes);
 /* Raw 64-byte aligned memory that lives as long as the tape's contents; NULL on
  * failure (with an error recorded). Zeroed if zero is true. */
 TG_API void *tg_tape_alloc(tg_tape *tp, size_t nbytes, bool zero);
+/* The numerics policy of everything recorded into tp (tg_numerics above):
+ * every op reads it from the tape it records into and every node keeps it,
+ * so backward runs under the policy its forward ran under. A new tape is
+ * EXACT; a reset keeps the policy. Set it where the step is set up:
+ *     tg_tape_set_numerics(step, TG_NUMERICS_BF16);
+ * covers the model, any module added later and the loss. EINVAL for NULL
+ * or a value outside the enum. */
+TG_API int tg_tape_set_numerics(tg_tape *tp, tg_numerics numerics);
+TG_API tg_numerics tg_tape_numerics(const tg_tape *tp);
 
 /* ---- dtypes ---------------------------------------------------------- */
 
@@ -189,6 +201,13 @@ TG_API tg_tensor *tg_to_dtype(tg_tape *tp, const tg_tensor *x, tg_dtype dt);
 /* ---- inspection ------------------------------------------------------ */
 
 TG_API int64_t tg_numel(const tg_tensor *x);
+/* PyTorch's x._version: how many times the library wrote x's storage (0 when
+ * made; in-place ops, fills, tg_set, inits, random fills, optimizer steps,
+ * state_dict and checkpoint loads, all-reduce and broadcast each add 1). A
+ * view shares its base's count. A node keeps the versions of the tensors it
+ * saves, and tg_backward refuses a graph one of them changed in (TG_ESTATE,
+ * PyTorch's message, no gradient written). 0 for NULL. */
+TG_API int64_t tg_tensor_version(const tg_tensor *x);
 TG_API bool tg_is_contiguous(const tg_tensor *x);
 TG_API bool tg_same_shape(const tg_tensor *a, const tg_tensor *b);
 /* "(2,6,3)" into buf; returns buf. */

@@ -34,6 +34,7 @@ struct tg_node {
     tg_tensor *grad;    /* d(root)/d(out), filled during backward */
     tg_tensor **in;     /* inputs (backward skips those that need no grad) */
     tg_tensor **saved;  /* what backward reads (nsaved entries) */
+    int64_t *saved_version; /* their tg_tensor_version when recorded (backward checks) */
     int64_t iarg[TG_NODE_MAX_IARGS];
     double darg[4];
     tg_fn_ctx *fn;      /* user functions (TG_OP_FUNCTION): the context */
@@ -42,7 +43,7 @@ struct tg_node {
     int64_t pending;    /* during backward: consumers that have not yet sent their gradient */
     bool released;
     tg_tensor *retained; /* tg_retain_grad: the output whose .grad receives grad when the node runs */
-    tg_numerics numerics; /* the policy it was recorded under; its backward runs under it */
+    tg_numerics numerics; /* its tape's policy when recorded; its backward runs under it */
 };
 
 /* Declarations of every backward function named in ops.def. */
@@ -54,12 +55,12 @@ struct tg_node {
  * (x2 (R, in), y2 (R, out) contiguous; b may be NULL), and its backward:
  * dx = g2 W into x's gradient, or written to dx2 (R, in) when dx2 is not
  * NULL (an intermediate of a fused node); dW += g2^T x2; db += rows' sum. */
-void tg__linear_rows(tg_tensor *y2, const tg_tensor *x2, const tg_tensor *w, const tg_tensor *b);
+void tg__linear_rows(tg_numerics nm, tg_tensor *y2, const tg_tensor *x2, const tg_tensor *w, const tg_tensor *b);
 int tg__linear_grads(tg_node *n, tg_tensor *x, const tg_tensor *x2, tg_tensor *w, tg_tensor *b, const tg_tensor *g2,
                      tg_tensor *dx2);
-/* GELU's (tanh) input gradient for input a and output gradient dy, in tp
- * (src/autograd/op_elementwise.c). NULL if out of memory. */
-tg_tensor *tg__gelu_grad(tg_tape *tp, const tg_tensor *a, const tg_tensor *dy);
+/* GELU's (tanh) input gradient for input a and output gradient dy, in tp,
+ * under policy nm (src/autograd/op_elementwise.c). NULL if out of memory. */
+tg_tensor *tg__gelu_grad(tg_tape *tp, tg_numerics nm, const tg_tensor *a, const tg_tensor *dy);
 
 /* A contiguous tensor of `shape` over `data` (scratch memory, not a
  * tape's), with like's dtype, outside the graph. */
@@ -67,6 +68,7 @@ static inline tg_tensor tg__over(void *data, const tg_tensor *like, int ndim, co
 {
     tg_tensor t = *like;
     t.data = data, t.offset = 0, t.ndim = ndim, t.grad = NULL, t.grad_fn = NULL, t.requires_grad = false;
+    t.storage = NULL;
     for (int d = 0; d < ndim; d++) t.shape[d] = shape[d];
     tg__contiguous_strides(ndim, t.shape, t.stride);
     return t;

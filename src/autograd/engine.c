@@ -107,18 +107,24 @@ tg_tensor *tg__record(tg_tape *tp, tg_op_id op, tg_tensor *out, int nin, tg_tens
     if (node) *node = NULL;
     if (!out) return NULL;
     if (!tg__will_record(nin, in)) return out;
-    /* One block: the node, then its inputs, then its saved tensors. */
-    size_t size = sizeof(tg_node) + sizeof(tg_tensor *) * ((size_t)nin + (size_t)nsaved);
+    /* One block: the node, its saved tensors' versions, its inputs, its
+     * saved tensors. */
+    size_t size = sizeof(tg_node) + sizeof(int64_t) * (size_t)nsaved +
+                  sizeof(tg_tensor *) * ((size_t)nin + (size_t)nsaved);
     tg_node *n = tg_tape_alloc(tp, size, true);
     if (!n) return NULL;
-    n->in = (tg_tensor **)(void *)(n + 1);
+    n->saved_version = (int64_t *)(void *)(n + 1);
+    n->in = (tg_tensor **)(void *)(n->saved_version + nsaved);
     n->saved = n->in + nin;
     for (int i = 0; i < nin; i++) n->in[i] = in[i];
-    for (int i = 0; i < nsaved; i++) n->saved[i] = saved[i];
+    for (int i = 0; i < nsaved; i++) {
+        n->saved[i] = saved[i];
+        n->saved_version[i] = tg_tensor_version(saved[i]);
+    }
     n->head.name = tg_ops[op].name;
     n->seq = (uint64_t)atomic_fetch_add(&node_seq, 1);
     n->op = op;
-    n->numerics = tg__numerics_current();
+    n->numerics = tg_tape_numerics(tp);
     n->tape = tp;
     n->out = out;
     n->nin = nin;
@@ -214,11 +220,9 @@ static int run_node(tg_node *n)
     bool was_set[POOL_MAX_IN];
     for (int i = 0; pool && i < n->nin; i++) was_set[i] = tg__needs_grad(n->in[i]) && *grad_slot(n->in[i]);
     if (pool) tg__tape_pool_begin(tp);
-    tg_numerics prev = tg__numerics_enter(n->numerics);
     uint64_t scope = tg__bf16_scope_begin(n->op != TG_OP_FUNCTION); /* a user's backward may write anything */
     int status = tg_ops[n->op].backward(n);
     tg__bf16_scope_end(scope);
-    tg__numerics_leave(prev);
     if (pool) {
         tg__tape_pool_end(tp);
         /* each slot that backward filled holds a reference (a tensor given
@@ -430,6 +434,47 @@ static int watch_after(const tg_node *n)
     return watch->progress ? watch->progress(watch->ctx) : TG_OK;
 }
 
+/* PyTorch's name of a tensor type, as its messages print it. */
+static const char *torch_type(tg_dtype dt)
+{
+    switch (dt) {
+    case TG_F32: return "torch.FloatTensor";
+    case TG_F64: return "torch.DoubleTensor";
+    case TG_BOOL: return "torch.BoolTensor";
+    case TG_U8: return "torch.ByteTensor";
+    case TG_I64: return "torch.LongTensor";
+    default: return "torch.Tensor";
+    }
+}
+
+/* Before any gradient is written: every tensor a node of the graph saved is
+ * still at the version it was saved at (PyTorch's SavedVariable::unpack,
+ * checked for the whole graph up front, so a refused backward leaves every
+ * .grad as it was). A released node is skipped: backward refuses it anyway. */
+static int check_versions(tg_node *const *nodes, size_t count)
+{
+    for (size_t k = 0; k < count; k++) {
+        const tg_node *n = nodes[k];
+        for (int i = 0; !n->released && i < n->nsaved; i++) {
+            const tg_tensor *t = n->saved[i];
+            int64_t v = tg_tensor_version(t);
+            if (!t || v == n->saved_version[i]) continue;
+            char shape[160] = "[", of[96] = "";
+            size_t len = 1;
+            for (int d = 0; d < t->ndim && len < sizeof shape - 24; d++)
+                len += (size_t)snprintf(shape + len, sizeof shape - len, "%s%lld", d ? ", " : "",
+                                        (long long)t->shape[d]);
+            snprintf(shape + len, sizeof shape - len, "]");
+            if (t->grad_fn) snprintf(of, sizeof of, ", which is output 0 of %s,", tg_grad_fn_name(t));
+            return tg_error_status(TG_ESTATE, "one of the variables needed for gradient computation has been "
+                                              "modified by an inplace operation: [%s %s]%s is at version %lld; "
+                                              "expected version %lld instead.",
+                                   torch_type(t->dtype), shape, of, (long long)v, (long long)n->saved_version[i]);
+        }
+    }
+    return TG_OK;
+}
+
 int tg_backward(tg_tensor *root, const tg_tensor *grad, bool retain_graph)
 {
     if (!root) return tg_error_status(TG_EINVAL, "backward: NULL tensor");
@@ -458,6 +503,7 @@ int tg_backward(tg_tensor *root, const tg_tensor *grad, bool retain_graph)
     size_t count;
     int status = collect(rn, &order, &count);
     if (status != TG_OK) return status;
+    if ((status = check_versions(order, count)) != TG_OK) return status;
     /* PyTorch's schedule: of the nodes whose consumers have all sent their
      * gradient, the one created last runs first (a max-heap on seq). The
      * order decides how gradients reaching one tensor from several
@@ -503,7 +549,6 @@ static int check_inplace(const char *op, const tg_tensor *x)
     if (x->requires_grad && tg_is_grad_enabled())
         return tg_error_status(TG_EINVAL, "%s: a tensor that requires grad is being used in an "
                                           "in-place operation (use no-grad mode)", op);
-    tg__bf16_written(x);
     return TG_OK;
 }
 
@@ -520,6 +565,7 @@ int tg_copy_(tg_tensor *dst, const tg_tensor *src)
     if (!ok)
         return tg_error_status(TG_EINVAL, "copy_: source %s does not broadcast to %s",
                                tg_shape_str(src, (char[64]){0}, 64), tg_shape_str(dst, (char[64]){0}, 64));
+    tg__bump(dst);
     tg_k_copy(dst, src);
     return TG_OK;
 }
@@ -528,6 +574,7 @@ int tg_fill_(tg_tensor *x, double value)
 {
     int s = check_inplace("fill_", x);
     if (s) return s;
+    tg__bump(x);
     tg_k_fill(x, value);
     return TG_OK;
 }
@@ -541,6 +588,7 @@ int tg_add_(tg_tensor *x, const tg_tensor *y, double alpha)
         return tg_error_status(TG_EINVAL, "add_: shapes %s and %s differ", tg_shape_str(x, (char[64]){0}, 64),
                                tg_shape_str(y, (char[64]){0}, 64));
     if (!tg__check_same_dtype("add_", x, y)) return TG_EINVAL;
+    tg__bump(x);
     tg_k_axpy(x, y, alpha);
     return TG_OK;
 }
@@ -550,6 +598,7 @@ int tg_mul_scalar_(tg_tensor *x, double s)
     int st = check_inplace("mul_", x);
     if (st) return st;
     if (!tg__check_float("mul_", x)) return TG_EINVAL;
+    tg__bump(x);
     tg_k_binary_scalar(x, x, s, TG_BIN_MUL, false);
     return TG_OK;
 }

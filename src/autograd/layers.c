@@ -104,10 +104,10 @@ static tg_tensor *gelu_exact(tg_tape *tp, int n, tg_tensor *const *in, const tg_
  * (under BF16 too, which keeps its bf16 products). */
 static tg_tensor *under_fast(tg_layer_fn exact, tg_tape *tp, int n, tg_tensor *const *in, const tg_layer_args *a)
 {
-    tg_numerics cur = tg__numerics_current();
-    tg_numerics prev = tg__numerics_enter(cur == TG_NUMERICS_BF16 ? cur : TG_NUMERICS_FAST);
+    tg_numerics cur = tg_tape_numerics(tp);
+    tg_numerics prev = tg__tape_enter(tp, cur == TG_NUMERICS_BF16 ? cur : TG_NUMERICS_FAST);
     tg_tensor *y = exact(tp, n, in, a);
-    tg__numerics_leave(prev);
+    tg__tape_leave(tp, prev);
     return y;
 }
 
@@ -223,8 +223,8 @@ tg_tensor *tg_layer_apply(tg_tape *tp, const tg_layer *layer, bool fused, tg_num
              : numerics == TG_NUMERICS_BF16 ? (layer->bf16 ? layer->bf16 : layer->fast ? layer->fast : exact)
                                            : exact;
     }
-    tg_numerics prev = tg__numerics_enter(numerics);
+    tg_numerics prev = tg__tape_enter(tp, numerics);
     tg_tensor *y = fn(tp, n, in, a);
-    tg__numerics_leave(prev);
+    tg__tape_leave(tp, prev);
     return y;
 }

@@ -118,7 +118,7 @@ tg_tensor *tg__attention(tg_tape *tp, tg_tensor *q, tg_tensor *kT, tg_tensor *v,
     tg_tensor wfull, scratch;
     tg_tensor *w = wscratch ? (wfull = tg__over(buf, q, n, wshape), &wfull) : tg_empty(tp, q->dtype, n, wshape);
     if (!w) return NULL;
-    tg_k_gemm(w, q, false, kT, false, 1.0, 0.0);
+    tg_k_gemm(tg_tape_numerics(tp), w, q, false, kT, false, 1.0, 0.0);
     fill_masked(w, mask, -INFINITY);
     tg_k_binary_scalar(w, w, d, TG_BIN_DIV, false);
     tg_k_softmax(w, w, n - 1, false);
@@ -149,7 +149,7 @@ tg_tensor *tg__attention(tg_tape *tp, tg_tensor *q, tg_tensor *kT, tg_tensor *v,
         out->shape[n - 3] = q->shape[n - 3], out->shape[n - 2] = q->shape[n - 2];
         out->stride[n - 3] = out->stride[n - 2], out->stride[n - 2] = t;
     }
-    tg_k_gemm(out, wd, false, v, false, 1.0, 0.0);
+    tg_k_gemm(tg_tape_numerics(tp), out, wd, false, v, false, 1.0, 0.0);
     tg_tensor *saved[3] = {keep, (tg_tensor *)mask, bits};
     tg_node *node;
     out = tg__record(tp, TG_OP_ATTENTION, out, 3, in, bits ? 3 : 2, saved, &node);
@@ -180,7 +180,7 @@ int tg__attention_backward(tg_node *nd)
     tg__contiguous_strides(n, g.shape, g.stride);
     tg_tensor *dw = tg__new_like(tp, w);
     if (!dw) return TG_ENOMEM;
-    tg_k_gemm(dw, &g, false, v, true, 1.0, 0.0);
+    tg_k_gemm(nd->numerics, dw, &g, false, v, true, 1.0, 0.0);
     if (tg__needs_grad(v)) {
         const tg_tensor *wd = w;
         tg_tensor *dropped = NULL;
@@ -191,7 +191,7 @@ int tg__attention_backward(tg_node *nd)
         }
         tg_tensor *dv = tg_empty(tp, v->dtype, n, v->shape);
         if (!dv) return TG_ENOMEM;
-        tg_k_gemm(dv, wd, true, &g, false, 1.0, 0.0);
+        tg_k_gemm(nd->numerics, dv, wd, true, &g, false, 1.0, 0.0);
         int st = tg__accum_owned(nd, v, dv);
         if (st) return st;
     }
@@ -203,14 +203,14 @@ int tg__attention_backward(tg_node *nd)
     if (tg__needs_grad(q)) {
         tg_tensor *dq = tg_empty(tp, q->dtype, n, q->shape);
         if (!dq) return TG_ENOMEM;
-        tg_k_gemm(dq, dw, false, kT, true, 1.0, 0.0);
+        tg_k_gemm(nd->numerics, dq, dw, false, kT, true, 1.0, 0.0);
         int st = tg__accum_owned(nd, q, dq);
         if (st) return st;
     }
     if (tg__needs_grad(kT)) {
         tg_tensor *dk = tg_empty(tp, kT->dtype, n, kT->shape);
         if (!dk) return TG_ENOMEM;
-        tg_k_gemm(dk, q, true, dw, false, 1.0, 0.0);
+        tg_k_gemm(nd->numerics, dk, q, true, dw, false, 1.0, 0.0);
         return tg__accum_owned(nd, kT, dk);
     }
     return TG_OK;

@@ -61,6 +61,7 @@ tg_tensor *tg__add_into(tg_tape *tp, tg_tensor *a, tg_tensor *b)
                         tg_shape_str(a, sa, 64), tg_shape_str(b, sb, 64));
     tg_tensor *out = tg__alias(tp, a);
     if (!out) return NULL;
+    tg__bump(a); /* written in place: a node that saved a refuses backward */
     tg_k_binary(out, a, b, TG_BIN_ADD);
     tg_tensor *in[2] = {a, b};
     return tg__record(tp, TG_OP_ADD, out, 2, in, 2, in, NULL);
@@ -105,7 +106,7 @@ int tg__div_backward(tg_node *n)
     tg_k_binary(q, a, b, TG_BIN_DIV);
     tg_k_binary(q, q, b, TG_BIN_DIV);
     tg_k_binary(q, q, n->grad, TG_BIN_MUL);
-    tg_k_unary(q, q, TG_UN_NEG); /* (-dy) * q: the sign alone differs from -(dy * q) */
+    tg_k_unary(n->numerics, q, q, TG_UN_NEG); /* (-dy) * q: the sign alone differs from -(dy * q) */
     return tg__accum(n->in[1], q);
 }
 
@@ -183,7 +184,7 @@ static tg_tensor *unary(tg_tape *tp, const char *name, tg_op_id id, tg_unop uop,
     if (!tg__check_float(name, a)) return NULL;
     tg_tensor *out = tg__new_like(tp, a);
     if (!out) return NULL;
-    tg_k_unary(out, a, uop);
+    tg_k_unary(tg_tape_numerics(tp), out, a, uop);
     tg_tensor *saved[2] = {a, out};
     return tg__record(tp, id, out, 1, &a, 2, saved, NULL);
 }
@@ -252,14 +253,14 @@ int tg__relu_backward(tg_node *n)
 
 /* forward: y = a/2 (1 + tanh(k (a + c a^3))), k = sqrt(2/pi), c = 0.044715;
  * so da = dy (1/2 (1 + t) + a/2 (1 - t^2) k (1 + 3 c a^2)), t = tanh(...) */
-tg_tensor *tg__gelu_grad(tg_tape *tp, const tg_tensor *a, const tg_tensor *dy)
+tg_tensor *tg__gelu_grad(tg_tape *tp, tg_numerics nm, const tg_tensor *a, const tg_tensor *dy)
 {
     tg_tensor *r = tg__new_like(tp, dy);
     if (!r) return NULL;
     if (a->dtype == TG_F32) { /* rounded as the book's composed GELU's graph (kernels.c) */
         const tg_tensor *gd = tg__dense(tp, dy), *ad = tg__dense(tp, a);
         if (!gd || !ad) return NULL;
-        tg_k_gelu_backward_f32(tg__ptr(r, r->offset), tg__ptr(ad, ad->offset), tg__ptr(gd, gd->offset), tg_numel(r));
+        tg_k_gelu_backward_f32(nm, tg__ptr(r, r->offset), tg__ptr(ad, ad->offset), tg__ptr(gd, gd->offset), tg_numel(r));
         return r;
     }
     tg_tensor *t = tg_empty(tp, TG_F64, a->ndim, a->shape);
@@ -280,7 +281,7 @@ tg_tensor *tg__gelu_grad(tg_tape *tp, const tg_tensor *a, const tg_tensor *dy)
 
 int tg__gelu_backward(tg_node *n)
 {
-    tg_tensor *r = tg__gelu_grad(tg__btape(n), n->saved[0], n->grad);
+    tg_tensor *r = tg__gelu_grad(tg__btape(n), n->numerics, n->saved[0], n->grad);
     return r ? tg__accum_owned(n, n->in[0], r) : TG_ENOMEM;
 }
 
@@ -402,6 +403,7 @@ static tg_tensor *dropout_bits(tg_tape *tp, tg_tensor *x, double p, tg_generator
     tg_tensor *out = !bits ? NULL : over ? tg__alias(tp, x) : tg__new_like(tp, x);
     if (!out) return NULL;
     tg__dropout_bits(gen, p, bits->data, cnt);
+    if (over) tg__bump(x); /* written in place */
     tg__dropout_mask_mul(out, x, bits->data, q);
     tg_node *n;
     out = tg__record(tp, TG_OP_DROPOUT_BITS, out, 1, &x, 1, &bits, &n);

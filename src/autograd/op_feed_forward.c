@@ -48,12 +48,13 @@ tg_tensor *tg__feed_forward(tg_tape *tp, tg_tensor *x, tg_tensor *w1, tg_tensor 
     tg_tensor *out = h ? tg_empty(tp, x->dtype, x->ndim, shape) : NULL;
     if (!out) return NULL;
     tg_tensor x2 = rows_of(x), h2 = rows_of(h), o2 = rows_of(out);
-    tg__linear_rows(&h2, &x2, w1, b1);
+    tg_numerics nm = tg_tape_numerics(tp);
+    tg__linear_rows(nm, &h2, &x2, w1, b1);
     void *buf = tg__tape_scratch(tp, (size_t)tg_numel(h) * tg_dtype_size(h->dtype));
     if (!buf) return NULL;
     tg_tensor a = tg__over(buf, &h2, 2, h2.shape);
-    tg_k_unary(&a, &h2, TG_UN_GELU);
-    tg__linear_rows(&o2, &a, w2, b2);
+    tg_k_unary(nm, &a, &h2, TG_UN_GELU);
+    tg__linear_rows(nm, &o2, &a, w2, b2);
     tg_tensor *in[5] = {x, w1, b1, w2, b2}, *saved[2] = {x, h};
     return tg__record(tp, TG_OP_FEED_FORWARD, out, 5, in, 2, saved, NULL);
 }
@@ -67,10 +68,10 @@ int tg__feed_forward_backward(tg_node *n)
     tg_tensor x2 = rows_of(n->saved[0]), h2 = rows_of(n->saved[1]), g2 = rows_of(n->grad);
     tg_tensor *a = tg__new_like(bt, &h2), *da = a ? tg__new_like(bt, &h2) : NULL;
     if (!da) return TG_ENOMEM;
-    tg_k_unary(a, &h2, TG_UN_GELU);
+    tg_k_unary(n->numerics, a, &h2, TG_UN_GELU);
     bool first = tg__needs_grad(x) || tg__needs_grad(w1) || tg__needs_grad(b1);
     int st = tg__linear_grads(n, NULL, a, w2, b2, &g2, first ? da : NULL);
     if (st || !first) return st;
-    tg_tensor *dh = tg__gelu_grad(bt, &h2, da);
+    tg_tensor *dh = tg__gelu_grad(bt, n->numerics, &h2, da);
     return dh ? tg__linear_grads(n, x, &x2, w1, b1, dh, NULL) : TG_ENOMEM;
 }

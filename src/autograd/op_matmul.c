@@ -96,9 +96,9 @@ static tg_tensor *product(tg_tape *tp, const char *op, tg_op_id id, tg_tensor *a
         tg_tensor c2 = cp, b2 = bp;
         c2.ndim = 2, c2.shape[0] = a2.shape[0], c2.shape[1] = N, c2.stride[0] = N, c2.stride[1] = 1;
         b2.ndim = 2, b2.shape[0] = K, b2.shape[1] = N, b2.stride[0] = bp.stride[nb], b2.stride[1] = bp.stride[nb + 1];
-        tg_k_gemm(&c2, &a2, false, &b2, false, 1.0, 0.0);
+        tg_k_gemm(tg_tape_numerics(tp), &c2, &a2, false, &b2, false, 1.0, 0.0);
     } else {
-        tg_k_gemm(&cp, &ap, false, &bp, false, 1.0, 0.0);
+        tg_k_gemm(tg_tape_numerics(tp), &cp, &ap, false, &bp, false, 1.0, 0.0);
     }
     tg_tensor *in[2] = {a, b};
     tg_node *n;
@@ -155,7 +155,7 @@ static int grad_product(tg_node *n, tg_tensor *t, const tg_tensor *like, bool ex
      * partial sum gets the product rounded first and then added, as PyTorch
      * adds the gradients reaching one tensor (FAST and BF16 accumulate in
      * place). */
-    if (exact && t->grad_fn && t->grad_fn->grad && tg__numerics_current() == TG_NUMERICS_EXACT) exact = false;
+    if (exact && t->grad_fn && t->grad_fn->grad && n->numerics == TG_NUMERICS_EXACT) exact = false;
     if (exact) {
         bool fresh;
         tg_tensor *buf = tg__grad_buf(t, &fresh, false);
@@ -164,12 +164,12 @@ static int grad_product(tg_node *n, tg_tensor *t, const tg_tensor *like, bool ex
         v.ndim = like->ndim;
         for (int d = 0; d < like->ndim; d++) v.shape[d] = like->shape[d];
         tg__contiguous_strides(v.ndim, v.shape, v.stride);
-        tg_k_gemm(&v, x, tx, y, ty, 1.0, fresh ? 0.0 : 1.0);
+        tg_k_gemm(n->numerics, &v, x, tx, y, ty, 1.0, fresh ? 0.0 : 1.0);
         return TG_OK;
     }
     tg_tensor *tmp = tg_empty(tg__btape(n), like->dtype, like->ndim, like->shape);
     if (!tmp) return TG_ENOMEM;
-    tg_k_gemm(tmp, x, tx, y, ty, 1.0, 0.0);
+    tg_k_gemm(n->numerics, tmp, x, tx, y, ty, 1.0, 0.0);
     if (tg_numel(tmp) == tg_numel(t) && like->ndim != t->ndim) { /* like: t folded into rows */
         tg_tensor v = *tmp;
         v.ndim = t->ndim;
@@ -243,7 +243,7 @@ tg_tensor *tg_linear(tg_tape *tp, tg_tensor *x, tg_tensor *w, tg_tensor *b)
     tg_tensor y2 = *out;
     y2.ndim = 2, y2.shape[0] = x2.shape[0], y2.shape[1] = outf;
     tg__contiguous_strides(2, y2.shape, y2.stride);
-    tg__linear_rows(&y2, &x2, w, b);
+    tg__linear_rows(tg_tape_numerics(tp), &y2, &x2, w, b);
     tg_op_id id;
     if (x->ndim == 1)
         id = b ? TG_OP_LINEAR_ADD : TG_OP_LINEAR_VEC;
@@ -255,10 +255,10 @@ tg_tensor *tg_linear(tg_tape *tp, tg_tensor *x, tg_tensor *w, tg_tensor *b)
     return tg__record(tp, id, out, b ? 3 : 2, ins, 2, ins, NULL);
 }
 
-void tg__linear_rows(tg_tensor *y2, const tg_tensor *x2, const tg_tensor *w, const tg_tensor *b)
+void tg__linear_rows(tg_numerics nm, tg_tensor *y2, const tg_tensor *x2, const tg_tensor *w, const tg_tensor *b)
 {
     if (b) tg_k_copy(y2, b);
-    tg_k_gemm(y2, x2, false, w, true, 1.0, b ? 1.0 : 0.0);
+    tg_k_gemm(nm, y2, x2, false, w, true, 1.0, b ? 1.0 : 0.0);
 }
 
 /* forward: y = x W^T + b (x folded to (R, in)); so dx = dy W, dW = dy^T x,
@@ -277,7 +277,7 @@ int tg__linear_grads(tg_node *n, tg_tensor *x, const tg_tensor *x2, tg_tensor *w
 {
     int st = TG_OK;
     if (dx2)
-        tg_k_gemm(dx2, g2, false, w, false, 1.0, 0.0); /* as grad_product into a fresh buffer */
+        tg_k_gemm(n->numerics, dx2, g2, false, w, false, 1.0, 0.0); /* as grad_product into a fresh buffer */
     else
         st = grad_product(n, x, x2, true, g2, false, w, false);
     if (!st) st = grad_product(n, w, w, true, g2, true, x2, false);

@@ -304,11 +304,10 @@ static int thread_num(void)
 }
 
 /* Elements of one bf16-rounded operand of this node's products under BF16
- * numerics (the largest: a BR x T block or a T x hd matrix), else 0. Read
- * here, on the calling thread: the policy is the thread's. */
-static int64_t bf16_operand_size(const tg_tensor *q, int64_t T, int64_t hd)
+ * numerics nm (the largest: a BR x T block or a T x hd matrix), else 0. */
+static int64_t bf16_operand_size(tg_numerics nm, const tg_tensor *q, int64_t T, int64_t hd)
 {
-    if (q->dtype != TG_F32 || tg__numerics_current() != TG_NUMERICS_BF16) return 0;
+    if (q->dtype != TG_F32 || nm != TG_NUMERICS_BF16) return 0;
     return BR * T > T * hd ? BR * T : T * hd;
 }
 
@@ -329,7 +328,7 @@ static bool sdpa_forward(tg_tape *tp, tg_tensor *out, tg_tensor *lse, const tg_t
     int64_t nblk = (T + BR - 1) / BR;
     /* per thread: S_blk (BR x T) and a mask row (T); under BF16 two
      * operands' bf16 copies (rbn each) */
-    int64_t rbn = bf16_operand_size(q, T, hd), per = BR * T + T + 2 * rbn;
+    int64_t rbn = bf16_operand_size(tg_tape_numerics(tp), q, T, hd), per = BR * T + T + 2 * rbn;
     int nth = threads_for(BH * nblk, BH * T * T * hd);
     /* From the tape, not malloc: after a tape reset a training step reuses it. */
     char *scratch = tg_tape_alloc(tp, (size_t)nth * (size_t)per * es, false);
@@ -513,7 +512,7 @@ int tg__sdpa_backward(tg_node *n)
     bool need_ds = gq.buf || gk.buf;
     /* per thread: S_blk, dP_blk (BR x T each) and a mask row (T); under
      * BF16 two operands' bf16 copies (rbn each) */
-    int64_t rbn = bf16_operand_size(q, T, hd), per = 2 * BR * T + T + 2 * rbn;
+    int64_t rbn = bf16_operand_size(n->numerics, q, T, hd), per = 2 * BR * T + T + 2 * rbn;
     int nth = threads_for(BH, BH * T * T * hd);
     char *scratch = tg_tape_alloc(tg__btape(n), (size_t)nth * (size_t)per * es, false);
     if (!scratch) return TG_ENOMEM; /* the tape's message says how much */

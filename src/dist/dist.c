@@ -187,7 +187,7 @@ int tg_dist_all_reduce(tg_tensor *t, tg_dist_op op)
     if (!tg__is_float(t->dtype) || !tg_is_contiguous(t))
         return tg_error_status(TG_EINVAL, "dist all_reduce: expected a contiguous float32 or float64 tensor, got %s",
                                tg_dtype_name(t->dtype));
-    tg__bf16_written(t);
+    tg__bump(t);
     return all_reduce(tg_data_ptr(t), tg_numel(t), t->dtype, op);
 }
 
@@ -203,7 +203,7 @@ int tg_dist_broadcast_module(tg_module *m)
             st = tg_error_status(TG_EINVAL, "dist broadcast_module: '%s' is not contiguous", sd.names[i]);
         else
             st = tg_dist_broadcast(tg_data_ptr(t), (size_t)tg_numel(t) * tg_dtype_size(t->dtype), 0);
-        tg__bf16_written(t);
+        tg__bump(t);
     }
     tg_tape_free(tp);
     return st;

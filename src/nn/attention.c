@@ -174,7 +174,7 @@ static tg_tensor *attention_step(tg_tape *tp, tg_module *m, tg_tensor *q, tg_ten
                        .gen = tg_module_generator(m),
                        .heads_inner = q && q->ndim == 4};
     tg_tensor *in[4] = {q, k, v, q ? mask_bool(tp, m, 0, q->shape[q->ndim - 2], q->shape[q->ndim - 2]) : NULL};
-    return tg_layer_apply(tp, layer, tg_module_is_fused(m), tg_module_numerics(m), 4, in, &a);
+    return tg_layer_apply(tp, layer, tg_module_is_fused(m), tg_tape_numerics(tp), 4, in, &a);
 }
 
 static tg_tensor *causal_forward(tg_tape *tp, tg_module *m, int n, tg_tensor *const *in)
@@ -343,9 +343,9 @@ bool tg__is_mha_owning_output(const tg_module *m)
     return m && m->type == &mha_type && tg__is_linear(tg__entry_get(&m->children, "out_proj"));
 }
 
-bool tg__mha_last_position_ok(const tg_module *m)
+bool tg__mha_last_position_ok(const tg_module *m, tg_numerics nm)
 {
-    return m && m->type == &mha_type && m->numerics != TG_NUMERICS_EXACT && !m->kv_cache &&
+    return m && m->type == &mha_type && (m->pinned ? m->numerics : nm) != TG_NUMERICS_EXACT && !m->kv_cache &&
            !(m->training && ((const attn_state *)m->state)->dropout > 0);
 }
 
@@ -359,9 +359,9 @@ tg_tensor *tg__mha_forward_last_position(tg_tape *tp, tg_module *m, tg_tensor *x
     tg_tensor *k = split_heads(tp, tg_module_forward(tp, child(m, "W_key"), x), h); /* (b, h, T, hd) */
     tg_tensor *v = split_heads(tp, tg_module_forward(tp, child(m, "W_value"), x), h);
     tg_tensor *q = split_heads(tp, tg_module_forward(tp, child(m, "W_query"), tg_narrow(tp, x, 1, T - 1, 1)), h);
-    tg_numerics prev = tg__numerics_enter(m->numerics); /* as tg_module_call would */
+    tg_numerics prev = tg__module_enter(tp, m); /* as tg_module_call would */
     tg_tensor *ctx = tg_transpose(tp, attend_rows(tp, m, q, k, v, T - 1), 1, 2); /* (b, 1, h, hd) */
-    tg__numerics_leave(prev);
+    tg__tape_leave(tp, prev);
     return tg_module_forward(tp, child(m, "out_proj"), tg_view(tp, tg_contiguous(tp, ctx), 3, merged));
 }
 

@@ -82,13 +82,13 @@ int tg_gpt_generate(tg_module *gpt, const int64_t *prompt, int64_t n_prompt, con
     tg_module_set_kv_cache(gpt, use_cache);
     bool was_last_only = tg__gpt_set_last_logits_only(gpt, true);
     st = tg_module_reset_kv_cache(gpt);
-    /* the ops below run under the model's numerics, as its forward would */
-    tg_numerics prev_numerics = tg__numerics_enter(tg_module_numerics(gpt));
-    /* the weights stay as they are until it returns: under BF16 their bf16
-     * copies are made at the first id and serve every later one */
-    uint64_t prev_hold = tg__bf16_hold_begin();
+    /* every id's forward and sampling under the options' policy (a pinned
+     * model's forwards under its pin); under BF16 the weights' bf16 copies
+     * are made at the first id and serve every later one (their version
+     * does not change) */
     tg_tape *tp = tg_tape_new();
     if (!tp) st = TG_ENOMEM;
+    if (st == TG_OK) st = tg_tape_set_numerics(tp, o->numerics);
     int64_t cached_start = 0, cached = 0; /* the window's first id in the sequence, ids the cache holds */
 
     for (int64_t step = 0; st == TG_OK && step < o->max_new_tokens; step++) {
@@ -116,8 +116,6 @@ int tg_gpt_generate(tg_module *gpt, const int64_t *prompt, int64_t n_prompt, con
         *n_out = len;
     }
     tg_tape_free(tp);
-    tg__bf16_hold_end(prev_hold);
-    tg__numerics_leave(prev_numerics);
     int rst = tg_module_reset_kv_cache(gpt);
     if (st == TG_OK) st = rst;
     tg__gpt_set_last_logits_only(gpt, was_last_only);

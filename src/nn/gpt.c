@@ -145,7 +145,7 @@ static tg_tensor *apply_layer(tg_tape *tp, tg_module *self, const char *name, in
 {
     const tg_layer *layer = tg_layer_find(name);
     tg_layer_args a = {.eps = eps, .gen = tg_module_generator(self)};
-    return layer ? tg_layer_apply(tp, layer, tg_module_is_fused(self), tg_module_numerics(self), n, in, &a) : NULL;
+    return layer ? tg_layer_apply(tp, layer, tg_module_is_fused(self), tg_tape_numerics(tp), n, in, &a) : NULL;
 }
 
 static tg_tensor *layer_norm_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *const *in)
@@ -339,9 +339,9 @@ static const tg_module_type block_type = {.name = "TransformerBlock", .forward =
 
 static tg_tensor *block_forward_last_position(tg_tape *tp, tg_module *self, tg_tensor *x)
 {
-    tg_numerics prev = tg__numerics_enter(self->numerics); /* as tg_module_call would */
+    tg_numerics prev = tg__module_enter(tp, self); /* as tg_module_call would */
     x = block_run(tp, self, x, true);
-    tg__numerics_leave(prev);
+    tg__tape_leave(tp, prev);
     return x;
 }
 
@@ -380,18 +380,19 @@ typedef struct {
  * built-in TransformerBlocks, the last with the built-in LayerNorms,
  * FeedForward and MultiHeadAttention (no KV cache) and no dropout to draw
  * (the draws would not be the full forward's). Else NULL. */
-static tg_module *last_position_block(tg_module *gpt)
+static tg_module *last_position_block(tg_tape *tp, tg_module *gpt)
 {
-    if (tg_module_numerics(gpt) == TG_NUMERICS_EXACT) return NULL;
+    tg_numerics nm = tg__module_policy(gpt, tp);
+    if (nm == TG_NUMERICS_EXACT) return NULL;
     tg_module *blocks = tg__entry_get(&gpt->children, "trf_blocks");
     int nb = blocks && tg__is_sequential(blocks) ? tg_module_num_children(blocks) : 0;
     tg_module *b = nb > 0 ? tg_module_child(blocks, nb - 1) : NULL;
-    if (!b || b->type != &block_type || b->numerics == TG_NUMERICS_EXACT) return NULL;
+    if (!b || b->type != &block_type || (b->pinned ? b->numerics : nm) == TG_NUMERICS_EXACT) return NULL;
     const tg_module *n1 = tg__entry_get(&b->children, "norm1"), *n2 = tg__entry_get(&b->children, "norm2"),
                     *ff = tg__entry_get(&b->children, "ff"), *drop = tg__entry_get(&b->children, "drop_shortcut");
     bool ok = n1 && n1->type == &layer_norm_type && n2 && n2->type == &layer_norm_type && ff &&
               ff->type == &feed_forward_type && tg__is_dropout(drop) && !tg__dropout_draws(drop) &&
-              tg__mha_last_position_ok(tg__entry_get(&b->children, "att"));
+              tg__mha_last_position_ok(tg__entry_get(&b->children, "att"), b->pinned ? b->numerics : nm);
     return ok ? b : NULL;
 }
 
@@ -421,7 +422,7 @@ static tg_tensor *gpt_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *co
                          : NULL;
     tg_tensor *x = tg_add(tp, tok, pos); /* x = tok_embeds + pos_embeds */
     static const char *const chain[] = {"drop_emb", "trf_blocks", "final_norm", "out_head"};
-    tg_module *last_block = s->last_logits_only ? last_position_block(self) : NULL;
+    tg_module *last_block = s->last_logits_only ? last_position_block(tp, self) : NULL;
     for (size_t i = 0; x && i < sizeof chain / sizeof chain[0]; i++) {
         if (i == 1 && last_block) { /* the blocks, the last one at its last position only */
             tg_module *blocks = tg_module_get_submodule(self, "trf_blocks");
@@ -479,7 +480,7 @@ tg_tensor *tg_gpt_forward_last(tg_tape *tp, tg_module *gpt, tg_tensor *ids)
     tg_gpt_config c;
     if (tg_gpt_get_config(gpt, &c) != TG_OK) return NULL;
     if (!ids) return tg__error_null_input("gpt_forward_last");
-    bool exact = tg_module_numerics(gpt) == TG_NUMERICS_EXACT;
+    bool exact = tg__module_policy(gpt, tp) == TG_NUMERICS_EXACT;
     /* under EXACT the book's model(ids)[:, -1, :], so the bits are PyTorch's;
      * otherwise final_norm and out_head see the last position only */
     bool prev = exact ? false : tg__gpt_set_last_logits_only(gpt, true);

@@ -59,7 +59,7 @@ static int map(hf_ctx *c, const char *hf_key, const char *our_key, bool transpos
     c->used[idx] = true;
     if (c->apply) {
         tg_k_copy(dst, &src);
-        tg__bf16_written(dst);
+        tg__bump(dst);
     }
     return TG_OK;
 }

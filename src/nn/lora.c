@@ -69,7 +69,7 @@ tg_module *tg_linear_with_lora_new(tg_tape *tp, tg_module *linear, int64_t rank,
     tg_module *lora = tg_lora_layer_new(tp, w->shape[1], w->shape[0], rank, alpha);
     if (!lora || tg_module_add_module(m, "lora", lora) != TG_OK) return NULL;
     tg_module_train(m, tg_module_is_training(linear));
-    tg_module_set_numerics(m, tg_module_numerics(linear));
+    if (linear->pinned) tg_module_set_numerics(m, linear->numerics); /* the wrapper keeps the Linear's pin */
     tg_module_set_fused(m, tg_module_is_fused(linear));
     return m;
 }

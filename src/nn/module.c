@@ -16,7 +16,6 @@ tg_tensor *tg_parameter_new(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *s
     if (!p) return NULL;
     p->requires_grad = true;
     p->is_param = true;
-    tg__bf16_written(p); /* it may take a freed parameter's storage */
     return p;
 }
 
@@ -192,7 +191,6 @@ int tg_module_register_parameter(tg_module *m, const char *name, tg_tensor *p)
                                tg_grad_fn_name(p));
     st = put(m, 0, name, p, true);
     if (st == TG_OK && !p->is_param) {
-        tg__bf16_written(p);
         p->is_param = true;
         p->requires_grad = true;
     }
@@ -319,11 +317,11 @@ tg_tensor *tg_module_call(tg_tape *tp, tg_module *m, int n, tg_tensor *const *in
     if (!m->type->forward) return tg_error("%s: this module has no forward (a container: call its children)", name);
     tg__saved_error before;
     tg__error_push(&before);
-    /* the module's numerics reach every op its forward records, and those
-     * ops' backward (tensor.h, tg_numerics) */
-    tg_numerics prev = tg__numerics_enter(m->numerics);
+    /* the tape's numerics, or the module's pin (tg_module_set_numerics),
+     * reach every op its forward records and those ops' backward */
+    tg_numerics prev = tg__module_enter(tp, m);
     tg_tensor *y = m->type->forward(tp, m, n, inputs);
-    tg__numerics_leave(prev);
+    tg__tape_leave(tp, prev);
     if (!y) {
         if (!tg_last_error()[0]) tg_error("%s: forward returned NULL without an error", name);
         return NULL;
@@ -345,7 +343,7 @@ static void set_tree(tg_module *m, setting what, bool flag, tg_generator *g, tg_
     case SET_FUSED: m->fused = flag; break;
     case SET_KV_CACHE: m->kv_cache = flag; break;
     case SET_GENERATOR: m->gen = g; break;
-    case SET_NUMERICS: m->numerics = nm; break;
+    case SET_NUMERICS: m->numerics = nm, m->pinned = true; break;
     }
     for (int i = 0; i < m->children.n; i++) set_tree(m->children.items[i].ptr, what, flag, g, nm);
 }
@@ -377,7 +375,7 @@ bool tg_module_is_fused(const tg_module *m) { return m && m->fused; }
 int tg_module_set_numerics(tg_module *m, tg_numerics mode)
 {
     if (!m) return tg_error_status(TG_EINVAL, "set_numerics: NULL module");
-    if (mode != TG_NUMERICS_EXACT && mode != TG_NUMERICS_FAST && mode != TG_NUMERICS_BF16)
+    if (!strcmp(tg_numerics_name(mode), "?"))
         return tg_error_status(TG_EINVAL, "set_numerics: %d is not a tg_numerics value", (int)mode);
     set_tree(m, SET_NUMERICS, false, NULL, mode);
     return TG_OK;
@@ -653,6 +651,8 @@ int tg_module_to_dtype(tg_tape *tp, tg_module *m, tg_dtype dt)
         if (!v) continue;
         t->dtype = dt;
         t->data = v->data;
+        t->storage = v->storage;
+        tg__bump(t); /* a node that saved t saw other data */
         t->offset = v->offset;
         memcpy(t->stride, v->stride, sizeof t->stride);
         t->tape = tp;

@@ -22,11 +22,23 @@ struct tg_module {
     tg_tape *tape;
     void *state;
     bool training, fused, kv_cache;
-    tg_numerics numerics;
+    bool pinned;          /* tg_module_set_numerics: forwards run under numerics */
+    tg_numerics numerics; /* the pin (EXACT when not pinned) */
     tg_generator *gen;
     tg__entries params, buffers, children;
 };
 
+/* The policy m's forward runs under on tp: its pin, else the tape's. */
+static inline tg_numerics tg__module_policy(const tg_module *m, const tg_tape *tp)
+{
+    return m->pinned ? m->numerics : tg_tape_numerics(tp);
+}
+/* A pinned module's forward records under its pin (tg__tape_enter); returns
+ * what tg__tape_leave puts back. For forwards run without tg_module_call. */
+static inline tg_numerics tg__module_enter(tg_tape *tp, const tg_module *m)
+{
+    return tg__tape_enter(tp, tg__module_policy(m, tp));
+}
 /* The entry `name` of e (a tg_tensor * or tg_module *), or NULL; no error
  * is recorded. */
 void *tg__entry_get(const tg__entries *e, const char *name);
@@ -45,7 +57,7 @@ bool tg__is_mha_owning_output(const tg_module *m);
 /* Whether m is the built-in MultiHeadAttention under FAST or BF16, without
  * KV cache and without dropout to draw (eval mode or p = 0), which
  * tg__mha_forward_last_position runs. */
-bool tg__mha_last_position_ok(const tg_module *m);
+bool tg__mha_last_position_ok(const tg_module *m, tg_numerics nm);
 /* Its forward's last position only, (b, 1, d_out): keys and values of all T
  * positions of x (b, T, d_in), the query of the last, which the causal mask
  * lets see every key. The same values as the full forward's last row, not

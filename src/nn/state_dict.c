@@ -96,7 +96,7 @@ static int load_entries(tg_tape *tp, tg_module *m, const tg_named_list *file, co
     for (int i = 0; i < sd.n; i++) {
         if (!src[i]) continue;
         tg_k_copy(sd.tensors[i], src[i]);
-        tg__bf16_written(sd.tensors[i]);
+        tg__bump(sd.tensors[i]);
     }
     return TG_OK;
 }

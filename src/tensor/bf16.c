@@ -11,12 +11,10 @@
  * gemm.c emulates the same numbers on sgemm (tg_k_gemm).
  *
  * A parameter's bf16 copy (tg_parameter_new's tensors, as a Linear's weight)
- * is made once and reused while it cannot have changed: within one round of
- * the tape the product is recorded on (a forward and its backward) and one
- * optimizer step, or through a whole generation (tg__bf16_hold_begin). The
- * library's in-place ops and every optimizer step start a new epoch
- * (tg_numerics_weights_changed); code that writes a parameter's data by hand
- * calls it too. */
+ * is kept with its storage (internal.h, tg_storage) for one version of it
+ * (tg_tensor_version): every write through the library bumps the version,
+ * so the next product makes the copy again; nothing has to say that weights
+ * changed. The copies go with the storage's tape (its reset or free). */
 #include "internal.h"
 
 #include <pthread.h>
@@ -41,25 +39,7 @@
 
 #define bf16_bits tg__bf16_bits
 
-/* ---- epochs ------------------------------------------------------------------------------------- */
-
-static atomic_uint_fast64_t weights_epoch = 1;
-static atomic_uint_fast64_t next_round = 1;
-
-void tg_numerics_weights_changed(void) { atomic_fetch_add(&weights_epoch, 1); }
-
-uint64_t tg__bf16_new_round(void) { return (uint64_t)atomic_fetch_add(&next_round, 1); }
-
-static _Thread_local uint64_t hold_round; /* 0: no generation holds the weights */
-
-uint64_t tg__bf16_hold_begin(void)
-{
-    uint64_t prev = hold_round;
-    hold_round = tg__bf16_new_round();
-    return prev;
-}
-
-void tg__bf16_hold_end(uint64_t prev) { hold_round = prev; }
+void tg_numerics_weights_changed(void) {} /* deprecated: versions say it (tensor.h) */
 
 /* ---- the CPU ------------------------------------------------------------------------------------ */
 
@@ -171,6 +151,7 @@ static bool convert(uint16_t *dst, const tg_tensor *x, bool *col_out)
         c.data = tmp;
         c.offset = 0;
         c.grad_fn = NULL;
+        c.storage = NULL;
         tg__contiguous_strides(n, c.shape, c.stride);
         tg_k_copy(&c, x);
         src = &c;
@@ -232,58 +213,51 @@ static bool key_is(const operand_key *k, const tg_tensor *x)
     return true;
 }
 
-typedef struct {
+/* A copy kept with a parameter's storage: of one view of it (the key's
+ * offset, shape and strides: a weight is read as W and as W^T) at one
+ * version. */
+struct tg__derived {
+    tg__derived *next;
     operand_key key;
-    uint64_t round, epoch; /* valid for this round and epoch */
-    uint64_t used;         /* the last round that asked for it */
+    int64_t version;
     uint16_t *copy;
     size_t cap;
     bool col;
-} param_copy;
+};
 
-enum { NCOPIES = 512 };
-static param_copy copies[NCOPIES];
-static int ncopies;
-static uint64_t last_round_seen;
-static atomic_bool any_copies; /* ncopies > 0 ever: tg__bf16_written's quick exit */
-
-/* The bf16 copy of parameter x for this round; NULL with an error if out of
- * memory. Called under lock. */
-static const uint16_t *param_bf16(const tg_tensor *x, uint64_t round, bool *col)
+void tg__derived_free(tg__derived *d)
 {
-    uint64_t epoch = atomic_load(&weights_epoch);
-    if (round != last_round_seen) {
-        /* a new round: drop the copies the previous rounds left unused */
-        int k = 0;
-        for (int i = 0; i < ncopies; i++) {
-            if (copies[i].used == last_round_seen || copies[i].used == round)
-                copies[k++] = copies[i];
-            else
-                free(copies[i].copy);
-        }
-        ncopies = k;
-        last_round_seen = round;
+    while (d) {
+        tg__derived *next = d->next;
+        free(d->copy);
+        free(d);
+        d = next;
     }
-    param_copy *p = NULL;
-    for (int i = 0; i < ncopies && !p; i++)
-        if (key_is(&copies[i].key, x)) p = &copies[i];
-    size_t need = (size_t)tg_numel(x);
-    if (p && p->round == round && p->epoch == epoch) {
-        p->used = round;
+}
+
+/* The bf16 copy of parameter x at its storage's version, made when missing
+ * or stale; NULL with an error if out of memory. Called under lock. */
+static const uint16_t *param_bf16(const tg_tensor *x, bool *col)
+{
+    tg_storage *st = x->storage;
+    tg__derived *p = st->derived;
+    while (p && !key_is(&p->key, x)) p = p->next;
+    if (p && p->version == st->version) {
         *col = p->col;
         return p->copy;
     }
     if (!p) {
-        if (ncopies == NCOPIES) {
-            free(copies[0].copy);
-            memmove(copies, copies + 1, sizeof copies[0] * (NCOPIES - 1));
-            ncopies--;
+        p = calloc(1, sizeof *p);
+        if (!p) {
+            tg_error("gemm: out of memory for a parameter's bf16 copy");
+            return NULL;
         }
-        p = &copies[ncopies++];
-        atomic_store(&any_copies, true);
-        memset(p, 0, sizeof *p);
         key_set(&p->key, x);
+        p->next = st->derived;
+        st->derived = p;
+        tg__tape_keep_derived(st);
     }
+    size_t need = (size_t)tg_numel(x);
     if (p->cap < need) {
         uint16_t *c = realloc(p->copy, sizeof(uint16_t) * (need ? need : 1));
         if (!c) {
@@ -293,21 +267,11 @@ static const uint16_t *param_bf16(const tg_tensor *x, uint64_t round, bool *col)
         p->copy = c;
         p->cap = need;
     }
+    p->version = -1; /* not valid until converted */
     if (!convert(p->copy, x, &p->col)) return NULL;
-    p->round = round;
-    p->epoch = epoch;
-    p->used = round;
+    p->version = st->version;
     *col = p->col;
     return p->copy;
-}
-
-void tg__bf16_written(const tg_tensor *x)
-{
-    if (!x || !atomic_load(&any_copies)) return;
-    pthread_mutex_lock(&lock);
-    for (int i = 0; i < ncopies; i++)
-        if (copies[i].key.data == x->data) copies[i].epoch = 0; /* made again at its next use */
-    pthread_mutex_unlock(&lock);
 }
 
 /* ---- the other operands ----------------------------------------------------------------------- */
@@ -327,11 +291,12 @@ typedef struct {
 
 static operand_buf operands[2];
 static _Thread_local uint64_t node_scope;
+static atomic_uint_fast64_t next_scope = 1;
 
 uint64_t tg__bf16_scope_begin(bool on)
 {
     uint64_t prev = node_scope;
-    node_scope = on ? tg__bf16_new_round() : 0;
+    node_scope = on ? (uint64_t)atomic_fetch_add(&next_scope, 1) : 0;
     return prev;
 }
 
@@ -545,18 +510,16 @@ int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b,
     int n = c->ndim;
     int64_t M = c->shape[n - 2], N = c->shape[n - 1], K = ta ? a->shape[n - 2] : a->shape[n - 1];
     int64_t nb = nbatch(c);
-    /* 0: no round (a tensor outside any tape): parameters are rounded anew */
-    uint64_t round = hold_round ? hold_round : tg__tape_round(c->tape);
     pthread_mutex_lock(&lock);
     bf16_mat ma = {0}, mb = {0};
     const uint16_t *pa = NULL, *pb = NULL;
     int ia = -1, ib = -1;
-    if (a->is_param && round)
-        pa = param_bf16(a, round, &ma.col);
+    if (a->is_param && a->storage)
+        pa = param_bf16(a, &ma.col);
     else
         pa = operand_bf16(a, -1, &ia, &ma.col);
-    if (pa && b->is_param && round)
-        pb = param_bf16(b, round, &mb.col);
+    if (pa && b->is_param && b->storage)
+        pb = param_bf16(b, &mb.col);
     else if (pa)
         pb = operand_bf16(b, ia, &ib, &mb.col);
     bool ok = pa && pb;
@@ -639,7 +602,7 @@ int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b,
 
 #else
 
-void tg__bf16_written(const tg_tensor *x) { (void)x; }
+void tg__derived_free(tg__derived *d) { (void)d; }
 
 uint64_t tg__bf16_scope_begin(bool on)
 {

@@ -140,19 +140,6 @@ static void gemm_one(const gemm_job *j, int64_t bi)
 
 /* ---- the numerics policy ------------------------------------------------------------------------ */
 
-static _Thread_local tg_numerics current_numerics = TG_NUMERICS_EXACT;
-
-tg_numerics tg__numerics_current(void) { return current_numerics; }
-
-tg_numerics tg__numerics_enter(tg_numerics n)
-{
-    tg_numerics prev = current_numerics;
-    current_numerics = n;
-    return prev;
-}
-
-void tg__numerics_leave(tg_numerics prev) { current_numerics = prev; }
-
 const char *tg_numerics_name(tg_numerics n)
 {
     switch (n) {
@@ -181,6 +168,7 @@ static tg_tensor bf16_operand(float *buf, const tg_tensor *x)
     t.data = buf;
     t.offset = 0;
     t.grad_fn = NULL;
+    t.storage = NULL;
     tg__contiguous_strides(t.ndim, t.shape, t.stride);
     tg_k_copy(&t, x);
     int64_t n = tg_numel(&t);
@@ -189,10 +177,10 @@ static tg_tensor bf16_operand(float *buf, const tg_tensor *x)
     return t;
 }
 
-void tg_k_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
-               double beta)
+void tg_k_gemm(tg_numerics nm, tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb,
+               double alpha, double beta)
 {
-    if (current_numerics == TG_NUMERICS_BF16 && c->dtype == TG_F32) {
+    if (nm == TG_NUMERICS_BF16 && c->dtype == TG_F32) {
         int n = c->ndim;
         int64_t K = ta ? a->shape[n - 2] : a->shape[n - 1];
         if (tg_numel(c) > 0 && K > 0 && tg__bf16_native_now()) {
@@ -212,9 +200,7 @@ void tg_k_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bo
             return;
         }
         tg_tensor ra = bf16_operand(buf, a), rb = bf16_operand(buf + na, b);
-        tg_numerics prev = tg__numerics_enter(TG_NUMERICS_FAST);
-        tg_k_gemm(c, &ra, ta, &rb, tb, alpha, beta);
-        tg__numerics_leave(prev);
+        tg_k_gemm(TG_NUMERICS_FAST, c, &ra, ta, &rb, tb, alpha, beta);
         free(buf);
         return;
     }
@@ -256,7 +242,7 @@ void tg_k_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bo
     /* FAST: a batch of mid-sized products (the attention's per-head ones)
      * one product per thread, each single-threaded, instead of one after
      * another on BLAS's threads (fewer, larger parallel regions) */
-    if (current_numerics == TG_NUMERICS_FAST && nb >= 2 * omp_get_max_threads() && M * N * K <= (1 << 22) &&
+    if (nm == TG_NUMERICS_FAST && nb >= 2 * omp_get_max_threads() && M * N * K <= (1 << 22) &&
         !omp_in_parallel())
         par_batches = true;
 #endif

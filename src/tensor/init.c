@@ -90,7 +90,7 @@ static int fill(const char *op, tg_tensor *x, double v)
 {
     int st = check_target(op, x, false);
     if (st != TG_OK) return st;
-    tg__bf16_written(x);
+    tg__bump(x);
     tg_k_fill(x, v);
     return TG_OK;
 }

@@ -114,9 +114,11 @@ typedef enum {
 void tg_k_binary(tg_tensor *out, const tg_tensor *a, const tg_tensor *b, tg_binop op);
 /* out = a op s (scalar). rev: s op a (TG_BIN_SUB only). */
 void tg_k_binary_scalar(tg_tensor *out, const tg_tensor *a, double s, tg_binop op, bool rev);
-void tg_k_unary(tg_tensor *out, const tg_tensor *a, tg_unop op);
+/* nm: the policy (EXACT: PyTorch's exp, log, tanh; FAST and BF16: the
+ * library's polynomial tanh in GELU). */
+void tg_k_unary(tg_numerics nm, tg_tensor *out, const tg_tensor *a, tg_unop op);
 /* dx of tg_k_unary's float32 TG_UN_GELU for n contiguous elements (kernels.c). */
-void tg_k_gelu_backward_f32(float *dx, const float *x, const float *dy, int64_t n);
+void tg_k_gelu_backward_f32(tg_numerics nm, float *dx, const float *x, const float *dy, int64_t n);
 /* out = src broadcast (any dtype conversion between float types, bool, u8, i64). */
 void tg_k_copy(tg_tensor *out, const tg_tensor *src);
 void tg_k_fill(tg_tensor *out, double v);
@@ -203,15 +205,33 @@ static inline float tg__tanh_fast_f32(float x)
     return (e - 1.0f) / (e + 1.0f);
 }
 
-/* The numerics policy in force on this thread (tensor.h, tg_numerics): a
- * module's forward runs under its module's (tg_module_call), a node's
- * backward under the policy it was recorded with (src/autograd/engine.c).
- * tg__numerics_enter returns the previous policy for tg__numerics_leave.
- * The GEMM backend below reads it: under BF16 a float32 product's operands
- * are rounded to bf16 first. */
-tg_numerics tg__numerics_current(void);
-tg_numerics tg__numerics_enter(tg_numerics n);
-void tg__numerics_leave(tg_numerics prev);
+/* A storage's bookkeeping (tensor.h, tg_storage): made with the storage by
+ * tg_empty in the same tape, shared by every view. version is
+ * tg_tensor_version; derived holds copies made from one version of the data
+ * (a parameter's bf16 copy, src/tensor/bf16.c), freed with the tape or at
+ * its reset, which keeps such storages on a list (next). */
+typedef struct tg__derived tg__derived;
+struct tg_storage {
+    int64_t version;
+    tg_tape *tape;
+    tg__derived *derived;
+    tg_storage *next;
+};
+/* The library is about to write x's storage: its version goes up by one
+ * (a no-op for NULL or a header without storage). */
+static inline void tg__bump(const tg_tensor *x)
+{
+    if (x && x->storage) x->storage->version++;
+}
+/* For the ops recorded between the two calls, tp's policy is n: a layer
+ * pinned to a variant (src/autograd/layers.c), a module pinned by
+ * tg_module_set_numerics. enter returns the policy for leave to put back. */
+tg_numerics tg__tape_enter(tg_tape *tp, tg_numerics n);
+void tg__tape_leave(tg_tape *tp, tg_numerics prev);
+/* Puts s on its tape's list of storages holding derived copies (once). */
+void tg__tape_keep_derived(tg_storage *s);
+/* Frees a storage's derived copies (src/tensor/bf16.c). */
+void tg__derived_free(tg__derived *d);
 /* The bf16 nearest x (ties to even), as its 16 bits (a NaN stays a quiet
  * NaN); branch-free, so that loops over it vectorise. */
 static inline uint16_t tg__bf16_bits(float x)
@@ -238,17 +258,6 @@ int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b,
                   double beta);
 /* Records that a product ran emulated (tg_numerics_bf16_kernel). */
 void tg__bf16_note_emulated(void);
-/* Rounds: a parameter's bf16 copy serves every product of one round (and
- * weights epoch, tg_numerics_weights_changed). A tape takes a new round when
- * made and at every reset; a generation holds one round over all its tapes
- * (begin returns the previous hold for end). */
-uint64_t tg__bf16_new_round(void);
-/* The library is about to write x's storage: a parameter's bf16 copy made
- * from it is stale (a no-op for storage no copy was made from). */
-void tg__bf16_written(const tg_tensor *x);
-uint64_t tg__tape_round(const tg_tape *tp);
-uint64_t tg__bf16_hold_begin(void);
-void tg__bf16_hold_end(uint64_t prev);
 /* One node's backward (on: a built-in op): the products inside it share
  * their operands' bf16 copies. Returns the previous scope for end. */
 uint64_t tg__bf16_scope_begin(bool on);
@@ -259,8 +268,8 @@ void tg__bf16_scope_end(uint64_t prev);
  * passed to BLAS without copying. The one GEMM backend: sgemm as PyTorch
  * calls it under EXACT and FAST (FAST differs in the shapes its callers
  * ask for), bf16-rounded operands under BF16. */
-void tg_k_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
-               double beta);
+void tg_k_gemm(tg_numerics nm, tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb,
+               double alpha, double beta);
 /* Whether x's last two dims can be read with one unit stride: by rows
  * (element (r, c) at r * ld + c) or, *col, by columns (at c * ld + r). */
 bool tg__matrix_layout(const tg_tensor *x, bool *col, int64_t *ld);

@@ -354,10 +354,10 @@ static inline float gelu_grad_f32(float x, float t, float dy)
     return (g2 + (g2 * c) * (3.0f * (x * x))) + (dy * (1.0f + t)) * 0.5f;
 }
 
-void tg_k_gelu_backward_f32(float *dx, const float *x, const float *dy, int64_t n)
+void tg_k_gelu_backward_f32(tg_numerics nm, float *dx, const float *x, const float *dy, int64_t n)
 {
     int64_t nv = tg__vec_math() ? n - n % 16 : 0;
-    bool fast = tg__numerics_current() != TG_NUMERICS_EXACT; /* FAST and BF16 */
+    bool fast = nm != TG_NUMERICS_EXACT; /* FAST and BF16 */
     enum { CH = 256 };
 #pragma omp parallel for if (n > TG_PAR_MIN) schedule(static)
     for (int64_t i0 = 0; i0 < nv; i0 += CH) {
@@ -373,8 +373,7 @@ void tg_k_gelu_backward_f32(float *dx, const float *x, const float *dy, int64_t 
     }
 }
 
-/* the op first: un_basic_f32 and un_f64 read it through the same pointer;
- * the policy read on the calling thread (OpenMP's workers do not share it) */
+/* the op first: un_basic_f32 and un_f64 read it through the same pointer */
 typedef struct {
     tg_unop op;
     bool fast;
@@ -390,10 +389,10 @@ static void un_f32(void *vctx, int64_t n, char *const *p, const int64_t *s)
         un_basic_f32(vctx, n, p, s);
 }
 
-void tg_k_unary(tg_tensor *out, const tg_tensor *a, tg_unop op)
+void tg_k_unary(tg_numerics nm, tg_tensor *out, const tg_tensor *a, tg_unop op)
 {
     const tg_tensor *ops[2] = {out, a};
-    un_ctx c = {op, tg__numerics_current() != TG_NUMERICS_EXACT}; /* FAST and BF16 */
+    un_ctx c = {op, nm != TG_NUMERICS_EXACT}; /* FAST and BF16 */
     iter_apply(2, ops, out->dtype == TG_F64 ? un_f64 : un_f32, &c);
 }
 

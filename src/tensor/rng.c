@@ -225,7 +225,6 @@ static int check_fill_target(const char *op, const tg_tensor *x)
                                tg_dtype_name(x->dtype));
     if (!tg_is_contiguous(x))
         return tg_error_status(TG_EINVAL, "%s: tensor must be contiguous", op);
-    tg__bf16_written(x);
     return TG_OK;
 }
 
@@ -236,6 +235,7 @@ int tg_uniform_(tg_tensor *x, double from, double to, tg_generator *g)
     if (!(from <= to) || !isfinite(from) || !isfinite(to))
         return tg_error_status(TG_EINVAL, "uniform_: expects a finite range from <= to, got [%g, %g)",
                                from, to);
+    tg__bump(x);
     g = pick(g);
     int64_t n = tg_numel(x);
     if (x->dtype == TG_F32) {
@@ -409,6 +409,7 @@ int tg_normal_(tg_tensor *x, double mean, double std, tg_generator *g)
     if (!(std >= 0.0) || !isfinite(std) || !isfinite(mean))
         return tg_error_status(TG_EINVAL, "normal_: expects finite mean and std >= 0, got mean %g std %g",
                                mean, std);
+    tg__bump(x);
     g = pick(g);
     int64_t n = tg_numel(x);
     if (n < 16) {
@@ -455,7 +456,9 @@ static tg_tensor *random_tensor(const char *op, tg_tape *tp, tg_dtype dt, int nd
     tg_tensor *t = tg_empty(tp, dt, ndim, shape);
     if (!t) return NULL;
     int st = normal ? tg_normal_(t, 0.0, 1.0, g) : tg_uniform_(t, 0.0, 1.0, g);
-    return st == TG_OK ? t : NULL;
+    if (st != TG_OK) return NULL;
+    t->storage->version = 0; /* made, not written */
+    return t;
 }
 
 tg_tensor *tg_rand(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape, tg_generator *g)
@@ -477,6 +480,7 @@ int tg_bernoulli_(tg_tensor *x, double p, tg_generator *g)
     int st = check_fill_target("bernoulli_", x);
     if (st != TG_OK) return st;
     if (!(p >= 0 && p <= 1)) return tg_error_status(TG_EINVAL, "bernoulli_: p must be in [0, 1], got %g", p);
+    tg__bump(x);
     g = pick(g);
     int64_t n = tg_numel(x);
     if (x->dtype == TG_F32) {

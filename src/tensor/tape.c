@@ -43,7 +43,8 @@ struct tg_tape {
     bool pooling;
     void *scratch; /* tg__tape_scratch (malloc'd) */
     size_t scratch_size;
-    uint64_t round; /* new at creation and every reset (tg__tape_round) */
+    tg_numerics numerics; /* tg_tape_set_numerics */
+    tg_storage *derived;  /* storages of this tape holding derived copies */
 };
 
 /* ---- errors ------------------------------------------------------------------ */
@@ -130,13 +131,52 @@ tg_tape *tg_tape_new(void)
 {
     tg_tape *tp = calloc(1, sizeof *tp);
     if (!tp) return tg_error("tape: out of memory");
-    tp->round = tg__bf16_new_round();
     return tp;
 }
+
+void tg__tape_keep_derived(tg_storage *s)
+{
+    if (!s || !s->tape || s->next || s->tape->derived == s) return; /* on the list already */
+    s->next = s->tape->derived;
+    s->tape->derived = s;
+}
+
+/* The storages' derived copies go with the storage. */
+static void drop_derived(tg_tape *tp)
+{
+    for (tg_storage *s = tp->derived, *next; s; s = next) {
+        next = s->next;
+        tg__derived_free(s->derived);
+        s->derived = NULL;
+        s->next = NULL;
+    }
+    tp->derived = NULL;
+}
+
+int tg_tape_set_numerics(tg_tape *tp, tg_numerics numerics)
+{
+    if (!tp) return tg_error_status(TG_EINVAL, "tape_set_numerics: NULL tape");
+    if (!strcmp(tg_numerics_name(numerics), "?"))
+        return tg_error_status(TG_EINVAL, "tape_set_numerics: %d is not a tg_numerics value", (int)numerics);
+    tp->numerics = numerics;
+    return TG_OK;
+}
+
+tg_numerics tg_tape_numerics(const tg_tape *tp) { return tp ? tp->numerics : TG_NUMERICS_EXACT; }
+
+tg_numerics tg__tape_enter(tg_tape *tp, tg_numerics n)
+{
+    tg_numerics prev = tp->numerics;
+    tp->numerics = n;
+    return prev;
+}
+
+void tg__tape_leave(tg_tape *tp, tg_numerics prev) { tp->numerics = prev; }
 
 void tg_tape_free(tg_tape *tp)
 {
     if (!tp) return;
+    drop_derived(tp);
     chunks_free(tp->chunks);
     free(tp->pool);
     free(tp->scratch);
@@ -146,8 +186,8 @@ void tg_tape_free(tg_tape *tp)
 void tg_tape_reset(tg_tape *tp)
 {
     if (!tp) return;
+    drop_derived(tp);
     tp->used = 0;
-    tp->round = tg__bf16_new_round();
     tp->npool = 0; /* the pool's blocks are arena memory, dropped with it */
     tp->pooling = false;
     if (tp->chunks && tp->chunks->next) {
@@ -159,8 +199,6 @@ void tg_tape_reset(tg_tape *tp)
     }
     if (tp->chunks) tp->chunks->used = 0;
 }
-
-uint64_t tg__tape_round(const tg_tape *tp) { return tp ? tp->round : 0; }
 
 size_t tg_tape_used(const tg_tape *tp) { return tp ? tp->used : 0; }
 size_t tg_tape_reserved(const tg_tape *tp) { return tp ? tp->reserved : 0; }

@@ -201,10 +201,17 @@ tg_tensor *tg_empty(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape)
     if (!tp) return tg_error("empty: NULL tape");
     if ((unsigned)dt >= TG_DTYPE_COUNT) return tg_error("empty: unknown dtype %d", (int)dt);
     if (!tg__check_shape("empty", ndim, shape, &numel)) return NULL;
-    tg_tensor *t = tg_tape_alloc(tp, sizeof *t, true);
-    if (!t) return NULL;
+    /* the header and the storage's bookkeeping in one block */
+    struct {
+        tg_tensor t;
+        tg_storage s;
+    } *b = tg_tape_alloc(tp, sizeof *b, true);
+    if (!b) return NULL;
+    tg_tensor *t = &b->t;
     t->data = tg__tape_alloc_data(tp, (size_t)numel * tg_dtype_size(dt));
     if (!t->data) return NULL;
+    b->s.tape = tp;
+    t->storage = &b->s;
     t->dtype = dt;
     t->ndim = ndim;
     for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
@@ -252,6 +259,8 @@ tg_tensor *tg_from_f64(tg_tape *tp, int ndim, const int64_t *shape, const double
 
 tg_tensor *tg_scalar(tg_tape *tp, tg_dtype dt, double value) { return tg_full(tp, dt, 0, NULL, value); }
 
+static int set_elem(tg_tensor *x, const int64_t *idx, double v);
+
 tg_tensor *tg_arange(tg_tape *tp, tg_dtype dt, double start, double end, double step)
 {
     if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step))
@@ -263,7 +272,7 @@ tg_tensor *tg_arange(tg_tape *tp, tg_dtype dt, double start, double end, double 
     tg_tensor *t = tg_empty(tp, dt, 1, shape);
     if (!t) return NULL;
     for (int64_t i = 0; i < shape[0]; i++)
-        if (tg_set(t, &i, start + (double)i * step) != TG_OK) return NULL; /* a value the dtype cannot hold */
+        if (set_elem(t, &i, start + (double)i * step) != TG_OK) return NULL; /* a value the dtype cannot hold */
     return t;
 }
 
@@ -274,7 +283,7 @@ tg_tensor *tg_eye(tg_tape *tp, tg_dtype dt, int64_t n, int64_t m)
     if (!t) return NULL;
     for (int64_t i = 0; i < shape[0] && i < shape[1]; i++) {
         int64_t idx[2] = {i, i};
-        tg_set(t, idx, 1.0);
+        set_elem(t, idx, 1.0);
     }
     return t;
 }
@@ -322,6 +331,8 @@ tg_tensor *tg_to_dtype(tg_tape *tp, const tg_tensor *x, tg_dtype dt)
 }
 
 /* ---- inspection --------------------------------------------------------------------- */
+
+int64_t tg_tensor_version(const tg_tensor *x) { return x && x->storage ? x->storage->version : 0; }
 
 int64_t tg_numel(const tg_tensor *x)
 {
@@ -429,7 +440,8 @@ double tg_get(const tg_tensor *x, const int64_t *idx)
     return elem_offset("get", x, idx, &off) ? load(x, off) : NAN;
 }
 
-int tg_set(tg_tensor *x, const int64_t *idx, double v)
+/* tg_set without the version: for tensors being made */
+static int set_elem(tg_tensor *x, const int64_t *idx, double v)
 {
     int64_t off;
     if (!elem_offset("set", x, idx, &off)) return TG_EINVAL;
@@ -441,6 +453,13 @@ int tg_set(tg_tensor *x, const int64_t *idx, double v)
         return tg_error_status(TG_EINVAL, "set: value %g cannot be stored in a %s tensor", v, tg_dtype_name(x->dtype));
     store(x, off, v);
     return TG_OK;
+}
+
+int tg_set(tg_tensor *x, const int64_t *idx, double v)
+{
+    int st = set_elem(x, idx, v);
+    if (st == TG_OK) tg__bump(x);
+    return st;
 }
 
 /* The element at flat row-major position i, unchecked (0 <= i < numel). */
