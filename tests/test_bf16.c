@@ -10,7 +10,9 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 
 /* ---- a module that records one product under its numerics ---------------------------------------- */
@@ -168,51 +170,81 @@ static void test_products_emulated(void **state)
 
 /* ---- parameters' bf16 copies follow their parameter ----------------------------------------------- */
 
-/* A Linear's weight changed between two forwards on the same tape round
+/* The output of a fresh Linear holding w's values, on a new BF16 tape: what
+ * a forward after a change must give bit for bit (its weight's bf16 copy is
+ * made from the new values). */
+static void assert_fresh_output(const tg_tensor *y, const tg_tensor *w, const tg_tensor *x, const char *way)
+{
+    tg_tape *mt = tg_tape_new(), *tp = tg_tape_new();
+    tg_module *lin = tg_linear_new(mt, w->shape[1], w->shape[0], false);
+    tu_assert_ok(lin);
+    bool g = tg_set_grad_enabled(false);
+    assert_int_equal(tg_copy_(tg_module_get_parameter(lin, "weight"), w), TG_OK);
+    tg_set_grad_enabled(g);
+    assert_int_equal(tg_tape_set_numerics(tp, TG_NUMERICS_BF16), TG_OK);
+    tg_tensor *want = tg_module_forward(tp, lin, (tg_tensor *)x);
+    tu_assert_ok(want);
+    int64_t n = tg_numel(y);
+    assert_int_equal(n, tg_numel(want));
+    if (memcmp(tg_data_ptr(y), tg_data_ptr(want), sizeof(float) * (size_t)n) != 0)
+        fail_msg("%s: the forward after the change is not a fresh module's (a stale bf16 copy)", way);
+    tg_tape_free(tp);
+    tg_tape_free(mt);
+}
+
+/* A Linear's weight changed between two BF16 forwards on the same step tape
  * (no reset in between), by each way the library writes parameters: the
- * second output must use the new weight, never the first's bf16 copy. */
+ * second forward equals a fresh module's holding the new values bit for bit,
+ * never the first's bf16 copy; on every CPU (emulated products read the same
+ * copies). The policy is the tape's: the module is not pinned. */
 static void test_weight_copies(void **state)
 {
     (void)state;
+    static const char *const ways[] = {"copy_", "set", "a view's fill_", "load_state_dict", "mul_", "uniform_",
+                                       "an optimizer step", "a checkpoint load"};
     tg_tape *mt = tg_tape_new(), *tp = tg_tape_new();
+    assert_int_equal(tg_tape_set_numerics(tp, TG_NUMERICS_BF16), TG_OK);
     tg_manual_seed(3);
     tg_module *lin = tg_linear_new(mt, 32, 16, false);
     tu_assert_ok(lin);
-    assert_int_equal(tg_module_set_numerics(lin, TG_NUMERICS_BF16), TG_OK);
     tg_tensor *w = tg_module_get_parameter(lin, "weight");
     tg_tensor *x = tg_randn(tp, TG_F32, 2, (int64_t[]){4, 32}, NULL);
     tg_tensor *w2 = tg_randn(mt, TG_F32, 2, (int64_t[]){16, 32}, NULL);
-    for (int way = 0; way < 5; way++) {
+    tg_optimizer *opt = tg_sgd_new(mt, lin, (tg_sgd_options){.lr = 0.5});
+    tu_assert_ok(opt);
+    char path[] = "/tmp/tapegrad-bf16-ckpt-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    tg_checkpoint ck = {.model = lin};
+    assert_int_equal(tg_checkpoint_save(&ck, path), TG_OK); /* the weights as made */
+    for (size_t way = 0; way < sizeof ways / sizeof ways[0]; way++) {
         tg_tensor *y0 = tg_module_forward(tp, lin, x);
         tu_assert_ok(y0);
+        int64_t v0 = tg_tensor_version(w);
+        if (way == 6) { /* a step from this forward's gradient */
+            assert_int_equal(tg_backward(tg_sum(tp, y0), NULL, false), TG_OK);
+            assert_int_equal(tg_optimizer_step(opt), TG_OK);
+            tg_optimizer_zero_grad(opt);
+        }
         bool g = tg_set_grad_enabled(false);
         if (way == 0) assert_int_equal(tg_copy_(w, w2), TG_OK);
-        if (way == 1) assert_int_equal(tg_mul_scalar_(w, -0.5), TG_OK);
-        if (way == 2) assert_int_equal(tg_uniform_(w, -1.0, 1.0, NULL), TG_OK);
-        if (way == 3) { /* a state_dict */
+        if (way == 1) assert_int_equal(tg_set(w, (int64_t[]){3, 5}, 7.0), TG_OK);
+        if (way == 2) assert_int_equal(tg_fill_(tg_narrow(tp, w, 0, 2, 3), -1.5), TG_OK);
+        if (way == 3) {
             tg_named_list sd = {1, (const char *[]){"weight"}, (tg_tensor *[]){w2}};
             assert_int_equal(tg_module_load_state_dict(lin, &sd), TG_OK);
         }
-        if (way == 4) { /* by hand, then said */
-            float *p = tg_data_ptr(w);
-            for (int i = 0; i < 16 * 32; i++) p[i] = 0.25f * (float)(i % 7) - 0.5f;
-            tg_numerics_weights_changed();
-        }
+        if (way == 4) assert_int_equal(tg_mul_scalar_(w, -0.5), TG_OK);
+        if (way == 5) assert_int_equal(tg_uniform_(w, -1.0, 1.0, NULL), TG_OK);
+        if (way == 7) assert_int_equal(tg_checkpoint_load(NULL, &ck, path), TG_OK);
         tg_set_grad_enabled(g);
+        assert_true(tg_tensor_version(w) > v0);
         tg_tensor *y = tg_module_forward(tp, lin, x);
         tu_assert_ok(y);
-        double e = product_error(y, x, false, w, true, NULL, NULL);
-        if (e > PRODUCT_TOL) fail_msg("way %d: the output after the change is %g from the new weight's", way, e);
+        assert_fresh_output(y, w, x, ways[way]);
     }
-    /* an optimizer step */
-    tg_optimizer *opt = tg_sgd_new(mt, lin, (tg_sgd_options){.lr = 0.5});
-    tu_assert_ok(opt);
-    tg_tensor *y = tg_module_forward(tp, lin, x);
-    assert_int_equal(tg_backward(tg_sum(tp, y), NULL, false), TG_OK);
-    assert_int_equal(tg_optimizer_step(opt), TG_OK);
-    y = tg_module_forward(tp, lin, x);
-    tu_assert_ok(y);
-    if (product_error(y, x, false, w, true, NULL, NULL) > PRODUCT_TOL) fail_msg("after an optimizer step: stale copy");
+    unlink(path);
     tg_tape_free(tp);
     tg_tape_free(mt);
 }
@@ -312,6 +344,72 @@ static void test_generation(void **state)
     tg_tape_free(mt);
 }
 
+/* The policy is the step tape's (tensor.h, tg_tape_set_numerics): a module
+ * made after it is set (a LoRA wrapper) and an op outside any module (the
+ * loss's matmul) run BF16 products; a node keeps the policy it was recorded
+ * under, so its backward runs BF16 products even if the tape's policy is
+ * changed before backward; a pinned module (tg_module_set_numerics) runs
+ * its pin on an EXACT tape; a tape's policy survives a reset. */
+static void test_step_policy(void **state)
+{
+    (void)state;
+    tg_tape *mt = tg_tape_new(), *tp = tg_tape_new();
+    assert_int_equal(tg_tape_numerics(tp), TG_NUMERICS_EXACT);
+    assert_int_equal(tg_tape_set_numerics(tp, TG_NUMERICS_BF16), TG_OK);
+    tg_manual_seed(11);
+    tg_module *lin = tg_linear_new(mt, 48, 24, false);
+    tu_assert_ok(lin);
+    tg_module *wrapped = tg_linear_with_lora_new(mt, lin, 4, 8.0); /* made after the policy was set */
+    tu_assert_ok(wrapped);
+    tg_tensor *x = tg_randn(tp, TG_F32, 2, (int64_t[]){6, 48}, NULL);
+    tg_tensor *w = tg_module_get_parameter(lin, "weight");
+    /* LoRA's B starts at zero: the wrapper's output is the Linear's */
+    tg_tensor *y = tg_module_forward(tp, wrapped, x);
+    tu_assert_ok(y);
+    double apart, e = product_error(y, x, false, w, true, NULL, &apart);
+    if (e > PRODUCT_TOL || apart < 10 * PRODUCT_TOL) fail_msg("a module made later: not a bf16 product (%g, %g)", e, apart);
+    /* the loss's own product, outside any module */
+    tg_tensor *v = tg_randn(tp, TG_F32, 2, (int64_t[]){24, 24}, NULL);
+    tg_tensor *z = tg_matmul(tp, y, v);
+    tu_assert_ok(z);
+    if (product_error(z, y, false, v, false, NULL, NULL) > PRODUCT_TOL) fail_msg("an op outside modules: not bf16");
+    /* backward under the recorded policy although the tape's changed: x's
+     * gradient as when the policy stays BF16, not the EXACT one */
+    float g[3][6 * 48];
+    for (int r = 0; r < 3; r++) {
+        tg_tape *st = tg_tape_new();
+        assert_int_equal(tg_tape_set_numerics(st, r == 2 ? TG_NUMERICS_EXACT : TG_NUMERICS_BF16), TG_OK);
+        tg_tensor *xr = tg_empty_like(st, x);
+        tu_assert_ok(xr);
+        assert_int_equal(tg_copy_(xr, x), TG_OK);
+        tg_requires_grad_(xr, true);
+        tg_tensor *zr = tg_matmul(st, tg_module_forward(st, wrapped, xr), v);
+        tu_assert_ok(zr);
+        if (r == 1) assert_int_equal(tg_tape_set_numerics(st, TG_NUMERICS_EXACT), TG_OK);
+        assert_int_equal(tg_backward(tg_sum(st, zr), NULL, false), TG_OK);
+        assert_int_equal(tg_copy_to_f32(xr->grad, g[r]), TG_OK);
+        tg_tape_free(st);
+    }
+    if (memcmp(g[0], g[1], sizeof g[0]) != 0) fail_msg("backward did not run under its forward's policy");
+    if (!memcmp(g[0], g[2], sizeof g[0])) fail_msg("BF16 and EXACT gradients are the same bits: the test sees nothing");
+    /* a pinned module on an EXACT tape runs its pin */
+    tg_tape_reset(tp);
+    assert_int_equal(tg_tape_numerics(tp), TG_NUMERICS_BF16); /* a reset keeps the policy */
+    assert_int_equal(tg_tape_set_numerics(tp, TG_NUMERICS_EXACT), TG_OK);
+    x = tg_randn(tp, TG_F32, 2, (int64_t[]){6, 48}, NULL);
+    assert_int_equal(tg_module_set_numerics(lin, TG_NUMERICS_BF16), TG_OK);
+    y = tg_module_forward(tp, lin, x);
+    tu_assert_ok(y);
+    if (product_error(y, x, false, w, true, NULL, NULL) > PRODUCT_TOL) fail_msg("a pin: not a bf16 product");
+    assert_int_equal(tg_tape_numerics(tp), TG_NUMERICS_EXACT); /* the pin is put back */
+    /* bad arguments */
+    tu_assert_status_error(tg_tape_set_numerics(NULL, TG_NUMERICS_FAST), "tape_set_numerics: NULL tape");
+    tu_assert_status_error(tg_tape_set_numerics(tp, (tg_numerics)9), "9 is not a tg_numerics value");
+    assert_int_equal(tg_tape_numerics(NULL), TG_NUMERICS_EXACT);
+    tg_tape_free(tp);
+    tg_tape_free(mt);
+}
+
 static void test_api(void **state)
 {
     (void)state;
@@ -329,7 +427,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_products_native), cmocka_unit_test(test_products_emulated),
         cmocka_unit_test(test_weight_copies),   cmocka_unit_test(test_gpt_step),
-        cmocka_unit_test(test_generation),      cmocka_unit_test(test_api),
+        cmocka_unit_test(test_generation),      cmocka_unit_test(test_step_policy),
+        cmocka_unit_test(test_api),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -56,6 +56,7 @@ tg_tensor *tg_detach(tg_tape *tp, tg_tensor *x)
 
 void tg_zero_grad(tg_tensor *x)
 {
+    if (x && x->grad) tg__bump(x->grad);
     if (x && x->grad) memset(x->grad->data, 0, (size_t)tg_numel(x->grad) * tg_dtype_size(x->grad->dtype));
 }
 

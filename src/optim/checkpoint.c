@@ -271,9 +271,10 @@ static void restore_model(const loaded *l)
 {
     for (int i = 0; i < l->own.n; i++) {
         const tg_tensor *t = l->backup[i];
-        memcpy(tg_data_ptr(l->own.tensors[i]), t->data, (size_t)tg_numel(t) * tg_dtype_size(t->dtype));
+        bool g = tg_set_grad_enabled(false);
+        tg_copy_(l->own.tensors[i], t); /* the backup of this very tensor: cannot fail */
+        tg_set_grad_enabled(g);
     }
-    tg_numerics_weights_changed(); /* BF16's parameter copies (tensor.h) */
 }
 
 static int load_in(tg_tape *scratch, tg_tape *tp, tg_checkpoint *ck, const char *path)
@@ -295,8 +296,9 @@ static int load_in(tg_tape *scratch, tg_tape *tp, tg_checkpoint *ck, const char 
         tg_tensor *into = ck->tensors.tensors[i];
         const tg_tensor *t = tg_safetensors_get(&l.f, ck->tensors.names[i]);
         if (into) {
-            memcpy(tg_data_ptr(into), t->data, (size_t)tg_numel(t) * tg_dtype_size(t->dtype));
-            tg_numerics_weights_changed();
+            bool g = tg_set_grad_enabled(false);
+            tg_copy_(into, t); /* checked above: into's shape and dtype */
+            tg_set_grad_enabled(g);
         } else
             ck->tensors.tensors[i] = l.user[i];
     }

@@ -135,6 +135,8 @@ static int step_all(tg_optimizer *o)
         tg_clear_error();
         int st = t->step(o, p, g, state);
         o->current = -1;
+        tg__bump(p); /* the update is a write: a node that saved p refuses backward, BF16 copies it again */
+        for (int k = 0; k < t->nstate; k++) tg__bump(state[k]);
         if (st != TG_OK) {
             o->steps[i]--;
             if (!tg_last_error()[0]) tg_error("%s step: parameter %d failed (status %d)", t->name, i, st);
@@ -150,7 +152,6 @@ int tg_optimizer_step(tg_optimizer *o)
     if (o->current >= 0) return tg_error_status(TG_EINVAL, "%s step: called from inside a step", o->type->name);
     bool prev = tg_set_grad_enabled(false);
     int st = step_all(o);
-    tg_numerics_weights_changed(); /* the parameters' bf16 copies are stale (src/tensor/bf16.c) */
     tg_set_grad_enabled(prev);
     return st;
 }

@@ -110,8 +110,6 @@ const char *tg_numerics_bf16_kernel(void)
     return out;
 }
 
-#if TG_HAVE_DNNL
-
 /* ---- operands ----------------------------------------------------------------------------------- */
 
 /* A bf16 copy of a float32 tensor x, compact, its matrices (last two dims)
@@ -175,7 +173,7 @@ static bool convert(uint16_t *dst, const tg_tensor *x, bool *col_out)
     return true;
 }
 
-static void fill_bstrides(bf16_mat *m, const tg_tensor *x)
+static TG_UNUSED void fill_bstrides(bf16_mat *m, const tg_tensor *x)
 {
     int n = x->ndim;
     int64_t s = x->shape[n - 2] * x->shape[n - 1];
@@ -273,6 +271,32 @@ static const uint16_t *param_bf16(const tg_tensor *x, bool *col)
     *col = p->col;
     return p->copy;
 }
+
+int tg__bf16_param_rounded(const tg_tensor *x, float *dst)
+{
+    if (!x->is_param || !x->storage || x->dtype != TG_F32 || x->ndim < 2) return 1;
+    pthread_mutex_lock(&lock);
+    bool col = false;
+    const uint16_t *c = param_bf16(x, &col);
+    if (c) {
+        int64_t n = x->ndim, R = x->shape[n - 2], C = x->shape[n - 1], nb = nbatch(x);
+        /* row-major dst; a copy stored by columns is transposed back */
+#pragma omp parallel for if (nb * R * C > TG_PAR_MIN) schedule(static)
+        for (int64_t t = 0; t < nb * R; t++) {
+            int64_t bi = t / R, r = t % R;
+            const uint16_t *m = c + bi * R * C;
+            float *o = dst + t * C;
+            for (int64_t j = 0; j < C; j++) {
+                uint32_t u = (uint32_t)(col ? m[j * R + r] : m[r * C + j]) << 16;
+                memcpy(&o[j], &u, sizeof u);
+            }
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return c ? 0 : -1;
+}
+
+#if TG_HAVE_DNNL
 
 /* ---- the other operands ----------------------------------------------------------------------- */
 
@@ -601,8 +625,6 @@ int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b,
 }
 
 #else
-
-void tg__derived_free(tg__derived *d) { (void)d; }
 
 uint64_t tg__bf16_scope_begin(bool on)
 {

@@ -161,8 +161,9 @@ int tg_numerics_parse(const char *s, tg_numerics *out)
     return tg_error_status(TG_EINVAL, "numerics: '%.40s' is not one of exact, fast, bf16", s ? s : "(null)");
 }
 
-/* x (float32) rounded to bf16 into buf (numel floats) as a contiguous tensor */
-static tg_tensor bf16_operand(float *buf, const tg_tensor *x)
+/* x (float32) rounded to bf16 into buf (numel floats) as a contiguous
+ * tensor: a parameter from its bf16 copy; *ok false if out of memory */
+static tg_tensor bf16_operand(float *buf, const tg_tensor *x, bool *ok)
 {
     tg_tensor t = *x;
     t.data = buf;
@@ -170,6 +171,11 @@ static tg_tensor bf16_operand(float *buf, const tg_tensor *x)
     t.grad_fn = NULL;
     t.storage = NULL;
     tg__contiguous_strides(t.ndim, t.shape, t.stride);
+    int st = tg__bf16_param_rounded(x, buf);
+    if (st <= 0) {
+        *ok &= st == 0;
+        return t;
+    }
     tg_k_copy(&t, x);
     int64_t n = tg_numel(&t);
 #pragma omp parallel for if (n > TG_PAR_MIN) schedule(static)
@@ -199,8 +205,9 @@ void tg_k_gemm(tg_numerics nm, tg_tensor *c, const tg_tensor *a, bool ta, const 
             tg_error("gemm: out of memory rounding the operands to bf16");
             return;
         }
-        tg_tensor ra = bf16_operand(buf, a), rb = bf16_operand(buf + na, b);
-        tg_k_gemm(TG_NUMERICS_FAST, c, &ra, ta, &rb, tb, alpha, beta);
+        bool ok = true;
+        tg_tensor ra = bf16_operand(buf, a, &ok), rb = bf16_operand(buf + na, b, &ok);
+        if (ok) tg_k_gemm(TG_NUMERICS_FAST, c, &ra, ta, &rb, tb, alpha, beta);
         free(buf);
         return;
     }

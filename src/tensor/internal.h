@@ -256,6 +256,11 @@ static inline float tg__bf16_round(float x)
 bool tg__bf16_native_now(void);
 int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
                   double beta);
+/* Emulated products read a parameter's bf16 copy too (the same copy, kept
+ * with its storage for one version): dst (numel(x) floats) receives x
+ * rounded to bf16, row-major. 0 done, 1 x is not a float32 parameter
+ * matrix (the caller rounds it), -1 out of memory (error recorded). */
+int tg__bf16_param_rounded(const tg_tensor *x, float *dst);
 /* Records that a product ran emulated (tg_numerics_bf16_kernel). */
 void tg__bf16_note_emulated(void);
 /* One node's backward (on: a built-in op): the products inside it share
