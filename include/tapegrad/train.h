@@ -164,6 +164,11 @@ typedef struct {
     FILE *out;
     /* the tape each step records into (NULL: the trainer's own) */
     tg_tape *step_tape;
+    /* the numerics policy of every step and evaluation (tensor.h,
+     * tg_tape_set_numerics): set on the trainer's own step tape; a given
+     * step_tape keeps its own policy, which this must then equal or leave
+     * EXACT */
+    tg_numerics numerics;
 } tg_trainer_options;
 
 /* A trainer for o (borrowed: the model, optimizer, loaders and datasets

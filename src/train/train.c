@@ -733,9 +733,14 @@ static int load_checkpoint(tg_trainer *tr)
 static int same_as_rank0(const tg_trainer *tr)
 {
     int n;
-    tg_checkpoint_value *v = identity(tr, &n), *v1 = v ? realloc(v, sizeof *v * (size_t)(n + 1)) : NULL;
-    if (v1) v = v1, v[n++] = (tg_checkpoint_value){.name = "--epochs", .i = tr->o.epochs};
-    else free(v), v = NULL;
+    tg_checkpoint_value *v = identity(tr, &n), *v1 = v ? realloc(v, sizeof *v * (size_t)(n + 2)) : NULL;
+    if (v1) {
+        v = v1;
+        v[n++] = (tg_checkpoint_value){.name = "--epochs", .i = tr->o.epochs};
+        v[n++] = (tg_checkpoint_value){.name = "numerics", .i = tg_tape_numerics(tr->tp)};
+    } else {
+        free(v), v = NULL;
+    }
     int64_t *bits = v ? malloc(sizeof *bits * 2 * (size_t)n) : NULL;
     if (!bits) {
         free(v);
@@ -809,6 +814,12 @@ tg_trainer *tg_trainer_new(const tg_trainer_options *o)
     tr->total_steps = tr->steps_per_epoch * o->epochs;
     tr->tp = o->step_tape ? o->step_tape : (tr->own_tape = tg_tape_new());
     int st = tr->tp ? TG_OK : tg_error_status(TG_ENOMEM, "trainer: out of memory");
+    /* the step's policy: on the trainer's tape, or the given tape's own */
+    tg_numerics tape_nm = tg_tape_numerics(tr->tp);
+    if (st == TG_OK && o->step_tape && o->numerics != TG_NUMERICS_EXACT && o->numerics != tape_nm)
+        st = tg_error_status(TG_EINVAL, "trainer: numerics %s differs from the step tape's %s (set one of them)",
+                             tg_numerics_name(o->numerics), tg_numerics_name(tape_nm));
+    if (st == TG_OK && !o->step_tape) st = tg_tape_set_numerics(tr->tp, o->numerics);
     int64_t b = tg_loader_batch_size(o->train.loader);
     if (st == TG_OK && tr->size > 1 && b % tr->size != 0)
         st = tg_error_status(TG_EINVAL, "trainer: the batch of %lld rows does not divide among %d ranks", (long long)b,

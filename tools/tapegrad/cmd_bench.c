@@ -87,7 +87,7 @@ static int run(tg_tape *model, tg_tape *step, const bench_args *a, double *t_fwd
                            : tg_mha_new(model, d_in, d_out, T, a->dropout, H, false);
     if (!m) return tg_cli_lib_error(CMD, NULL);
     tg_module_set_fused(m, !a->composed); /* the wrapper's CausalAttention heads too */
-    tg_module_set_numerics(m, a->numerics);
+    tg_tape_set_numerics(step, a->numerics); /* parsed: cannot fail */
     tg_module_train(m, true);
     tg_generator *g = tg_generator_new(7);
     if (!g) return tg_cli_error(CMD, "out of memory");

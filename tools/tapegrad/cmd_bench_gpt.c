@@ -90,7 +90,6 @@ static int make_classifier(tg_tape *tp, tg_module *gpt, const gpt_bench_args *a,
 {
     int st = tg_gpt_prepare_finetune(tp, gpt, 2, mo->seed, a->lora_rank_seen ? a->lora_rank : 0, a->lora_alpha);
     if (st != TG_OK) return st;
-    tg_module_set_numerics(gpt, mo->numerics);
     tg_cli_gpt_set_layers(gpt, false);
     return TG_OK;
 }
@@ -166,7 +165,7 @@ static int run(const gpt_bench_args *a, const tg_cli_model *mo, const tg_gpt_con
     if (dist) rc = tg_cli_dist_agree(rc);
     if (rc == TG_CLI_OK) {
         tg_trainer_options o = {.model = gpt, .optimizer = opt, .loss = a->classify ? tg_loss_last : tg_loss_lm,
-                                .epochs = 1, .quiet = true};
+                                .epochs = 1, .quiet = true, .numerics = mo->numerics};
         if (!(tr = tg_trainer_new(&o))) rc = *tg_last_error() ? step_failed() : TG_CLI_USAGE;
     }
     if (rc == TG_CLI_OK) tg_module_train(gpt, true);

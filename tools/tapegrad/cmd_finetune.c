@@ -180,8 +180,8 @@ static int build_model(ft_run *r, const tg_cli_model *m)
     if (tg_gpt_prepare_finetune(r->model_tape, r->gpt, a->instruct ? 0 : num_classes(r), r->seed,
                                 a->lora_rank_seen ? a->lora_rank : 0, a->lora_alpha) != TG_OK)
         return tg_cli_lib_error(r->cmd, a->lora_rank_seen ? "--lora-rank" : NULL);
-    /* the new modules run under the model's numerics and layers */
-    tg_module_set_numerics(r->gpt, m->numerics);
+    /* the new modules take the model's layers (the step tape's policy
+     * covers them as any module) */
     tg_cli_gpt_set_layers(r->gpt, a->composed);
     /* torch.manual_seed(s) (classify: before AdamW; instruct: after it) */
     if (!a->instruct) tg_manual_seed(r->seed);
@@ -245,7 +245,8 @@ static int run(ft_run *r, const tg_cli_model *m)
                             .eval_freq = a->eval_freq, .eval_iter = a->eval_iter, .count_tokens = a->instruct,
                             .n_identity = FT_NIDENTITY, .identity = id,
                             .on_epoch_end = a->instruct ? tg_ft_instruct_epoch_end : tg_ft_classify_epoch_end,
-                            .on_train_end = a->instruct ? tg_ft_instruct_end : tg_ft_classify_end};
+                            .on_train_end = a->instruct ? tg_ft_instruct_end : tg_ft_classify_end,
+                            .numerics = m->numerics};
     tg_cli_train_options(&a->t, &o);
     tg_trainer *tr;
     rc = tg_cli_train_run(r->cmd, rc, &o, &tr);

@@ -144,8 +144,7 @@ static int run_generate(tg_tape *tp, tg_tokenizer *tok, const tg_cli_model *m, t
     }
     tg_module *gpt = tg_cli_model_build(tp, m, cfg);
     if (!gpt) rc = tg_cli_lib_error(cmd, NULL);
-    else if (a->lora_rank_seen && (tg_lora_replace_linear(tp, gpt, a->lora_rank, a->lora_alpha) != TG_OK ||
-                                   tg_module_set_numerics(gpt, m->numerics) != TG_OK))
+    else if (a->lora_rank_seen && tg_lora_replace_linear(tp, gpt, a->lora_rank, a->lora_alpha) != TG_OK)
         rc = tg_cli_lib_error(cmd, "--lora-rank");
     else if (a->load && tg_module_load(gpt, a->load) != TG_OK) {
         char err[512], hint[160];
@@ -160,7 +159,7 @@ static int run_generate(tg_tape *tp, tg_tokenizer *tok, const tg_cli_model *m, t
     double seconds = 0;
     if (rc == TG_CLI_OK) {
         tg_generate_options o = {.max_new_tokens = a->max_new, .temperature = a->temperature, .top_k = a->top_k,
-                                 .eos_id = a->eos, .no_kv_cache = a->no_cache};
+                                 .eos_id = a->eos, .no_kv_cache = a->no_cache, .numerics = m->numerics};
         tg_manual_seed(a->sample_seed_seen ? a->sample_seed : m->seed); /* torch.manual_seed before generate() */
         double t0 = tg_cli_now();
         if (tg_gpt_generate(gpt, prompt, (int64_t)n_prompt, &o, ids, &n) != TG_OK) rc = tg_cli_lib_error(cmd, NULL);

@@ -93,7 +93,8 @@ static int sample(tg_trainer *tr, int64_t epoch, void *task)
     int64_t *ids = malloc(sizeof *ids * n), got = 0;
     char *text = NULL;
     size_t len = 0;
-    tg_generate_options o = {.max_new_tokens = r->a->sample_tokens, .eos_id = -1};
+    tg_generate_options o = {.max_new_tokens = r->a->sample_tokens, .eos_id = -1,
+                             .numerics = tg_tape_numerics(tg_trainer_tape(tr))};
     int st = !ids ? tg_error_status(TG_ENOMEM, "out of memory")
                   : tg_gpt_generate(r->gpt, r->start_ids, (int64_t)r->n_start, &o, ids, &got);
     if (st == TG_OK) st = tg_tokenizer_decode_text(r->tok, ids, (size_t)got, &text, &len);
@@ -213,8 +214,9 @@ static int finish(pt_run *r, const tg_trainer *tr)
     tg_trainer_stats s;
     tg_trainer_get_stats(tr, &s);
     json_object_set_new(o, "samples", tg_cli_json_series(tr, "samples"));
-    json_object_set_new(o, "precision", json_string(tg_numerics_name(tg_module_numerics(r->gpt))));
-    tg_cli_json_bf16(o, tg_module_numerics(r->gpt));
+    tg_numerics nm = tg_tape_numerics(tg_trainer_tape(tr));
+    json_object_set_new(o, "precision", json_string(tg_numerics_name(nm)));
+    tg_cli_json_bf16(o, nm);
     json_object_set_new(o, "tokens_per_s", json_real(s.seconds > 0 ? (double)s.seen_this_run / s.seconds : 0.0));
     return tg_cli_print_json(CMD, o, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(17));
 }
@@ -228,7 +230,8 @@ static int run(pt_run *r, const tg_cli_model *m)
     tg_trainer_options o = {.model = r->gpt, .optimizer = r->opt, .train = {.loader = r->ld[0]},
                             .val = {.loader = r->ld[1]}, .loss = tg_loss_lm, .task = r, .epochs = a->epochs,
                             .eval_freq = a->eval_freq, .eval_iter = a->eval_iter, .count_tokens = true,
-                            .n_identity = PT_NIDENTITY, .identity = id, .on_epoch_end = sample};
+                            .n_identity = PT_NIDENTITY, .identity = id, .on_epoch_end = sample,
+                            .numerics = m->numerics};
     tg_cli_train_options(&a->t, &o);
     tg_trainer *tr;
     rc = tg_cli_train_run(CMD, rc, &o, &tr);

@@ -64,7 +64,7 @@ static int generate_in_mode(tg_tape *tp, tg_module *gpt, const tg_gpt_config *cf
                             int64_t n_prompt, int64_t max_new, int64_t eos, int64_t *out, int64_t *n_out)
 {
     if (!tg_module_is_training(gpt) || cfg->drop_rate == 0) {
-        tg_generate_options o = {.max_new_tokens = max_new, .eos_id = eos};
+        tg_generate_options o = {.max_new_tokens = max_new, .eos_id = eos, .numerics = tg_tape_numerics(tp)};
         return tg_gpt_generate(gpt, prompt, n_prompt, &o, out, n_out);
     }
     memmove(out, prompt, sizeof *out * (size_t)n_prompt);
@@ -239,8 +239,9 @@ int tg_ft_json(const ft_run *r, const tg_trainer *tr)
         json_object_set_new(o, "test_accuracy", tg_cli_json_real(n ? test[0] : NAN));
     }
     json_object_set_new(o, "trainable_parameters", json_integer(tg_module_num_trainable_parameters(r->gpt)));
-    json_object_set_new(o, "precision", json_string(tg_numerics_name(tg_module_numerics(r->gpt))));
-    tg_cli_json_bf16(o, tg_module_numerics(r->gpt));
+    tg_numerics nm = tg_tape_numerics(tg_trainer_tape(tr));
+    json_object_set_new(o, "precision", json_string(tg_numerics_name(nm)));
+    tg_cli_json_bf16(o, nm);
     return tg_cli_print_json(r->cmd, o, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(17));
 }
 

@@ -54,8 +54,7 @@ tg_module *tg_cli_model_build(tg_tape *tp, const tg_cli_model *m, const tg_gpt_c
 {
     tg_manual_seed(m->seed); /* torch.manual_seed(seed); model = GPTModel(cfg) */
     tg_module *gpt = tg_gpt_new(tp, cfg);
-    if (gpt && tg_module_set_numerics(gpt, m->numerics) != TG_OK) return NULL;
-    tg_cli_note_bf16(m->numerics);
+    tg_cli_note_bf16(m->numerics); /* the policy goes on the step's tape, not the model */
     return gpt;
 }
 
