@@ -114,10 +114,11 @@ TG_API bool tg_module_is_training(const tg_module *m);
  * Under TG_NUMERICS_EXACT both shapes give the same bits. */
 TG_API int tg_module_set_fused(tg_module *m, bool fused);
 TG_API bool tg_module_is_fused(const tg_module *m);
-/* The numerics policy (tensor.h, tg_numerics) for the whole tree, as
- * tg_module_train: every op a module's forward records runs under its
- * module's policy, and so does that op's backward. EXACT by default.
- * tg_module_numerics is what a forward reads. */
+/* A pin: the whole tree's forwards run under mode whatever the step tape's
+ * policy (tensor.h, tg_tape_set_numerics, which is how a step's policy is
+ * set, covering modules added later and the loss); a module added after
+ * the call is not pinned and follows the tape. tg_module_numerics: the
+ * pin, EXACT when there is none. Kept so that older programs compile. */
 TG_API int tg_module_set_numerics(tg_module *m, tg_numerics mode);
 TG_API tg_numerics tg_module_numerics(const tg_module *m);
 /* The book's KV cache (chapter 4's gpt_with_kv_cache), for the whole tree

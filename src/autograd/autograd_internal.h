@@ -87,6 +87,14 @@ static inline bool tg__needs_grad(const tg_tensor *t) { return t && t->requires_
  * recorded. */
 tg_tensor *tg__record(tg_tape *tp, tg_op_id op, tg_tensor *out, int nin, tg_tensor *const *in, int nsaved,
                       tg_tensor *const *saved, tg_node **node);
+/* Saved entry i of n (recorded, may be NULL) is kept for its shape, not its
+ * values: backward does not read them (PyTorch saves less: AddBackward0
+ * nothing, MulBackward0 one factor per input that requires grad), so a
+ * write to it is allowed, as PyTorch allows it. */
+static inline void tg__saved_shape_only(tg_node *n, int i)
+{
+    if (n && i < n->nsaved) n->saved_version[i] = -1;
+}
 /* Whether tg__record with these inputs records a node (grad mode on, an
  * input requiring grad): an op whose saved tensors cost work may skip them. */
 bool tg__will_record(int nin, tg_tensor *const *in);

@@ -459,7 +459,7 @@ static int check_versions(tg_node *const *nodes, size_t count)
         for (int i = 0; !n->released && i < n->nsaved; i++) {
             const tg_tensor *t = n->saved[i];
             int64_t v = tg_tensor_version(t);
-            if (!t || v == n->saved_version[i]) continue;
+            if (!t || v == n->saved_version[i] || n->saved_version[i] < 0) continue;
             char shape[160] = "[", of[96] = "";
             size_t len = 1;
             for (int d = 0; d < t->ndim && len < sizeof shape - 24; d++)

@@ -43,7 +43,15 @@ static tg_tensor *binary(tg_tape *tp, const char *name, tg_op_id id, tg_binop bo
     if (!out) return NULL;
     tg_k_binary(out, a, b, bop);
     tg_tensor *in[2] = {a, b};
-    return tg__record(tp, id, out, 2, in, 2, in, NULL);
+    tg_node *n;
+    out = tg__record(tp, id, out, 2, in, 2, in, &n);
+    /* what backward reads: a factor for the other's gradient; b always, a
+     * for b's, in a quotient; nothing in a sum */
+    if (bop == TG_BIN_ADD || bop == TG_BIN_SUB || ((bop == TG_BIN_MUL || bop == TG_BIN_DIV) && !tg__needs_grad(b)))
+        tg__saved_shape_only(n, 0);
+    if (bop == TG_BIN_ADD || bop == TG_BIN_SUB || (bop == TG_BIN_MUL && !tg__needs_grad(a)))
+        tg__saved_shape_only(n, 1);
+    return out;
 }
 
 tg_tensor *tg_add(tg_tape *tp, tg_tensor *a, tg_tensor *b) { return binary(tp, "add", TG_OP_ADD, TG_BIN_ADD, a, b); }
@@ -64,7 +72,11 @@ tg_tensor *tg__add_into(tg_tape *tp, tg_tensor *a, tg_tensor *b)
     tg__bump(a); /* written in place: a node that saved a refuses backward */
     tg_k_binary(out, a, b, TG_BIN_ADD);
     tg_tensor *in[2] = {a, b};
-    return tg__record(tp, TG_OP_ADD, out, 2, in, 2, in, NULL);
+    tg_node *n;
+    out = tg__record(tp, TG_OP_ADD, out, 2, in, 2, in, &n);
+    tg__saved_shape_only(n, 0); /* a sum's backward reads neither */
+    tg__saved_shape_only(n, 1);
+    return out;
 }
 
 /* forward: y = a + b; so da = dy, db = dy (summed over broadcast dims) */
@@ -122,6 +134,7 @@ static tg_tensor *scalar_op(tg_tape *tp, const char *name, tg_op_id id, tg_binop
     tg_k_binary_scalar(out, a, s, bop, rev);
     tg_node *n;
     out = tg__record(tp, id, out, 1, &a, 1, &a, &n);
+    if (bop != TG_BIN_POW) tg__saved_shape_only(n, 0); /* only pow's backward reads a */
     if (n) n->darg[0] = s;
     return out;
 }
@@ -186,7 +199,13 @@ static tg_tensor *unary(tg_tape *tp, const char *name, tg_op_id id, tg_unop uop,
     if (!out) return NULL;
     tg_k_unary(tg_tape_numerics(tp), out, a, uop);
     tg_tensor *saved[2] = {a, out};
-    return tg__record(tp, id, out, 1, &a, 2, saved, NULL);
+    tg_node *n;
+    out = tg__record(tp, id, out, 1, &a, 2, saved, &n);
+    /* backward reads the input (log, gelu), the output (exp, sqrt, tanh,
+     * relu) or neither (neg), as PyTorch saves them */
+    if (uop != TG_UN_LOG && uop != TG_UN_GELU) tg__saved_shape_only(n, 0);
+    if (uop != TG_UN_EXP && uop != TG_UN_SQRT && uop != TG_UN_TANH && uop != TG_UN_RELU) tg__saved_shape_only(n, 1);
+    return out;
 }
 
 tg_tensor *tg_neg(tg_tape *tp, tg_tensor *a) { return unary(tp, "neg", TG_OP_NEG, TG_UN_NEG, a); }

@@ -103,6 +103,9 @@ static tg_tensor *product(tg_tape *tp, const char *op, tg_op_id id, tg_tensor *a
     tg_tensor *in[2] = {a, b};
     tg_node *n;
     out = tg__record(tp, id, out, 2, in, 2, in, &n);
+    /* one factor's values per gradient (shapes from both), as PyTorch saves */
+    if (!tg__needs_grad(b)) tg__saved_shape_only(n, 0);
+    if (!tg__needs_grad(a)) tg__saved_shape_only(n, 1);
     if (n) {
         n->iarg[0] = nb;
         for (int d = 0; d < nb; d++) n->iarg[1 + d] = bshape[d];
@@ -252,7 +255,11 @@ tg_tensor *tg_linear(tg_tape *tp, tg_tensor *x, tg_tensor *w, tg_tensor *b)
     else
         id = b ? (x->ndim == 3 && tg_is_contiguous(x) ? TG_OP_LINEAR_VIEW : TG_OP_LINEAR_ADD) : TG_OP_LINEAR_ND;
     tg_tensor *ins[3] = {xs, w, b};
-    return tg__record(tp, id, out, b ? 3 : 2, ins, 2, ins, NULL);
+    tg_node *n;
+    out = tg__record(tp, id, out, b ? 3 : 2, ins, 2, ins, &n);
+    if (!tg__needs_grad(w)) tg__saved_shape_only(n, 0); /* x's values: for W's gradient */
+    if (!tg__needs_grad(xs)) tg__saved_shape_only(n, 1); /* W's: for x's */
+    return out;
 }
 
 void tg__linear_rows(tg_numerics nm, tg_tensor *y2, const tg_tensor *x2, const tg_tensor *w, const tg_tensor *b)
