@@ -131,6 +131,23 @@ static void test_errors(void **state)
     tu_assert_ok(tr);
     tu_assert_status_error(tg_trainer_fit(tr), "no training loader");
     tg_trainer_free(tr);
+    /* the step's policy: on the trainer's own tape; a given tape keeps its own,
+     * which the option must equal or leave EXACT */
+    o = r.o, o.numerics = TG_NUMERICS_BF16;
+    tr = tg_trainer_new(&o);
+    tu_assert_ok(tr);
+    assert_int_equal(tg_tape_numerics(tg_trainer_tape(tr)), TG_NUMERICS_BF16);
+    tg_trainer_free(tr);
+    tg_tape *own = tg_tape_new();
+    assert_int_equal(tg_tape_set_numerics(own, TG_NUMERICS_FAST), TG_OK);
+    o = r.o, o.step_tape = own;
+    tr = tg_trainer_new(&o);
+    tu_assert_ok(tr);
+    assert_int_equal(tg_tape_numerics(tg_trainer_tape(tr)), TG_NUMERICS_FAST);
+    tg_trainer_free(tr);
+    o.numerics = TG_NUMERICS_BF16;
+    tu_assert_null_error(tg_trainer_new(&o), "trainer: numerics bf16 differs from the step tape's fast");
+    tg_tape_free(own);
     /* a loss that is not finite stops training: TG_EDIVERGED at that step */
     task t = {.nan_at = 3};
     o = r.o, o.task = &t;
