@@ -150,15 +150,21 @@ const char *tg_numerics_name(tg_numerics n)
     return "?";
 }
 
+/* The policies are the values 0, 1, ... that tg_numerics_name names: a new
+ * one is its enum value and its name above. */
 int tg_numerics_parse(const char *s, tg_numerics *out)
 {
-    static const tg_numerics all[] = {TG_NUMERICS_EXACT, TG_NUMERICS_FAST, TG_NUMERICS_BF16};
-    for (size_t i = 0; s && out && i < sizeof all / sizeof all[0]; i++)
-        if (!strcmp(s, tg_numerics_name(all[i]))) {
-            *out = all[i];
+    char names[128] = "";
+    size_t len = 0;
+    for (int v = 0; strcmp(tg_numerics_name((tg_numerics)v), "?") != 0; v++) {
+        if (s && out && !strcmp(s, tg_numerics_name((tg_numerics)v))) {
+            *out = (tg_numerics)v;
             return TG_OK;
         }
-    return tg_error_status(TG_EINVAL, "numerics: '%.40s' is not one of exact, fast, bf16", s ? s : "(null)");
+        if (len < sizeof names)
+            len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", v ? ", " : "", tg_numerics_name((tg_numerics)v));
+    }
+    return tg_error_status(TG_EINVAL, "'%.40s' is not one of %s", s ? s : "(null)", names);
 }
 
 /* x (float32) rounded to bf16 into buf (numel floats) as a contiguous

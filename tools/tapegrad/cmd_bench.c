@@ -157,7 +157,7 @@ int tg_cmd_bench(int argc, char **argv)
                         .help_more = {"\n", tg_cli_bench_gpt_help}};
     if (!tg_cli_parse(&c, argc, argv, &rc)) return rc;
     if (tg_numerics_parse(a.precision, &a.numerics) != TG_OK)
-        return tg_cli_error(CMD, "--precision: '%.40s' is not one of exact, fast, bf16", a.precision);
+        return tg_cli_error(CMD, "--precision: %s", tg_last_error());
 
     double *t = malloc(sizeof(double) * 3 * (size_t)a.steps);
     tg_tape *model = tg_tape_new(), *step = tg_tape_new();

@@ -37,7 +37,7 @@ static int model_opts(tg_cli_model *m, tg_opt *opts)
 static int model_config(const char *cmd, tg_cli_model *m, tg_gpt_config *cfg)
 {
     if (tg_numerics_parse(m->precision, &m->numerics) != TG_OK)
-        return tg_cli_error(cmd, "--precision: '%.40s' is not one of exact, fast, bf16", m->precision);
+        return tg_cli_error(cmd, "--precision: %s", tg_last_error());
     if (tg_gpt_config_preset(m->config, cfg) != TG_OK) return tg_cli_error(cmd, "--config: %s", tg_last_error());
     if (m->vocab) cfg->vocab_size = m->vocab;
     if (m->context) cfg->context_length = m->context;
