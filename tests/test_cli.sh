@@ -300,6 +300,21 @@ if "$TG" finetune classify --train "$FT/train.csv" --val "$FT/val.csv" $FTTINY -
         --plot "$TMP/ft.svg" >/dev/null 2>"$TMP/err" && grep -q "Validation loss" "$TMP/ft.svg" &&
     grep -q "Examples seen" "$TMP/ft.svg" && grep -q "Validation accuracy" "$TMP/ft-accuracy.svg"; then ok; else
     bad "finetune classify --plot: $(head -1 "$TMP/err")"; fi
+# a label is a class index below 2^20: one that an int or the class count
+# would wrap (2^32 + 1, 2^31 - 1, 2^63 - 2) is refused with its file, row and
+# the limit, before any model is built
+for label in 4294967297 2147483647 9223372036854775806 1048576 -1; do
+    printf 'Label,Text\n0,fine\n%s,"big label"\n' "$label" >"$TMP/label.csv"
+    # shellcheck disable=SC2086
+    "$TG" finetune classify --train "$FT/train.csv" --val "$TMP/label.csv" $FTTINY >/dev/null 2>"$TMP/err"
+    st=$?
+    case $label in
+    -1) want="label.csv: row 2: label -1 is negative" ;;
+    *) want="label.csv: row 2: label $label is too large (class indices go up to 1048575: at most 1048576 classes)" ;;
+    esac
+    if [ $st -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -qF -- "--val: $TMP/$want" "$TMP/err"; then ok; else
+        bad "finetune classify, label $label: exit $st, $(head -2 "$TMP/err" | tr '\n' '|')"; fi
+done
 
 # ---- help ---------------------------------------------------------------------------------
 for c in "" attention train bench tokenize summary generate pretrain "finetune classify" "finetune instruct"; do

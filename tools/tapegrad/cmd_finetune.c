@@ -24,8 +24,9 @@ static const char *classify_help =
     "out_head Linear(emb, classes); the last transformer block, the final norm\n"
     "and the head are trained (or, with --lora-rank, LoRA adapters on every\n"
     "Linear) on the last position's logits with cross-entropy. CSV files have a\n"
-    "header with Label (an integer) and Text columns; texts are padded with\n"
-    "<|endoftext|> to the training set's longest (or cut to --max-length).\n"
+    "header with Label (a class index from 0 to 1048575) and Text columns; the\n"
+    "texts are padded with <|endoftext|> to the training set's longest (or cut\n"
+    "to --max-length).\n"
     "Prints the book's loss table and accuracies.\n"
     "\n"
     "  --train FILE --val FILE --test FILE   the three sets (--test optional)\n"
@@ -158,12 +159,13 @@ static int load_instruct(ft_run *r)
 
 /* ---- the model -------------------------------------------------------------------------------------- */
 
-static int num_classes(ft_run *r)
+/* At least the book's 2; the loader caps it (TG_CLASS_DATASET_MAX_CLASSES). */
+static int64_t num_classes(ft_run *r)
 {
     int64_t c = 2;
     for (int k = 0; k < 3; k++)
         if (r->cls[k] && tg_class_dataset_num_classes(r->cls[k]) > c) c = tg_class_dataset_num_classes(r->cls[k]);
-    return (int)c;
+    return c;
 }
 
 /* The model in the book's order of draws, and AdamW over its parameters. */
