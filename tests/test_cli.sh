@@ -270,6 +270,42 @@ printf 'Label,Text\n0,"never closed\n' >"$TMP/unterminated.csv"
 printf '[{"instruction": "a", "input": "", "output": 3}]' >"$TMP/badentry.json"
 printf '[{"instruction": "a",' >"$TMP/truncated.json"
 
+# an output path that exists and is not a regular file (a FIFO, a directory,
+# a device) is refused before training, and left as it was: a save renames
+# over its path and a plot would block on a FIFO (hence the timeout). Never
+# --save /dev/full: before the check, the rename replaced the device.
+TO=$(command -v timeout >/dev/null && echo "timeout 120")
+expect_not_regular() {
+    desc=$1 needle=$2
+    shift 2
+    for f in fifo acc-accuracy.svg; do [ -p "$TMP/$f" ] || { rm -rf "${TMP:?}/$f" && mkfifo "$TMP/$f"; }; done
+    [ -d "$TMP/outdir" ] || { rm -f "${TMP:?}/outdir" && mkdir "$TMP/outdir"; }
+    $TO "$@" >"$TMP/out" 2>"$TMP/err"
+    st=$?
+    if [ $st -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -qF -- "$needle, not a regular file" "$TMP/err" &&
+        [ ! -s "$TMP/out" ] && [ -p "$TMP/fifo" ] && [ -p "$TMP/acc-accuracy.svg" ] && [ -d "$TMP/outdir" ]; then ok; else
+        bad "$desc: exit $st, $(head -2 "$TMP/err" | tr '\n' '|'), $(wc -c <"$TMP/out") bytes on stdout"; fi
+}
+# shellcheck disable=SC2086
+for opt in --save --checkpoint --plot; do
+    expect_not_regular "pretrain $opt FIFO" "$opt: '$TMP/fifo' exists and is a FIFO" "$TG" pretrain $TINY --epochs 1 $opt "$TMP/fifo"
+    expect_not_regular "pretrain $opt directory" "$opt: '$TMP/outdir' exists and is a directory" \
+        "$TG" pretrain $TINY --epochs 1 $opt "$TMP/outdir"
+done
+if [ -c /dev/full ]; then
+    # shellcheck disable=SC2086
+    expect_not_regular "pretrain --plot /dev/full" "--plot: '/dev/full' exists and is a character device" \
+        "$TG" pretrain $TINY --epochs 1 --plot /dev/full
+    expect_not_regular "train --plot /dev/full" "--plot: '/dev/full' exists and is a character device" "$TG" train --plot /dev/full
+fi
+# shellcheck disable=SC2086
+expect_not_regular "finetune classify --save FIFO" "--save: '$TMP/fifo' exists and is a FIFO" \
+    "$TG" finetune classify --train "$FT/train.csv" --val "$FT/val.csv" $FTTINY --epochs 1 --save "$TMP/fifo"
+# shellcheck disable=SC2086
+expect_not_regular "finetune classify --plot, accuracy plot a FIFO" "--plot: '$TMP/acc-accuracy.svg' exists and is a FIFO" \
+    "$TG" finetune classify --train "$FT/train.csv" --val "$FT/val.csv" $FTTINY --epochs 1 --plot "$TMP/acc.svg"
+expect_not_regular "train --plot FIFO" "--plot: '$TMP/fifo' exists and is a FIFO" "$TG" train --plot "$TMP/fifo"
+
 # ---- finetune: --save of a LoRA model loads in generate; --json; --plot writes both plots ----
 if "$TG" finetune instruct --data "$FT/instruction-40.json" --limit 20 --context 256 --emb 8 --heads 2 --layers 1 \
         --threads 1 --epochs 1 --max-new-tokens 3 --lora-rank 2 --lora-alpha 4 --save "$TMP/ft.safetensors" --json \

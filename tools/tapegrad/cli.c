@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -265,7 +266,9 @@ char *tg_cli_read_file(const char *cmd, const char *opt, const char *path, bool 
     return buf;
 }
 
-bool tg_cli_writable(const char *path)
+/* Can path be written: created, or replaced as an atomic save replaces it
+ * (nothing is changed)? errno says why not. */
+static bool writable(const char *path)
 {
     if (access(path, F_OK) == 0) {
         FILE *f = fopen(path, "r+b"); /* opens without changing it */
@@ -278,6 +281,21 @@ bool tg_cli_writable(const char *path)
     fclose(f);
     remove(path);
     return true;
+}
+
+int tg_cli_check_output(const char *cmd, const char *opt, const char *path)
+{
+    /* a save renames over path and a plot would write into it: a device, a
+     * FIFO (which would block) or a directory is refused before any work */
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        mode_t m = sb.st_mode;
+        const char *kind = S_ISDIR(m) ? "a directory" : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device"
+                         : S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket" : "a special file";
+        return tg_cli_error(cmd, "%s: '%.300s' exists and is %s, not a regular file", opt, path, kind);
+    }
+    if (!writable(path)) return tg_cli_error(cmd, "%s: cannot write '%.300s': %s", opt, path, strerror(errno));
+    return TG_CLI_OK;
 }
 
 static int cmp_double(const void *a, const void *b)

@@ -348,6 +348,12 @@ static int finetune(int argc, char **argv)
     r.seed = m.seed;
     if (tg_cli_check_only) return TG_CLI_OK;
     if ((rc = tg_cli_train_begin(a.cmd, &a.t, a.batch)) != TG_CLI_OK) return rc;
+    if (!a.instruct && a.t.plot && tg_dist_rank() == 0) { /* the accuracy plot beside --plot's */
+        char *acc = tg_ft_accuracy_plot_path(a.t.plot);
+        rc = acc ? tg_cli_check_output(a.cmd, "--plot", acc) : tg_cli_error(a.cmd, "out of memory");
+        free(acc);
+        if (rc != TG_CLI_OK) return rc;
+    }
     r.model_tape = tg_tape_new();
     rc = r.model_tape ? run(&r, &m) : tg_cli_error(a.cmd, "out of memory");
     run_free(&r);

@@ -226,6 +226,7 @@ int tg_cmd_train(int argc, char **argv)
     /* open the plot file first: a bad path should fail before the training */
     FILE *plot = NULL;
     if (a.plot) {
+        if ((rc = tg_cli_check_output(CMD, "--plot", a.plot)) != TG_CLI_OK) return rc;
         plot = fopen(a.plot, "w");
         if (!plot) return tg_cli_error(CMD, "--plot: cannot open '%.300s' for writing: %s", a.plot, strerror(errno));
     }
