@@ -235,6 +235,16 @@ int tg_cli_error(const char *cmd, const char *fmt, ...)
     ;
 /* Same for the library's last error, prefixed with what failed. */
 int tg_cli_lib_error(const char *cmd, const char *what);
+/* Standard output (a full disk, a closed pipe): fflush(stdout), keeping
+ * the errno of a failure; false when it or any earlier write failed. */
+bool tg_cli_flush_stdout(void);
+/* The line "tapegrad: writing standard output: REASON" (err, or the errno
+ * a flush kept; 0: unknown), unless this command line has printed its
+ * error line already; TG_CLI_USAGE. */
+int tg_cli_stdout_error(int err);
+/* A library call printing to stdout (tg_print, tg_module_print) failed:
+ * tg_cli_stdout_error when the write failed, else tg_cli_lib_error. */
+int tg_cli_print_error(const char *cmd);
 /* The whole of the file named by option opt (standard input for "-" when
  * allow_stdin), malloc'd; NULL with the error line printed for cmd. */
 char *tg_cli_read_file(const char *cmd, const char *opt, const char *path, bool allow_stdin, size_t *len);

@@ -255,7 +255,8 @@ static int run(ft_run *r, const tg_cli_model *m)
         if (a->t.save && tg_module_save(r->gpt, a->t.save) != TG_OK) rc = tg_cli_lib_error(r->cmd, "--save");
         if (rc == TG_CLI_OK && a->t.plot) rc = tg_ft_write_plots(r, tr, a->t.plot);
         if (rc == TG_CLI_OK && a->t.json) rc = tg_ft_json(r, tr);
-        if (rc == TG_CLI_OK && !a->t.json) {
+        if (rc == TG_CLI_OK && !a->t.json && !tg_cli_flush_stdout()) rc = tg_cli_stdout_error(0);
+        if (rc == TG_CLI_OK && !a->t.json) { /* the speed, unless the table was lost */
             tg_cli_train_summary(tr, a->instruct ? "tokens" : "examples");
             fprintf(stderr, "%lld trainable parameters\n", (long long)tg_module_num_trainable_parameters(r->gpt));
         }
@@ -357,7 +358,7 @@ static int finetune(int argc, char **argv)
     r.model_tape = tg_tape_new();
     rc = r.model_tape ? run(&r, &m) : tg_cli_error(a.cmd, "out of memory");
     run_free(&r);
-    fflush(stdout);
+    tg_cli_flush_stdout();
     return rc;
 }
 
