@@ -105,15 +105,6 @@ import json, sys
 plain = [int(t) for t in open(sys.argv[2]).read().split()]
 assert json.load(open(sys.argv[1]))["ids"] == plain, "ids differ"
 ' "$TMP/tok.json" "$TMP/tok.txt"; then ok; else bad "tokenize --json ids = plain ids: $(head -1 "$TMP/err")"; fi
-# output that cannot be written (a full disk) fails with one line, never exit 0
-for json in "" --json; do
-    if [ ! -w /dev/full ]; then break; fi
-    "$TG" tokenize --file "$DATA/the-verdict.txt" $json >/dev/full 2>"$TMP/err"
-    rc=$?
-    if [ $rc -eq 2 ] && grep -q "^tapegrad: writing standard output: " "$TMP/err" &&
-        [ "$(grep -vc 'tokens from' "$TMP/err")" -eq 1 ]; then ok
-    else bad "tokenize $json >/dev/full: exit $rc, $(cat "$TMP/err")"; fi
-done
 if "$TG" tokenize --decode "40 367 2885 1464" --json >"$TMP/dec.json" 2>"$TMP/err" &&
     $PY -c '
 import json, sys
@@ -270,6 +261,82 @@ printf 'Label,Text\n0,"never closed\n' >"$TMP/unterminated.csv"
 printf '[{"instruction": "a", "input": "", "output": 3}]' >"$TMP/badentry.json"
 printf '[{"instruction": "a",' >"$TMP/truncated.json"
 
+# an output path that exists and is not a regular file (a FIFO, a directory,
+# a device) is refused before training, and left as it was: a save renames
+# over its path and a plot would block on a FIFO (hence the timeout). Never
+# --save /dev/full: before the check, the rename replaced the device.
+TO=$(command -v timeout >/dev/null && echo "timeout 120")
+expect_not_regular() {
+    desc=$1 needle=$2
+    shift 2
+    for f in fifo acc-accuracy.svg; do [ -p "$TMP/$f" ] || { rm -rf "${TMP:?}/$f" && mkfifo "$TMP/$f"; }; done
+    [ -d "$TMP/outdir" ] || { rm -f "${TMP:?}/outdir" && mkdir "$TMP/outdir"; }
+    $TO "$@" >"$TMP/out" 2>"$TMP/err"
+    st=$?
+    if [ $st -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -qF -- "$needle, not a regular file" "$TMP/err" &&
+        [ ! -s "$TMP/out" ] && [ -p "$TMP/fifo" ] && [ -p "$TMP/acc-accuracy.svg" ] && [ -d "$TMP/outdir" ]; then ok; else
+        bad "$desc: exit $st, $(head -2 "$TMP/err" | tr '\n' '|'), $(wc -c <"$TMP/out") bytes on stdout"; fi
+}
+# shellcheck disable=SC2086
+for opt in --save --checkpoint --plot; do
+    expect_not_regular "pretrain $opt FIFO" "$opt: '$TMP/fifo' exists and is a FIFO" "$TG" pretrain $TINY --epochs 1 $opt "$TMP/fifo"
+    expect_not_regular "pretrain $opt directory" "$opt: '$TMP/outdir' exists and is a directory" \
+        "$TG" pretrain $TINY --epochs 1 $opt "$TMP/outdir"
+done
+if [ -c /dev/full ]; then
+    # shellcheck disable=SC2086
+    expect_not_regular "pretrain --plot /dev/full" "--plot: '/dev/full' exists and is a character device" \
+        "$TG" pretrain $TINY --epochs 1 --plot /dev/full
+    expect_not_regular "train --plot /dev/full" "--plot: '/dev/full' exists and is a character device" "$TG" train --plot /dev/full
+fi
+# shellcheck disable=SC2086
+expect_not_regular "finetune classify --save FIFO" "--save: '$TMP/fifo' exists and is a FIFO" \
+    "$TG" finetune classify --train "$FT/train.csv" --val "$FT/val.csv" $FTTINY --epochs 1 --save "$TMP/fifo"
+# shellcheck disable=SC2086
+expect_not_regular "finetune classify --plot, accuracy plot a FIFO" "--plot: '$TMP/acc-accuracy.svg' exists and is a FIFO" \
+    "$TG" finetune classify --train "$FT/train.csv" --val "$FT/val.csv" $FTTINY --epochs 1 --plot "$TMP/acc.svg"
+expect_not_regular "train --plot FIFO" "--plot: '$TMP/fifo' exists and is a FIFO" "$TG" train --plot "$TMP/fifo"
+
+# output that cannot be written (a full disk) fails any command with exactly
+# one line and exit 2: no second line from the command that met the failed
+# write, no speed report of a run whose output was lost. "nospc": the line
+# names the reason (a run's table written by the library's trainer: the
+# reason is lost with its flushes).
+if [ -c /dev/full ] && [ -w /dev/full ]; then
+    while IFS= read -r line; do
+        eval "set -- $line"
+        reason=$1
+        shift
+        "$TG" "$@" >/dev/full 2>"$TMP/err"
+        st=$?
+        want="^tapegrad: writing standard output: "
+        [ "$reason" = nospc ] && want="${want}No space left on device\$"
+        if [ $st -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -q "$want" "$TMP/err"; then ok; else
+            bad "tapegrad $line >/dev/full: exit $st, $(head -3 "$TMP/err" | tr '\n' '|')"; fi
+    done <<EOF_FULL
+nospc --help
+nospc --version
+nospc attention --help
+nospc finetune classify --help
+nospc summary
+nospc summary --vocab 100 --context 16 --emb 32 --heads 4 --layers 2
+nospc attention --module mha --input rand:1:2:40 --d-in 64 --d-out 64 --heads 4 --grads
+nospc attention --module mha --json
+nospc attention --module sa-v1 --gradcheck
+nospc tokenize --file $DATA/the-verdict.txt
+nospc tokenize --file $DATA/the-verdict.txt --json
+nospc tokenize --decode "40 367 2885 1464"
+nospc generate --context 256 --emb 8 --heads 2 --layers 1 --max-new-tokens 3
+nospc train --steps 5
+nospc train --steps 5 --json
+nospc bench --batch 2 --tokens 8 --d 8 --heads 2 --steps 1
+nospc pretrain $TINY --epochs 1 --json
+any pretrain $TINY --epochs 1
+nospc finetune classify --train $FT/train.csv --val $FT/val.csv $FTTINY --epochs 1 --json
+any finetune classify --train $FT/train.csv --val $FT/val.csv $FTTINY --epochs 1
+EOF_FULL
+fi
+
 # ---- finetune: --save of a LoRA model loads in generate; --json; --plot writes both plots ----
 if "$TG" finetune instruct --data "$FT/instruction-40.json" --limit 20 --context 256 --emb 8 --heads 2 --layers 1 \
         --threads 1 --epochs 1 --max-new-tokens 3 --lora-rank 2 --lora-alpha 4 --save "$TMP/ft.safetensors" --json \
@@ -300,6 +367,21 @@ if "$TG" finetune classify --train "$FT/train.csv" --val "$FT/val.csv" $FTTINY -
         --plot "$TMP/ft.svg" >/dev/null 2>"$TMP/err" && grep -q "Validation loss" "$TMP/ft.svg" &&
     grep -q "Examples seen" "$TMP/ft.svg" && grep -q "Validation accuracy" "$TMP/ft-accuracy.svg"; then ok; else
     bad "finetune classify --plot: $(head -1 "$TMP/err")"; fi
+# a label is a class index below 2^20: one that an int or the class count
+# would wrap (2^32 + 1, 2^31 - 1, 2^63 - 2) is refused with its file, row and
+# the limit, before any model is built
+for label in 4294967297 2147483647 9223372036854775806 1048576 -1; do
+    printf 'Label,Text\n0,fine\n%s,"big label"\n' "$label" >"$TMP/label.csv"
+    # shellcheck disable=SC2086
+    "$TG" finetune classify --train "$FT/train.csv" --val "$TMP/label.csv" $FTTINY >/dev/null 2>"$TMP/err"
+    st=$?
+    case $label in
+    -1) want="label.csv: row 2: label -1 is negative" ;;
+    *) want="label.csv: row 2: label $label is too large (class indices go up to 1048575: at most 1048576 classes)" ;;
+    esac
+    if [ $st -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -qF -- "--val: $TMP/$want" "$TMP/err"; then ok; else
+        bad "finetune classify, label $label: exit $st, $(head -2 "$TMP/err" | tr '\n' '|')"; fi
+done
 
 # ---- help ---------------------------------------------------------------------------------
 for c in "" attention train bench tokenize summary generate pretrain "finetune classify" "finetune instruct"; do

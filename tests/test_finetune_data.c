@@ -224,6 +224,14 @@ static void test_csv_errors(void **state)
         {"negative", "Label,Text\n-1,a\n", -1, "row 1: label -1 is negative"},
         {"too_large", "Label,Text\n99999999999999999999,a\n", -1, "row 1: label 99999999999999999999 is too large"},
         {"int64_max", "Label,Text\n0,a\n9223372036854775807,a\n", -1, "row 2: label 9223372036854775807 is too large"},
+        /* a label is a class index: at most 2^20 classes, whatever an int or
+         * an int64_t would hold (2^32 + 1 is 1 as a 32-bit int, 2^31 - 1 and
+         * 2^63 - 2 overflow the count of classes) */
+        {"int32_wrap", "Label,Text\n0,a\n4294967297,b\n", -1,
+         "row 2: label 4294967297 is too large (class indices go up to 1048575: at most 1048576 classes)"},
+        {"int32_max", "Label,Text\n2147483647,a\n", -1, "row 1: label 2147483647 is too large (class indices go up to 1048575"},
+        {"int64_max_minus_1", "Label,Text\n9223372036854775806,a\n", -1, "row 1: label 9223372036854775806 is too large"},
+        {"max_classes", "Label,Text\n1048576,a\n", -1, "row 1: label 1048576 is too large"},
         {"empty_text", "Label,Text\n0,a\n1,\n", -1, "row 2: empty text"},
         {"quote_inside", "Label,Text\n0,a\n1,ab\"c\n", -1, "row 2: a quote inside an unquoted field or text after a closing quote (line 3, column 5)"},
         {"after_quote", "Label,Text\n1,\"ab\"c\n", -1, "row 1: a quote inside an unquoted field or text after a closing quote (line 2, column 7)"},
@@ -261,11 +269,12 @@ static void test_csv_errors(void **state)
     tu_assert_ok(ds);
     assert_int_equal(tg_class_dataset_num_classes(ds), 3);
     tg_class_dataset_free(ds);
-    /* the largest label: one less than INT64_MAX classes */
-    write_tmp(path, sizeof path, "max_label.csv", "Label,Text\n9223372036854775806,a\n", -1);
+    /* the largest label: TG_CLASS_DATASET_MAX_CLASSES classes */
+    write_tmp(path, sizeof path, "max_label.csv", "Label,Text\n1048575,a\n", -1);
     ds = tg_class_dataset_load(path, tok, 0, PAD);
     tu_assert_ok(ds);
-    assert_true(tg_class_dataset_num_classes(ds) == INT64_MAX);
+    assert_true(tg_class_dataset_num_classes(ds) == TG_CLASS_DATASET_MAX_CLASSES);
+    assert_true(TG_CLASS_DATASET_MAX_CLASSES == 1048576);
     tg_class_dataset_free(ds);
     unlink(path);
 }

@@ -316,7 +316,7 @@ static void test_save_errors(void **state)
     tu_assert_status_error(tg_safetensors_save(path, bad_utf8, 1), "UTF-8");
     assert_int_equal(count_entries(dir), 0);
 
-    /* A directory in the way: the rename fails and the temporary file goes. */
+    /* A directory in the way: refused before a temporary file is made. */
     char sub[256], inner[300];
     snprintf(sub, sizeof sub, "%s/sub", dir);
     assert_int_equal(mkdir(sub, 0700), 0);
@@ -327,8 +327,31 @@ static void test_save_errors(void **state)
     tg_named_tensor one[1] = {{"a", x}};
     int rc = tg_safetensors_save(sub, one, 1);
     assert_int_equal(rc, TG_EIO);
-    tu_assert_status_error(rc, "safetensors_save", "rename");
+    tu_assert_status_error(rc, "safetensors_save", "exists and is a directory, not a regular file");
     assert_int_equal(count_entries(dir), 1); /* only sub/ */
+
+    /* Nor is anything else that is not a regular file replaced by the
+     * rename (a FIFO here: a device such as /dev/null is refused alike),
+     * whether named directly or through a symbolic link. */
+    char fifo[256], link[256];
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    snprintf(link, sizeof link, "%s/link", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_int_equal(symlink(fifo, link), 0);
+    const char *named[2] = {fifo, link};
+    for (int k = 0; k < 2; k++) {
+        rc = tg_safetensors_save(named[k], one, 1);
+        assert_int_equal(rc, TG_EIO);
+        tu_assert_status_error(rc, "safetensors_save", "exists and is a FIFO, not a regular file");
+        struct stat sb;
+        assert_int_equal(lstat(fifo, &sb), 0);
+        assert_true(S_ISFIFO(sb.st_mode));
+        assert_int_equal(lstat(link, &sb), 0);
+        assert_true(S_ISLNK(sb.st_mode));
+        assert_int_equal(count_entries(dir), 3); /* sub/, fifo, link: no temporary file left */
+    }
+    unlink(link);
+    unlink(fifo);
 
     snprintf(path, sizeof path, "%s/no/such/dir/x.safetensors", dir);
     rc = tg_safetensors_save(path, one, 1);

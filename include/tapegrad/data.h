@@ -134,11 +134,16 @@ TG_API tg_loader_iter *tg_loader_iter_resume(const tg_loader *l, int64_t pos, co
 
 /* ---- classifier CSV (chapter 6's SpamDataset) ---- */
 typedef struct tg_class_dataset tg_class_dataset;
+/* The most classes a dataset may name (2^20): a label is a row of the
+ * classifier head, Linear(emb, classes), so a larger one is a typo or a
+ * corrupt file, not a class count (a label of 2^31 - 1 would ask for a
+ * head of 2^31 rows). */
+#define TG_CLASS_DATASET_MAX_CLASSES ((int64_t)1 << 20)
 /* Reads csv_path: RFC 4180 CSV (libcsv, strict) with a header row holding
  * (at least) the columns "Label" and "Text" in any order (other columns
  * ignored; a repeated name: its first column, as pandas.read_csv takes it).
- * Labels are integers in [0, 2^63 - 1) (decimal digits only: no sign, no
- * surrounding spaces), text UTF-8. Quoted fields keep their embedded
+ * Labels are class indices in [0, TG_CLASS_DATASET_MAX_CLASSES) (decimal
+ * digits only: no sign, no surrounding spaces), text UTF-8. Quoted fields keep their embedded
  * newlines, commas and quotes (a doubled quote is one), as pandas.read_csv
  * keeps them; rows may end in LF, CRLF or CR; blank lines are skipped;
  * unquoted fields keep their spaces; a leading UTF-8 byte order mark is
@@ -153,7 +158,8 @@ typedef struct tg_class_dataset tg_class_dataset;
  * "Label" or "Text", a row with a different number of fields than the
  * header, an unterminated quoted field, a quote inside an unquoted field or
  * text after a closing quote, a bad label ("FILE: row 7: label 'spam' is not
- * an integer"), an empty text (pandas reads it as a missing value, which the
+ * an integer", "FILE: row 2: label 4294967297 is too large (class indices
+ * go up to 1048575 ...)"), an empty text (pandas reads it as a missing value, which the
  * book's encode refuses), invalid UTF-8, no data rows. Rows are numbered
  * as data rows from 1: the header is not counted, and a row is one record
  * however many lines its quoted fields span. */
@@ -164,7 +170,7 @@ TG_API void tg_class_dataset_free(tg_class_dataset *ds);
 TG_API int64_t tg_class_dataset_len(const tg_class_dataset *ds);
 /* The padded length of every row. */
 TG_API int64_t tg_class_dataset_max_length(const tg_class_dataset *ds);
-/* The largest label + 1. */
+/* The largest label + 1 (at most TG_CLASS_DATASET_MAX_CLASSES). */
 TG_API int64_t tg_class_dataset_num_classes(const tg_class_dataset *ds);
 /* Row i: its label and its (padded) ids (max_length entries copied into ids). */
 TG_API int tg_class_dataset_get(const tg_class_dataset *ds, int64_t i, int64_t *ids, int64_t *label);

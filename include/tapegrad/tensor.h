@@ -358,7 +358,9 @@ typedef struct {
 
 /* Writes n tensors to path in the safetensors format (names must be unique).
  * Writes to a temporary file and renames it, so a failed save leaves no broken
- * file. Returns TG_OK or an error status with a message. */
+ * file. Returns TG_OK or an error status with a message; TG_EIO, nothing
+ * written, when path exists and is not a regular file (a directory, a device
+ * such as /dev/null, a FIFO or a socket: the rename would replace it). */
 TG_API int tg_safetensors_save(const char *path, const tg_named_tensor *tensors, int n);
 
 /* A loaded file: names and tensors in file order, all living in the tape given

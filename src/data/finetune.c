@@ -156,12 +156,14 @@ static int parse_label(const csv_ctx *c, int64_t row, int64_t *label)
         return tg_error_status(TG_EFORMAT, "%s: row %lld: label %s is negative (labels are class indices from 0)",
                                c->path, (long long)row, printable(shown, sizeof shown, s, n, 40));
     for (i = 0; i < n; i++) {
-        /* at most INT64_MAX - 1: the number of classes is one more */
-        int d = s[i] - '0';
-        if (v > (INT64_MAX - 1 - d) / 10)
-            return tg_error_status(TG_EFORMAT, "%s: row %lld: label %s is too large", c->path, (long long)row,
-                                   printable(shown, sizeof shown, s, n, 40));
-        v = v * 10 + d;
+        /* the number of classes is the largest label + 1 */
+        v = v * 10 + (s[i] - '0');
+        if (v >= TG_CLASS_DATASET_MAX_CLASSES)
+            return tg_error_status(TG_EFORMAT,
+                                   "%s: row %lld: label %s is too large (class indices go up to %lld: at most "
+                                   "%lld classes)",
+                                   c->path, (long long)row, printable(shown, sizeof shown, s, n, 40),
+                                   (long long)TG_CLASS_DATASET_MAX_CLASSES - 1, (long long)TG_CLASS_DATASET_MAX_CLASSES);
     }
     *label = v;
     return TG_OK;

@@ -456,10 +456,25 @@ static int check_save_args(const char *path, const tg_named_tensor *tensors, int
     return TG_OK;
 }
 
+/* What a file that is not a regular one is, for a message. */
+static const char *file_kind(mode_t m)
+{
+    return S_ISDIR(m) ? "a directory" : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device"
+         : S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket" : "a special file";
+}
+
 int tg_safetensors_save(const char *path, const tg_named_tensor *tensors, int n)
 {
     int st = check_save_args(path, tensors, n);
     if (st != TG_OK) return st;
+    /* the rename below replaces what path names: never a device, a FIFO or a
+     * socket (as root, saving to /dev/null would replace the device with a
+     * regular file) */
+    struct stat old;
+    bool exists = stat(path, &old) == 0;
+    if (exists && !S_ISREG(old.st_mode))
+        return tg_error_status(TG_EIO, "safetensors_save: '%s' exists and is %s, not a regular file", path,
+                               file_kind(old.st_mode));
 
     size_t slots = n > 0 ? (size_t)n : 1;
     int *order = malloc(slots * sizeof *order);
@@ -499,8 +514,7 @@ int tg_safetensors_save(const char *path, const tg_named_tensor *tensors, int n)
     }
     /* mkstemp makes the file 0600; give it the usual permissions of a new
      * file, or those of the file being replaced. */
-    struct stat old;
-    mode_t mode = stat(path, &old) == 0 ? (old.st_mode & 07777) : 0644;
+    mode_t mode = exists ? (old.st_mode & 07777) : 0644;
     (void)fchmod(fd, mode);
 
     uint8_t lenbuf[8];

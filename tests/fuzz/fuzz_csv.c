@@ -9,6 +9,7 @@
  *     begins with the file's path;
  *   - a dataset has rows, a length, every id inside the vocabulary, every
  *     label in [0, num_classes) and some row with label num_classes - 1;
+ *     num_classes at most TG_CLASS_DATASET_MAX_CLASSES;
  *   - with max_length 3 every row is the first 3 ids of the padded row
  *     (padding after the longest text's length);
  *   - a batch of every row, in reverse order, stacks exactly what get gives.
@@ -74,7 +75,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     CHECK_MSG(cut, tg_last_error());
     int64_t n = tg_class_dataset_len(ds), L = tg_class_dataset_max_length(ds), classes = tg_class_dataset_num_classes(ds);
-    CHECK(n >= 1 && L >= 1 && classes >= 1);
+    CHECK(n >= 1 && L >= 1 && classes >= 1 && classes <= TG_CLASS_DATASET_MAX_CLASSES);
     CHECK(tg_class_dataset_len(cut) == n && tg_class_dataset_max_length(cut) == SHORT &&
           tg_class_dataset_num_classes(cut) == classes);
     int64_t *row = malloc((size_t)L * sizeof *row), short_row[SHORT], label, short_label;

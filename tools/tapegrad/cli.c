@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -76,6 +77,8 @@ static const char *command_names(void)
 
 bool tg_cli_check_only = false;
 FILE *tg_cli_errfile = NULL;
+static bool error_said; /* tg_cli_error printed this command line's line */
+static int stdout_errno; /* why a flush of standard output failed (0: unknown) */
 
 void tg_cli_note_bf16(tg_numerics n)
 {
@@ -108,7 +111,30 @@ int tg_cli_error(const char *cmd, const char *fmt, ...)
     FILE *f = tg_cli_errfile ? tg_cli_errfile : stderr;
     fprintf(f, "tapegrad%s%s: %s\n", cmd ? " " : "", cmd ? cmd : "", msg);
     fflush(f);
+    error_said = true;
     return TG_CLI_USAGE;
+}
+
+bool tg_cli_flush_stdout(void)
+{
+    errno = 0;
+    if (fflush(stdout) != 0 && !stdout_errno) stdout_errno = errno;
+    return !ferror(stdout);
+}
+
+int tg_cli_stdout_error(int err)
+{
+    if (!stdout_errno) stdout_errno = err;
+    /* one line per command line: a command that failed has said why */
+    if (!error_said)
+        tg_cli_error(NULL, "writing standard output: %s", stdout_errno ? strerror(stdout_errno) : "write error");
+    return TG_CLI_USAGE;
+}
+
+int tg_cli_print_error(const char *cmd)
+{
+    int err = errno;
+    return ferror(stdout) ? tg_cli_stdout_error(err) : tg_cli_lib_error(cmd, NULL);
 }
 
 bool tg_cli_help_check = false;
@@ -140,9 +166,9 @@ bool tg_cli_parse(const tg_cli_command *c, int argc, char **argv, int *status)
     char err[512];
     tg_args_status st = tg_cli_parse_options(argc, argv, c->opts, c->nopts, err, sizeof err);
     if (st == TG_ARGS_HELP) {
-        fputs(c->help, stdout);
-        for (int k = 0; k < 3 && c->help_more[k]; k++) fputs(c->help_more[k], stdout);
-        *status = TG_CLI_OK;
+        bool ok = fputs(c->help, stdout) != EOF;
+        for (int k = 0; ok && k < 3 && c->help_more[k]; k++) ok = fputs(c->help_more[k], stdout) != EOF;
+        *status = ok ? TG_CLI_OK : tg_cli_stdout_error(errno);
     } else if (st != TG_ARGS_OK) {
         *status = tg_cli_error(c->name, "%s", err);
     }
@@ -210,6 +236,7 @@ double tg_cli_estimate_bytes(int64_t batch, int64_t tokens, int64_t d_in, int64_
 
 int tg_cli_main(int argc, char **argv)
 {
+    error_said = false;
     if (argc < 2 || !argv || !argv[1])
         return tg_cli_error(NULL, "missing command (%s; see tapegrad --help)", command_names());
     const char *cmd = argv[1];
@@ -265,7 +292,9 @@ char *tg_cli_read_file(const char *cmd, const char *opt, const char *path, bool 
     return buf;
 }
 
-bool tg_cli_writable(const char *path)
+/* Can path be written: created, or replaced as an atomic save replaces it
+ * (nothing is changed)? errno says why not. */
+static bool writable(const char *path)
 {
     if (access(path, F_OK) == 0) {
         FILE *f = fopen(path, "r+b"); /* opens without changing it */
@@ -278,6 +307,21 @@ bool tg_cli_writable(const char *path)
     fclose(f);
     remove(path);
     return true;
+}
+
+int tg_cli_check_output(const char *cmd, const char *opt, const char *path)
+{
+    /* a save renames over path and a plot would write into it: a device, a
+     * FIFO (which would block) or a directory is refused before any work */
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        mode_t m = sb.st_mode;
+        const char *kind = S_ISDIR(m) ? "a directory" : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device"
+                         : S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket" : "a special file";
+        return tg_cli_error(cmd, "%s: '%.300s' exists and is %s, not a regular file", opt, path, kind);
+    }
+    if (!writable(path)) return tg_cli_error(cmd, "%s: cannot write '%.300s': %s", opt, path, strerror(errno));
+    return TG_CLI_OK;
 }
 
 static int cmp_double(const void *a, const void *b)

@@ -235,12 +235,25 @@ int tg_cli_error(const char *cmd, const char *fmt, ...)
     ;
 /* Same for the library's last error, prefixed with what failed. */
 int tg_cli_lib_error(const char *cmd, const char *what);
+/* Standard output (a full disk, a closed pipe): fflush(stdout), keeping
+ * the errno of a failure; false when it or any earlier write failed. */
+bool tg_cli_flush_stdout(void);
+/* The line "tapegrad: writing standard output: REASON" (err, or the errno
+ * a flush kept; 0: unknown), unless this command line has printed its
+ * error line already; TG_CLI_USAGE. */
+int tg_cli_stdout_error(int err);
+/* A library call printing to stdout (tg_print, tg_module_print) failed:
+ * tg_cli_stdout_error when the write failed, else tg_cli_lib_error. */
+int tg_cli_print_error(const char *cmd);
 /* The whole of the file named by option opt (standard input for "-" when
  * allow_stdin), malloc'd; NULL with the error line printed for cmd. */
 char *tg_cli_read_file(const char *cmd, const char *opt, const char *path, bool allow_stdin, size_t *len);
-/* Can path be written: created, or replaced as an atomic save replaces it
- * (nothing is changed)? errno says why not. */
-bool tg_cli_writable(const char *path);
+/* TG_CLI_OK when the output file of option opt can be written: path is a
+ * regular file or nothing yet, and can be created or replaced as an atomic
+ * save replaces it (nothing is changed). Otherwise the one error line
+ * ("--save: '/dev/full' exists and is a character device, not a regular
+ * file") and TG_CLI_USAGE. */
+int tg_cli_check_output(const char *cmd, const char *opt, const char *path);
 /* The median of v[0..n) (n >= 1; sorts v): benchmarks quote medians, so
  * that one slow step does not move the figure. */
 double tg_cli_median(double *v, int64_t n);

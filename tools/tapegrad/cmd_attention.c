@@ -240,15 +240,15 @@ static int run(tg_tape *tp, const attn_args *a)
         json_object_set_new(root, "grads", grads);
         return tg_cli_print_json(CMD, root, JSON_REAL_PRECISION(9) | JSON_PRESERVE_ORDER);
     }
-    if (tg_print(stdout, out) != TG_OK) return tg_cli_lib_error(CMD, "print");
+    if (tg_print(stdout, out) != TG_OK) return tg_cli_print_error(CMD);
     print_shape(out);
     if (a->grads) {
         for (int i = 0; i < np.n; i++) {
             printf("%s:\n", np.names[i]);
-            if (tg_print(stdout, np.tensors[i]->grad) != TG_OK) return tg_cli_lib_error(CMD, "print");
+            if (tg_print(stdout, np.tensors[i]->grad) != TG_OK) return tg_cli_print_error(CMD);
         }
         printf("input:\n");
-        if (tg_print(stdout, x->grad) != TG_OK) return tg_cli_lib_error(CMD, "print");
+        if (tg_print(stdout, x->grad) != TG_OK) return tg_cli_print_error(CMD);
     }
     return TG_CLI_OK;
 }
@@ -284,7 +284,7 @@ int tg_cmd_attention(int argc, char **argv)
     tg_tape *tp = tg_tape_new();
     if (!tp) return tg_cli_error(CMD, "out of memory");
     rc = run(tp, &a);
-    fflush(stdout);
+    tg_cli_flush_stdout();
     tg_tape_free(tp);
     return rc;
 }

@@ -216,6 +216,6 @@ int tg_cmd_bench(int argc, char **argv)
     free(t);
     tg_tape_free(step);
     tg_tape_free(model);
-    fflush(stdout);
+    tg_cli_flush_stdout();
     return rc;
 }

@@ -354,6 +354,6 @@ int tg_cmd_bench_gpt(int argc, char **argv)
     }
     json_decref(res.buckets);
     free(buf);
-    fflush(stdout);
+    tg_cli_flush_stdout();
     return rc;
 }

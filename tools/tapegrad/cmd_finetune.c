@@ -24,8 +24,9 @@ static const char *classify_help =
     "out_head Linear(emb, classes); the last transformer block, the final norm\n"
     "and the head are trained (or, with --lora-rank, LoRA adapters on every\n"
     "Linear) on the last position's logits with cross-entropy. CSV files have a\n"
-    "header with Label (an integer) and Text columns; texts are padded with\n"
-    "<|endoftext|> to the training set's longest (or cut to --max-length).\n"
+    "header with Label (a class index from 0 to 1048575) and Text columns; the\n"
+    "texts are padded with <|endoftext|> to the training set's longest (or cut\n"
+    "to --max-length).\n"
     "Prints the book's loss table and accuracies.\n"
     "\n"
     "  --train FILE --val FILE --test FILE   the three sets (--test optional)\n"
@@ -158,12 +159,13 @@ static int load_instruct(ft_run *r)
 
 /* ---- the model -------------------------------------------------------------------------------------- */
 
-static int num_classes(ft_run *r)
+/* At least the book's 2; the loader caps it (TG_CLASS_DATASET_MAX_CLASSES). */
+static int64_t num_classes(ft_run *r)
 {
     int64_t c = 2;
     for (int k = 0; k < 3; k++)
         if (r->cls[k] && tg_class_dataset_num_classes(r->cls[k]) > c) c = tg_class_dataset_num_classes(r->cls[k]);
-    return (int)c;
+    return c;
 }
 
 /* The model in the book's order of draws, and AdamW over its parameters. */
@@ -254,7 +256,8 @@ static int run(ft_run *r, const tg_cli_model *m)
         if (a->t.save && tg_module_save(r->gpt, a->t.save) != TG_OK) rc = tg_cli_lib_error(r->cmd, "--save");
         if (rc == TG_CLI_OK && a->t.plot) rc = tg_ft_write_plots(r, tr, a->t.plot);
         if (rc == TG_CLI_OK && a->t.json) rc = tg_ft_json(r, tr);
-        if (rc == TG_CLI_OK && !a->t.json) {
+        if (rc == TG_CLI_OK && !a->t.json && !tg_cli_flush_stdout()) rc = tg_cli_stdout_error(0);
+        if (rc == TG_CLI_OK && !a->t.json) { /* the speed, unless the table was lost */
             tg_cli_train_summary(tr, a->instruct ? "tokens" : "examples");
             fprintf(stderr, "%lld trainable parameters\n", (long long)tg_module_num_trainable_parameters(r->gpt));
         }
@@ -347,10 +350,16 @@ static int finetune(int argc, char **argv)
     r.seed = m.seed;
     if (tg_cli_check_only) return TG_CLI_OK;
     if ((rc = tg_cli_train_begin(a.cmd, &a.t, a.batch)) != TG_CLI_OK) return rc;
+    if (!a.instruct && a.t.plot && tg_dist_rank() == 0) { /* the accuracy plot beside --plot's */
+        char *acc = tg_ft_accuracy_plot_path(a.t.plot);
+        rc = acc ? tg_cli_check_output(a.cmd, "--plot", acc) : tg_cli_error(a.cmd, "out of memory");
+        free(acc);
+        if (rc != TG_CLI_OK) return rc;
+    }
     r.model_tape = tg_tape_new();
     rc = r.model_tape ? run(&r, &m) : tg_cli_error(a.cmd, "out of memory");
     run_free(&r);
-    fflush(stdout);
+    tg_cli_flush_stdout();
     return rc;
 }
 

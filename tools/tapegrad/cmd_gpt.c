@@ -63,8 +63,10 @@ int tg_cmd_summary(int argc, char **argv)
     tg_tape *tp = tg_tape_new();
     tg_module *gpt = tp ? tg_cli_model_build(tp, &m, &cfg) : NULL;
     rc = TG_CLI_OK;
-    if (!gpt || tg_module_print(stdout, gpt) != TG_OK) {
+    if (!gpt) {
         rc = tg_cli_lib_error("summary", NULL);
+    } else if (tg_module_print(stdout, gpt) != TG_OK) {
+        rc = tg_cli_print_error("summary");
     } else {
         int64_t total = tg_module_num_parameters(gpt);
         int64_t head = tg_numel(tg_module_get_parameter(gpt, "out_head.weight"));
@@ -175,9 +177,11 @@ static int run_generate(tg_tape *tp, tg_tokenizer *tok, const tg_cli_model *m, t
         } else {
             fwrite(text, 1, text_len, stdout);
             fputc('\n', stdout);
-            fflush(stdout);
-            fprintf(stderr, "%lld new tokens in %.3f s (%.1f tokens/s, KV cache %s)\n", (long long)new_ids, seconds,
-                    tps, a->no_cache ? "off" : "on");
+            if (!tg_cli_flush_stdout())
+                rc = tg_cli_stdout_error(0);
+            else
+                fprintf(stderr, "%lld new tokens in %.3f s (%.1f tokens/s, KV cache %s)\n", (long long)new_ids,
+                        seconds, tps, a->no_cache ? "off" : "on");
         }
     }
     free(text);

@@ -209,7 +209,10 @@ static int finish(pt_run *r, const tg_trainer *tr)
         int rc = tg_cli_train_plot(CMD, a->t.plot, tr, title, NULL, (double)a->epochs);
         if (rc != TG_CLI_OK) return rc;
     }
-    if (!a->t.json) return tg_cli_train_summary(tr, "tokens"), TG_CLI_OK;
+    if (!a->t.json) { /* the speed, unless the table was lost */
+        if (!tg_cli_flush_stdout()) return tg_cli_stdout_error(0);
+        return tg_cli_train_summary(tr, "tokens"), TG_CLI_OK;
+    }
     json_t *o = tg_cli_train_json(tr, "tokens_seen");
     tg_trainer_stats s;
     tg_trainer_get_stats(tr, &s);
@@ -284,7 +287,7 @@ static int pretrain(int argc, char **argv)
     rc = r.model_tape ? run(&r, &m) : tg_cli_error(CMD, "out of memory");
     free(r.start_ids);
     tg_tape_free(r.model_tape);
-    fflush(stdout);
+    tg_cli_flush_stdout();
     return rc;
 }
 

@@ -150,8 +150,10 @@ static int encode(tg_tokenizer *tok, const char *text, size_t len, bool json)
     } else {
         write_ids(ids, n, ' ');
         putchar('\n');
-        fflush(stdout);
-        fprintf(stderr, "%zu tokens from %zu bytes in %.3f ms (%.1f MB/s)\n", n, len, seconds * 1e3, mbps);
+        if (!tg_cli_flush_stdout())
+            rc = tg_cli_stdout_error(0);
+        else
+            fprintf(stderr, "%zu tokens from %zu bytes in %.3f ms (%.1f MB/s)\n", n, len, seconds * 1e3, mbps);
     }
     free(ids);
     return rc;

@@ -163,7 +163,7 @@ static int run(tg_tape *model, tg_tape *step, double *losses, FILE *plot, const 
         }
         losses[it] = l;
         if (!isfinite(l)) {
-            fflush(stdout);
+            tg_cli_flush_stdout();
             tg_cli_error(CMD, "loss diverged to %s at step %lld (try a smaller --lr)", isnan(l) ? "nan" : "inf",
                          (long long)it + 1);
             rc = TG_CLI_FAIL;
@@ -173,7 +173,7 @@ static int run(tg_tape *model, tg_tape *step, double *losses, FILE *plot, const 
             double el = tg_cli_now() - t0;
             printf("step %6lld/%lld  loss %.6e  %8.1f steps/s\n", (long long)it + 1, (long long)a->steps, l,
                    el > 0 ? (double)(it + 1) / el : 0.0);
-            fflush(stdout);
+            tg_cli_flush_stdout();
         }
     }
     tg_trainer_free(tr);
@@ -226,6 +226,7 @@ int tg_cmd_train(int argc, char **argv)
     /* open the plot file first: a bad path should fail before the training */
     FILE *plot = NULL;
     if (a.plot) {
+        if ((rc = tg_cli_check_output(CMD, "--plot", a.plot)) != TG_CLI_OK) return rc;
         plot = fopen(a.plot, "w");
         if (!plot) return tg_cli_error(CMD, "--plot: cannot open '%.300s' for writing: %s", a.plot, strerror(errno));
     }
@@ -239,6 +240,6 @@ int tg_cmd_train(int argc, char **argv)
     free(losses);
     tg_tape_free(step);
     tg_tape_free(model);
-    fflush(stdout);
+    tg_cli_flush_stdout();
     return rc;
 }

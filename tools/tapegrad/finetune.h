@@ -49,5 +49,8 @@ int tg_ft_classify_end(tg_trainer *tr, void *task);
 /* --json's line; --plot's loss plot and the classifier's accuracy plot. */
 int tg_ft_json(const ft_run *r, const tg_trainer *tr);
 int tg_ft_write_plots(const ft_run *r, const tg_trainer *tr, const char *path);
+/* The accuracy plot's path for --plot path ("loss.svg" -> "loss-accuracy.svg"),
+ * malloc'd; NULL when out of memory. */
+char *tg_ft_accuracy_plot_path(const char *path);
 
 #endif

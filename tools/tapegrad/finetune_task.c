@@ -245,6 +245,14 @@ int tg_ft_json(const ft_run *r, const tg_trainer *tr)
     return tg_cli_print_json(r->cmd, o, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(17));
 }
 
+char *tg_ft_accuracy_plot_path(const char *path)
+{
+    size_t len = strlen(path), stem = len >= 4 && strcmp(path + len - 4, ".svg") == 0 ? len - 4 : len;
+    char *acc = malloc(len + 16);
+    if (acc) snprintf(acc, len + 16, "%.*s-accuracy.svg", (int)stem, path);
+    return acc;
+}
+
 /* --plot FILE: the loss plot; the classifier's accuracy plot beside it. */
 int tg_ft_write_plots(const ft_run *r, const tg_trainer *tr, const char *path)
 {
@@ -256,11 +264,9 @@ int tg_ft_write_plots(const ft_run *r, const tg_trainer *tr, const char *path)
     int64_t n, k;
     const double *tra = tg_trainer_series(tr, "train_accuracy", &n), *va = tg_trainer_series(tr, "val_accuracy", &k);
     const double *seen = tg_trainer_series(tr, "accuracy_seen", &k);
-    size_t len = strlen(path), stem = len >= 4 && strcmp(path + len - 4, ".svg") == 0 ? len - 4 : len;
-    char *acc = malloc(len + 16);
+    char *acc = tg_ft_accuracy_plot_path(path);
     tg_cli_loss_row *rows = malloc(sizeof *rows * (size_t)(n ? n : 1));
     if (acc && rows) {
-        snprintf(acc, len + 16, "%.*s-accuracy.svg", (int)stem, path);
         for (int64_t i = 0; i < n; i++) rows[i] = (tg_cli_loss_row){i + 1, i + 1, (int64_t)seen[i], tra[i], va[i]};
         int st = tg_cli_svg_values_plot(acc, title, "Accuracy", top, (double)r->a->epochs, n, rows);
         rc = st == 0 ? TG_CLI_OK : tg_cli_error(r->cmd, "--plot: cannot write '%.300s'", acc);

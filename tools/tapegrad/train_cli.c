@@ -36,8 +36,7 @@ int tg_cli_train_begin(const char *cmd, const tg_cli_train *t, int64_t batch)
      * path fails now, not after hours of training */
     const char *outs[3] = {t->plot, t->checkpoint, t->save}, *names[3] = {"--plot", "--checkpoint", "--save"};
     for (int k = 0; tg_dist_rank() == 0 && k < 3; k++)
-        if (outs[k] && !tg_cli_writable(outs[k]))
-            return tg_cli_error(cmd, "%s: cannot write '%.300s': %s", names[k], outs[k], strerror(errno));
+        if (outs[k] && (rc = tg_cli_check_output(cmd, names[k], outs[k])) != TG_CLI_OK) return rc;
     return TG_CLI_OK;
 }
 
