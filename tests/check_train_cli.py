@@ -119,8 +119,8 @@ def killed_and_resumed(tg, args, tmp, what, every):
     if os.path.exists(ck):
         os.remove(ck)
     extra = ["--checkpoint", ck] + (["--checkpoint-every", "1"] if every else [])
-    p = subprocess.Popen([str(a) for a in [tg] + args + extra], stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, env=ENV)
+    errf = open(os.path.join(tmp, "killed.err"), "w+")
+    p = subprocess.Popen([str(a) for a in [tg] + args + extra], stdout=subprocess.DEVNULL, stderr=errf, env=ENV)
     t0 = time.time()
     while not os.path.exists(ck) and p.poll() is None and time.time() - t0 < TIMEOUT:
         time.sleep(0.01)
@@ -128,8 +128,11 @@ def killed_and_resumed(tg, args, tmp, what, every):
     if killed:
         p.send_signal(signal.SIGKILL)
     p.wait()
+    errf.seek(0)
+    err = errf.read()
+    errf.close()
     if not os.path.exists(ck):
-        failures.append(f"{what}: no checkpoint was written")
+        failures.append(f"{what}: no checkpoint was written (exit status {p.returncode}: {err.strip()[-300:]})")
         return
     rc, resumed, err = run([tg] + args + ["--resume", ck, "--checkpoint", ck])
     if rc != 0:
