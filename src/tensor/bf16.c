@@ -272,6 +272,15 @@ static const uint16_t *param_bf16(const tg_tensor *x, bool *col)
     return p->copy;
 }
 
+static inline float bf16_f32(uint16_t b)
+{
+    union {
+        uint32_t u;
+        float f;
+    } v = {.u = (uint32_t)b << 16};
+    return v.f;
+}
+
 int tg__bf16_param_rounded(const tg_tensor *x, float *dst)
 {
     if (!x->is_param || !x->storage || x->dtype != TG_F32 || x->ndim < 2) return 1;
@@ -279,16 +288,20 @@ int tg__bf16_param_rounded(const tg_tensor *x, float *dst)
     bool col = false;
     const uint16_t *c = param_bf16(x, &col);
     if (c) {
-        int64_t n = x->ndim, R = x->shape[n - 2], C = x->shape[n - 1], nb = nbatch(x);
-        /* row-major dst; a copy stored by columns is transposed back */
-#pragma omp parallel for if (nb * R * C > TG_PAR_MIN) schedule(static)
-        for (int64_t t = 0; t < nb * R; t++) {
-            int64_t bi = t / R, r = t % R;
-            const uint16_t *m = c + bi * R * C;
-            float *o = dst + t * C;
-            for (int64_t j = 0; j < C; j++) {
-                uint32_t u = (uint32_t)(col ? m[j * R + r] : m[r * C + j]) << 16;
-                memcpy(&o[j], &u, sizeof u);
+        int64_t n = x->ndim, R = x->shape[n - 2], C = x->shape[n - 1], total = nbatch(x) * R * C;
+        if (!col) { /* stored as dst is: row-major */
+#pragma omp parallel for if (total > TG_PAR_MIN) schedule(static)
+            for (int64_t i = 0; i < total; i++) dst[i] = bf16_f32(c[i]);
+        } else { /* by columns: each matrix transposed back, in tiles */
+            enum { TILE = 64 };
+            int64_t tr = (R + TILE - 1) / TILE, tc = (C + TILE - 1) / TILE, ntiles = nbatch(x) * tr * tc;
+#pragma omp parallel for if (total > TG_PAR_MIN) schedule(static)
+            for (int64_t t = 0; t < ntiles; t++) {
+                int64_t bi = t / (tr * tc), r0 = t / tc % tr * TILE, c0 = t % tc * TILE;
+                const uint16_t *m = c + bi * R * C;
+                float *o = dst + bi * R * C;
+                for (int64_t j = c0; j < c0 + TILE && j < C; j++)
+                    for (int64_t r = r0; r < r0 + TILE && r < R; r++) o[r * C + j] = bf16_f32(m[j * R + r]);
             }
         }
     }
