@@ -345,7 +345,7 @@ bool tg__is_mha_owning_output(const tg_module *m)
 
 bool tg__mha_last_position_ok(const tg_module *m, tg_numerics nm)
 {
-    return m && m->type == &mha_type && (m->pinned ? m->numerics : nm) != TG_NUMERICS_EXACT && !m->kv_cache &&
+    return m && m->type == &mha_type && tg__module_pin_or(m, nm) != TG_NUMERICS_EXACT && !m->kv_cache &&
            !(m->training && ((const attn_state *)m->state)->dropout > 0);
 }
 

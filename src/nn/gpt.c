@@ -387,12 +387,12 @@ static tg_module *last_position_block(tg_tape *tp, tg_module *gpt)
     tg_module *blocks = tg__entry_get(&gpt->children, "trf_blocks");
     int nb = blocks && tg__is_sequential(blocks) ? tg_module_num_children(blocks) : 0;
     tg_module *b = nb > 0 ? tg_module_child(blocks, nb - 1) : NULL;
-    if (!b || b->type != &block_type || (b->pinned ? b->numerics : nm) == TG_NUMERICS_EXACT) return NULL;
+    if (!b || b->type != &block_type || tg__module_pin_or(b, nm) == TG_NUMERICS_EXACT) return NULL;
     const tg_module *n1 = tg__entry_get(&b->children, "norm1"), *n2 = tg__entry_get(&b->children, "norm2"),
                     *ff = tg__entry_get(&b->children, "ff"), *drop = tg__entry_get(&b->children, "drop_shortcut");
     bool ok = n1 && n1->type == &layer_norm_type && n2 && n2->type == &layer_norm_type && ff &&
               ff->type == &feed_forward_type && tg__is_dropout(drop) && !tg__dropout_draws(drop) &&
-              tg__mha_last_position_ok(tg__entry_get(&b->children, "att"), b->pinned ? b->numerics : nm);
+              tg__mha_last_position_ok(tg__entry_get(&b->children, "att"), tg__module_pin_or(b, nm));
     return ok ? b : NULL;
 }
 

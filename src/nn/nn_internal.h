@@ -28,10 +28,15 @@ struct tg_module {
     tg__entries params, buffers, children;
 };
 
-/* The policy m's forward runs under on tp: its pin, else the tape's. */
+/* The policy m's forward runs under where the policy around it is nm: its
+ * pin, else nm; on tape tp (nm the tape's). */
+static inline tg_numerics tg__module_pin_or(const tg_module *m, tg_numerics nm)
+{
+    return m->pinned ? m->numerics : nm;
+}
 static inline tg_numerics tg__module_policy(const tg_module *m, const tg_tape *tp)
 {
-    return m->pinned ? m->numerics : tg_tape_numerics(tp);
+    return tg__module_pin_or(m, tg_tape_numerics(tp));
 }
 /* A pinned module's forward records under its pin (tg__tape_enter); returns
  * what tg__tape_leave puts back. For forwards run without tg_module_call. */
