@@ -1,19 +1,22 @@
-/* tapegrad/data.h: GPT-2's byte-level BPE tokenizer, equal to tiktoken's
- * "gpt2" encoding (README.md, "Tokenizer"), and the book's chapter-5 text
- * pipeline: the train/validation split, windows of ids, and loaders that
- * shuffle exactly as PyTorch's DataLoader; the fine-tuning data of chapters
- * 6 and 7: the classifier's CSV (SpamDataset), the instruction JSON,
- * format_input, the 85/10/5 split, InstructionDataset and
- * custom_collate_fn.
+/* tapegrad/data.h: the byte-level BPE tokenizers of GPT-2 (equal to
+ * tiktoken's "gpt2" encoding), Qwen3 and Llama 3 (equal to their
+ * tokenizer.json run by Hugging Face's tokenizers) and their chat formats
+ * (docs/tokenizers.md), and the book's chapter-5 text pipeline: the
+ * train/validation split, windows of ids, and loaders that shuffle exactly
+ * as PyTorch's DataLoader; the fine-tuning data of chapters 6 and 7: the
+ * classifier's CSV (SpamDataset), the instruction JSON, format_input, the
+ * 85/10/5 split, InstructionDataset and custom_collate_fn.
  *
- * A tokenizer reads GPT-2's encoder.json and vocab.bpe once (the project
- * ships them: data/gpt2/, installed to share/tapegrad/gpt2/, found by
- * tg_tokenizer_load_dir(NULL)). Encoding
- * splits the text at "<|endoftext|>" (which becomes its id, 50256), cuts the
- * rest with GPT-2's pattern (PCRE2), maps each piece's bytes through the
+ * A tokenizer is read once from a Hugging Face tokenizer.json, from
+ * tiktoken's rank file (Llama 3's tokenizer.model) or from GPT-2's
+ * encoder.json and vocab.bpe (the project ships GPT-2's and Qwen3's:
+ * data/gpt2/, data/qwen3/, installed to share/tapegrad/). Encoding finds the
+ * added tokens in the text (special ones only where the caller allows
+ * them), normalises the rest (NFC, when the file asks for it), cuts it with
+ * the file's pattern (PCRE2), maps each piece's bytes through the
  * byte-level alphabet and merges pairs by lowest rank; decoding gives back
- * the exact bytes. Invalid UTF-8 and malformed vocabulary files are errors
- * with a message, never a crash. */
+ * the exact bytes. Invalid UTF-8 and malformed files are errors with a
+ * message, never a crash. */
 #ifndef TAPEGRAD_DATA_H
 #define TAPEGRAD_DATA_H
 
@@ -25,29 +28,83 @@ extern "C" {
 
 typedef struct tg_tokenizer tg_tokenizer;
 
-/* Reads encoder.json (with jansson) and vocab.bpe; NULL and a message naming
- * the file and the problem if either is missing or malformed. */
+/* A token matched in the text before the pattern cuts it (tokenizer.json's
+ * added_tokens). A special one (special true: "<|im_start|>",
+ * "<|eot_id|>") is matched only where the caller allows special tokens and
+ * is plain text elsewhere; one that is not special (Qwen3's "<think>",
+ * GPT-2's "<|endoftext|>") is matched in any text. */
+typedef struct {
+    const char *content;
+    int64_t id;
+    bool special;
+} tg_added_token;
+
+/* Llama 3's pre-tokenizer pattern (digits in threes). */
+#define TG_LLAMA3_PATTERN                                                                                              \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+
+/* Any tokenizer file: a tokenizer.json (tg_tokenizer_load_json), a rank file
+ * such as Llama 3's tokenizer.model (read with TG_LLAMA3_PATTERN and Llama
+ * 3's 256 special tokens, as the book's Llama3Tokenizer reads it), or a
+ * folder holding tokenizer.json, encoder.json + vocab.bpe, or
+ * tokenizer.model (tried in that order). path NULL: GPT-2's installed files
+ * (tg_tokenizer_load_dir(NULL)). NULL and a message naming the file and the
+ * problem on error. */
+TG_API tg_tokenizer *tg_tokenizer_load_file(const char *path);
+/* A Hugging Face tokenizer.json: model BPE (vocab; merges as "a b" strings
+ * or ["a", "b"] pairs; ignore_merges: a piece found whole in the vocabulary
+ * is one id), normalizer NFC or none, pre_tokenizer ByteLevel or Split
+ * (Regex, Isolated) then ByteLevel, added_tokens with their special flag.
+ * Anything else (another model, a normaliser or pre-tokenizer tapegrad does
+ * not implement, lstrip/rstrip/single_word added tokens) is an error that
+ * names it, never ignored. The post-processor is not applied: encoding is
+ * Hugging Face's encode(text, add_special_tokens=False). */
+TG_API tg_tokenizer *tg_tokenizer_load_json(const char *path);
+/* tiktoken's rank file (a base64 token, a space and its rank per line; the
+ * rank is the id), cut by pattern (PCRE2 syntax), with n_added added tokens.
+ * BPE merges the adjacent pair whose bytes together have the lowest rank,
+ * and a piece found whole is one id, as tiktoken does. */
+TG_API tg_tokenizer *tg_tokenizer_load_tiktoken(const char *path, const char *pattern, const tg_added_token *added,
+                                                size_t n_added);
+/* GPT-2's encoder.json (with jansson) and vocab.bpe; NULL and a message
+ * naming the file and the problem if either is missing or malformed.
+ * "<|endoftext|>" is an added token that is not special (it is id 50256 in
+ * any text). */
 TG_API tg_tokenizer *tg_tokenizer_load(const char *encoder_json_path, const char *vocab_bpe_path);
 /* dir/encoder.json and dir/vocab.bpe. dir NULL: the folder
  * tg_tokenizer_default_dir() names. */
 TG_API tg_tokenizer *tg_tokenizer_load_dir(const char *dir);
 /* The folder of GPT-2's vocabulary: $TAPEGRAD_DATA/gpt2 when the
  * environment variable TAPEGRAD_DATA is set (a data folder as installed:
- * gpt2/ and the-verdict.txt), else the installed one,
+ * gpt2/, qwen3/ and the-verdict.txt), else the installed one,
  * <prefix>/share/tapegrad/gpt2 (`pkg-config --variable=datadir tapegrad`).
  * NULL with a message if that folder holds no encoder.json. The string
  * stays valid until the next call on the same thread. */
 TG_API const char *tg_tokenizer_default_dir(void);
 TG_API void tg_tokenizer_free(tg_tokenizer *tok);
-/* Number of ids (50257 for GPT-2: one more than the largest id). */
+/* Number of ids: one more than the largest id of the vocabulary and the
+ * added tokens (GPT-2 50257, Qwen3 151669, Llama 3 128256). */
 TG_API int64_t tg_tokenizer_vocab_size(const tg_tokenizer *tok);
-/* The id of "<|endoftext|>" (50256), or -1 if the vocabulary has none. */
+/* The id of "<|endoftext|>" (GPT-2 50256, Qwen3 151643), else of
+ * "<|end_of_text|>" (Llama 3 128001), or -1. */
 TG_API int64_t tg_tokenizer_eot(const tg_tokenizer *tok);
+/* The id of a token given as its exact text (an added token, or a
+ * vocabulary entry's bytes), or -1. */
+TG_API int64_t tg_tokenizer_token_id(const tg_tokenizer *tok, const char *token);
+/* Whether id is a special added token. */
+TG_API bool tg_tokenizer_is_special(const tg_tokenizer *tok, int64_t id);
 /* The ids of len bytes of UTF-8 text, in a malloc'd array the caller frees
- * (NULL when there are none). TG_EINVAL "invalid UTF-8 at byte N" for text
- * that is not UTF-8. Not thread-safe per tokenizer (it caches words). */
+ * (NULL when there are none). Special tokens are plain text (tiktoken's
+ * encode with nothing allowed and nothing disallowed); added tokens that are
+ * not special are matched. TG_EINVAL "invalid UTF-8 at byte N" for text that
+ * is not UTF-8. Not thread-safe per tokenizer (it caches words). */
 TG_API int tg_tokenizer_encode(tg_tokenizer *tok, const char *text, size_t len, int64_t **ids, size_t *n_ids);
-/* The same ids as a 1-D TG_I64 tensor in tp (NULL with a message on error). */
+/* The same, with the special tokens matched too when allow_special is true
+ * (tiktoken's allowed_special="all"; Hugging Face's encode). */
+TG_API int tg_tokenizer_encode_special(tg_tokenizer *tok, const char *text, size_t len, bool allow_special,
+                                       int64_t **ids, size_t *n_ids);
+/* tg_tokenizer_encode's ids as a 1-D TG_I64 tensor in tp (NULL with a
+ * message on error). */
 TG_API tg_tensor *tg_tokenizer_encode_tensor(tg_tape *tp, tg_tokenizer *tok, const char *text, size_t len);
 /* The bytes of n ids, malloc'd and NUL-terminated (*len excludes the NUL);
  * TG_EINVAL naming an id outside the vocabulary and its position. */
@@ -56,6 +113,44 @@ TG_API int tg_tokenizer_decode(const tg_tokenizer *tok, const int64_t *ids, size
  * end inside a character) become U+FFFD as Python's
  * bytes.decode("utf-8", errors="replace") makes them. */
 TG_API int tg_tokenizer_decode_text(const tg_tokenizer *tok, const int64_t *ids, size_t n, char **text, size_t *len);
+
+/* ---- chat formats ------------------------------------------------------------------------ */
+
+/* The chat format a tokenizer speaks, found from its special tokens. */
+typedef enum {
+    TG_CHAT_NONE,   /* GPT-2: no chat tokens */
+    TG_CHAT_QWEN,   /* "<|im_start|>" .. "<|im_end|>" (Qwen3, ChatML) */
+    TG_CHAT_LLAMA3, /* "<|start_header_id|>" .. "<|eot_id|>" */
+} tg_chat_format;
+
+typedef struct {
+    const char *role; /* "system", "user", "assistant" */
+    const char *content;
+} tg_chat_message;
+
+typedef struct {
+    bool add_generation_prompt; /* end with the assistant's header, for generation */
+    bool thinking;              /* Qwen3: leave the thinking open (no empty "<think>\n\n</think>\n\n") */
+    bool bos;                   /* Llama 3: "<|begin_of_text|>" first (Meta's dialog prompt; the book adds none) */
+    bool allow_special;         /* special tokens inside the contents are matched (else plain text) */
+} tg_chat_options;
+
+TG_API tg_chat_format tg_tokenizer_chat_format(const tg_tokenizer *tok);
+TG_API const char *tg_chat_format_name(tg_chat_format format); /* "none", "qwen", "llama3" */
+/* The ids of n messages as the book formats them (options NULL: all false):
+ *   Qwen3 (Qwen3Tokenizer.format_qwen_chat, the whole string encoded):
+ *     "<|im_start|>{role}\n{content}<|im_end|>\n" per message, then with
+ *     add_generation_prompt "<|im_start|>assistant\n" and, unless
+ *     thinking, "<think>\n\n</think>\n\n";
+ *   Llama 3 (llama3.py's ChatFormat, per message): <|start_header_id|>,
+ *     role, <|end_header_id|>, "\n\n", the content stripped of white space
+ *     at both ends, <|eot_id|>; with add_generation_prompt the assistant's
+ *     header and "\n\n".
+ * The format's own tokens are always special ids; the contents are encoded
+ * with special tokens as text unless allow_special. TG_EINVAL for a
+ * tokenizer without a chat format, a NULL or empty role or a NULL content. */
+TG_API int tg_tokenizer_encode_chat(tg_tokenizer *tok, const tg_chat_message *messages, size_t n,
+                                    const tg_chat_options *options, int64_t **ids, size_t *n_ids);
 
 /* ---- UTF-8 text -------------------------------------------------------------------------- */
 

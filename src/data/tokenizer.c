@@ -1,29 +1,27 @@
-/* GPT-2's byte-level BPE (include/tapegrad/data.h), equal to tiktoken's
- * "gpt2" encoding.
+/* The byte-level BPE tokenizer (include/tapegrad/data.h): GPT-2's, Qwen3's
+ * and Llama 3's, read by tokenizer_files.c into one form.
  *
- *   encode: split at "<|endoftext|>"; cut each part with GPT-2's pattern
- *           (PCRE2, JIT, Unicode properties); for each piece, the word cache
- *           or BPE: start from one token per byte and repeatedly merge the
- *           adjacent pair of lowest rank (vocab.bpe's line order), leftmost
- *           first, with a heap of candidate pairs (n log n on a long word).
+ *   encode: find the added tokens in the text (leftmost, longest first; a
+ *           special one only where the caller allows special tokens); for
+ *           the text between them: the normaliser (NFC with utf8proc, or
+ *           none), then the pre-tokenizer pattern (PCRE2, JIT, Unicode
+ *           properties; the text between two matches is a piece too, as
+ *           tokenizer.json's Split "Isolated" makes it); for each piece, the
+ *           word cache, or the whole piece when it is a token and the file
+ *           says so, or BPE: start from one token per byte and repeatedly
+ *           merge the adjacent pair of lowest rank, leftmost first, with a
+ *           heap of candidate pairs (n log n on a long word).
  *   decode: the tokens' bytes back to back.
- * Tokens are kept as raw bytes: encoder.json's keys are mapped back through
- * GPT-2's byte alphabet (bytes_to_unicode: printable Latin-1 bytes stand for
- * themselves, the other 68 bytes for U+0100 ...). */
+ * Tokens are kept as raw bytes. */
 #define PCRE2_CODE_UNIT_WIDTH 8
-#include <errno.h>
 #include <jansson.h>
 #include <pcre2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+#include <utf8proc.h>
 
-#include "data_internal.h"
-
-static const char PATTERN[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-static const char EOT[] = "<|endoftext|>";
-#define EOT_LEN (sizeof EOT - 1)
+#include "tokenizer_internal.h"
 
 /* ---- a hash map from byte strings (kept in an arena) to a value ---------------------------- */
 
@@ -142,14 +140,30 @@ typedef struct {
 
 #define CACHE_MAX_WORDS (1u << 18)
 #define CACHE_MAX_IDS (1u << 22)
+#define MAX_ID (1 << 24)
+
+typedef struct {
+    uint32_t off, len; /* content bytes in added_bytes */
+    int32_t id;
+    bool special;
+} added_tok;
 
 struct tg_tokenizer {
     int64_t vocab_size, eot;
-    uint32_t *tok_off, *tok_len; /* per id: its bytes in enc's arena (len 0: no such id) */
-    bmap enc;                    /* token bytes -> id */
+    const char **tok_ptr; /* per id: its bytes (NULL: no such id) */
+    uint32_t *tok_len;
+    bmap enc; /* token bytes -> id (the vocabulary, without the added tokens) */
     int32_t byte_id[256];
     mslot *merges;
-    size_t mcap;
+    size_t mcap, n_merges;
+    int32_t next_rank;
+    added_tok *added; /* longest first */
+    size_t n_added, added_cap;
+    char *added_bytes;
+    size_t added_len, added_bcap;
+    uint8_t added_first[256]; /* 1: some added token starts with this byte */
+    bool whole_pieces;
+    tg__normalizer norm;
     /* word cache: piece bytes -> (offset << 20 | count) into cache_ids */
     bmap cache;
     int32_t *cache_ids;
@@ -160,6 +174,7 @@ struct tg_tokenizer {
 
 static const mslot *merge_find(const tg_tokenizer *t, int32_t l, int32_t r)
 {
+    if (!t->mcap) return NULL;
     uint64_t key = ((uint64_t)(uint32_t)l << 32 | (uint32_t)r) + 1;
     size_t j = mix(key) & (t->mcap - 1);
     while (t->merges[j].key) {
@@ -169,20 +184,17 @@ static const mslot *merge_find(const tg_tokenizer *t, int32_t l, int32_t r)
     return NULL;
 }
 
-/* GPT-2's bytes_to_unicode: byte -> code point. */
-static void byte_alphabet(uint32_t cp[256])
+void tg__byte_alphabet_inverse(int16_t inv[512])
 {
     int n = 0;
+    for (int i = 0; i < 512; i++) inv[i] = -1;
     for (int b = 0; b < 256; b++) {
         bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-        cp[b] = printable ? (uint32_t)b : (uint32_t)(256 + n++);
+        inv[printable ? b : 256 + n++] = (int16_t)b;
     }
 }
 
-/* A key of encoder.json / a half of a vocab.bpe line, in GPT-2's byte
- * alphabet, back to bytes (out has room for len bytes). -1 if a character
- * is outside the alphabet or the text is not UTF-8. */
-static long alphabet_to_bytes(const int16_t *inv, const char *s, size_t len, char *out)
+long tg__byte_alphabet_decode(const int16_t *inv, const char *s, size_t len, char *out)
 {
     size_t i = 0, o = 0;
     uint32_t cp;
@@ -195,221 +207,205 @@ static long alphabet_to_bytes(const int16_t *inv, const char *s, size_t len, cha
     return (long)o;
 }
 
+tg_tokenizer *tg__tok_new(void)
+{
+    tg_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) return tg_error("tokenizer: out of memory");
+    t->eot = -1;
+    return t;
+}
+
 void tg_tokenizer_free(tg_tokenizer *t)
 {
     if (!t) return;
-    free(t->tok_off);
+    free(t->tok_ptr);
     free(t->tok_len);
     bmap_free(&t->enc);
     bmap_free(&t->cache);
     free(t->merges);
     free(t->cache_ids);
+    free(t->added);
+    free(t->added_bytes);
     if (t->md) pcre2_match_data_free(t->md);
     if (t->re) pcre2_code_free(t->re);
     free(t);
 }
 
-static int load_encoder(tg_tokenizer *t, const char *path, const int16_t *inv)
+int tg__tok_add_token(tg_tokenizer *t, const char *bytes, size_t len, int64_t id)
 {
-    json_error_t err;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
-    if (!root) {
-        if (err.line <= 0) return tg_error_status(TG_EIO, "tokenizer: cannot read %s: %s", path, err.text);
-        return tg_error_status(TG_EFORMAT, "tokenizer: %s line %d: %s", path, err.line, err.text);
+    int64_t old;
+    if (!len || id < 0 || id >= MAX_ID || bmap_get(&t->enc, bytes, len, &old)) return TG_EFORMAT;
+    if (!bmap_put(&t->enc, bytes, len, id)) return TG_ENOMEM;
+    if (id >= t->vocab_size) t->vocab_size = id + 1;
+    return TG_OK;
+}
+
+static bool merges_reserve(tg_tokenizer *t, size_t more)
+{
+    if ((t->n_merges + more) * 2 <= t->mcap) return true;
+    size_t cap = t->mcap ? t->mcap : 1024;
+    while ((t->n_merges + more) * 2 > cap) cap *= 2;
+    mslot *m = calloc(cap, sizeof *m);
+    if (!m) return false;
+    for (size_t i = 0; i < t->mcap; i++) {
+        if (!t->merges[i].key) continue;
+        size_t j = mix(t->merges[i].key) & (cap - 1);
+        while (m[j].key) j = (j + 1) & (cap - 1);
+        m[j] = t->merges[i];
     }
-    int st = TG_OK;
-    if (!json_is_object(root) || json_object_size(root) == 0)
-        st = tg_error_status(TG_EFORMAT, "tokenizer: %s must be a non-empty JSON object of token -> id", path);
-    const char *key;
-    json_t *val;
-    int64_t max_id = -1;
+    free(t->merges);
+    t->merges = m, t->mcap = cap;
+    return true;
+}
+
+/* (l, r) -> merged at rank, unless the pair is there already. */
+static int merge_put(tg_tokenizer *t, int32_t l, int32_t r, int32_t rank, int32_t merged)
+{
+    if (!merges_reserve(t, 1)) return TG_ENOMEM;
+    uint64_t key = ((uint64_t)(uint32_t)l << 32 | (uint32_t)r) + 1;
+    size_t j = mix(key) & (t->mcap - 1);
+    while (t->merges[j].key && t->merges[j].key != key) j = (j + 1) & (t->mcap - 1);
+    if (!t->merges[j].key) t->merges[j] = (mslot){key, rank, merged}, t->n_merges++;
+    return TG_OK;
+}
+
+int tg__tok_add_merge(tg_tokenizer *t, const char *a, size_t la, const char *b, size_t lb)
+{
     char buf[1024];
-    if (st == TG_OK)
-        json_object_foreach(root, key, val) {
-            size_t klen = strlen(key);
-            if (!json_is_integer(val) || json_integer_value(val) < 0 || json_integer_value(val) >= INT32_MAX) {
-                st = tg_error_status(TG_EFORMAT, "tokenizer: %s: the id of \"%.60s\" is not an integer in [0, 2^31)",
-                                     path, key);
-                break;
-            }
-            long n = klen <= sizeof buf ? alphabet_to_bytes(inv, key, klen, buf) : -1;
-            if (n <= 0) {
-                st = tg_error_status(TG_EFORMAT, "tokenizer: %s: token \"%.60s\" is empty, too long or not in GPT-2's byte alphabet",
-                                     path, key);
-                break;
-            }
-            int64_t id = json_integer_value(val); /* keys are distinct (JSON_REJECT_DUPLICATES), so are their bytes */
-            if (!bmap_put(&t->enc, buf, (size_t)n, id)) {
-                st = tg_error_status(TG_ENOMEM, "tokenizer: out of memory");
-                break;
-            }
-            if (id > max_id) max_id = id;
+    int64_t ia, ib, iab;
+    if (la + lb > sizeof buf || !bmap_get(&t->enc, a, la, &ia) || !bmap_get(&t->enc, b, lb, &ib)) return TG_EFORMAT;
+    memcpy(buf, a, la);
+    memcpy(buf + la, b, lb);
+    if (!bmap_get(&t->enc, buf, la + lb, &iab)) return TG_EFORMAT;
+    return merge_put(t, (int32_t)ia, (int32_t)ib, t->next_rank++, (int32_t)iab);
+}
+
+int tg__tok_add_added(tg_tokenizer *t, const char *content, size_t len, int64_t id, bool special)
+{
+    if (!len || len > 4096 || id < 0 || id >= MAX_ID) return TG_EFORMAT;
+    for (size_t i = 0; i < t->n_added; i++) /* the same token listed twice: one entry */
+        if (t->added[i].id == id) {
+            if (t->added[i].len != len || memcmp(t->added_bytes + t->added[i].off, content, len)) return TG_EFORMAT;
+            return TG_OK;
         }
-    json_decref(root);
-    if (st != TG_OK) return st;
-    if (max_id >= 1 << 24)
-        return tg_error_status(TG_EFORMAT, "tokenizer: %s: id %lld is implausibly large", path, (long long)max_id);
-    t->vocab_size = max_id + 1;
-    t->tok_off = calloc((size_t)t->vocab_size, sizeof *t->tok_off);
+    if (t->n_added == t->added_cap) {
+        size_t cap = t->added_cap ? 2 * t->added_cap : 32;
+        added_tok *a = realloc(t->added, cap * sizeof *a);
+        if (!a) return TG_ENOMEM;
+        t->added = a, t->added_cap = cap;
+    }
+    if (t->added_len + len > t->added_bcap) {
+        size_t cap = t->added_bcap ? t->added_bcap : 1024;
+        while (cap < t->added_len + len) cap *= 2;
+        char *b = realloc(t->added_bytes, cap);
+        if (!b) return TG_ENOMEM;
+        t->added_bytes = b, t->added_bcap = cap;
+    }
+    memcpy(t->added_bytes + t->added_len, content, len);
+    t->added[t->n_added++] = (added_tok){(uint32_t)t->added_len, (uint32_t)len, (int32_t)id, special};
+    t->added_len += len;
+    t->added_first[(unsigned char)content[0]] = 1;
+    if (id >= t->vocab_size) t->vocab_size = id + 1;
+    return TG_OK;
+}
+
+static int added_longest_first(const void *a, const void *b)
+{
+    const added_tok *x = a, *y = b;
+    if (x->len != y->len) return x->len > y->len ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* A rank file's merges: every split of a token into two tokens, at the
+ * token's rank (tiktoken merges the adjacent pair whose bytes together have
+ * the lowest rank). */
+static int derive_merges(tg_tokenizer *t)
+{
+    if (!merges_reserve(t, t->enc.n * 4)) return TG_ENOMEM;
+    for (size_t i = 0; i < t->enc.cap; i++) {
+        const bslot *s = &t->enc.slots[i];
+        if (!s->used || s->len < 2) continue;
+        const char *w = t->enc.arena + s->off;
+        for (uint32_t k = 1; k < s->len; k++) {
+            int64_t a, b;
+            if (!bmap_get(&t->enc, w, k, &a) || !bmap_get(&t->enc, w + k, s->len - k, &b)) continue;
+            int st = merge_put(t, (int32_t)a, (int32_t)b, (int32_t)s->val, (int32_t)s->val);
+            if (st != TG_OK) return st;
+        }
+    }
+    return TG_OK;
+}
+
+int tg__tok_finish(tg_tokenizer *t, const char *pattern, tg__normalizer norm, bool whole_pieces, bool derive,
+                   const char *what)
+{
+    if (!t->enc.n) return tg_error_status(TG_EFORMAT, "tokenizer: %s has an empty vocabulary", what);
+    int st = derive ? derive_merges(t) : TG_OK;
+    if (st != TG_OK) return tg_error_status(st, "tokenizer: out of memory");
+    t->whole_pieces = whole_pieces;
+    t->norm = norm;
+    t->tok_ptr = calloc((size_t)t->vocab_size, sizeof *t->tok_ptr);
     t->tok_len = calloc((size_t)t->vocab_size, sizeof *t->tok_len);
-    if (!t->tok_off || !t->tok_len) return tg_error_status(TG_ENOMEM, "tokenizer: out of memory");
+    if (!t->tok_ptr || !t->tok_len) return tg_error_status(TG_ENOMEM, "tokenizer: out of memory");
     for (size_t i = 0; i < t->enc.cap; i++) {
         const bslot *s = &t->enc.slots[i];
         if (!s->used) continue;
-        if (t->tok_len[s->val])
-            return tg_error_status(TG_EFORMAT, "tokenizer: %s: id %lld is given to two tokens", path, (long long)s->val);
-        t->tok_off[s->val] = s->off, t->tok_len[s->val] = s->len;
+        if (t->tok_ptr[s->val])
+            return tg_error_status(TG_EFORMAT, "tokenizer: %s: id %lld is given to two tokens", what, (long long)s->val);
+        t->tok_ptr[s->val] = t->enc.arena + s->off, t->tok_len[s->val] = s->len;
     }
+    for (size_t i = 0; i < t->n_added; i++) {
+        const added_tok *a = &t->added[i];
+        const char *p = t->added_bytes + a->off;
+        if (t->tok_ptr[a->id] && (t->tok_len[a->id] != a->len || memcmp(t->tok_ptr[a->id], p, a->len)))
+            return tg_error_status(TG_EFORMAT, "tokenizer: %s: id %d is given to two tokens", what, (int)a->id);
+        t->tok_ptr[a->id] = p, t->tok_len[a->id] = a->len;
+    }
+    qsort(t->added, t->n_added, sizeof *t->added, added_longest_first);
     for (int b = 0; b < 256; b++) {
         char c = (char)b;
         int64_t id;
         if (!bmap_get(&t->enc, &c, 1, &id))
-            return tg_error_status(TG_EFORMAT, "tokenizer: %s has no token for byte 0x%02x", path, b);
+            return tg_error_status(TG_EFORMAT, "tokenizer: %s has no token for byte 0x%02x", what, b);
         t->byte_id[b] = (int32_t)id;
     }
-    int64_t eot;
-    t->eot = bmap_get(&t->enc, EOT, EOT_LEN, &eot) ? eot : -1;
+    t->eot = tg_tokenizer_token_id(t, "<|endoftext|>");
+    if (t->eot < 0) t->eot = tg_tokenizer_token_id(t, "<|end_of_text|>");
+    int code;
+    PCRE2_SIZE off;
+    t->re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &code, &off, NULL);
+    if (!t->re) {
+        PCRE2_UCHAR msg[160];
+        pcre2_get_error_message(code, msg, sizeof msg);
+        return tg_error_status(TG_EFORMAT, "tokenizer: %s: the pre-tokenizer pattern does not compile at offset %zu: %s",
+                               what, (size_t)off, (const char *)msg);
+    }
+    t->md = pcre2_match_data_create_from_pattern(t->re, NULL);
+    if (!t->md) return tg_error_status(TG_ENOMEM, "tokenizer: out of memory");
+    (void)pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE); /* the interpreter serves if JIT is unavailable */
     return TG_OK;
-}
-
-static char *read_file(const char *path, size_t *len)
-{
-    int err;
-    char *buf = tg__read_file(path, (size_t)1 << 30, len, &err);
-    if (!buf && err != EIO && err != ENOMEM && err != EFBIG) return tg_error("tokenizer: cannot open %s", path);
-    if (!buf) return tg_error("tokenizer: cannot read %s", path);
-    return buf;
-}
-
-static int load_merges(tg_tokenizer *t, const char *path, const int16_t *inv)
-{
-    size_t len = 0;
-    char *text = read_file(path, &len);
-    if (!text) return TG_EIO;
-    size_t lines = 1;
-    for (size_t i = 0; i < len; i++) lines += text[i] == '\n';
-    t->mcap = 1024;
-    while (t->mcap < 2 * lines) t->mcap *= 2;
-    t->merges = calloc(t->mcap, sizeof *t->merges);
-    int st = t->merges ? TG_OK : tg_error_status(TG_ENOMEM, "tokenizer: out of memory");
-    char a[512], b[512], ab[1024];
-    int32_t rank = 0;
-    size_t lineno = 0;
-    for (char *line = text; st == TG_OK && line < text + len;) {
-        char *end = memchr(line, '\n', (size_t)(text + len - line));
-        if (!end) end = text + len;
-        size_t ll = (size_t)(end - line);
-        if (ll && line[ll - 1] == '\r') ll--;
-        lineno++;
-        char *next = end + (end < text + len);
-        if (ll == 0 || (lineno == 1 && ll >= 8 && memcmp(line, "#version", 8) == 0)) {
-            line = next;
-            continue;
-        }
-        char *sp = memchr(line, ' ', ll);
-        size_t la = sp ? (size_t)(sp - line) : 0, lb = sp ? ll - la - 1 : 0;
-        if (!sp || !la || !lb || memchr(sp + 1, ' ', lb) || la > sizeof a || lb > sizeof b) {
-            st = tg_error_status(TG_EFORMAT, "tokenizer: %s line %zu: expected two tokens separated by one space", path,
-                                 lineno);
-            break;
-        }
-        long na = alphabet_to_bytes(inv, line, la, a), nb = alphabet_to_bytes(inv, sp + 1, lb, b);
-        int64_t ia, ib, iab;
-        if (na > 0 && nb > 0) memcpy(ab, a, (size_t)na), memcpy(ab + na, b, (size_t)nb);
-        if (na <= 0 || nb <= 0 || !bmap_get(&t->enc, a, (size_t)na, &ia) || !bmap_get(&t->enc, b, (size_t)nb, &ib) ||
-            !bmap_get(&t->enc, ab, (size_t)(na + nb), &iab)) {
-            st = tg_error_status(TG_EFORMAT, "tokenizer: %s line %zu: the merge \"%.*s\" names tokens that encoder.json lacks",
-                                 path, lineno, (int)(ll > 80 ? 80 : ll), line);
-            break;
-        }
-        uint64_t key = ((uint64_t)(uint32_t)ia << 32 | (uint32_t)ib) + 1;
-        size_t j = mix(key) & (t->mcap - 1);
-        while (t->merges[j].key && t->merges[j].key != key) j = (j + 1) & (t->mcap - 1);
-        if (!t->merges[j].key) t->merges[j] = (mslot){key, rank++, (int32_t)iab}; /* a repeated merge keeps its first rank */
-        line = next;
-    }
-    free(text);
-    return st;
-}
-
-tg_tokenizer *tg_tokenizer_load(const char *encoder_json_path, const char *vocab_bpe_path)
-{
-    if (!encoder_json_path || !vocab_bpe_path) return tg_error("tokenizer: NULL path");
-    tg_tokenizer *t = calloc(1, sizeof *t);
-    if (!t) return tg_error("tokenizer: out of memory");
-    uint32_t cp[256];
-    int16_t inv[512];
-    byte_alphabet(cp);
-    for (int i = 0; i < 512; i++) inv[i] = -1;
-    for (int b = 0; b < 256; b++) inv[cp[b]] = (int16_t)b;
-    int st = load_encoder(t, encoder_json_path, inv);
-    if (st == TG_OK) st = load_merges(t, vocab_bpe_path, inv);
-    if (st == TG_OK) {
-        int code;
-        PCRE2_SIZE off;
-        t->re = pcre2_compile((PCRE2_SPTR)PATTERN, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &code, &off, NULL);
-        t->md = t->re ? pcre2_match_data_create_from_pattern(t->re, NULL) : NULL;
-        if (!t->md) st = tg_error_status(TG_ENOMEM, "tokenizer: cannot compile the pre-tokenizer pattern");
-        else (void)pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE); /* the interpreter serves if JIT is unavailable */
-    }
-    if (st != TG_OK) {
-        tg_tokenizer_free(t);
-        return NULL;
-    }
-    return t;
-}
-
-#ifndef TG_DATA_INSTALLED
-#define TG_DATA_INSTALLED ""
-#endif
-
-/* dir + "/" + name in buf; false (with a message naming what) if too long. */
-static bool join_path(char *buf, size_t size, const char *dir, const char *name, const char *what)
-{
-    int n = snprintf(buf, size, "%s/%s", dir, name);
-    if (n < 0 || (size_t)n >= size) {
-        tg_error("tokenizer: %s is too long (%zu bytes)", what, strlen(dir));
-        return false;
-    }
-    return true;
-}
-
-const char *tg_tokenizer_default_dir(void)
-{
-    static _Thread_local char dir[4096];
-    char probe[4096 + 16];
-    const char *env = getenv("TAPEGRAD_DATA");
-    bool from_env = env && *env;
-    if (!join_path(dir, sizeof dir, from_env ? env : TG_DATA_INSTALLED, "gpt2",
-                   from_env ? "TAPEGRAD_DATA" : "the installed data folder") ||
-        !join_path(probe, sizeof probe, dir, "encoder.json", "the vocabulary's path"))
-        return NULL;
-    if (access(probe, R_OK) == 0) return dir;
-    if (from_env) return tg_error("TAPEGRAD_DATA=%.300s has no gpt2/encoder.json", env);
-    return tg_error("GPT-2's vocabulary is not installed (%.300s/encoder.json: not readable); "
-                    "set TAPEGRAD_DATA to the folder that holds gpt2/", dir);
-}
-
-tg_tokenizer *tg_tokenizer_load_dir(const char *dir)
-{
-    if (!dir && !(dir = tg_tokenizer_default_dir())) return NULL;
-    size_t n = strlen(dir) + 16;
-    char *a = malloc(n), *b = malloc(n);
-    tg_tokenizer *t = NULL;
-    if (a && b) {
-        snprintf(a, n, "%s/encoder.json", dir);
-        snprintf(b, n, "%s/vocab.bpe", dir);
-        t = tg_tokenizer_load(a, b);
-    } else {
-        tg_error("tokenizer: out of memory");
-    }
-    free(a);
-    free(b);
-    return t;
 }
 
 int64_t tg_tokenizer_vocab_size(const tg_tokenizer *t) { return t ? t->vocab_size : -1; }
 int64_t tg_tokenizer_eot(const tg_tokenizer *t) { return t ? t->eot : -1; }
+
+int64_t tg_tokenizer_token_id(const tg_tokenizer *t, const char *token)
+{
+    if (!t || !token) return -1;
+    size_t len = strlen(token);
+    for (size_t i = 0; i < t->n_added; i++)
+        if (t->added[i].len == len && memcmp(t->added_bytes + t->added[i].off, token, len) == 0) return t->added[i].id;
+    int64_t id;
+    return len && bmap_get(&t->enc, token, len, &id) ? id : -1;
+}
+
+bool tg_tokenizer_is_special(const tg_tokenizer *t, int64_t id)
+{
+    if (!t) return false;
+    for (size_t i = 0; i < t->n_added; i++)
+        if (t->added[i].id == id) return t->added[i].special;
+    return false;
+}
 
 /* ---- encoding ------------------------------------------------------------------------------------- */
 
@@ -514,7 +510,7 @@ static bool encode_piece(tg_tokenizer *t, const char *s, size_t n, idvec *out)
     }
     size_t start = out->n;
     int64_t whole;
-    if (bmap_get(&t->enc, s, n, &whole)) { /* the piece is a token itself */
+    if (t->whole_pieces && bmap_get(&t->enc, s, n, &whole)) { /* the piece is a token itself */
         if (!push_id(out, (int32_t)whole)) return false;
     } else if (!bpe(t, (const unsigned char *)s, n, out)) {
         return false;
@@ -537,36 +533,80 @@ static bool encode_piece(tg_tokenizer *t, const char *s, size_t n, idvec *out)
     return true;
 }
 
-/* Pieces of text without "<|endoftext|>", by GPT-2's pattern. */
-static int encode_part(tg_tokenizer *t, const char *s, size_t n, idvec *out)
+/* Text without added tokens, cut by the pattern; the text between two
+ * matches (none with the patterns of GPT-2, Qwen3 and Llama 3, which match
+ * every character) is a piece too. */
+static int encode_pieces(tg_tokenizer *t, const char *s, size_t n, idvec *out)
 {
     size_t off = 0;
     while (off < n) {
         int rc = pcre2_match(t->re, (PCRE2_SPTR)s, n, off, PCRE2_NO_UTF_CHECK, t->md, NULL);
-        if (rc == PCRE2_ERROR_NOMATCH) break;
-        if (rc < 0) return tg_error_status(TG_EINVAL, "tokenizer: pattern matching failed (PCRE2 error %d)", rc);
+        if (rc < 0 && rc != PCRE2_ERROR_NOMATCH)
+            return tg_error_status(TG_EINVAL, "tokenizer: pattern matching failed (PCRE2 error %d)", rc);
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(t->md);
-        if (ov[1] <= off) { /* cannot happen with GPT-2's pattern: every alternative consumes */
-            off++;
-            continue;
+        size_t m0 = rc < 0 ? n : ov[0], m1 = rc < 0 ? n : ov[1];
+        if (m0 > off && !encode_piece(t, s + off, m0 - off, out)) return tg_error_status(TG_ENOMEM, "tokenizer: out of memory");
+        if (m1 > m0 && !encode_piece(t, s + m0, m1 - m0, out)) return tg_error_status(TG_ENOMEM, "tokenizer: out of memory");
+        if (m1 > m0) {
+            off = m1;
+        } else if (m0 < n) { /* an empty match: step over one character, which joins the next gap */
+            size_t k = m0 + 1;
+            while (k < n && ((unsigned char)s[k] & 0xC0) == 0x80) k++;
+            if (!encode_piece(t, s + m0, k - m0, out)) return tg_error_status(TG_ENOMEM, "tokenizer: out of memory");
+            off = k;
+        } else {
+            off = n;
         }
-        if (!encode_piece(t, s + ov[0], ov[1] - ov[0], out)) return tg_error_status(TG_ENOMEM, "tokenizer: out of memory");
-        off = ov[1];
     }
     return TG_OK;
 }
 
-static const char *find_eot(const char *s, size_t n)
+/* The normaliser, then the pieces. NFC changes nothing in text whose code
+ * points are all below U+0300 (no byte >= 0xCC): every character that NFC
+ * rewrites or composes with what precedes it lies at U+0300 or above. */
+static int encode_text(tg_tokenizer *t, const char *s, size_t n, idvec *out)
 {
-    for (const char *p = s; (size_t)(p - s) + EOT_LEN <= n; p++) {
-        p = memchr(p, '<', n - (size_t)(p - s));
-        if (!p || (size_t)(p - s) + EOT_LEN > n) return NULL;
-        if (memcmp(p, EOT, EOT_LEN) == 0) return p;
+    if (t->norm == TG__NORM_NFC) {
+        bool plain = true;
+        for (size_t i = 0; i < n && plain; i++) plain = (unsigned char)s[i] < 0xCC;
+        if (!plain) {
+            utf8proc_uint8_t *nfc = NULL;
+            utf8proc_ssize_t m = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &nfc,
+                                              UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+            if (m < 0) {
+                free(nfc);
+                return tg_error_status(m == UTF8PROC_ERROR_NOMEM ? TG_ENOMEM : TG_EINVAL, "tokenizer: NFC: %s",
+                                       utf8proc_errmsg(m));
+            }
+            int st = encode_pieces(t, (const char *)nfc, (size_t)m, out);
+            free(nfc);
+            return st;
+        }
+    }
+    return encode_pieces(t, s, n, out);
+}
+
+/* The leftmost added token in s[0, n) that may match (special ones only when
+ * allowed), the longest at that place; NULL if none. */
+static const added_tok *find_added(const tg_tokenizer *t, const char *s, size_t n, bool allow_special, size_t *at)
+{
+    if (!t->n_added) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (!t->added_first[(unsigned char)s[i]]) continue;
+        for (size_t k = 0; k < t->n_added; k++) {
+            const added_tok *a = &t->added[k];
+            if ((a->special && !allow_special) || a->len > n - i || t->added_bytes[a->off] != s[i] ||
+                memcmp(t->added_bytes + a->off, s + i, a->len) != 0)
+                continue;
+            *at = i;
+            return a;
+        }
     }
     return NULL;
 }
 
-int tg_tokenizer_encode(tg_tokenizer *t, const char *text, size_t len, int64_t **ids, size_t *n_ids)
+int tg_tokenizer_encode_special(tg_tokenizer *t, const char *text, size_t len, bool allow_special, int64_t **ids,
+                                size_t *n_ids)
 {
     if (ids) *ids = NULL;
     if (n_ids) *n_ids = 0;
@@ -577,10 +617,11 @@ int tg_tokenizer_encode(tg_tokenizer *t, const char *text, size_t len, int64_t *
     int st = TG_OK;
     const char *s = text, *end = text + len;
     while (st == TG_OK && s < end) {
-        const char *e = t->eot >= 0 ? find_eot(s, (size_t)(end - s)) : NULL;
-        st = encode_part(t, s, (size_t)((e ? e : end) - s), &out);
-        if (st == TG_OK && e && !push_id(&out, (int32_t)t->eot)) st = tg_error_status(TG_ENOMEM, "tokenizer: out of memory");
-        s = e ? e + EOT_LEN : end;
+        size_t at = 0;
+        const added_tok *a = find_added(t, s, (size_t)(end - s), allow_special, &at);
+        st = encode_text(t, s, a ? at : (size_t)(end - s), &out);
+        if (st == TG_OK && a && !push_id(&out, a->id)) st = tg_error_status(TG_ENOMEM, "tokenizer: out of memory");
+        s = a ? s + at + a->len : end;
     }
     int64_t *r = st == TG_OK && out.n ? malloc(out.n * sizeof *r) : NULL;
     if (st == TG_OK && out.n && !r) st = tg_error_status(TG_ENOMEM, "tokenizer: out of memory");
@@ -590,6 +631,11 @@ int tg_tokenizer_encode(tg_tokenizer *t, const char *text, size_t len, int64_t *
     }
     free(out.v);
     return st;
+}
+
+int tg_tokenizer_encode(tg_tokenizer *t, const char *text, size_t len, int64_t **ids, size_t *n_ids)
+{
+    return tg_tokenizer_encode_special(t, text, len, false, ids, n_ids);
 }
 
 tg_tensor *tg_tokenizer_encode_tensor(tg_tape *tp, tg_tokenizer *t, const char *text, size_t len)
@@ -611,7 +657,7 @@ int tg_tokenizer_decode(const tg_tokenizer *t, const int64_t *ids, size_t n, cha
     if (!t || (!ids && n) || !text || !len) return tg_error_status(TG_EINVAL, "tokenizer: NULL argument");
     size_t total = 0;
     for (size_t i = 0; i < n; i++) {
-        if (ids[i] < 0 || ids[i] >= t->vocab_size || !t->tok_len[ids[i]])
+        if (ids[i] < 0 || ids[i] >= t->vocab_size || !t->tok_ptr[ids[i]])
             return tg_error_status(TG_EINVAL, "tokenizer: id %lld at position %zu is not in the vocabulary (%lld ids)",
                                    (long long)ids[i], i, (long long)t->vocab_size);
         total += t->tok_len[ids[i]];
@@ -620,7 +666,7 @@ int tg_tokenizer_decode(const tg_tokenizer *t, const int64_t *ids, size_t n, cha
     if (!s) return tg_error_status(TG_ENOMEM, "tokenizer: out of memory");
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
-        memcpy(s + o, t->enc.arena + t->tok_off[ids[i]], t->tok_len[ids[i]]);
+        memcpy(s + o, t->tok_ptr[ids[i]], t->tok_len[ids[i]]);
         o += t->tok_len[ids[i]];
     }
     s[o] = '\0';
