@@ -32,7 +32,7 @@ static const struct {
     {"bench", tg_cmd_bench, true,
      "time one training step of an attention module, or of the GPTModel\n"
      "              (--model gpt) or its classifier (--model classify)"},
-    {"tokenize", tg_cmd_tokenize, false, "GPT-2's tokenizer: text to ids (with MB/s) and ids to text"},
+    {"tokenize", tg_cmd_tokenize, false, "a tokenizer (GPT-2, Qwen3, Llama 3): text or a chat to ids, ids to text"},
     {"summary", tg_cmd_summary, false, "print the book's GPTModel as PyTorch does, with its size"},
     {"generate", tg_cmd_generate, false, "generate text with the book's GPTModel (KV cache)"},
     {"pretrain", tg_cmd_pretrain, true, "pretrain the GPTModel on a text as the book's chapter 5 does"},

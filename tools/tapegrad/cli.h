@@ -74,10 +74,19 @@ int tg_cmd_tokenize(int argc, char **argv);
 int tg_cmd_pretrain(int argc, char **argv);
 int tg_cmd_finetune(int argc, char **argv);
 
-/* The GPT-2 tokenizer from $TAPEGRAD_DATA/gpt2, the installed vocabulary
- * or the source tree's (tools/tapegrad/datadir.c), or NULL with a message. The CLI owns it
- * (loaded once per process): callers do not free it. */
-tg_tokenizer *tg_cli_tokenizer(void);
+/* The tokenizer of --tokenizer PATH (tg_tokenizer_load_file: a
+ * tokenizer.json, a rank file or a folder), or with path NULL GPT-2's from
+ * $TAPEGRAD_DATA/gpt2, the installed vocabulary or the source tree's
+ * (tools/tapegrad/datadir.c); NULL with a message. The CLI owns it (loaded
+ * once per process): callers do not free it. */
+tg_tokenizer *tg_cli_tokenizer(const char *path);
+/* The --tokenizer option row and its help line, shared by every command that
+ * reads text. */
+#define TG_CLI_TOKENIZER_OPT(var) {.name = "--tokenizer", .type = TG_OPT_STRING, .dest = &(var)}
+#define TG_CLI_TOKENIZER_HELP                                                                      \
+    "  --tokenizer FILE    a tokenizer.json (Qwen3's: data/qwen3/tokenizer.json), a\n"              \
+    "                      tiktoken rank file (Llama 3's tokenizer.model) or a folder\n"            \
+    "                      holding one (default: GPT-2's encoder.json and vocab.bpe)\n"
 
 /* MODEL options (tools/tapegrad/model_args.c): a preset, then overrides;
  * zero fields keep the preset's value. */

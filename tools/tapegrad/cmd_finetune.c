@@ -62,6 +62,8 @@ static const char *common_help =
     "\n"
     "  --init FILE          start from a state_dict (tapegrad pretrain --save)\n"
     "  --hf FILE            start from Hugging Face GPT-2 weights (sets --qkv-bias)\n"
+    "  --tokenizer FILE     a tokenizer.json, a tiktoken rank file or a folder holding\n"
+    "                       one (default: GPT-2's); its <|endoftext|> pads\n"
     "  --lora-rank R        LoRA instead of the book's partial fine-tuning: every\n"
     "  --lora-alpha A       Linear wrapped, only the adapters trained (alpha: R)\n"
     "  --composed           the book's composed layers instead of the fused kernels\n"
@@ -93,7 +95,7 @@ static int load_classify(ft_run *r)
     int64_t len = a->max_length_seen ? a->max_length : 0;
     for (int k = 0; k < 3; k++) {
         if (!paths[k]) continue;
-        r->cls[k] = tg_class_dataset_load(paths[k], r->tok, len, PAD_ID);
+        r->cls[k] = tg_class_dataset_load(paths[k], r->tok, len, r->pad_id);
         if (!r->cls[k]) return tg_cli_lib_error(r->cmd, opts[k]);
         if (k == TRAIN) len = tg_class_dataset_max_length(r->cls[k]);
     }
@@ -200,15 +202,21 @@ static int build_model(ft_run *r, const tg_cli_model *m)
 static int load_data(ft_run *r)
 {
     const ft_args *a = r->a;
-    r->tok = tg_cli_tokenizer();
-    if (!r->tok) return tg_cli_lib_error(r->cmd, NULL);
+    r->tok = tg_cli_tokenizer(a->tokenizer);
+    if (!r->tok) return tg_cli_lib_error(r->cmd, a->tokenizer ? "--tokenizer" : NULL);
+    r->pad_id = tg_tokenizer_eot(r->tok);
+    if (r->pad_id < 0)
+        return tg_cli_error(r->cmd, "--tokenizer: the tokenizer has no <|endoftext|> or <|end_of_text|> to pad with");
+    if (r->cfg.vocab_size <= r->pad_id)
+        return tg_cli_error(r->cmd, "--vocab %lld: the padding id %lld needs a vocabulary of at least %lld",
+                            (long long)r->cfg.vocab_size, (long long)r->pad_id, (long long)r->pad_id + 1);
     int rc = a->instruct ? load_instruct(r) : load_classify(r);
     if (rc != TG_CLI_OK) return rc;
     r->digest = 1469598103934665603ull;
     for (int k = 0; k < 3; k++) {
         int64_t n = a->instruct ? tg_instruction_dataset_len(r->ins[k]) : r->cls[k] ? tg_class_dataset_len(r->cls[k]) : -1;
         if (n < 0) continue;
-        r->ib[k] = (tg_instruction_batches){r->ins[k], PAD_ID, TG_IGNORE_INDEX, a->allowed_max};
+        r->ib[k] = (tg_instruction_batches){r->ins[k], r->pad_id, TG_IGNORE_INDEX, a->allowed_max};
         tg_loader_options lo = {.batch_size = a->batch, .shuffle = k == TRAIN, .drop_last = k == TRAIN};
         r->set[k] = a->instruct ? (tg_data){tg_loader_new(n, lo), tg_instruction_batch, &r->ib[k]}
                                 : (tg_data){tg_loader_new(n, lo), tg_class_batch, r->cls[k]};
@@ -309,6 +317,7 @@ static int finetune(int argc, char **argv)
     const tg_opt common[] = {
         {.name = "--init", .type = TG_OPT_STRING, .dest = &a.init},
         {.name = "--hf", .type = TG_OPT_STRING, .dest = &a.hf},
+        TG_CLI_TOKENIZER_OPT(a.tokenizer),
         {.name = "--epochs", .type = TG_OPT_INT, .dest = &a.epochs, .imin = 1, .imax = 1000000},
         {.name = "--batch", .type = TG_OPT_INT, .dest = &a.batch, .imin = 1, .imax = 65536},
         {.name = "--lr", .type = TG_OPT_DOUBLE, .dest = &a.lr, .dmin = 0.0, .dmax = 10.0},
@@ -343,9 +352,6 @@ static int finetune(int argc, char **argv)
     if (a.init && a.hf) return tg_cli_error(a.cmd, "--init and --hf are exclusive");
     if (a.lora_alpha_seen && !a.lora_rank_seen) return tg_cli_error(a.cmd, "--lora-alpha needs --lora-rank");
     if (a.lora_rank_seen && !a.lora_alpha_seen) a.lora_alpha = (double)a.lora_rank;
-    if (r.cfg.vocab_size <= PAD_ID)
-        return tg_cli_error(a.cmd, "--vocab %lld: the padding id %d needs a vocabulary of at least %d",
-                            (long long)r.cfg.vocab_size, PAD_ID, PAD_ID + 1);
     if ((rc = tg_cli_train_check(a.cmd, &a.t)) != TG_CLI_OK) return rc;
     r.seed = m.seed;
     if (tg_cli_check_only) return TG_CLI_OK;

@@ -29,6 +29,11 @@ static const char *generate_help =
     "  --lora-rank R       the model has LoRA adapters (finetune --lora-rank R\n"
     "  --lora-alpha A      --lora-alpha A --save): every Linear wrapped before --load\n"
     "  --prompt STR        the start text (\"Hello, I am\")\n"
+    TG_CLI_TOKENIZER_HELP
+    "  --chat              the prompt is one user message in the tokenizer's chat\n"
+    "                      format, with the assistant's header after it; --eos\n"
+    "                      defaults to the end of a turn (<|im_end|>, <|eot_id|>)\n"
+    "  --think             (Qwen3, --chat) leave the thinking open\n"
     "  --max-new-tokens N  ids to generate (10)\n"
     "  --temperature T     0 = greedy (default); > 0 samples softmax(logits / T)\n"
     "  --top-k K           keep the K largest logits (0 = all)\n"
@@ -82,12 +87,12 @@ int tg_cmd_summary(int argc, char **argv)
 }
 
 typedef struct {
-    const char *load, *hf, *prompt;
+    const char *load, *hf, *prompt, *tokenizer;
     int64_t max_new, top_k, eos, lora_rank;
     double temperature, lora_alpha;
     bool lora_rank_seen, lora_alpha_seen;
     uint64_t sample_seed;
-    bool sample_seed_seen, no_cache, json;
+    bool sample_seed_seen, no_cache, json, chat, think;
 } gen_args;
 
 static int print_json(const int64_t *ids, int64_t n_prompt, int64_t n, const char *text, size_t text_len, double tps)
@@ -138,12 +143,26 @@ static int run_generate(tg_tape *tp, tg_tokenizer *tok, const tg_cli_model *m, t
     char *text = NULL;
     size_t text_len = 0;
     int rc = TG_CLI_OK;
-    if (tg_tokenizer_encode(tok, a->prompt, strlen(a->prompt), &prompt, &n_prompt) != TG_OK)
+    int64_t eos = a->eos;
+    if (a->chat) {
+        tg_chat_message msg = {"user", a->prompt};
+        tg_chat_options co = {.add_generation_prompt = true, .thinking = a->think};
+        if (tg_tokenizer_encode_chat(tok, &msg, 1, &co, &prompt, &n_prompt) != TG_OK)
+            return tg_cli_lib_error(cmd, "--prompt");
+        if (eos < 0)
+            eos = tg_tokenizer_token_id(tok, tg_tokenizer_chat_format(tok) == TG_CHAT_QWEN ? "<|im_end|>" : "<|eot_id|>");
+    } else if (tg_tokenizer_encode(tok, a->prompt, strlen(a->prompt), &prompt, &n_prompt) != TG_OK) {
         return tg_cli_lib_error(cmd, "--prompt");
+    }
     if (n_prompt == 0) {
         free(prompt);
         return tg_cli_error(cmd, "--prompt: the prompt is empty");
     }
+    if (tg_cli_check_ids(cmd, "--prompt", prompt, (int64_t)n_prompt, cfg->vocab_size) != TG_CLI_OK) {
+        free(prompt);
+        return TG_CLI_USAGE;
+    }
+    if (eos >= cfg->vocab_size) eos = -1; /* a chat's end id the model cannot produce */
     tg_module *gpt = tg_cli_model_build(tp, m, cfg);
     if (!gpt) rc = tg_cli_lib_error(cmd, NULL);
     else if (a->lora_rank_seen && tg_lora_replace_linear(tp, gpt, a->lora_rank, a->lora_alpha) != TG_OK)
@@ -161,7 +180,7 @@ static int run_generate(tg_tape *tp, tg_tokenizer *tok, const tg_cli_model *m, t
     double seconds = 0;
     if (rc == TG_CLI_OK) {
         tg_generate_options o = {.max_new_tokens = a->max_new, .temperature = a->temperature, .top_k = a->top_k,
-                                 .eos_id = a->eos, .no_kv_cache = a->no_cache, .numerics = m->numerics};
+                                 .eos_id = eos, .no_kv_cache = a->no_cache, .numerics = m->numerics};
         tg_manual_seed(a->sample_seed_seen ? a->sample_seed : m->seed); /* torch.manual_seed before generate() */
         double t0 = tg_cli_now();
         if (tg_gpt_generate(gpt, prompt, (int64_t)n_prompt, &o, ids, &n) != TG_OK) rc = tg_cli_lib_error(cmd, NULL);
@@ -198,6 +217,9 @@ int tg_cmd_generate(int argc, char **argv)
         {.name = "--load", .type = TG_OPT_STRING, .dest = &a.load},
         {.name = "--hf", .type = TG_OPT_STRING, .dest = &a.hf},
         {.name = "--prompt", .type = TG_OPT_STRING, .dest = &a.prompt},
+        TG_CLI_TOKENIZER_OPT(a.tokenizer),
+        {.name = "--chat", .type = TG_OPT_FLAG, .dest = &a.chat},
+        {.name = "--think", .type = TG_OPT_FLAG, .dest = &a.think},
         {.name = "--max-new-tokens", .type = TG_OPT_INT, .dest = &a.max_new, .imin = 0, .imax = 1000000},
         {.name = "--temperature", .type = TG_OPT_DOUBLE, .dest = &a.temperature, .dmin = 0.0, .dmax = 1e6},
         {.name = "--top-k", .type = TG_OPT_INT, .dest = &a.top_k, .imin = 0, .imax = INT32_MAX},
@@ -228,10 +250,13 @@ int tg_cmd_generate(int argc, char **argv)
     if (a.eos >= cfg.vocab_size)
         return tg_cli_error(cmd, "--eos %lld is outside the vocabulary (%lld ids)", (long long)a.eos,
                             (long long)cfg.vocab_size);
+    if (a.think && !a.chat) return tg_cli_error(cmd, "--think needs --chat");
     if (tg_cli_check_only) return TG_CLI_OK;
 
-    tg_tokenizer *tok = tg_cli_tokenizer();
-    if (!tok) return tg_cli_lib_error(cmd, NULL);
+    tg_tokenizer *tok = tg_cli_tokenizer(a.tokenizer);
+    if (!tok) return tg_cli_lib_error(cmd, a.tokenizer ? "--tokenizer" : NULL);
+    if (a.chat && tg_tokenizer_chat_format(tok) == TG_CHAT_NONE)
+        return tg_cli_error(cmd, "--chat: this tokenizer has no chat format (Qwen3's and Llama 3's have one; give --tokenizer)");
     tg_tape *tp = tg_tape_new();
     rc = tp ? run_generate(tp, tok, &m, &cfg, &a) : tg_cli_error(cmd, "out of memory");
     tg_tape_free(tp);

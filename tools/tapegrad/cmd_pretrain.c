@@ -29,6 +29,9 @@ static const char *help =
     "stderr when it is a terminal.\n"
     "\n"
     "  --text PATH          the training text (UTF-8)\n"
+    "  --tokenizer FILE     a tokenizer.json, a tiktoken rank file or a folder holding\n"
+    "                       one (default: GPT-2's); the model's vocabulary is the\n"
+    "                       tokenizer's unless --vocab is given\n"
     "  --batch N            batch size (2)\n"
     "  --epochs N           train until this epoch (10)\n"
     "  --lr X               learning rate; the peak rate with --warmup (4e-4)\n"
@@ -52,7 +55,7 @@ static const char *help_end =
     "failed write.\n";
 
 typedef struct {
-    const char *text, *optimizer, *start;
+    const char *text, *optimizer, *start, *tokenizer;
     int64_t batch, epochs, eval_freq, eval_iter, stride, sample_tokens;
     double lr, weight_decay, train_ratio;
     bool stride_seen, composed, fast_dropout;
@@ -71,7 +74,7 @@ typedef struct {
     tg_tokenizer *tok;
     int64_t *start_ids;
     size_t n_start;
-    uint64_t text_hash;
+    uint64_t text_hash, ids_hash;
 } pt_run;
 
 /* FNV-1a: a checkpoint remembers which text it was trained on. */
@@ -109,7 +112,7 @@ static int sample(tg_trainer *tr, int64_t epoch, void *task)
 
 /* What else must agree for a checkpoint to continue this run (the
  * trainer adds its own settings). */
-#define PT_NIDENTITY (TG_CLI_MODEL_NIDENTITY + 7)
+#define PT_NIDENTITY (TG_CLI_MODEL_NIDENTITY + 8)
 static void identity(const pt_run *r, tg_checkpoint_value *v)
 {
     const pt_args *a = r->a;
@@ -118,6 +121,7 @@ static void identity(const pt_run *r, tg_checkpoint_value *v)
         {.name = "--stride", .i = a->stride},
         {.name = "--sample-tokens", .i = a->sample_tokens},
         {.name = "--text (its contents)", .i = (int64_t)r->text_hash, .differs = "was trained on another text"},
+        {.name = "--tokenizer (the text's ids)", .i = (int64_t)r->ids_hash, .differs = "was trained with another tokenizer"},
         {.name = "--optimizer adam (1) or adamw (0)", .i = strcmp(a->optimizer, "adam") == 0},
         {.name = "--fast-dropout", .i = a->fast_dropout},
         {.name = "--weight-decay", .is_float = true, .f = a->weight_decay},
@@ -147,6 +151,7 @@ static int prepare_data(pt_run *r)
                 rc = tg_cli_lib_error(CMD, "--text");
     }
     free(text);
+    if (rc == TG_CLI_OK) r->ids_hash = fnv1a((const char *)ids[0], nid[0] * sizeof *ids[0]);
     int64_t ctx = r->cfg.context_length;
     for (int k = 0; k < 2 && rc == TG_CLI_OK; k++) {
         const char *what = k ? "validation" : "training";
@@ -176,8 +181,9 @@ static int prepare_data(pt_run *r)
 static int setup(pt_run *r, const tg_cli_model *m)
 {
     const pt_args *a = r->a;
-    r->tok = tg_cli_tokenizer();
-    if (!r->tok) return tg_cli_lib_error(CMD, NULL);
+    r->tok = tg_cli_tokenizer(a->tokenizer);
+    if (!r->tok) return tg_cli_lib_error(CMD, a->tokenizer ? "--tokenizer" : NULL);
+    if (a->tokenizer && !m->vocab) r->cfg.vocab_size = tg_tokenizer_vocab_size(r->tok);
     if (tg_tokenizer_encode(r->tok, a->start, strlen(a->start), &r->start_ids, &r->n_start) != TG_OK)
         return tg_cli_lib_error(CMD, "--start");
     if (r->n_start == 0) return tg_cli_error(CMD, "--start: the start text is empty");
@@ -250,6 +256,7 @@ static int pretrain(int argc, char **argv)
                  .eval_iter = 5, .sample_tokens = 50, .lr = 4e-4, .weight_decay = 0.1, .train_ratio = 0.9};
     const tg_opt own[] = {
         {.name = "--text", .type = TG_OPT_STRING, .dest = &a.text},
+        TG_CLI_TOKENIZER_OPT(a.tokenizer),
         {.name = "--batch", .type = TG_OPT_INT, .dest = &a.batch, .imin = 1, .imax = 65536},
         {.name = "--epochs", .type = TG_OPT_INT, .dest = &a.epochs, .imin = 1, .imax = 1000000},
         {.name = "--lr", .type = TG_OPT_DOUBLE, .dest = &a.lr, .dmin = 0.0, .dmax = 10.0},

@@ -1,7 +1,8 @@
-/* tapegrad tokenize: GPT-2's tokenizer from the command line (README.md,
- * "Tokenizer"). Encodes --text, --file (or standard input with --file -)
- * into ids on stdout and reports the speed on stderr; --decode turns ids back
- * into text. */
+/* tapegrad tokenize: a tokenizer from the command line
+ * (docs/tokenizers.md). Encodes --text, --file (or standard input with
+ * --file -) into ids on stdout and reports the speed on stderr, as plain
+ * text or as a chat (--chat, --messages); --decode turns ids back into
+ * text. */
 #include "cli.h"
 
 #include <errno.h>
@@ -11,22 +12,35 @@
 #include <string.h>
 
 static const char *tokenize_help =
-    "usage: tapegrad tokenize [--text STR | --file PATH] [--decode \"ID ID ...\"] [--json]\n"
+    "usage: tapegrad tokenize [--tokenizer FILE] [--text STR | --file PATH | --messages FILE]\n"
+    "                         [--chat] [--allow-special] [--generation-prompt] [--think]\n"
+    "                         [--decode \"ID ID ...\"] [--json]\n"
     "\n"
-    "GPT-2's byte-level BPE (tiktoken's \"gpt2\" encoding; \"<|endoftext|>\" is\n"
-    "id 50256). Prints the ids of the text, space-separated, on one line, and\n"
+    "Byte-level BPE: GPT-2's by default (tiktoken's \"gpt2\" encoding;\n"
+    "\"<|endoftext|>\" is id 50256), or the one --tokenizer names (Qwen3, Llama 3).\n"
+    "Prints the ids of the text, space-separated, on one line, and\n"
     "\"N tokens from B bytes in X ms (Y MB/s)\" on stderr.\n"
     "\n"
-    "  --text STR        the text to encode\n"
-    "  --file PATH       a UTF-8 file to encode ('-' reads standard input)\n"
-    "  --decode IDS      print the text of these ids (separated by spaces or commas)\n"
-    "  --json            one JSON object: {\"ids\", \"tokens\", \"bytes\", \"seconds\",\n"
-    "                    \"mb_per_s\"}, or {\"ids\", \"text\"} with --decode (text is\n"
-    "                    null if the ids end inside a UTF-8 character)\n"
+    TG_CLI_TOKENIZER_HELP
+    "  --text STR          the text to encode\n"
+    "  --file PATH         a UTF-8 file to encode ('-' reads standard input)\n"
+    "  --allow-special     special tokens in the text (\"<|im_start|>\") are their ids;\n"
+    "                      otherwise they are plain text\n"
+    "  --chat              the text is one user message, in the tokenizer's chat\n"
+    "                      format (Qwen3's <|im_start|>, Llama 3's headers)\n"
+    "  --messages FILE     a conversation in the chat format: a JSON array of\n"
+    "                      {\"role\": ..., \"content\": ...} ('-' reads standard input)\n"
+    "  --generation-prompt (--chat, --messages) end with the assistant's header\n"
+    "  --think             (Qwen3) leave the thinking open: no empty <think></think>\n"
+    "                      after the generation prompt\n"
+    "  --decode IDS        print the text of these ids (separated by spaces or commas)\n"
+    "  --json              one JSON object: {\"ids\", \"tokens\", \"bytes\", \"seconds\",\n"
+    "                      \"mb_per_s\"}, or {\"ids\", \"text\"} with --decode (text is\n"
+    "                      null if the ids end inside a UTF-8 character)\n"
     "\n"
-    "The vocabulary (gpt2/encoder.json, gpt2/vocab.bpe) is found in $TAPEGRAD_DATA,\n"
+    "GPT-2's vocabulary (gpt2/encoder.json, gpt2/vocab.bpe) is found in $TAPEGRAD_DATA,\n"
     "the installed share/tapegrad/ (pkg-config --variable=datadir tapegrad), or\n"
-    "the source tree's data/.\n";
+    "the source tree's data/; Qwen3's tokenizer.json is in data/qwen3/ beside it.\n";
 
 /* "ID ID ..." (spaces, tabs or commas between) -> ids; -1 with a message. */
 static int parse_ids(const char *s, int64_t vocab, int64_t **ids, size_t *n)
@@ -136,12 +150,30 @@ static int print_encode_json(const int64_t *ids, size_t n, size_t len, double se
     return TG_CLI_OK;
 }
 
-static int encode(tg_tokenizer *tok, const char *text, size_t len, bool json)
+typedef struct {
+    bool json, allow_special, chat;
+    const tg_chat_message *messages; /* --messages: the conversation, else NULL */
+    size_t n_messages;
+    tg_chat_options chat_opt;
+} encode_args;
+
+static int encode(tg_tokenizer *tok, const char *text, size_t len, const encode_args *e)
 {
     int64_t *ids;
     size_t n;
+    bool json = e->json;
     double t0 = tg_cli_now();
-    if (tg_tokenizer_encode(tok, text, len, &ids, &n) != TG_OK) return tg_cli_lib_error("tokenize", NULL);
+    int st;
+    if (e->messages) {
+        st = tg_tokenizer_encode_chat(tok, e->messages, e->n_messages, &e->chat_opt, &ids, &n);
+    } else if (e->chat) {
+        if (memchr(text, '\0', len)) return tg_cli_error("tokenize", "--chat: the text holds a NUL byte");
+        tg_chat_message m = {"user", text};
+        st = tg_tokenizer_encode_chat(tok, &m, 1, &e->chat_opt, &ids, &n);
+    } else {
+        st = tg_tokenizer_encode_special(tok, text, len, e->allow_special, &ids, &n);
+    }
+    if (st != TG_OK) return tg_cli_lib_error("tokenize", NULL);
     double seconds = tg_cli_now() - t0;
     double mbps = seconds > 0 ? (double)len / 1e6 / seconds : 0.0;
     int rc = TG_CLI_OK;
@@ -159,35 +191,86 @@ static int encode(tg_tokenizer *tok, const char *text, size_t len, bool json)
     return rc;
 }
 
+/* --messages: a JSON array of {"role", "content"} strings. NULL after the
+ * error line. The strings live in *root (the caller frees it). */
+static tg_chat_message *read_messages(const char *path, json_t **root, size_t *n)
+{
+    size_t len = 0;
+    char *buf = tg_cli_read_file("tokenize", "--messages", path, true, &len);
+    if (!buf) return NULL;
+    json_error_t err;
+    *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &err);
+    free(buf);
+    if (!*root) return tg_cli_error("tokenize", "--messages: %s line %d: %s", path, err.line, err.text), NULL;
+    if (!json_is_array(*root))
+        return tg_cli_error("tokenize", "--messages: %s must be a JSON array of {\"role\", \"content\"}", path), NULL;
+    *n = json_array_size(*root);
+    tg_chat_message *m = calloc(*n ? *n : 1, sizeof *m);
+    if (!m) return tg_cli_error("tokenize", "out of memory"), NULL;
+    for (size_t i = 0; i < *n; i++) {
+        json_t *o = json_array_get(*root, i), *r = json_object_get(o, "role"), *c = json_object_get(o, "content");
+        if (!json_is_string(r) || !json_is_string(c) || strlen(json_string_value(r)) != json_string_length(r) ||
+            strlen(json_string_value(c)) != json_string_length(c)) {
+            free(m);
+            return tg_cli_error("tokenize", "--messages: %s: message %zu needs \"role\" and \"content\" strings (without NUL)",
+                                path, i), NULL;
+        }
+        m[i] = (tg_chat_message){json_string_value(r), json_string_value(c)};
+    }
+    return m;
+}
+
 int tg_cmd_tokenize(int argc, char **argv)
 {
     const char *cmd = "tokenize";
-    const char *text = NULL, *file = NULL, *ids = NULL;
-    bool json = false;
+    const char *text = NULL, *file = NULL, *ids = NULL, *tokenizer = NULL, *messages = NULL;
+    encode_args e = {0};
     const tg_opt opts[] = {
+        TG_CLI_TOKENIZER_OPT(tokenizer),
         {.name = "--text", .type = TG_OPT_STRING, .dest = &text},
         {.name = "--file", .type = TG_OPT_STRING, .dest = &file},
+        {.name = "--messages", .type = TG_OPT_STRING, .dest = &messages},
+        {.name = "--chat", .type = TG_OPT_FLAG, .dest = &e.chat},
+        {.name = "--allow-special", .type = TG_OPT_FLAG, .dest = &e.allow_special},
+        {.name = "--generation-prompt", .type = TG_OPT_FLAG, .dest = &e.chat_opt.add_generation_prompt},
+        {.name = "--think", .type = TG_OPT_FLAG, .dest = &e.chat_opt.thinking},
         {.name = "--decode", .type = TG_OPT_STRING, .dest = &ids},
-        {.name = "--json", .type = TG_OPT_FLAG, .dest = &json},
+        {.name = "--json", .type = TG_OPT_FLAG, .dest = &e.json},
     };
     int rc;
     tg_cli_command c = {.name = cmd, .help = tokenize_help, .opts = opts, .nopts = TG_CLI_NOPTS(opts)};
     if (!tg_cli_parse(&c, argc, argv, &rc)) return rc;
-    int given = (text != NULL) + (file != NULL) + (ids != NULL);
-    if (given == 0) return tg_cli_error(cmd, "nothing to do: give --text, --file or --decode");
-    if (given > 1) return tg_cli_error(cmd, "--text, --file and --decode are exclusive");
+    int given = (text != NULL) + (file != NULL) + (ids != NULL) + (messages != NULL);
+    if (given == 0) return tg_cli_error(cmd, "nothing to do: give --text, --file, --messages or --decode");
+    if (given > 1) return tg_cli_error(cmd, "--text, --file, --messages and --decode are exclusive");
+    if (messages && e.chat) return tg_cli_error(cmd, "--chat and --messages are exclusive (--messages is a chat)");
+    if ((e.chat_opt.add_generation_prompt || e.chat_opt.thinking) && !e.chat && !messages)
+        return tg_cli_error(cmd, "--generation-prompt and --think need --chat or --messages");
+    if (ids && (e.chat || e.allow_special)) return tg_cli_error(cmd, "--decode takes no --chat or --allow-special");
+    e.chat_opt.allow_special = e.allow_special;
     if (tg_cli_check_only) return TG_CLI_OK;
 
-    tg_tokenizer *tok = tg_cli_tokenizer();
-    if (!tok) return tg_cli_lib_error(cmd, NULL);
+    tg_tokenizer *tok = tg_cli_tokenizer(tokenizer);
+    if (!tok) return tg_cli_lib_error(cmd, tokenizer ? "--tokenizer" : NULL);
+    if ((e.chat || messages) && tg_tokenizer_chat_format(tok) == TG_CHAT_NONE)
+        return tg_cli_error(cmd, "%s: this tokenizer has no chat format (Qwen3's and Llama 3's have one; give --tokenizer)",
+                            e.chat ? "--chat" : "--messages");
     if (ids) {
-        rc = decode(tok, ids, json);
+        rc = decode(tok, ids, e.json);
     } else if (text) {
-        rc = encode(tok, text, strlen(text), json);
+        rc = encode(tok, text, strlen(text), &e);
+    } else if (messages) {
+        json_t *root = NULL;
+        e.messages = read_messages(messages, &root, &e.n_messages);
+        size_t bytes = 0; /* the speed line counts the contents' bytes */
+        for (size_t i = 0; e.messages && i < e.n_messages; i++) bytes += strlen(e.messages[i].content);
+        rc = e.messages ? encode(tok, "", bytes, &e) : TG_CLI_USAGE;
+        free((void *)e.messages);
+        json_decref(root);
     } else {
         size_t len = 0;
         char *buf = tg_cli_read_file("tokenize", "--file", file, true, &len);
-        rc = buf ? encode(tok, buf, len, json) : TG_CLI_USAGE;
+        rc = buf ? encode(tok, buf, len, &e) : TG_CLI_USAGE;
         free(buf);
     }
     return rc;

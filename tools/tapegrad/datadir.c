@@ -1,5 +1,5 @@
-/* Where the CLI finds GPT-2's vocabulary (README.md, "Tokenizer"): where
- * the library looks (tg_tokenizer_default_dir: $TAPEGRAD_DATA/gpt2, else the
+/* The CLI's tokenizer: the file --tokenizer names, or GPT-2's vocabulary
+ * (docs/tokenizers.md), found where the library looks (tg_tokenizer_default_dir: $TAPEGRAD_DATA/gpt2, else the
  * installed share/tapegrad/gpt2), else the source tree's data/gpt2 (a build
  * run in place). */
 #include "cli.h"
@@ -33,9 +33,9 @@ static const char *vocab_dir(void)
 }
 
 /* One tokenizer per process (a fuzzer or a test runs many commands in one
- * process), reloaded if the directory changes; freed at exit. */
+ * process), reloaded if the file changes; freed at exit. */
 static tg_tokenizer *cached;
-static char cached_dir[4096];
+static char cached_path[4096];
 
 static void free_cached(void)
 {
@@ -43,16 +43,16 @@ static void free_cached(void)
     cached = NULL;
 }
 
-tg_tokenizer *tg_cli_tokenizer(void)
+tg_tokenizer *tg_cli_tokenizer(const char *path)
 {
-    const char *dir = vocab_dir();
-    if (!dir) return NULL;
-    if (cached && strcmp(dir, cached_dir) == 0) return cached;
-    if (strlen(dir) >= sizeof cached_dir) return tg_error("data directory path too long");
+    const char *what = path ? path : vocab_dir();
+    if (!what) return NULL;
+    if (cached && strcmp(what, cached_path) == 0) return cached;
+    if (strlen(what) >= sizeof cached_path) return tg_error("the tokenizer's path is too long");
     static bool registered;
     if (!registered) registered = atexit(free_cached) == 0;
     free_cached();
-    cached = tg_tokenizer_load_dir(dir);
-    if (cached) snprintf(cached_dir, sizeof cached_dir, "%s", dir);
+    cached = path ? tg_tokenizer_load_file(path) : tg_tokenizer_load_dir(what);
+    if (cached) snprintf(cached_path, sizeof cached_path, "%s", what);
     return cached;
 }

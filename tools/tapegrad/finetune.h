@@ -6,12 +6,10 @@
 
 #include "cli.h"
 
-#define PAD_ID 50256 /* <|endoftext|>: the book's padding and end of a response */
-
 typedef struct {
     bool instruct;
     const char *cmd;
-    const char *train, *val, *test, *data, *init, *hf;
+    const char *train, *val, *test, *data, *init, *hf, *tokenizer;
     int64_t max_length, limit, allowed_max, max_new, epochs, batch, eval_freq, eval_iter, lora_rank;
     double lr, weight_decay, lora_alpha;
     bool max_length_seen, limit_seen, lora_rank_seen, lora_alpha_seen, composed;
@@ -24,6 +22,7 @@ typedef struct {
     tg_gpt_config cfg;
     uint64_t seed;
     tg_tokenizer *tok;
+    int64_t pad_id; /* the tokenizer's <|endoftext|> (GPT-2's 50256, the book's): padding and the end of a response */
     tg_module *gpt;
     tg_optimizer *opt;
     tg_tape *model_tape;

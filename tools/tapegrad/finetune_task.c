@@ -174,7 +174,7 @@ int tg_ft_instruct_end(tg_trainer *tr, void *task)
         const tg_instruction *e = tg_instruction_data_get(r->entries, r->ins_begin[TEST] + i);
         char *prompt = NULL, *text = NULL, *resp = NULL;
         size_t len = 0;
-        st = e ? continue_prompt(r, tr, e, r->a->max_new, PAD_ID, &prompt, &text, &len) : TG_EINVAL;
+        st = e ? continue_prompt(r, tr, e, r->a->max_new, r->pad_id, &prompt, &text, &len) : TG_EINVAL;
         if (st == TG_OK && !(resp = response_text(text, len, strlen(prompt))))
             st = tg_error_status(TG_ENOMEM, "out of memory");
         if (st == TG_OK) st = tg_trainer_record_text(tr, "responses", resp);
