@@ -373,10 +373,13 @@ tg_tokenizer *tg_tokenizer_load_tiktoken(const char *path, const char *pattern, 
         if (n <= 0 || rank < 0)
             st = tg_error_status(TG_EFORMAT, "tokenizer: %s line %zu: expected a base64 token, one space and a rank", path,
                                  lineno);
+        else if (rank >= (1 << 24))
+            st = tg_error_status(TG_EFORMAT, "tokenizer: %s line %zu: rank %lld is outside [0, 2^24)", path, lineno,
+                                 (long long)rank);
         else if ((st = tg__tok_add_token(t, (const char *)tok, (size_t)n, rank)) == TG_ENOMEM)
             st = no_memory();
         else if (st != TG_OK)
-            st = tg_error_status(TG_EFORMAT, "tokenizer: %s line %zu: the token or its rank %lld repeats an earlier line",
+            st = tg_error_status(TG_EFORMAT, "tokenizer: %s line %zu: the token repeats an earlier line (rank %lld)",
                                  path, lineno, (long long)rank);
         line = next;
     }
