@@ -119,6 +119,30 @@ if TAPEGRAD_DATA="$TMP/none" "$TG" tokenize --text Hello >/dev/null 2>"$TMP/err"
 elif [ $? -eq 2 ] && grep -q "TAPEGRAD_DATA=.*has no gpt2/encoder.json" "$TMP/err"; then ok
 else bad "TAPEGRAD_DATA missing: $(head -1 "$TMP/err")"; fi
 
+# ---- other tokenizers: Qwen3's tokenizer.json (ids: tests/ref/tokenizers.json) and its chat format ----
+QWEN=$DATA/qwen3/tokenizer.json
+expect_contains "tokenize qwen3" "9707 1879" "$TG" tokenize --tokenizer "$QWEN" --text "Hello world"
+expect_contains "tokenize qwen3 folder" "9707 1879" "$TG" tokenize --tokenizer "$DATA/qwen3" --text "Hello world"
+expect_contains "tokenize qwen3 digits" "16 17 18 19 20 21 22 23 24 15" "$TG" tokenize --tokenizer "$QWEN" --text 1234567890
+expect_contains "tokenize --allow-special" "151644 872 198 13048 151645" "$TG" tokenize --tokenizer "$QWEN" --allow-special --text "<|im_start|>user
+Hi<|im_end|>"
+expect_contains "tokenize special as text" "27 91 318 4906 91 29" "$TG" tokenize --tokenizer "$QWEN" --text "<|im_start|>"
+expect_contains "tokenize <think> always" "151667" "$TG" tokenize --tokenizer "$QWEN" --text "<think>"
+expect_contains "tokenize --chat (the book's generation prompt, thinking off)" \
+    "151644 872 198 35127 752 264 2805 16800 311 3460 4128 4119 13 151645 198 151644 77091 198 151667 271 151668 271" \
+    "$TG" tokenize --tokenizer "$QWEN" --chat --generation-prompt --text "Give me a short introduction to large language models."
+expect_contains "tokenize --chat --think" "151645 198 151644 77091 198" \
+    "$TG" tokenize --tokenizer "$QWEN" --chat --generation-prompt --think --text "Hi"
+printf '[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]' >"$TMP/chat.json"
+expect_contains "tokenize --messages" "151644 872 198 13048 151645 198 151644 77091 198 9707 0 151645 198" \
+    "$TG" tokenize --tokenizer "$QWEN" --messages "$TMP/chat.json"
+expect_contains "tokenize qwen3 --decode" "<|im_start|>user" "$TG" tokenize --tokenizer "$QWEN" --decode "151644 872"
+expect_contains "generate --chat qwen3" "<|im_start|>assistant" "$TG" generate --tokenizer "$QWEN" --chat --prompt Hi \
+    --vocab 151669 --context 64 --emb 16 --heads 2 --layers 1 --max-new-tokens 2
+expect_contains "pretrain --tokenizer qwen3" "Ep 1 (Step 000000)" "$TG" pretrain --tokenizer "$QWEN" \
+    --text "$DATA/the-verdict.txt" --context 32 --emb 16 --heads 2 --layers 1 --train-ratio 0.2 --epochs 1 \
+    --eval-freq 5 --eval-iter 1 --sample-tokens 2 --threads 1
+
 # ---- --json ---------------------------------------------------------------------
 for m in sa-v1 sa-v2 causal mha-wrapper mha; do
     if "$TG" attention --module "$m" --json >"$TMP/$m.json" 2>"$TMP/err" &&
@@ -596,6 +620,24 @@ tokenize --decode "-1"
 tokenize --decode "12 x 3"
 tokenize --decode 99999999999999999999999999999999999
 tokenize --bogus
+tokenize --tokenizer $TMP/no/such/tokenizer.json --text a
+tokenize --tokenizer $VERDICT --text a
+tokenize --tokenizer $TMP/dir --text a
+tokenize --tokenizer $FT/train.csv --text a
+tokenize --chat --text hi
+tokenize --generation-prompt --text hi
+tokenize --think --text hi
+tokenize --tokenizer $DATA/qwen3 --chat --messages $TMP/chat.json
+tokenize --tokenizer $DATA/qwen3 --text "$(printf 'caf\303')"
+tokenize --tokenizer $DATA/qwen3 --chat --text "$(printf 'caf\303')"
+tokenize --tokenizer $DATA/qwen3 --messages $TMP/badentry.json
+tokenize --tokenizer $DATA/qwen3 --messages $TMP/truncated.json
+tokenize --tokenizer $DATA/qwen3 --decode "151669"
+generate --tokenizer $DATA/qwen3 --prompt "<think>" --max-new-tokens 1 --vocab 100 --context 16 --emb 8 --heads 2 --layers 1
+generate --think
+generate --chat --max-new-tokens 1
+pretrain $TINY --tokenizer $TMP/no/such/tokenizer.json
+finetune instruct --data $FT/instruction-40.json $FTTINY --tokenizer $TMP/no/such/tokenizer.json
 EOF_CASES
 
 total=$((pass + fail))
