@@ -139,6 +139,9 @@ expect_contains "tokenize --messages" "151644 872 198 13048 151645 198 151644 77
 expect_contains "tokenize qwen3 --decode" "<|im_start|>user" "$TG" tokenize --tokenizer "$QWEN" --decode "151644 872"
 expect_contains "generate --chat qwen3" "<|im_start|>assistant" "$TG" generate --tokenizer "$QWEN" --chat --prompt Hi \
     --vocab 151669 --context 64 --emb 16 --heads 2 --layers 1 --max-new-tokens 2
+expect_contains "finetune instruct --format chat" "Model response:" "$TG" finetune instruct --tokenizer "$QWEN" \
+    --format chat --data "$(dirname "$0")/ref/finetune/instruction-40.json" --vocab 151669 --context 128 --emb 8 \
+    --heads 2 --layers 1 --threads 1 --epochs 1 --max-new-tokens 2 --batch 4
 expect_contains "pretrain --tokenizer qwen3" "Ep 1 (Step 000000)" "$TG" pretrain --tokenizer "$QWEN" \
     --text "$DATA/the-verdict.txt" --context 32 --emb 16 --heads 2 --layers 1 --train-ratio 0.2 --epochs 1 \
     --eval-freq 5 --eval-iter 1 --sample-tokens 2 --threads 1
@@ -638,6 +641,9 @@ generate --think
 generate --chat --max-new-tokens 1
 pretrain $TINY --tokenizer $TMP/no/such/tokenizer.json
 finetune instruct --data $FT/instruction-40.json $FTTINY --tokenizer $TMP/no/such/tokenizer.json
+finetune instruct --data $FT/instruction-40.json $FTTINY --format chat
+finetune instruct --data $FT/instruction-40.json $FTTINY --format json
+finetune classify --train $FT/train.csv --val $FT/val.csv $FTTINY --format chat
 EOF_CASES
 
 total=$((pass + fail))

@@ -313,6 +313,17 @@ TG_API int tg_instruction_split(int64_t n, int64_t *n_train, int64_t *n_test, in
 typedef struct tg_instruction_dataset tg_instruction_dataset;
 TG_API tg_instruction_dataset *tg_instruction_dataset_new(const tg_instruction_data *d, int64_t begin, int64_t end,
                                                           tg_tokenizer *tok);
+/* How an entry becomes text: the book's Alpaca prompt (above), or a
+ * conversation in the tokenizer's chat format (tg_tokenizer_encode_chat,
+ * no generation prompt): user tg_format_chat_user(e), assistant the
+ * output. */
+typedef enum { TG_INSTRUCTION_ALPACA, TG_INSTRUCTION_CHAT } tg_instruction_format;
+TG_API tg_instruction_dataset *tg_instruction_dataset_new_format(const tg_instruction_data *d, int64_t begin,
+                                                                 int64_t end, tg_tokenizer *tok,
+                                                                 tg_instruction_format format);
+/* A chat's user message for an entry: the instruction, then "\n\n" and the
+ * input when there is one; malloc'd. */
+TG_API char *tg_format_chat_user(const tg_instruction *e);
 TG_API void tg_instruction_dataset_free(tg_instruction_dataset *ds);
 TG_API int64_t tg_instruction_dataset_len(const tg_instruction_dataset *ds);
 /* Entry i's ids (borrowed) and their count in *n; NULL and a message when i

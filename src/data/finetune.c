@@ -526,10 +526,63 @@ void tg_instruction_dataset_free(tg_instruction_dataset *ds)
     free(ds);
 }
 
+char *tg_format_chat_user(const tg_instruction *e)
+{
+    if (!e || !e->instruction || !e->input) return tg_error("format_chat_user: NULL entry or field");
+    size_t li = strlen(e->instruction), ln = strlen(e->input);
+    char *s = malloc(li + (ln ? 2 + ln : 0) + 1);
+    if (!s) return tg_error("format_chat_user: out of memory");
+    memcpy(s, e->instruction, li);
+    if (ln) memcpy(s + li, "\n\n", 2), memcpy(s + li + 2, e->input, ln);
+    s[li + (ln ? 2 + ln : 0)] = '\0';
+    return s;
+}
+
+/* One entry's ids: format_input(e) + "\n\n### Response:\n" + output, or the
+ * conversation (user: tg_format_chat_user(e), assistant: output) in the
+ * tokenizer's chat format. */
+static int encode_entry(tg_tokenizer *tok, const tg_instruction *e, tg_instruction_format format, int64_t **ids,
+                        size_t *n)
+{
+    if (format == TG_INSTRUCTION_CHAT) {
+        char *user = tg_format_chat_user(e);
+        if (!user) return TG_ENOMEM;
+        const tg_chat_message m[2] = {{"user", user}, {"assistant", e->output}};
+        int st = tg_tokenizer_encode_chat(tok, m, 2, NULL, ids, n);
+        free(user);
+        return st;
+    }
+    char *prompt = tg_format_input(e);
+    if (!prompt) return TG_ENOMEM;
+    size_t lp = strlen(prompt), lo = strlen(e->output), lr = sizeof RESPONSE_HEAD - 1;
+    char *full = malloc(lp + lr + lo + 1);
+    if (!full) {
+        free(prompt);
+        return tg_error_status(TG_ENOMEM, "instruction dataset: out of memory");
+    }
+    memcpy(full, prompt, lp);
+    memcpy(full + lp, RESPONSE_HEAD, lr);
+    memcpy(full + lp + lr, e->output, lo + 1);
+    free(prompt);
+    int st = tg_tokenizer_encode(tok, full, lp + lr + lo, ids, n);
+    free(full);
+    return st;
+}
+
 tg_instruction_dataset *tg_instruction_dataset_new(const tg_instruction_data *d, int64_t begin, int64_t end,
                                                    tg_tokenizer *tok)
 {
+    return tg_instruction_dataset_new_format(d, begin, end, tok, TG_INSTRUCTION_ALPACA);
+}
+
+tg_instruction_dataset *tg_instruction_dataset_new_format(const tg_instruction_data *d, int64_t begin, int64_t end,
+                                                          tg_tokenizer *tok, tg_instruction_format format)
+{
     if (!d || !tok) return tg_error("instruction dataset: NULL argument");
+    if (format != TG_INSTRUCTION_ALPACA && format != TG_INSTRUCTION_CHAT)
+        return tg_error("instruction dataset: format %d is not alpaca or chat", (int)format);
+    if (format == TG_INSTRUCTION_CHAT && tg_tokenizer_chat_format(tok) == TG_CHAT_NONE)
+        return tg_error("instruction dataset: the chat format needs a tokenizer with one (Qwen3's, Llama 3's)");
     if (begin < 0 || begin > end || end > d->n)
         return tg_error("instruction dataset: entries [%lld, %lld) are not a range of the %lld entries", (long long)begin,
                         (long long)end, (long long)d->n);
@@ -542,27 +595,9 @@ tg_instruction_dataset *tg_instruction_dataset_new(const tg_instruction_data *d,
     int st = TG_OK;
     ds->off[0] = 0;
     for (int64_t i = begin; st == TG_OK && i < end; i++) {
-        const tg_instruction *e = &d->e[i];
-        char *prompt = tg_format_input(e);
-        if (!prompt) {
-            st = TG_ENOMEM;
-            break;
-        }
-        size_t lp = strlen(prompt), lo = strlen(e->output), lr = sizeof RESPONSE_HEAD - 1;
-        char *full = malloc(lp + lr + lo + 1);
-        if (!full) {
-            free(prompt);
-            st = tg_error_status(TG_ENOMEM, "instruction dataset: out of memory");
-            break;
-        }
-        memcpy(full, prompt, lp);
-        memcpy(full + lp, RESPONSE_HEAD, lr);
-        memcpy(full + lp + lr, e->output, lo + 1);
-        free(prompt);
         int64_t *ids = NULL;
         size_t n = 0;
-        st = tg_tokenizer_encode(tok, full, lp + lr + lo, &ids, &n);
-        free(full);
+        st = encode_entry(tok, &d->e[i], format, &ids, &n);
         if (st != TG_OK) {
             char msg[512];
             snprintf(msg, sizeof msg, "%s", tg_last_error());

@@ -51,6 +51,9 @@ static const char *instruct_help =
     "  --limit N            keep the first N entries\n"
     "  --allowed-max-length N  cut batches to N positions (1024)\n"
     "  --max-new-tokens N   ids per response (256)\n"
+    "  --format F           alpaca (the book's prompt, default) or chat: each entry\n"
+    "                       a conversation in the tokenizer's chat format (user: the\n"
+    "                       instruction and input, assistant: the output)\n"
     "  --epochs N           (2)\n"
     "  --batch N            (8)\n"
     "  --lr X               AdamW's learning rate (5e-5)\n"
@@ -140,7 +143,8 @@ static int load_instruct(ft_run *r)
                             (long long)n, (long long)cnt[TRAIN], (long long)cnt[VAL], (long long)a->batch);
     for (int k = 0; k < 3; k++) {
         r->ins_begin[k] = begin[k];
-        r->ins[k] = tg_instruction_dataset_new(r->entries, begin[k], begin[k] + cnt[k], r->tok);
+        r->ins[k] = tg_instruction_dataset_new_format(r->entries, begin[k], begin[k] + cnt[k], r->tok,
+                                                      a->chat ? TG_INSTRUCTION_CHAT : TG_INSTRUCTION_ALPACA);
         if (!r->ins[k]) return tg_cli_lib_error(r->cmd, "--data");
         for (int64_t i = 0; i < cnt[k]; i++) {
             int64_t len;
@@ -207,6 +211,13 @@ static int load_data(ft_run *r)
     r->pad_id = tg_tokenizer_eot(r->tok);
     if (r->pad_id < 0)
         return tg_cli_error(r->cmd, "--tokenizer: the tokenizer has no <|endoftext|> or <|end_of_text|> to pad with");
+    r->end_id = r->pad_id;
+    if (a->chat) {
+        tg_chat_format f = tg_tokenizer_chat_format(r->tok);
+        if (f == TG_CHAT_NONE)
+            return tg_cli_error(r->cmd, "--format chat: the tokenizer has no chat format (Qwen3's and Llama 3's have one; give --tokenizer)");
+        r->end_id = tg_tokenizer_token_id(r->tok, f == TG_CHAT_QWEN ? "<|im_end|>" : "<|eot_id|>");
+    }
     if (r->cfg.vocab_size <= r->pad_id)
         return tg_cli_error(r->cmd, "--vocab %lld: the padding id %lld needs a vocabulary of at least %lld",
                             (long long)r->cfg.vocab_size, (long long)r->pad_id, (long long)r->pad_id + 1);
@@ -313,6 +324,7 @@ static int finetune(int argc, char **argv)
         {.name = "--limit", .type = TG_OPT_INT, .dest = &a.limit, .imin = 1, .imax = INT32_MAX, .seen = &a.limit_seen},
         {.name = "--allowed-max-length", .type = TG_OPT_INT, .dest = &a.allowed_max, .imin = 1, .imax = 65536},
         {.name = "--max-new-tokens", .type = TG_OPT_INT, .dest = &a.max_new, .imin = 0, .imax = 100000},
+        {.name = "--format", .type = TG_OPT_STRING, .dest = &a.format},
     };
     const tg_opt common[] = {
         {.name = "--init", .type = TG_OPT_STRING, .dest = &a.init},
@@ -331,10 +343,10 @@ static int finetune(int argc, char **argv)
         {.name = "--composed", .type = TG_OPT_FLAG, .dest = &a.composed},
         TG_CLI_TRAIN_OPTS(a.t),
     };
-    _Static_assert(sizeof classify_opts == sizeof instruct_opts, "each kind has 4 options of its own");
-    tg_opt own[TG_CLI_NOPTS(common) + 4];
-    int n_own = 4;
-    memcpy(own, a.instruct ? instruct_opts : classify_opts, sizeof classify_opts);
+    _Static_assert(sizeof classify_opts <= sizeof instruct_opts, "instruct has the most options of its own");
+    tg_opt own[TG_CLI_NOPTS(common) + TG_CLI_NOPTS(instruct_opts)];
+    int n_own = a.instruct ? TG_CLI_NOPTS(instruct_opts) : TG_CLI_NOPTS(classify_opts);
+    memcpy(own, a.instruct ? instruct_opts : classify_opts, sizeof *own * (size_t)n_own);
     memcpy(own + n_own, common, sizeof common);
     n_own += TG_CLI_NOPTS(common);
     tg_cli_model m;
@@ -348,6 +360,9 @@ static int finetune(int argc, char **argv)
                         .nopts = n_own, .help_more = {common_help, TG_CLI_TRAIN_HELP, end_help}};
     if (!tg_cli_model_parse(&c, argc - 1, argv + 1, &m, &r.cfg, &rc)) return rc;
     if (a.instruct && !a.data) return tg_cli_error(a.cmd, "--data FILE.json is required");
+    if (a.format && strcmp(a.format, "alpaca") != 0 && strcmp(a.format, "chat") != 0)
+        return tg_cli_error(a.cmd, "--format: expected alpaca or chat, got '%.200s'", a.format);
+    a.chat = a.format && strcmp(a.format, "chat") == 0;
     if (!a.instruct && (!a.train || !a.val)) return tg_cli_error(a.cmd, "--train and --val are required");
     if (a.init && a.hf) return tg_cli_error(a.cmd, "--init and --hf are exclusive");
     if (a.lora_alpha_seen && !a.lora_rank_seen) return tg_cli_error(a.cmd, "--lora-alpha needs --lora-rank");

@@ -9,10 +9,11 @@
 typedef struct {
     bool instruct;
     const char *cmd;
-    const char *train, *val, *test, *data, *init, *hf, *tokenizer;
+    const char *train, *val, *test, *data, *init, *hf, *tokenizer, *format;
     int64_t max_length, limit, allowed_max, max_new, epochs, batch, eval_freq, eval_iter, lora_rank;
     double lr, weight_decay, lora_alpha;
     bool max_length_seen, limit_seen, lora_rank_seen, lora_alpha_seen, composed;
+    bool chat; /* --format chat */
     tg_cli_train t;
 } ft_args;
 
@@ -22,7 +23,8 @@ typedef struct {
     tg_gpt_config cfg;
     uint64_t seed;
     tg_tokenizer *tok;
-    int64_t pad_id; /* the tokenizer's <|endoftext|> (GPT-2's 50256, the book's): padding and the end of a response */
+    int64_t pad_id; /* the tokenizer's <|endoftext|> (GPT-2's 50256, the book's): padding */
+    int64_t end_id; /* the end of a response: pad_id, or with --format chat the end of a turn */
     tg_module *gpt;
     tg_optimizer *opt;
     tg_tape *model_tape;

@@ -123,15 +123,36 @@ static int encode(ft_run *r, const char *text, int64_t extra, int64_t **ids, int
     return TG_OK;
 }
 
-/* format_input(entry)'s continuation by the model in its mode: the prompt,
- * the decoded text (malloc'd) and its length. */
+/* The entry's prompt continued by the model in its mode: the prompt text
+ * (format_input(entry), or with --format chat the user's message), the
+ * decoded ids (malloc'd) and the length of the prompt's part of them. With
+ * --format chat the prompt is the conversation up to the assistant's header
+ * (thinking left open: the training conversations have no think block). */
 static int continue_prompt(ft_run *r, tg_trainer *tr, const tg_instruction *e, int64_t max_new, int64_t eos,
-                           char **prompt, char **text, size_t *len)
+                           char **prompt, char **text, size_t *len, size_t *prompt_len)
 {
     int64_t *ids = NULL, n = 0, got = 0;
     *text = NULL;
-    if (!(*prompt = tg_format_input(e))) return TG_ENOMEM;
-    int st = encode(r, *prompt, max_new, &ids, &n);
+    int st;
+    if (r->a->chat) {
+        if (!(*prompt = tg_format_chat_user(e))) return TG_ENOMEM;
+        const tg_chat_message m = {"user", *prompt};
+        const tg_chat_options o = {.add_generation_prompt = true, .thinking = true};
+        size_t nc = 0;
+        int64_t *chat = NULL;
+        st = tg_tokenizer_encode_chat(r->tok, &m, 1, &o, &chat, &nc);
+        if (st == TG_OK && !(ids = realloc(chat, sizeof *ids * (nc + (size_t)max_new + 1)))) {
+            free(chat);
+            st = tg_error_status(TG_ENOMEM, "out of memory");
+        }
+        n = (int64_t)nc;
+    } else {
+        if (!(*prompt = tg_format_input(e))) return TG_ENOMEM;
+        st = encode(r, *prompt, max_new, &ids, &n);
+    }
+    char *head = NULL;
+    if (st == TG_OK) st = tg_tokenizer_decode_text(r->tok, ids, (size_t)n, &head, prompt_len);
+    free(head);
     if (st == TG_OK)
         st = generate_in_mode(tg_trainer_tape(tr), r->gpt, &r->cfg, ids, n, max_new, eos, ids, &got);
     if (st == TG_OK) st = tg_tokenizer_decode_text(r->tok, ids, (size_t)got, text, len);
@@ -151,7 +172,8 @@ int tg_ft_instruct_epoch_end(tg_trainer *tr, int64_t epoch, void *task)
         char *prompt = NULL, *text = NULL;
         size_t len = 0;
         tg_module_train(r->gpt, false);
-        st = e ? continue_prompt(r, tr, e, 50, -1, &prompt, &text, &len) : TG_EINVAL;
+        size_t plen;
+        st = e ? continue_prompt(r, tr, e, 50, -1, &prompt, &text, &len, &plen) : TG_EINVAL;
         for (size_t i = 0; st == TG_OK && i < len; i++)
             if (text[i] == '\n') text[i] = ' ';
         if (st == TG_OK) st = tg_trainer_printf(tr, "%s", text);
@@ -174,8 +196,9 @@ int tg_ft_instruct_end(tg_trainer *tr, void *task)
         const tg_instruction *e = tg_instruction_data_get(r->entries, r->ins_begin[TEST] + i);
         char *prompt = NULL, *text = NULL, *resp = NULL;
         size_t len = 0;
-        st = e ? continue_prompt(r, tr, e, r->a->max_new, r->pad_id, &prompt, &text, &len) : TG_EINVAL;
-        if (st == TG_OK && !(resp = response_text(text, len, strlen(prompt))))
+        size_t plen = 0;
+        st = e ? continue_prompt(r, tr, e, r->a->max_new, r->end_id, &prompt, &text, &len, &plen) : TG_EINVAL;
+        if (st == TG_OK && !(resp = response_text(text, len, plen)))
             st = tg_error_status(TG_ENOMEM, "out of memory");
         if (st == TG_OK) st = tg_trainer_record_text(tr, "responses", resp);
         if (st == TG_OK)
