@@ -552,6 +552,46 @@ static void test_collate(void **state)
 
 /* ---- (d) the book's data --------------------------------------------------------------------------------- */
 
+/* --format chat: each entry is the conversation (user: instruction and
+ * input, assistant: output) in the tokenizer's chat format; GPT-2's
+ * tokenizer has none. */
+static void test_instruction_chat(void **state)
+{
+    (void)state;
+    char path[4096];
+    tg_tokenizer *qwen = tg_tokenizer_load_file(data_path(path, sizeof path, "qwen3/tokenizer.json"));
+    tu_assert_ok(qwen);
+    const char *json = "[{\"instruction\": \"Add.\", \"input\": \"2 and 3\", \"output\": \"5\"},"
+                       " {\"instruction\": \"Say hi.\", \"input\": \"\", \"output\": \"Hi!\"}]";
+    snprintf(path, sizeof path, "/tmp/tg_chat_%d.json", (int)getpid());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(json, f);
+    fclose(f);
+    tg_instruction_data *d = tg_instruction_data_load(path);
+    unlink(path);
+    tu_assert_ok(d);
+    char *user = tg_format_chat_user(tg_instruction_data_get(d, 0));
+    assert_string_equal(user, "Add.\n\n2 and 3");
+    free(user);
+    user = tg_format_chat_user(tg_instruction_data_get(d, 1));
+    assert_string_equal(user, "Say hi.");
+    free(user);
+    tg_instruction_dataset *ds = tg_instruction_dataset_new_format(d, 0, 2, qwen, TG_INSTRUCTION_CHAT);
+    tu_assert_ok(ds);
+    /* <|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\nHi!<|im_end|>\n */
+    static const int64_t want[] = {151644, 872, 198, 45764, 15588, 13, 151645, 198, 151644, 77091, 198, 13048, 0, 151645, 198};
+    int64_t n;
+    const int64_t *ids = tg_instruction_dataset_ids(ds, 1, &n);
+    assert_int_equal(n, sizeof want / sizeof *want);
+    for (int64_t i = 0; i < n; i++) assert_int_equal(ids[i], want[i]);
+    tg_instruction_dataset_free(ds);
+    tu_assert_null_error(tg_instruction_dataset_new_format(d, 0, 2, tok, TG_INSTRUCTION_CHAT), "chat format");
+    tu_assert_null_error(tg_instruction_dataset_new_format(d, 0, 2, qwen, (tg_instruction_format)7), "format 7");
+    tg_instruction_data_free(d);
+    tg_tokenizer_free(qwen);
+}
+
 static void test_book_instruction_data(void **state)
 {
     (void)state;
@@ -620,6 +660,7 @@ int main(void)
         cmocka_unit_test(test_csv_errors),        cmocka_unit_test(test_instruction_data),
         cmocka_unit_test(test_instruction_split), cmocka_unit_test(test_instruction_errors),
         cmocka_unit_test(test_collate),           cmocka_unit_test(test_book_instruction_data),
+        cmocka_unit_test(test_instruction_chat),
     };
     return cmocka_run_group_tests_name("finetune_data", tests, setup, teardown);
 }
