@@ -134,6 +134,32 @@ static void test_llama3(void **state)
     check_texts(toks[LLAMA3], LLAMA3, "llama3");
 }
 
+/* Unicode white space as the files' own engines take it (Hugging Face's
+ * Oniguruma, tiktoken's Rust regex: \s is White_Space, so U+0085 is a space
+ * and U+FEFF is not), where the JavaScript tokenizers part from them; the
+ * ids are tools/reference/hf_tokenizers.py's Python encoder's. */
+static void test_white_space(void **state)
+{
+    (void)state;
+    const json_t *ws = json_object_get(ref, "white_space"), *texts = json_object_get(ws, "texts");
+    assert_true(json_array_size(texts) >= 5);
+    for (int k = 0; k < NTOK; k++) {
+        if (!toks[k]) continue;
+        size_t i;
+        const json_t *c;
+        json_array_foreach(texts, i, c) {
+            const json_t *text = json_object_get(c, "text");
+            int64_t *ids;
+            size_t n;
+            assert_int_equal(tg_tokenizer_encode(toks[k], json_string_value(text), json_string_length(text), &ids, &n),
+                             TG_OK);
+            assert_ids(names[k], json_string_value(json_object_get(c, "name")), ids, n,
+                       json_array_get(json_object_get(ws, names[k]), i));
+            free(ids);
+        }
+    }
+}
+
 /* The figures SPEC.md quotes, and what each tokenizer says of itself. */
 static void test_basics(void **state)
 {
@@ -548,7 +574,7 @@ int main(void)
         cmocka_unit_test(test_basics),     cmocka_unit_test(test_gpt2),        cmocka_unit_test(test_qwen3),
         cmocka_unit_test(test_llama3),     cmocka_unit_test(test_chat),        cmocka_unit_test(test_chat_errors),
         cmocka_unit_test(test_rank_file_gpt2), cmocka_unit_test(test_rank_file_llama3),  cmocka_unit_test(test_small_files), cmocka_unit_test(test_file_errors),
-        cmocka_unit_test(test_invalid_utf8),
+        cmocka_unit_test(test_invalid_utf8), cmocka_unit_test(test_white_space),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -5,7 +5,8 @@
  *           special one only where the caller allows special tokens); for
  *           the text between them: the normaliser (NFC with utf8proc, or
  *           none), then the pre-tokenizer pattern (PCRE2, JIT, Unicode
- *           properties; the text between two matches is a piece too, as
+ *           properties: \s is Unicode's White_Space, as in Hugging Face's
+ *           Oniguruma and tiktoken's Rust regex; the text between two matches is a piece too, as
  *           tokenizer.json's Split "Isolated" makes it); for each piece, the
  *           word cache, or the whole piece when it is a token and the file
  *           says so, or BPE: start from one token per byte and repeatedly

@@ -51,7 +51,6 @@ import subprocess
 import sys
 import unicodedata
 
-import regex
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -204,7 +203,10 @@ def bytes_to_unicode():
 
 def onig_pattern(p):
     """A tokenizer.json Split regex for Python's regex module: Oniguruma's \\s
-    (as Hugging Face's tokenizers run it) is Unicode's White_Space."""
+    (as Hugging Face's tokenizers run it) is Unicode's White_Space. (regex,
+    Debian's python3-regex, is needed only here: the bench imports this
+    module for its npm pins alone.)"""
+    import regex
     return regex.compile(p.replace(r"\s", r"\p{White_Space}").replace(r"\S", r"\P{White_Space}"))
 
 
@@ -378,6 +380,23 @@ def build(js_dir):
 
     check(js_dir, cases, js, extra, chat_out)
 
+    # Unicode white space where the JS tokenizers part from the files' own
+    # engines: they run the pattern as a JavaScript regex, whose \s holds
+    # U+FEFF and lacks U+0085; Hugging Face's Oniguruma and tiktoken's Rust
+    # regex take Unicode's White_Space. These ids are the independent Python
+    # encoder's, which follows the latter (its GPT-2 agrees with tiktoken on
+    # every text above).
+    py = python_encoders(js_dir)
+    ws_cases = [("nel", "x  \x85hello\x85\x85 y\x85"), ("bom", "x  \ufeffhello \ufeff!"),
+                ("line_separators", "a\u2028b  \u2029c\u2028\u2028 d"),
+                ("ideographic_space", "\u65e5\u672c\u3000\u8a9e  \u3000 x"),
+                ("no_break_space", "a\u00a0\u00a0b \u00a0 c\u202f")]
+    white_space = {"rules": "\\s is Unicode's White_Space (Hugging Face's tokenizers, tiktoken); "
+                            "ids of the Python encoder, plain mode",
+                   "texts": [{"name": n, "text": t} for n, t in ws_cases]}
+    for tok in ("gpt2", "qwen3", "llama3"):
+        white_space[tok] = [py[tok]["plain"].encode(t) for _, t in ws_cases]
+
     return {
         "generated_by": {
             "script": "tools/reference/hf_tokenizers.py with tools/reference/hf_tokenizer_ids.mjs",
@@ -397,6 +416,7 @@ def build(js_dir):
         "qwen3": {k: js["qwen3"][k] for k in ("allowed", "plain", "decoded")},
         "llama3": {k: js["llama3"][k] for k in ("allowed", "plain", "decoded")},
         "chat": chat_out,
+        "white_space": white_space,
     }
 
 
