@@ -163,6 +163,9 @@ struct tg_tokenizer {
     char *added_bytes;
     size_t added_len, added_bcap;
     uint8_t added_first[256]; /* 1: some added token starts with this byte */
+    bmap added_map;           /* content -> index into added (after the sort) */
+    uint32_t added_lens[64];  /* the added tokens' distinct lengths, longest first */
+    size_t n_lens;            /* 0 with more than 64 lengths: find_added compares each token */
     bool whole_pieces;
     tg__normalizer norm;
     /* word cache: piece bytes -> (offset << 20 | count) into cache_ids */
@@ -227,6 +230,7 @@ void tg_tokenizer_free(tg_tokenizer *t)
     free(t->cache_ids);
     free(t->added);
     free(t->added_bytes);
+    bmap_free(&t->added_map);
     if (t->md) pcre2_match_data_free(t->md);
     if (t->re) pcre2_code_free(t->re);
     free(t);
@@ -363,6 +367,16 @@ int tg__tok_finish(tg_tokenizer *t, const char *pattern, tg__normalizer norm, bo
         t->tok_ptr[a->id] = p, t->tok_len[a->id] = a->len;
     }
     qsort(t->added, t->n_added, sizeof *t->added, added_longest_first);
+    for (size_t i = 0; i < t->n_added; i++) {
+        const added_tok *a = &t->added[i];
+        if (!bmap_put(&t->added_map, t->added_bytes + a->off, a->len, (int64_t)i))
+            return tg_error_status(TG_ENOMEM, "tokenizer: out of memory");
+        if (t->n_lens <= 64 && (!t->n_lens || t->added_lens[t->n_lens - 1] != a->len)) {
+            if (t->n_lens < 64) t->added_lens[t->n_lens] = a->len;
+            t->n_lens++;
+        }
+    }
+    if (t->n_lens > 64) t->n_lens = 0;
     for (int b = 0; b < 256; b++) {
         char c = (char)b;
         int64_t id;
@@ -394,9 +408,10 @@ int64_t tg_tokenizer_token_id(const tg_tokenizer *t, const char *token)
 {
     if (!t || !token) return -1;
     size_t len = strlen(token);
-    for (size_t i = 0; i < t->n_added; i++)
-        if (t->added[i].len == len && memcmp(t->added_bytes + t->added[i].off, token, len) == 0) return t->added[i].id;
     int64_t id;
+    if (len && bmap_get(&t->added_map, token, len, &id)) return t->added[id].id;
+    for (size_t i = 0; i < t->n_added && !t->added_map.n; i++) /* before tg__tok_finish */
+        if (t->added[i].len == len && memcmp(t->added_bytes + t->added[i].off, token, len) == 0) return t->added[i].id;
     return len && bmap_get(&t->enc, token, len, &id) ? id : -1;
 }
 
@@ -588,12 +603,24 @@ static int encode_text(tg_tokenizer *t, const char *s, size_t n, idvec *out)
 }
 
 /* The leftmost added token in s[0, n) that may match (special ones only when
- * allowed), the longest at that place; NULL if none. */
+ * allowed), the longest at that place; NULL if none. Where a token may start,
+ * one hash lookup per distinct length of the added tokens (Llama 3's 256
+ * special tokens have a few lengths). */
 static const added_tok *find_added(const tg_tokenizer *t, const char *s, size_t n, bool allow_special, size_t *at)
 {
     if (!t->n_added) return NULL;
     for (size_t i = 0; i < n; i++) {
         if (!t->added_first[(unsigned char)s[i]]) continue;
+        if (t->n_lens) {
+            for (size_t k = 0; k < t->n_lens; k++) {
+                int64_t idx;
+                if (t->added_lens[k] > n - i || !bmap_get(&t->added_map, s + i, t->added_lens[k], &idx)) continue;
+                if (t->added[idx].special && !allow_special) continue;
+                *at = i;
+                return &t->added[idx];
+            }
+            continue;
+        }
         for (size_t k = 0; k < t->n_added; k++) {
             const added_tok *a = &t->added[k];
             if ((a->special && !allow_special) || a->len > n - i || t->added_bytes[a->off] != s[i] ||
