@@ -366,7 +366,7 @@ int tg__tok_finish(tg_tokenizer *t, const char *pattern, tg__normalizer norm, bo
             return tg_error_status(TG_EFORMAT, "tokenizer: %s: id %d is given to two tokens", what, (int)a->id);
         t->tok_ptr[a->id] = p, t->tok_len[a->id] = a->len;
     }
-    qsort(t->added, t->n_added, sizeof *t->added, added_longest_first);
+    if (t->n_added) qsort(t->added, t->n_added, sizeof *t->added, added_longest_first); /* none: added is NULL */
     for (size_t i = 0; i < t->n_added; i++) {
         const added_tok *a = &t->added[i];
         if (!bmap_put(&t->added_map, t->added_bytes + a->off, a->len, (int64_t)i))
