@@ -361,7 +361,7 @@ int tg__tok_finish(tg_tokenizer *t, const char *pattern, tg__normalizer norm, bo
             return tg_error_status(TG_EFORMAT, "tokenizer: %s: id %d is given to two tokens", what, (int)a->id);
         t->tok_ptr[a->id] = p, t->tok_len[a->id] = a->len;
     }
-    qsort(t->added, t->n_added, sizeof *t->added, added_longest_first);
+    if (t->n_added) qsort(t->added, t->n_added, sizeof *t->added, added_longest_first); /* none: added is NULL */
     for (int b = 0; b < 256; b++) {
         char c = (char)b;
         int64_t id;
