@@ -53,14 +53,19 @@ usage() {
   exit 2
 }
 
-ALL_TARGETS=(fuzz_safetensors fuzz_module_load fuzz_hf_load fuzz_tokenizer fuzz_csv fuzz_instruction_json fuzz_cli
-             fuzz_cli_args fuzz_input_spec fuzz_train_log)
+ALL_TARGETS=(fuzz_safetensors fuzz_module_load fuzz_hf_load fuzz_tokenizer fuzz_tokenizer_json fuzz_csv
+             fuzz_instruction_json fuzz_cli fuzz_cli_args fuzz_input_spec fuzz_train_log)
 # --ci executions per target (the initial pass over the seed corpus included).
 # Measured on 2 cores, ASan+UBSan debug build: fuzz_cli runs whole commands
 # (~20 s to load its corpus, then a few hundred exec/s), the parsers run at
 # 6,000 (module_load) to 300,000 (input_spec) exec/s; fuzz_hf_load runs a
 # forward and generation after every successful load (~150 exec/s);
-# fuzz_tokenizer encodes, decodes and encodes again (~3,000 exec/s);
+# fuzz_tokenizer encodes, decodes and encodes again with GPT-2's and
+# Qwen3's tokenizers and encodes Qwen3's chat (~1,000 exec/s: 80,000
+# executions in ~80 s, as long as GPT-2's alone took for 200,000);
+# fuzz_tokenizer_json reads each input as a tokenizer.json and as a rank
+# file, and encodes fixed texts with what loads (~4,000 exec/s: 50,000
+# executions in ~12 s);
 # fuzz_csv loads each input twice and fuzz_instruction_json tokenizes every
 # entry (~6,000 exec/s each, one at a time; 100,000 executions in ~20 s);
 # fuzz_train_log writes a checkpoint and resumes a small run from it every
@@ -69,7 +74,8 @@ declare -A CI_RUNS=(
   [fuzz_safetensors]=2000000
   [fuzz_module_load]=200000
   [fuzz_hf_load]=10000
-  [fuzz_tokenizer]=200000
+  [fuzz_tokenizer]=80000
+  [fuzz_tokenizer_json]=50000
   [fuzz_csv]=100000
   [fuzz_instruction_json]=100000
   [fuzz_cli]=20000

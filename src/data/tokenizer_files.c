@@ -45,6 +45,26 @@ static json_t *load_json(const char *path, int *st)
 
 static int no_memory(void) { return tg_error_status(TG_ENOMEM, "tokenizer: out of memory"); }
 
+/* A failed load: t freed, NULL, and the message kept on one line: a control
+ * character in what it quotes (a token or a type name of the file, the
+ * path) is written as \u00XX. */
+static tg_tokenizer *load_failed(tg_tokenizer *t)
+{
+    tg_tokenizer_free(t);
+    const char *e = tg_last_error();
+    char buf[2048];
+    size_t o = 0;
+    bool changed = false;
+    for (size_t i = 0; e[i] && o + 7 < sizeof buf; i++) {
+        unsigned char c = (unsigned char)e[i];
+        if (c < 0x20 || c == 0x7f) o += (size_t)snprintf(buf + o, sizeof buf - o, "\\u%04x", c), changed = true;
+        else buf[o++] = (char)c;
+    }
+    buf[o] = '\0';
+    if (changed) tg_error("%s", buf);
+    return NULL;
+}
+
 /* A vocabulary object {token in GPT-2's alphabet: id} (encoder.json, or
  * tokenizer.json's model.vocab). */
 static int read_vocab(tg_tokenizer *t, json_t *vocab, const int16_t *inv, const char *path, const char *where)
@@ -136,10 +156,7 @@ tg_tokenizer *tg_tokenizer_load(const char *encoder_json_path, const char *vocab
     int64_t eot = tg_tokenizer_token_id(t, EOT);
     if (st == TG_OK && eot >= 0 && tg__tok_add_added(t, EOT, sizeof EOT - 1, eot, false) != TG_OK) st = no_memory();
     if (st == TG_OK) st = tg__tok_finish(t, TG__GPT2_PATTERN, TG__NORM_NONE, true, false, encoder_json_path);
-    if (st != TG_OK) {
-        tg_tokenizer_free(t);
-        return NULL;
-    }
+    if (st != TG_OK) return load_failed(t);
     return t;
 }
 
@@ -280,7 +297,7 @@ tg_tokenizer *tg_tokenizer_load_json(const char *path)
     if (!path) return tg_error("tokenizer: NULL path");
     int st;
     json_t *root = load_json(path, &st);
-    if (!root) return NULL;
+    if (!root) return load_failed(NULL);
     tg_tokenizer *t = tg__tok_new();
     int16_t inv[512];
     tg__byte_alphabet_inverse(inv);
@@ -296,10 +313,7 @@ tg_tokenizer *tg_tokenizer_load_json(const char *path)
     if (st == TG_OK) st = read_added(t, json_object_get(root, "added_tokens"), path);
     if (st == TG_OK) st = tg__tok_finish(t, pattern, norm, whole, false, path);
     json_decref(root);
-    if (st != TG_OK) {
-        tg_tokenizer_free(t);
-        return NULL;
-    }
+    if (st != TG_OK) return load_failed(t);
     return t;
 }
 
@@ -341,7 +355,7 @@ tg_tokenizer *tg_tokenizer_load_tiktoken(const char *path, const char *pattern, 
     if (!path || !pattern || (!added && n_added)) return tg_error("tokenizer: NULL argument");
     size_t len = 0;
     char *text = read_whole(path, &len);
-    if (!text) return NULL;
+    if (!text) return load_failed(NULL);
     tg_tokenizer *t = tg__tok_new();
     int st = t ? TG_OK : TG_ENOMEM;
     size_t lineno = 0;
@@ -394,10 +408,7 @@ tg_tokenizer *tg_tokenizer_load_tiktoken(const char *path, const char *pattern, 
                                  i, a->content ? a->content : "", (long long)a->id);
     }
     if (st == TG_OK) st = tg__tok_finish(t, pattern, TG__NORM_NONE, true, true, path);
-    if (st != TG_OK) {
-        tg_tokenizer_free(t);
-        return NULL;
-    }
+    if (st != TG_OK) return load_failed(t);
     return t;
 }
 
