@@ -281,6 +281,9 @@ static int read_added(tg_tokenizer *t, json_t *added, const char *path)
                                        path, k, json_string_value(content), unsupported[i]);
         const char *c = json_string_value(content);
         size_t len = json_string_length(content);
+        if (len > 4096)
+            return tg_error_status(TG_EFORMAT, "tokenizer: %s: added_tokens[%zu] is %zu bytes long (at most 4096)", path,
+                                   k, len);
         if (memchr(c, '\0', len) || tg__utf8_check(c, len) < len)
             return tg_error_status(TG_EFORMAT, "tokenizer: %s: added_tokens[%zu]: content is not UTF-8 text", path, k);
         int st = tg__tok_add_added(t, c, len, json_integer_value(id), json_is_true(json_object_get(a, "special")));
