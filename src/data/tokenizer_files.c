@@ -107,6 +107,21 @@ static int read_merge(tg_tokenizer *t, const int16_t *inv, const char *a, size_t
     return TG_OK;
 }
 
+/* The next line of text[0, len) from *pos: its start and length (without
+ * "\n" or "\r\n"); false at the end. *lineno counts the lines. */
+static bool next_line(char *text, size_t len, size_t *pos, size_t *lineno, char **line, size_t *ll)
+{
+    if (*pos >= len) return false;
+    char *start = text + *pos, *end = memchr(start, '\n', len - *pos);
+    if (!end) end = text + len;
+    *line = start;
+    *ll = (size_t)(end - start);
+    if (*ll && start[*ll - 1] == '\r') (*ll)--;
+    *pos = (size_t)(end - text) + (end < text + len);
+    (*lineno)++;
+    return true;
+}
+
 /* ---- GPT-2's encoder.json and vocab.bpe ---------------------------------------------------------- */
 
 static int read_vocab_bpe(tg_tokenizer *t, const char *path, const int16_t *inv)
@@ -115,18 +130,10 @@ static int read_vocab_bpe(tg_tokenizer *t, const char *path, const int16_t *inv)
     char *text = read_whole(path, &len);
     if (!text) return TG_EIO;
     int st = TG_OK;
-    size_t lineno = 0;
-    for (char *line = text; st == TG_OK && line < text + len;) {
-        char *end = memchr(line, '\n', (size_t)(text + len - line));
-        if (!end) end = text + len;
-        size_t ll = (size_t)(end - line);
-        if (ll && line[ll - 1] == '\r') ll--;
-        lineno++;
-        char *next = end + (end < text + len);
-        if (ll == 0 || (lineno == 1 && ll >= 8 && memcmp(line, "#version", 8) == 0)) {
-            line = next;
-            continue;
-        }
+    size_t lineno = 0, pos = 0, ll;
+    char *line;
+    while (st == TG_OK && next_line(text, len, &pos, &lineno, &line, &ll)) {
+        if (ll == 0 || (lineno == 1 && ll >= 8 && memcmp(line, "#version", 8) == 0)) continue;
         char *sp = memchr(line, ' ', ll);
         size_t la = sp ? (size_t)(sp - line) : 0, lb = sp ? ll - la - 1 : 0;
         if (!sp || !la || !lb || memchr(sp + 1, ' ', lb))
@@ -134,7 +141,6 @@ static int read_vocab_bpe(tg_tokenizer *t, const char *path, const int16_t *inv)
                                  lineno);
         else
             st = read_merge(t, inv, line, la, sp + 1, lb, path, "line", lineno);
-        line = next;
     }
     free(text);
     return st;
@@ -361,18 +367,10 @@ tg_tokenizer *tg_tokenizer_load_tiktoken(const char *path, const char *pattern, 
     if (!text) return load_failed(NULL);
     tg_tokenizer *t = tg__tok_new();
     int st = t ? TG_OK : TG_ENOMEM;
-    size_t lineno = 0;
-    for (char *line = text; st == TG_OK && line < text + len;) {
-        char *end = memchr(line, '\n', (size_t)(text + len - line));
-        if (!end) end = text + len;
-        size_t ll = (size_t)(end - line);
-        if (ll && line[ll - 1] == '\r') ll--;
-        lineno++;
-        char *next = end + (end < text + len);
-        if (ll == 0) {
-            line = next;
-            continue;
-        }
+    size_t lineno = 0, pos = 0, ll;
+    char *line;
+    while (st == TG_OK && next_line(text, len, &pos, &lineno, &line, &ll)) {
+        if (ll == 0) continue;
         char *sp = memchr(line, ' ', ll);
         unsigned char tok[1024];
         long n = sp ? b64_decode(line, (size_t)(sp - line), tok, sizeof tok) : -1;
@@ -398,7 +396,6 @@ tg_tokenizer *tg_tokenizer_load_tiktoken(const char *path, const char *pattern, 
         else if (st != TG_OK)
             st = tg_error_status(TG_EFORMAT, "tokenizer: %s line %zu: the token repeats an earlier line (rank %lld)",
                                  path, lineno, (long long)rank);
-        line = next;
     }
     free(text);
     for (size_t i = 0; st == TG_OK && i < n_added; i++) {
