@@ -35,6 +35,7 @@
 
 #define FUZZ_NAME "fuzz_tokenizer"
 #include "fuzz.h"
+#include "fuzz_text.h"
 
 #include <tapegrad.h>
 #include <utf8proc.h>
@@ -146,39 +147,6 @@ static void check_decode_ids(const uint8_t *data, size_t size)
 }
 
 /* ---- Qwen3 ---------------------------------------------------------------------------------- */
-
-typedef struct {
-    char *s;
-    size_t n, cap;
-} sbuf;
-
-static void sb_put(sbuf *b, const void *p, size_t n)
-{
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        b->s = realloc(b->s, cap);
-        CHECK(b->s);
-        b->cap = cap;
-    }
-    if (n) memcpy(b->s + b->n, p, n);
-    b->n += n;
-    b->s[b->n] = '\0';
-}
-
-static void sb_puts(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-/* The NFC of n bytes of UTF-8, appended. */
-static void sb_put_nfc(sbuf *b, const char *s, size_t n)
-{
-    if (!n) return;
-    utf8proc_uint8_t *nfc = NULL;
-    utf8proc_ssize_t m =
-        utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &nfc, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
-    CHECK_MSG(m >= 0, utf8proc_errmsg(m));
-    sb_put(b, nfc, (size_t)m);
-    free(nfc);
-}
 
 /* The first place at or after i where an added token may start, or n
  * (memchr: a loop here over every byte, instrumented, would slow the

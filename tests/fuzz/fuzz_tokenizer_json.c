@@ -37,6 +37,7 @@
 
 #define FUZZ_NAME "fuzz_tokenizer_json"
 #include "fuzz.h"
+#include "fuzz_text.h"
 #include "fuzz_file.h"
 
 #include <tapegrad.h>
@@ -92,38 +93,10 @@ typedef struct {
 
 /* ---- what the ids of a text must decode to ------------------------------------------------------- */
 
-typedef struct {
-    char *s;
-    size_t n, cap;
-} sbuf;
-
-static void sb_put(sbuf *b, const void *p, size_t n)
-{
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        b->s = realloc(b->s, cap);
-        CHECK(b->s);
-        b->cap = cap;
-    }
-    if (n) memcpy(b->s + b->n, p, n);
-    b->n += n;
-    b->s[b->n] = '\0';
-}
-
 static void sb_put_text(sbuf *b, const char *s, size_t n, bool nfc)
 {
-    if (!n) return;
-    if (!nfc) {
-        sb_put(b, s, n);
-        return;
-    }
-    utf8proc_uint8_t *out = NULL;
-    utf8proc_ssize_t m =
-        utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &out, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
-    CHECK_MSG(m >= 0, utf8proc_errmsg(m));
-    sb_put(b, out, (size_t)m);
-    free(out);
+    if (nfc) sb_put_nfc(b, s, n);
+    else sb_put(b, s, n);
 }
 
 /* The added tokens that may match (leftmost, the longest at that place) as
