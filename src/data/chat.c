@@ -156,11 +156,10 @@ int tg_tokenizer_encode_chat(tg_tokenizer *tok, const tg_chat_message *messages,
         if (!messages[i].role || !messages[i].role[0] || !messages[i].content)
             return tg_error_status(TG_EINVAL, "chat: message %zu needs a non-empty role and a content", i);
         size_t lr = strlen(messages[i].role), lc = strlen(messages[i].content);
-        if (tg__utf8_check(messages[i].role, lr) < lr || tg__utf8_check(messages[i].content, lc) < lc)
+        size_t br = tg__utf8_check(messages[i].role, lr), bc = tg__utf8_check(messages[i].content, lc);
+        if (br < lr || bc < lc)
             return tg_error_status(TG_EINVAL, "chat: message %zu: invalid UTF-8 at byte %zu of its %s", i,
-                                   tg__utf8_check(messages[i].role, lr) < lr ? tg__utf8_check(messages[i].role, lr)
-                                                                             : tg__utf8_check(messages[i].content, lc),
-                                   tg__utf8_check(messages[i].role, lr) < lr ? "role" : "content");
+                                   br < lr ? br : bc, br < lr ? "role" : "content");
     }
     tg_chat_options none = {0};
     const tg_chat_options *opt = options ? options : &none;
