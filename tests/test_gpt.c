@@ -616,7 +616,7 @@ static void test_bad_configs(void **state)
     tu_assert_null_error(tg_gpt_new(mt, &c), "GiB");
     assert_int_equal(tg_gpt_config_num_parameters(&c), -1);
     tu_assert_null_error(tg_gpt_new(mt, NULL), "NULL");
-    tu_assert_status_error(tg_gpt_config_preset("gpt5", &c), "unknown GPT configuration 'gpt5'");
+    tu_assert_status_error(tg_gpt_config_preset("gpt5", &c), "unknown model configuration 'gpt5'");
 
     tg_tape *tp = tg_tape_new();
     tg_module *m = build(mt, &ok, 1);

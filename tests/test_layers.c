@@ -31,6 +31,7 @@ static const example examples[] = {
     {"feed_forward", 5, {3, 2, 1, 2, 1}, {{2, 3, 4}, {8, 4}, {8}, {4, 8}, {4}}, false, {.dropout = 0}},
     {"rms_norm", 2, {3, 1}, {{2, 3, 6}, {6}}, false, {.eps = 1e-5}},
     {"silu", 1, {2}, {{3, 7}}, false, {.dropout = 0}},
+    {"rope", 3, {4, 2, 2}, {{2, 3, 5, 4}, {5, 4}, {5, 4}}, false, {.dropout = 0}},
 };
 enum { NEXAMPLES = (int)(sizeof examples / sizeof examples[0]) };
 
@@ -300,7 +301,7 @@ static void test_rms_norm_silu_modules(void **state)
     tu_assert_ok(si);
     char buf[128];
     tg_module_repr(rn, buf, sizeof buf);
-    assert_string_equal(buf, "RMSNorm((6,), eps=1e-05)");
+    assert_string_equal(buf, "RMSNorm((6,), eps=1e-05, elementwise_affine=True)");
     tg_module_repr(si, buf, sizeof buf);
     assert_string_equal(buf, "SiLU()");
     tg_named_list sd;

@@ -100,6 +100,7 @@ TG_API tg_tensor *tg_neg(tg_tape *tp, tg_tensor *a);
 TG_API tg_tensor *tg_exp(tg_tape *tp, tg_tensor *a);
 TG_API tg_tensor *tg_log(tg_tape *tp, tg_tensor *a);
 TG_API tg_tensor *tg_sqrt(tg_tape *tp, tg_tensor *a);
+TG_API tg_tensor *tg_rsqrt(tg_tape *tp, tg_tensor *a); /* 1 / sqrt(a): RsqrtBackward0 */
 TG_API tg_tensor *tg_tanh(tg_tape *tp, tg_tensor *a);
 TG_API tg_tensor *tg_relu(tg_tape *tp, tg_tensor *a);
 TG_API tg_tensor *tg_gelu(tg_tape *tp, tg_tensor *a); /* tanh approximation */

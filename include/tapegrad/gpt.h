@@ -13,7 +13,26 @@
 extern "C" {
 #endif
 
-/* The book's configuration dict. GPT_CONFIG_124M is
+/* The decoder's families: which modules a configuration builds.
+ *   GPT2   the book's GPTModel (chapter 4): learned positions, LayerNorm,
+ *          MultiHeadAttention, GELU FeedForward, dropout, optional qkv bias;
+ *   QWEN3  the book's Qwen3Model (pkg/llms_from_scratch/qwen3.py): RoPE,
+ *          its RMSNorm (parameter "scale"), GroupedQueryAttention with
+ *          optional QK-norm and a free head_dim, SwiGLU FeedForward;
+ *   LLAMA3 the book's Llama3Model (llama3.py): RoPE with Llama 3's
+ *          frequency smoothing, nn.RMSNorm (parameter "weight"),
+ *          GroupedQueryAttention (head_dim = emb_dim / n_heads), SwiGLU.
+ * One decoder (one forward) serves all three; the family picks its parts,
+ * their names (state_dict keys, print(model)) and construction order. */
+typedef enum { TG_GPT_FAMILY_GPT2 = 0, TG_GPT_FAMILY_QWEN3 = 1, TG_GPT_FAMILY_LLAMA3 = 2 } tg_gpt_family;
+
+/* Llama 3's RoPE frequency smoothing (the book's "rope_freq"); factor 0: none. */
+typedef struct {
+    double factor, low_freq_factor, high_freq_factor;
+    int64_t original_context_length;
+} tg_rope_freq;
+
+/* The book's GPT configuration dict. GPT_CONFIG_124M is
  * {50257, 1024, 768, 12, 12, 0.1, false}. */
 typedef struct {
     int64_t vocab_size, context_length, emb_dim, n_heads, n_layers;
@@ -21,9 +40,29 @@ typedef struct {
     bool qkv_bias;
 } tg_gpt_config;
 
+/* The decoder's configuration: tg_gpt_config's fields, then the choices of
+ * the other families (the book's names). Zero means the default where one
+ * is named, so {.vocab_size = 50257, ..., .qkv_bias = false} with nothing
+ * else set is GPT-2's configuration. */
+typedef struct {
+    int64_t vocab_size, context_length, emb_dim, n_heads, n_layers;
+    double drop_rate;
+    bool qkv_bias;
+    tg_gpt_family family;
+    int64_t hidden_dim;     /* feed-forward width; 0: 4 * emb_dim */
+    int64_t head_dim;       /* 0: emb_dim / n_heads (Qwen3's may differ) */
+    int64_t n_kv_groups;    /* key-value groups; 0: n_heads (one per head) */
+    bool qk_norm;           /* RMSNorm over head_dim of queries and keys (Qwen3) */
+    double rope_base;       /* RoPE's theta base; 0: 10000 */
+    tg_rope_freq rope_freq; /* Llama 3's smoothing */
+    double norm_eps;        /* 0: the family's (GPT-2 1e-5, Qwen3 1e-6, Llama 3 1e-5) */
+    bool tie_head;          /* out_head's weight is tok_emb's (a checkpoint without lm_head) */
+} tg_decoder_config;
+
 /* "gpt2-small" (124M), "gpt2-medium" (355M), "gpt2-large" (774M),
  * "gpt2-xl" (1558M): the sizes of the book's chapter 5, drop_rate 0.1,
- * qkv_bias false. TG_EINVAL for another name. */
+ * qkv_bias false. TG_EINVAL for another name (a Qwen3 or Llama 3 preset
+ * is a tg_decoder_config_preset). */
 TG_API int tg_gpt_config_preset(const char *name, tg_gpt_config *out);
 /* TG_OK, or TG_EINVAL naming the first bad field: sizes <= 0, emb_dim not
  * divisible by n_heads, drop_rate outside [0, 1), context_length above
@@ -33,6 +72,28 @@ TG_API int tg_gpt_config_check(const tg_gpt_config *cfg);
 /* Parameters of a model of this configuration (out_head included), without
  * building it; -1 on a bad configuration. */
 TG_API int64_t tg_gpt_config_num_parameters(const tg_gpt_config *cfg);
+
+/* The GPT-2 presets above, then "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b",
+ * "qwen3-8b", "llama3.2-1b", "llama3.2-3b": the book's QWEN_CONFIG_06_B ..
+ * LLAMA32_CONFIG_3B (context 40,960 and 131,072, a separate out_head). */
+TG_API int tg_decoder_config_preset(const char *name, tg_decoder_config *out);
+/* The preset names in order, NULL after the last (i >= 0). */
+TG_API const char *tg_decoder_config_preset_name(int i);
+/* tg_gpt_config's fields as a decoder configuration (family GPT-2). */
+TG_API tg_decoder_config tg_decoder_config_from_gpt(const tg_gpt_config *cfg);
+/* TG_OK, or TG_EINVAL naming the first bad field: sizes <= 0, emb_dim not
+ * divisible by n_heads where head_dim derives from it, n_heads not
+ * divisible by n_kv_groups, an odd head_dim under RoPE, drop_rate outside
+ * [0, 1) (and not 0 for Qwen3 and Llama 3, which have no dropout), a
+ * setting the family does not have (GPT-2's head_dim, kv groups, QK-norm or
+ * RoPE; Llama 3's free head_dim or QK-norm; a qkv bias outside GPT-2),
+ * context_length above 65536 for GPT-2 (its mask and position table) or
+ * 2^24 with RoPE, or a model whose parameters alone need more memory than
+ * the machine has. */
+TG_API int tg_decoder_config_check(const tg_decoder_config *cfg);
+/* Parameters of a model of this configuration (out_head included, a tied
+ * one once), without building it; -1 on a bad configuration. */
+TG_API int64_t tg_decoder_config_num_parameters(const tg_decoder_config *cfg);
 
 /* nn.Embedding(num, dim): weight (num, dim) initialised normal_(0, 1) from
  * the default generator; forward takes int64 ids of any shape. */
@@ -62,6 +123,16 @@ TG_API tg_module *tg_transformer_block_new(tg_tape *tp, const tg_gpt_config *cfg
 TG_API tg_module *tg_gpt_new(tg_tape *tp, const tg_gpt_config *cfg);
 /* The configuration a GPTModel was built with (TG_EINVAL for another module). */
 TG_API int tg_gpt_get_config(const tg_module *gpt, tg_gpt_config *out);
+/* The decoder of any family: GPTModel (as tg_gpt_new), Qwen3Model or
+ * Llama3Model, built in the book's order (Embedding normal(0, 1), Linear
+ * kaiming-uniform, norms ones), so after tg_manual_seed(s) every weight
+ * equals the book's model after torch.manual_seed(s). A Qwen3 or Llama 3
+ * forward takes ids (B, T) and gives logits (B, T, vocab); the KV cache
+ * (tg_module_set_kv_cache) holds each block's keys and values after RoPE,
+ * one per key-value group. tg_gpt_get_config on such a model gives its
+ * sizes (drop_rate 0, qkv_bias false); tg_decoder_get_config gives all. */
+TG_API tg_module *tg_decoder_new(tg_tape *tp, const tg_decoder_config *cfg);
+TG_API int tg_decoder_get_config(const tg_module *model, tg_decoder_config *out);
 
 /* The output size of the model's out_head (its weight's rows: vocab_size as
  * built, 2 after the book's chapter 6 replaces it with Linear(emb_dim, 2));

@@ -142,14 +142,15 @@ static tg_tensor *feed_forward_fast(tg_tape *tp, int n, tg_tensor *const *in, co
 
 /* ---- RMSNorm: x (..., D), weight (D) ------------------------------------------------------------ */
 
-/* means = x.pow(2).mean(dim=-1, keepdim=True); x_normed = x / torch.sqrt(means + eps)
- * return x_normed * weight */
+/* The book's RMSNorm (qwen3.py; nn.RMSNorm computes the same ops):
+ *   variance = x.pow(2).mean(dim=-1, keepdim=True)
+ *   norm_x = x * torch.rsqrt(variance + self.eps); return norm_x * self.scale */
 static tg_tensor *rms_norm_composed(tg_tape *tp, int n, tg_tensor *const *in, const tg_layer_args *a)
 {
     (void)n;
     static const int last[1] = {-1};
-    tg_tensor *ms = tg_mean_dims(tp, tg_pow_scalar(tp, in[0], 2.0), 1, last, true);
-    tg_tensor *normed = tg_div(tp, in[0], tg_sqrt(tp, tg_add_scalar(tp, ms, a->eps)));
+    tg_tensor *variance = tg_mean_dims(tp, tg_pow_scalar(tp, in[0], 2.0), 1, last, true);
+    tg_tensor *normed = tg_mul(tp, in[0], tg_rsqrt(tp, tg_add_scalar(tp, variance, a->eps)));
     return tg_mul(tp, normed, in[1]);
 }
 
@@ -174,6 +175,22 @@ static tg_tensor *silu_exact(tg_tape *tp, int n, tg_tensor *const *in, const tg_
     return tg_silu(tp, in[0]);
 }
 
+/* ---- RoPE: x (..., T, hd), cos (T, hd), sin (T, hd) ------------------------------------------------- */
+
+/* The book's apply_rope: x1 = x[..., :hd // 2]; x2 = x[..., hd // 2:]
+ * rotated = torch.cat((-x2, x1), dim=-1); return (x * cos) + (rotated * sin) */
+static tg_tensor *rope_composed(tg_tape *tp, int n, tg_tensor *const *in, const tg_layer_args *a)
+{
+    (void)n, (void)a;
+    tg_tensor *x = in[0];
+    int64_t h2 = x->shape[x->ndim - 1] / 2;
+    tg_tensor *x1 = tg_narrow(tp, x, x->ndim - 1, 0, h2), *x2 = tg_narrow(tp, x, x->ndim - 1, h2, h2);
+    tg_tensor *parts[2] = {tg_neg(tp, x2), x1};
+    tg_tensor *rotated = tg_cat(tp, 2, parts, -1);
+    tg_tensor *xc = tg_mul(tp, x, in[1]);
+    return tg_add(tp, xc, tg_mul(tp, rotated, in[2]));
+}
+
 /* ---- the table -------------------------------------------------------------------------------- */
 
 static const tg_layer layers[] = {
@@ -186,6 +203,7 @@ static const tg_layer layers[] = {
      feed_forward_exact, feed_forward_fast, NULL, 2e-6, true},
     {"rms_norm", "x (..., D), weight (D)", 2, rms_norm_composed, NULL, rms_norm_fast, NULL, 2e-6, true},
     {"silu", "x", 1, silu_composed, silu_exact, NULL, NULL, 2e-6, false},
+    {"rope", "x (..., T, hd), cos (T, hd), sin (T, hd)", 3, rope_composed, NULL, NULL, NULL, 0, true},
 };
 enum { NLAYERS = (int)(sizeof layers / sizeof layers[0]) };
 

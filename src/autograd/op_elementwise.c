@@ -201,10 +201,11 @@ static tg_tensor *unary(tg_tape *tp, const char *name, tg_op_id id, tg_unop uop,
     tg_tensor *saved[2] = {a, out};
     tg_node *n;
     out = tg__record(tp, id, out, 1, &a, 2, saved, &n);
-    /* backward reads the input (log, gelu), the output (exp, sqrt, tanh,
+    /* backward reads the input (log, gelu), the output (exp, sqrt, rsqrt, tanh,
      * relu) or neither (neg), as PyTorch saves them */
     if (uop != TG_UN_LOG && uop != TG_UN_GELU) tg__saved_shape_only(n, 0);
-    if (uop != TG_UN_EXP && uop != TG_UN_SQRT && uop != TG_UN_TANH && uop != TG_UN_RELU) tg__saved_shape_only(n, 1);
+    if (uop != TG_UN_EXP && uop != TG_UN_SQRT && uop != TG_UN_RSQRT && uop != TG_UN_TANH && uop != TG_UN_RELU)
+        tg__saved_shape_only(n, 1);
     return out;
 }
 
@@ -212,6 +213,7 @@ tg_tensor *tg_neg(tg_tape *tp, tg_tensor *a) { return unary(tp, "neg", TG_OP_NEG
 tg_tensor *tg_exp(tg_tape *tp, tg_tensor *a) { return unary(tp, "exp", TG_OP_EXP, TG_UN_EXP, a); }
 tg_tensor *tg_log(tg_tape *tp, tg_tensor *a) { return unary(tp, "log", TG_OP_LOG, TG_UN_LOG, a); }
 tg_tensor *tg_sqrt(tg_tape *tp, tg_tensor *a) { return unary(tp, "sqrt", TG_OP_SQRT, TG_UN_SQRT, a); }
+tg_tensor *tg_rsqrt(tg_tape *tp, tg_tensor *a) { return unary(tp, "rsqrt", TG_OP_RSQRT, TG_UN_RSQRT, a); }
 tg_tensor *tg_tanh(tg_tape *tp, tg_tensor *a) { return unary(tp, "tanh", TG_OP_TANH, TG_UN_TANH, a); }
 tg_tensor *tg_relu(tg_tape *tp, tg_tensor *a) { return unary(tp, "relu", TG_OP_RELU, TG_UN_RELU, a); }
 tg_tensor *tg_gelu(tg_tape *tp, tg_tensor *a) { return unary(tp, "gelu", TG_OP_GELU, TG_UN_GELU, a); }
@@ -232,6 +234,19 @@ int tg__sqrt_backward(tg_node *n)
     if (!t) return TG_ENOMEM;
     tg_k_binary(t, n->grad, n->saved[1], TG_BIN_DIV);
     tg_k_binary_scalar(t, t, 2.0, TG_BIN_DIV, false);
+    return tg__accum(n->in[0], t);
+}
+
+/* forward: y = 1 / sqrt(a); so da = -0.5 * dy * y^3 (PyTorch's formula:
+ * (dy * -0.5) * ((y * y) * y)) */
+int tg__rsqrt_backward(tg_node *n)
+{
+    tg_tensor *t = tg__new_like(tg__btape(n), n->grad), *y3 = tg__new_like(tg__btape(n), n->grad);
+    if (!t || !y3) return TG_ENOMEM;
+    tg_k_binary(y3, n->saved[1], n->saved[1], TG_BIN_MUL);
+    tg_k_binary(y3, y3, n->saved[1], TG_BIN_MUL);
+    tg_k_binary_scalar(t, n->grad, -0.5, TG_BIN_MUL, false);
+    tg_k_binary(t, t, y3, TG_BIN_MUL);
     return tg__accum(n->in[0], t);
 }
 

@@ -3,12 +3,17 @@
  *   forward  y = x / (1 + exp(-x))
  *   backward dx = dy * s * (1 + x * (1 - s)),  s = 1 / (1 + exp(-x))
  * Its entry in the layer table (src/autograd/layers.c) composes
- * x * sigmoid(x) from recorded ops as the oracle. */
+ * x * sigmoid(x) from recorded ops as the oracle. float32 as PyTorch's
+ * binary-kernel loop computes it: exp through SLEEF for the pairs of 8-lane
+ * vectors, the C library's for the tail (n mod 16; vmath.c). */
 #include "autograd_internal.h"
 
 #include <math.h>
 
 #define OP "silu"
+
+/* exp of element i of n as PyTorch's vectorised loop takes it */
+static inline float exp_at(int64_t i, int64_t n, float x) { return i < n - n % 16 ? tg__expf(x) : expf(x); }
 
 tg_tensor *tg_silu(tg_tape *tp, tg_tensor *x)
 {
@@ -22,7 +27,7 @@ tg_tensor *tg_silu(tg_tape *tp, tg_tensor *x)
         const float *a = tg__ptr(xd, xd->offset);
         float *y = tg__ptr(out, out->offset);
 #pragma omp parallel for if (n > TG_PAR_MIN) schedule(static)
-        for (int64_t i = 0; i < n; i++) y[i] = a[i] / (1.0f + expf(-a[i]));
+        for (int64_t i = 0; i < n; i++) y[i] = a[i] / (1.0f + exp_at(i, n, -a[i]));
     } else {
         const double *a = tg__ptr(xd, xd->offset);
         double *y = tg__ptr(out, out->offset);
@@ -47,7 +52,7 @@ int tg__silu_backward(tg_node *n)
         float *o = tg__ptr(dx, dx->offset);
 #pragma omp parallel for if (cnt > TG_PAR_MIN) schedule(static)
         for (int64_t i = 0; i < cnt; i++) {
-            float s = 1.0f / (1.0f + expf(-a[i]));
+            float s = 1.0f / (1.0f + exp_at(i, cnt, -a[i]));
             o[i] = dy[i] * s * (1.0f + a[i] * (1.0f - s));
         }
     } else {

@@ -13,42 +13,175 @@
 
 /* ---- configuration ---------------------------------------------------------------------- */
 
+#define GPT2(emb, heads, layers) \
+    {50257, 1024, emb, heads, layers, 0.1, false, TG_GPT_FAMILY_GPT2, 0, 0, 0, false, 0, {0, 0, 0, 0}, 0, false}
+#define QWEN3(emb, heads, layers, hidden)                                                                  \
+    {151936, 40960, emb, heads, layers, 0.0, false, TG_GPT_FAMILY_QWEN3, hidden, 128, 8, true, 1e6, {0, 0, 0, 0}, \
+     0, false}
+#define LLAMA32(emb, heads, layers)                                                                          \
+    {128256, 131072, emb, heads, layers, 0.0, false, TG_GPT_FAMILY_LLAMA3, 8192, 0, 8, false, 500000.0,        \
+     {32.0, 1.0, 4.0, 8192}, 0, false}
+
+/* The book's configurations: GPT_CONFIG_124M and chapter 5's sizes; its
+ * qwen3.py QWEN_CONFIG_06_B .. QWEN3_CONFIG_8B and llama3.py's
+ * LLAMA32_CONFIG_1B and _3B. */
 static const struct {
     const char *name;
-    int64_t emb, layers, heads;
+    tg_decoder_config cfg;
 } presets[] = {
-    {"gpt2-small", 768, 12, 12},
-    {"gpt2-medium", 1024, 24, 16},
-    {"gpt2-large", 1280, 36, 20},
-    {"gpt2-xl", 1600, 48, 25},
+    {"gpt2-small", GPT2(768, 12, 12)},
+    {"gpt2-medium", GPT2(1024, 16, 24)},
+    {"gpt2-large", GPT2(1280, 20, 36)},
+    {"gpt2-xl", GPT2(1600, 25, 48)},
+    {"qwen3-0.6b", QWEN3(1024, 16, 28, 3072)},
+    {"qwen3-1.7b", QWEN3(2048, 16, 28, 6144)},
+    {"qwen3-4b", QWEN3(2560, 32, 36, 9728)},
+    {"qwen3-8b", QWEN3(4096, 32, 36, 12288)},
+    {"llama3.2-1b", LLAMA32(2048, 32, 16)},
+    {"llama3.2-3b", LLAMA32(3072, 24, 28)},
 };
+enum { NPRESETS = (int)(sizeof presets / sizeof presets[0]) };
+
+const char *tg_decoder_config_preset_name(int i) { return i >= 0 && i < NPRESETS ? presets[i].name : NULL; }
+
+tg_decoder_config tg_decoder_config_from_gpt(const tg_gpt_config *g)
+{
+    tg_decoder_config c = {0};
+    if (g)
+        c.vocab_size = g->vocab_size, c.context_length = g->context_length, c.emb_dim = g->emb_dim,
+        c.n_heads = g->n_heads, c.n_layers = g->n_layers, c.drop_rate = g->drop_rate, c.qkv_bias = g->qkv_bias;
+    return c;
+}
+
+static tg_gpt_config gpt_of(const tg_decoder_config *c)
+{
+    return (tg_gpt_config){c->vocab_size, c->context_length, c->emb_dim, c->n_heads, c->n_layers, c->drop_rate,
+                           c->qkv_bias};
+}
 
 int tg_gpt_config_preset(const char *name, tg_gpt_config *out)
 {
+    tg_decoder_config c;
     if (!name || !out) return tg_error_status(TG_EINVAL, "gpt_config_preset: NULL argument");
-    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+    if (tg_decoder_config_preset(name, &c) != TG_OK) return TG_EINVAL;
+    if (c.family != TG_GPT_FAMILY_GPT2)
+        return tg_error_status(TG_EINVAL, "'%s' is not a GPT-2 configuration (tg_decoder_config_preset builds it)", name);
+    *out = gpt_of(&c);
+    return TG_OK;
+}
+
+int tg_decoder_config_preset(const char *name, tg_decoder_config *out)
+{
+    if (!name || !out) return tg_error_status(TG_EINVAL, "decoder_config_preset: NULL argument");
+    for (int i = 0; i < NPRESETS; i++)
         if (strcmp(name, presets[i].name) == 0) {
-            *out = (tg_gpt_config){50257, 1024, presets[i].emb, presets[i].heads, presets[i].layers, 0.1, false};
+            *out = presets[i].cfg;
             return TG_OK;
         }
     return tg_error_status(TG_EINVAL,
-                           "unknown GPT configuration '%.100s' (expected gpt2-small, gpt2-medium, gpt2-large or gpt2-xl)",
+                           "unknown model configuration '%.100s' (expected gpt2-small, gpt2-medium, gpt2-large, "
+                           "gpt2-xl, qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, llama3.2-1b or llama3.2-3b)",
                            name);
 }
 
+static bool has_rope(const tg_decoder_config *c) { return c->family != TG_GPT_FAMILY_GPT2; }
+
+/* The book's class of each family: print(model)'s first line. */
+const char *tg__gpt_class_name(const tg_decoder_config *c)
+{
+    return c->family == TG_GPT_FAMILY_QWEN3 ? "Qwen3Model" : c->family == TG_GPT_FAMILY_LLAMA3 ? "Llama3Model" : "GPTModel";
+}
+
+int64_t tg__gpt_head_dim(const tg_decoder_config *c) { return c->head_dim ? c->head_dim : c->emb_dim / c->n_heads; }
+int64_t tg__gpt_kv_groups(const tg_decoder_config *c) { return c->n_kv_groups ? c->n_kv_groups : c->n_heads; }
+int64_t tg__gpt_hidden_dim(const tg_decoder_config *c) { return c->hidden_dim ? c->hidden_dim : 4 * c->emb_dim; }
+double tg__gpt_norm_eps(const tg_decoder_config *c)
+{
+    return c->norm_eps > 0 ? c->norm_eps : c->family == TG_GPT_FAMILY_QWEN3 ? 1e-6 : 1e-5;
+}
+
 /* Counted in double: a configuration too large for int64 must still be
- * refused with a message, not overflow. */
-static double params_of(const tg_gpt_config *c)
+ * refused with a message, not overflow. A tied head counts once. */
+static double params_of(const tg_decoder_config *c)
 {
     double V = (double)c->vocab_size, C = (double)c->context_length, d = (double)c->emb_dim;
+    double h = (double)tg__gpt_hidden_dim(c), head = c->tie_head ? 0 : V * d;
+    if (has_rope(c)) {
+        double hd = (double)tg__gpt_head_dim(c), q = (double)c->n_heads * hd, kv = (double)tg__gpt_kv_groups(c) * hd;
+        double att = d * q + 2 * d * kv + q * d + (c->qk_norm ? 2 * hd : 0);
+        return V * d + (double)c->n_layers * (att + 3 * d * h + 2 * d) + d + head;
+    }
     double att = 4 * d * d + d + (c->qkv_bias ? 3 * d : 0);
-    double ff = 8 * d * d + 5 * d;
-    return V * d + C * d + (double)c->n_layers * (att + ff + 4 * d) + 2 * d + V * d;
+    double ff = 2 * d * h + h + d;
+    return V * d + C * d + (double)c->n_layers * (att + ff + 4 * d) + 2 * d + head;
 }
 
 #define GPT_MAX_CONTEXT 65536
+#define ROPE_MAX_CONTEXT (1 << 24)
 
-int tg_gpt_config_check(const tg_gpt_config *c)
+/* The settings a family does not have, and RoPE's own checks; NULL when the
+ * configuration is consistent, else what is wrong. */
+static const char *family_mismatch(const tg_decoder_config *c, char *buf, size_t size)
+{
+    const char *fam = c->family == TG_GPT_FAMILY_QWEN3 ? "Qwen3" : c->family == TG_GPT_FAMILY_LLAMA3 ? "Llama 3" : "GPT-2";
+    int64_t derived = c->emb_dim / c->n_heads;
+    bool derives_head = c->family != TG_GPT_FAMILY_QWEN3 || c->head_dim == 0;
+    if (derives_head && c->emb_dim % c->n_heads != 0)
+        snprintf(buf, size, "emb_dim (%lld) must be divisible by n_heads (%lld)", (long long)c->emb_dim,
+                 (long long)c->n_heads);
+    else if (c->family != TG_GPT_FAMILY_QWEN3 && c->head_dim != 0 && c->head_dim != derived)
+        snprintf(buf, size, "%s's head_dim is emb_dim / n_heads = %lld, got %lld", fam, (long long)derived,
+                 (long long)c->head_dim);
+    else if (c->head_dim < 0 || c->n_kv_groups < 0 || c->hidden_dim < 0)
+        snprintf(buf, size, "head_dim, n_kv_groups and hidden_dim must be >= 0 (0: the default)");
+    else if (c->n_heads % tg__gpt_kv_groups(c) != 0)
+        snprintf(buf, size, "n_heads (%lld) must be divisible by n_kv_groups (%lld)", (long long)c->n_heads,
+                 (long long)tg__gpt_kv_groups(c));
+    else if (!(c->norm_eps >= 0 && isfinite(c->norm_eps)))
+        snprintf(buf, size, "norm_eps must be >= 0 (0: the family's), got %g", c->norm_eps);
+    else if (c->qk_norm && c->family != TG_GPT_FAMILY_QWEN3)
+        snprintf(buf, size, "%s has no QK-norm", fam);
+    else if (!has_rope(c) && c->n_kv_groups != 0 && c->n_kv_groups != c->n_heads)
+        snprintf(buf, size, "GPT-2 has one key-value group per head (n_kv_groups %lld, n_heads %lld)",
+                 (long long)c->n_kv_groups, (long long)c->n_heads);
+    else if (!has_rope(c) && (c->rope_base != 0 || c->rope_freq.factor != 0))
+        snprintf(buf, size, "GPT-2 has learned positions, not RoPE (rope_base and rope_freq must be 0)");
+    else if (!has_rope(c) && c->norm_eps != 0 && c->norm_eps != 1e-5)
+        snprintf(buf, size, "GPT-2's LayerNorm eps is 1e-5 (norm_eps 0 or 1e-5), got %g", c->norm_eps);
+    else if (has_rope(c) && c->drop_rate != 0)
+        snprintf(buf, size, "%s has no dropout (drop_rate must be 0, got %g)", fam, c->drop_rate);
+    else if (has_rope(c) && c->qkv_bias)
+        snprintf(buf, size, "%s has no qkv bias", fam);
+    else if (has_rope(c) && tg__gpt_head_dim(c) % 2 != 0)
+        snprintf(buf, size, "RoPE needs an even head_dim, got %lld", (long long)tg__gpt_head_dim(c));
+    else if (has_rope(c) && !(c->rope_base >= 0 && isfinite(c->rope_base)))
+        snprintf(buf, size, "rope_base must be > 0 (0: 10000), got %g", c->rope_base);
+    else if (c->rope_freq.factor != 0 &&
+             !(c->rope_freq.factor > 0 && c->rope_freq.low_freq_factor > 0 &&
+               c->rope_freq.high_freq_factor > c->rope_freq.low_freq_factor &&
+               c->rope_freq.original_context_length > 0 && isfinite(c->rope_freq.factor) &&
+               isfinite(c->rope_freq.high_freq_factor)))
+        snprintf(buf, size, "rope_freq needs factor > 0, 0 < low_freq_factor < high_freq_factor and "
+                            "original_context_length > 0");
+    else
+        return NULL;
+    return buf;
+}
+
+int tg_gpt_config_check(const tg_gpt_config *g)
+{
+    if (!g) return tg_error_status(TG_EINVAL, "GPTModel: NULL configuration");
+    tg_decoder_config c = tg_decoder_config_from_gpt(g);
+    return tg_decoder_config_check(&c);
+}
+
+int64_t tg_gpt_config_num_parameters(const tg_gpt_config *g)
+{
+    tg_decoder_config c = tg_decoder_config_from_gpt(g);
+    return g ? tg_decoder_config_num_parameters(&c) : -1;
+}
+
+int tg_decoder_config_check(const tg_decoder_config *c)
 {
     if (!c) return tg_error_status(TG_EINVAL, "GPTModel: NULL configuration");
     const struct {
@@ -60,29 +193,33 @@ int tg_gpt_config_check(const tg_gpt_config *c)
         if (sizes[i].v <= 0)
             return tg_error_status(TG_EINVAL, "GPTModel: %s must be positive, got %lld", sizes[i].name,
                                    (long long)sizes[i].v);
-    if (c->emb_dim % c->n_heads != 0)
-        return tg_error_status(TG_EINVAL, "GPTModel: emb_dim (%lld) must be divisible by n_heads (%lld)",
-                               (long long)c->emb_dim, (long long)c->n_heads);
+    if ((unsigned)c->family > TG_GPT_FAMILY_LLAMA3)
+        return tg_error_status(TG_EINVAL, "GPTModel: unknown family %d", (int)c->family);
     if (!(c->drop_rate >= 0 && c->drop_rate < 1))
         return tg_error_status(TG_EINVAL, "GPTModel: drop_rate %g is outside [0, 1)", c->drop_rate);
-    if (c->context_length > GPT_MAX_CONTEXT)
-        return tg_error_status(TG_EINVAL, "GPTModel: context_length %lld is above %d", (long long)c->context_length,
-                               GPT_MAX_CONTEXT);
-    if (c->vocab_size > INT32_MAX || c->emb_dim > INT32_MAX || c->n_layers > INT32_MAX)
-        return tg_error_status(TG_EINVAL, "GPTModel: sizes above 2^31 are not supported");
-    /* float32 weights and every block's (context, context) mask buffer */
-    double bytes = 4.0 * params_of(c) + 4.0 * (double)c->n_layers * (double)c->context_length * (double)c->context_length;
+    char why[160];
+    if (family_mismatch(c, why, sizeof why)) return tg_error_status(TG_EINVAL, "%s: %s", tg__gpt_class_name(c), why);
+    int64_t max_ctx = has_rope(c) ? ROPE_MAX_CONTEXT : GPT_MAX_CONTEXT;
+    if (c->context_length > max_ctx)
+        return tg_error_status(TG_EINVAL, "%s: context_length %lld is above %lld", tg__gpt_class_name(c),
+                               (long long)c->context_length, (long long)max_ctx);
+    /* float32 weights and, for GPT-2, every block's (context, context) mask buffer */
+    double masks = has_rope(c) ? 0 : (double)c->n_layers * (double)c->context_length * (double)c->context_length;
+    double bytes = 4.0 * params_of(c) + 4.0 * masks;
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     double mem = pages > 0 && page > 0 ? (double)pages * (double)page : 1e18;
     if (bytes > mem)
-        return tg_error_status(TG_EINVAL, "GPTModel: the weights alone need %.1f GiB, more than this machine's %.1f GiB",
+        return tg_error_status(TG_EINVAL, "%s: the weights alone need %.1f GiB, more than this machine's %.1f GiB", tg__gpt_class_name(c),
                                bytes / (1 << 30), mem / (1 << 30));
+    if (c->vocab_size > INT32_MAX || c->emb_dim > INT32_MAX || c->n_layers > INT32_MAX ||
+        tg__gpt_hidden_dim(c) > INT32_MAX || tg__gpt_head_dim(c) > INT32_MAX || c->n_heads > 65536)
+        return tg_error_status(TG_EINVAL, "%s: sizes above 2^31 (or 65536 heads) are not supported", tg__gpt_class_name(c));
     return TG_OK;
 }
 
-int64_t tg_gpt_config_num_parameters(const tg_gpt_config *c)
+int64_t tg_decoder_config_num_parameters(const tg_decoder_config *c)
 {
-    if (tg_gpt_config_check(c) != TG_OK) return -1;
+    if (tg_decoder_config_check(c) != TG_OK) return -1;
     return (int64_t)params_of(c);
 }
 
@@ -193,36 +330,48 @@ tg_module *tg_gelu_new(tg_tape *tp) { return tg_module_new(tp, &gelu_type, 0); }
 
 /* ---- RMSNorm and SiLU (Llama's; not in the book's GPT-2) ------------------------------------------- */
 
+/* nn.RMSNorm (parameter "weight") or the book's qwen3.py RMSNorm ("scale"):
+ * the same computation, x * rsqrt(mean(x^2) + eps) * weight. */
+typedef struct {
+    int64_t dim;
+    double eps;
+    bool book; /* the parameter is "scale" and print(model) shows RMSNorm() */
+} rms_norm_state;
+
 static tg_tensor *rms_norm_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *const *in)
 {
     if (!tg__check_ninputs(self, n, 1)) return NULL;
-    const layer_norm_state *s = tg_module_state(self);
+    const rms_norm_state *s = tg_module_state(self);
     if (!check_last_dim(self, in[0], s->dim)) return NULL;
-    tg_tensor *in2[2] = {in[0], tg_module_get_parameter(self, "weight")};
+    tg_tensor *in2[2] = {in[0], tg_module_get_parameter(self, s->book ? "scale" : "weight")};
     return apply_layer(tp, self, "rms_norm", 2, in2, s->eps);
 }
 
 static int rms_norm_extra_repr(const tg_module *self, char *buf, size_t size)
 {
-    const layer_norm_state *s = tg_module_state_const(self);
-    return snprintf(buf, size, "(%lld,), eps=%g", (long long)s->dim, s->eps);
+    const rms_norm_state *s = tg_module_state_const(self);
+    if (s->book) return size ? (buf[0] = 0) : 0;
+    return snprintf(buf, size, "(%lld,), eps=%g, elementwise_affine=True", (long long)s->dim, s->eps);
 }
 
 static const tg_module_type rms_norm_type = {.name = "RMSNorm", .forward = rms_norm_forward, .extra_repr = rms_norm_extra_repr};
 
-tg_module *tg_rms_norm_new(tg_tape *tp, int64_t dim, double eps)
+static tg_module *rms_norm_new(tg_tape *tp, int64_t dim, double eps, bool book)
 {
     if (!tg__check_size("RMSNorm", "dim", dim)) return NULL;
     if (!(eps >= 0)) return tg_error("RMSNorm: eps must be >= 0, got %g", eps);
-    tg_module *m = tg_module_new(tp, &rms_norm_type, sizeof(layer_norm_state));
+    tg_module *m = tg_module_new(tp, &rms_norm_type, sizeof(rms_norm_state));
     if (!m) return NULL;
-    *(layer_norm_state *)tg_module_state(m) = (layer_norm_state){dim, eps};
+    *(rms_norm_state *)tg_module_state(m) = (rms_norm_state){dim, eps, book};
     int64_t shape[1] = {dim};
     tg_tensor *w = tg_parameter_new(tp, TG_F32, 1, shape);
     if (!w) return NULL;
     tg_k_fill(w, 1.0); /* torch.ones(dim) */
-    return tg_module_register_parameter(m, "weight", w) == TG_OK ? m : NULL;
+    return tg_module_register_parameter(m, book ? "scale" : "weight", w) == TG_OK ? m : NULL;
 }
+
+tg_module *tg_rms_norm_new(tg_tape *tp, int64_t dim, double eps) { return rms_norm_new(tp, dim, eps, false); }
+tg_module *tg__rms_norm_scale_new(tg_tape *tp, int64_t dim, double eps) { return rms_norm_new(tp, dim, eps, true); }
 
 static tg_tensor *silu_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *const *in)
 {
@@ -265,17 +414,16 @@ static tg_tensor *feed_forward_forward(tg_tape *tp, tg_module *self, int n, tg_t
 
 static const tg_module_type feed_forward_type = {.name = "FeedForward", .forward = feed_forward_forward};
 
-static bool check_cfg(const tg_gpt_config *cfg) { return tg_gpt_config_check(cfg) == TG_OK; }
+static bool check_cfg(const tg_decoder_config *cfg) { return tg_decoder_config_check(cfg) == TG_OK; }
 
-tg_module *tg_feed_forward_new(tg_tape *tp, const tg_gpt_config *cfg)
+static tg_module *feed_forward_new(tg_tape *tp, const tg_decoder_config *cfg)
 {
-    if (!check_cfg(cfg)) return NULL;
-    int64_t d = cfg->emb_dim;
+    int64_t d = cfg->emb_dim, h = tg__gpt_hidden_dim(cfg);
     tg_module *m = tg_module_new(tp, &feed_forward_type, 0);
     if (!m) return NULL;
-    tg_module *up = tg_linear_new(tp, d, 4 * d, true);
+    tg_module *up = tg_linear_new(tp, d, h, true);
     tg_module *act = up ? tg_gelu_new(tp) : NULL;
-    tg_module *down = act ? tg_linear_new(tp, 4 * d, d, true) : NULL;
+    tg_module *down = act ? tg_linear_new(tp, h, d, true) : NULL;
     if (!down) return NULL;
     tg_module *layers[3] = {up, act, down};
     return tg_module_add_module(m, "layers", tg_sequential_new(tp, 3, layers)) == TG_OK ? m : NULL;
@@ -345,16 +493,21 @@ static tg_tensor *block_forward_last_position(tg_tape *tp, tg_module *self, tg_t
     return x;
 }
 
-tg_module *tg_transformer_block_new(tg_tape *tp, const tg_gpt_config *cfg)
+tg_module *tg_feed_forward_new(tg_tape *tp, const tg_gpt_config *gpt)
 {
-    if (!check_cfg(cfg)) return NULL;
+    tg_decoder_config cfg = tg_decoder_config_from_gpt(gpt);
+    return gpt && check_cfg(&cfg) ? feed_forward_new(tp, &cfg) : NULL;
+}
+
+static tg_module *transformer_block_new(tg_tape *tp, const tg_decoder_config *cfg)
+{
     tg_module *m = tg_module_new(tp, &block_type, 0);
     if (!m) return NULL;
     int64_t d = cfg->emb_dim;
     tg_attention_config att = {.d_in = d, .d_out = d, .context_length = cfg->context_length,
                                .num_heads = cfg->n_heads, .dropout = cfg->drop_rate, .qkv_bias = cfg->qkv_bias};
     if (tg_module_add_module(m, "att", tg_mha_new_config(tp, att)) != TG_OK ||
-        tg_module_add_module(m, "ff", tg_feed_forward_new(tp, cfg)) != TG_OK ||
+        tg_module_add_module(m, "ff", feed_forward_new(tp, cfg)) != TG_OK ||
         tg_module_add_module(m, "norm1", tg_layer_norm_new(tp, d)) != TG_OK ||
         tg_module_add_module(m, "norm2", tg_layer_norm_new(tp, d)) != TG_OK ||
         tg_module_add_module(m, "drop_shortcut", tg_dropout_new(tp, cfg->drop_rate)) != TG_OK)
@@ -369,9 +522,10 @@ tg_module *tg_transformer_block_new(tg_tape *tp, const tg_gpt_config *cfg)
  * final_norm and out_head see the last position alone (the only logits they
  * read; under FAST and BF16 the last block too, last_position_block). */
 typedef struct {
-    tg_gpt_config cfg;
+    tg_decoder_config cfg;
     int64_t current_pos;
     bool last_logits_only;
+    tg__rope rope; /* Qwen3 and Llama 3: the cos and sin tables */
 } gpt_state;
 
 /* The last of the model's blocks when only the last position's logits are
@@ -400,7 +554,7 @@ static tg_tensor *gpt_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *co
 {
     if (!tg__check_ninputs(self, n, 1)) return NULL;
     gpt_state *s = tg_module_state(self);
-    const tg_gpt_config *c = &s->cfg;
+    const tg_decoder_config *c = &s->cfg;
     const tg_tensor *ids = in[0];
     char sh[64];
     if (ids->ndim != 2 || ids->dtype != TG_I64)
@@ -415,6 +569,15 @@ static tg_tensor *gpt_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *co
             return tg_error("GPTModel: %lld cached and %lld new tokens exceed context_length %lld (reset the KV cache)",
                             (long long)p0, (long long)T, (long long)c->context_length);
         return tg_error("GPTModel: %lld tokens exceed context_length %lld", (long long)T, (long long)c->context_length);
+    }
+    if (has_rope(c)) { /* tok_emb, the blocks with the cos and sin of their positions, final_norm, out_head */
+        tg_tensor *x = tg_module_forward(tp, tg_module_get_submodule(self, "tok_emb"), in[0]);
+        x = x ? tg__rope_decoder_blocks(tp, self, &s->rope, x, p0) : NULL;
+        if (x && s->last_logits_only) x = tg_narrow(tp, x, 1, T - 1, 1);
+        x = x ? tg_module_forward(tp, tg_module_get_submodule(self, "final_norm"), x) : NULL;
+        x = x ? tg_module_forward(tp, tg_module_get_submodule(self, "out_head"), x) : NULL;
+        if (x && tg_module_kv_cache_enabled(self)) s->current_pos = p0 + T;
+        return x;
     }
     tg_tensor *tok = tg_module_forward(tp, tg_module_get_submodule(self, "tok_emb"), in[0]);
     tg_tensor *pos = tok ? tg_module_forward(tp, tg_module_get_submodule(self, "pos_emb"),
@@ -444,14 +607,54 @@ static int gpt_reset_cache(tg_module *self)
     return TG_OK;
 }
 
+/* One decoder, three names: the book's classes print as they are called. */
 static const tg_module_type gpt_type = {.name = "GPTModel", .forward = gpt_forward, .reset_cache = gpt_reset_cache};
+static const tg_module_type qwen3_type = {.name = "Qwen3Model", .forward = gpt_forward, .reset_cache = gpt_reset_cache};
+static const tg_module_type llama3_type = {.name = "Llama3Model", .forward = gpt_forward, .reset_cache = gpt_reset_cache};
 
-tg_module *tg_gpt_new(tg_tape *tp, const tg_gpt_config *cfg)
+static bool is_decoder(const tg_module *m)
+{
+    const tg_module_type *t = m ? tg_module_get_type(m) : NULL;
+    return t == &gpt_type || t == &qwen3_type || t == &llama3_type;
+}
+
+/* out_head.weight = tok_emb.weight, as a checkpoint without lm_head ties them */
+static int tie_head(tg_module *m)
+{
+    tg_module *head = tg_module_get_submodule(m, "out_head");
+    tg_tensor *w = tg_module_get_parameter(tg_module_get_submodule(m, "tok_emb"), "weight");
+    return head && w ? tg_module_register_parameter(head, "weight", w) : TG_ENOMEM;
+}
+
+tg_module *tg_transformer_block_new(tg_tape *tp, const tg_gpt_config *gpt)
+{
+    tg_decoder_config cfg = tg_decoder_config_from_gpt(gpt);
+    return gpt && check_cfg(&cfg) ? transformer_block_new(tp, &cfg) : NULL;
+}
+
+tg_module *tg_gpt_new(tg_tape *tp, const tg_gpt_config *gpt)
+{
+    if (!gpt) return tg_error("GPTModel: NULL configuration");
+    tg_decoder_config cfg = tg_decoder_config_from_gpt(gpt);
+    return tg_decoder_new(tp, &cfg);
+}
+
+tg_module *tg_decoder_new(tg_tape *tp, const tg_decoder_config *cfg)
 {
     if (!check_cfg(cfg)) return NULL;
-    tg_module *m = tg_module_new(tp, &gpt_type, sizeof(gpt_state));
+    const tg_module_type *type = cfg->family == TG_GPT_FAMILY_QWEN3    ? &qwen3_type
+                                 : cfg->family == TG_GPT_FAMILY_LLAMA3 ? &llama3_type
+                                                                       : &gpt_type;
+    tg_module *m = tg_module_new(tp, type, sizeof(gpt_state));
     if (!m) return NULL;
-    ((gpt_state *)tg_module_state(m))->cfg = *cfg;
+    gpt_state *s = tg_module_state(m);
+    s->cfg = *cfg;
+    if (has_rope(cfg)) {
+        s->rope = (tg__rope){.head_dim = tg__gpt_head_dim(cfg), .context_length = cfg->context_length,
+                             .base = cfg->rope_base > 0 ? cfg->rope_base : 10000.0, .freq = cfg->rope_freq};
+        if (tg__rope_decoder_build(tp, m, cfg) != TG_OK) return NULL;
+        return cfg->tie_head && tie_head(m) != TG_OK ? NULL : m;
+    }
     const int64_t d = cfg->emb_dim;
     if (tg_module_add_module(m, "tok_emb", tg_embedding_new(tp, cfg->vocab_size, d)) != TG_OK ||
         tg_module_add_module(m, "pos_emb", tg_embedding_new(tp, cfg->context_length, d)) != TG_OK ||
@@ -460,11 +663,11 @@ tg_module *tg_gpt_new(tg_tape *tp, const tg_gpt_config *cfg)
     tg_module *blocks = tg_sequential_new(tp, 0, NULL);
     if (tg_module_add_module(m, "trf_blocks", blocks) != TG_OK) return NULL;
     for (int64_t i = 0; i < cfg->n_layers; i++)
-        if (tg_module_append(blocks, tg_transformer_block_new(tp, cfg)) != TG_OK) return NULL;
+        if (tg_module_append(blocks, transformer_block_new(tp, cfg)) != TG_OK) return NULL;
     if (tg_module_add_module(m, "final_norm", tg_layer_norm_new(tp, d)) != TG_OK ||
         tg_module_add_module(m, "out_head", tg_linear_new(tp, d, cfg->vocab_size, false)) != TG_OK)
         return NULL;
-    return m;
+    return cfg->tie_head && tie_head(m) != TG_OK ? NULL : m;
 }
 
 bool tg__gpt_set_last_logits_only(tg_module *gpt, bool on)
@@ -508,9 +711,18 @@ int64_t tg_gpt_out_features(const tg_module *gpt)
 
 int tg_gpt_get_config(const tg_module *gpt, tg_gpt_config *out)
 {
+    tg_decoder_config c;
+    int st = out ? tg_decoder_get_config(gpt, &c) : tg_error_status(TG_EINVAL, "gpt_get_config: NULL argument");
+    if (st == TG_OK) *out = gpt_of(&c);
+    return st;
+}
+
+int tg_decoder_get_config(const tg_module *gpt, tg_decoder_config *out)
+{
     if (!gpt || !out) return tg_error_status(TG_EINVAL, "gpt_get_config: NULL argument");
-    if (tg_module_get_type(gpt) != &gpt_type)
-        return tg_error_status(TG_EINVAL, "gpt_get_config: module is a %s, not a GPTModel", tg_module_type_name(gpt));
+    if (!is_decoder(gpt))
+        return tg_error_status(TG_EINVAL, "gpt_get_config: module is a %s, not a GPTModel, Qwen3Model or Llama3Model",
+                               tg_module_type_name(gpt));
     *out = ((const gpt_state *)tg_module_state_const(gpt))->cfg;
     return TG_OK;
 }

@@ -71,7 +71,7 @@ static bool skipped(const char *name)
            (n >= 17 && strcmp(name + n - 17, ".attn.masked_bias") == 0);
 }
 
-static int map_all(hf_ctx *c, const tg_gpt_config *cfg)
+static int map_all(hf_ctx *c, const tg_decoder_config *cfg)
 {
     int st = TG_OK;
 #define MAP(h, o, t, p) \
@@ -113,10 +113,13 @@ static int map_all(hf_ctx *c, const tg_gpt_config *cfg)
 
 int tg_gpt_load_hf(tg_module *gpt, const char *path)
 {
-    tg_gpt_config cfg;
+    tg_decoder_config cfg;
     if (!path) return tg_error_status(TG_EINVAL, "load_hf: NULL path");
-    int st = tg_gpt_get_config(gpt, &cfg);
+    int st = tg_decoder_get_config(gpt, &cfg);
     if (st != TG_OK) return st;
+    if (cfg.family != TG_GPT_FAMILY_GPT2)
+        return tg_error_status(TG_EINVAL, "load_hf: %s is a GPT-2 model.safetensors; a %s loads from its Hugging Face "
+                                          "folder", path, tg__gpt_class_name(&cfg));
     if (!cfg.qkv_bias)
         return tg_error_status(TG_EINVAL, "load_hf: GPT-2's weights have query/key/value biases: build the model "
                                           "with qkv_bias (--qkv-bias)");

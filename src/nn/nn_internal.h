@@ -4,6 +4,7 @@
 #define TG_NN_INTERNAL_H
 
 #include "internal.h"
+#include "tapegrad/gpt.h"
 
 /* A named entry of a module: a parameter, a buffer or a child. */
 typedef struct {
@@ -80,6 +81,33 @@ tg_tensor *tg__dropout_forward_over(tg_tape *tp, tg_module *m, tg_tensor *x);
  * other logits), under FAST and BF16 the last block too when it can; the
  * previous setting returned. */
 bool tg__gpt_set_last_logits_only(tg_module *gpt, bool on);
+
+/* The decoder's derived sizes (gpt.c): head_dim, kv groups, feed-forward
+ * width and norm eps with their defaults applied. */
+int64_t tg__gpt_head_dim(const tg_decoder_config *c);
+const char *tg__gpt_class_name(const tg_decoder_config *c);
+int64_t tg__gpt_kv_groups(const tg_decoder_config *c);
+int64_t tg__gpt_hidden_dim(const tg_decoder_config *c);
+double tg__gpt_norm_eps(const tg_decoder_config *c);
+/* The book's RMSNorm of qwen3.py: parameter "scale", print "RMSNorm()". */
+tg_module *tg__rms_norm_scale_new(tg_tape *tp, int64_t dim, double eps);
+
+/* A RoPE model's cos and sin tables (rows, head_dim), float32, computed as
+ * the book's compute_rope_params computes them, rows added as positions ask
+ * for them (decoder.c). */
+typedef struct {
+    int64_t head_dim, context_length;
+    double base;
+    tg_rope_freq freq;
+    int64_t rows;
+    tg_tensor *cos, *sin; /* in the model's tape */
+} tg__rope;
+/* Rows 0 .. rows-1 computed (TG_EINVAL beyond context_length). */
+int tg__rope_need(tg__rope *r, tg_tape *tp, int64_t rows);
+/* The parts of a Qwen3 / Llama 3 model added to m in the book's order, and
+ * its blocks run on x (b, T, d) at positions p0 .. p0+T-1. */
+int tg__rope_decoder_build(tg_tape *tp, tg_module *m, const tg_decoder_config *cfg);
+tg_tensor *tg__rope_decoder_blocks(tg_tape *tp, tg_module *m, tg__rope *r, tg_tensor *x, int64_t p0);
 /* v as Python's repr(float) writes it ("0.0", "0.1", "1e-05"). */
 void tg__py_float(char *buf, size_t size, double v);
 

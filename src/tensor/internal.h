@@ -107,7 +107,7 @@ typedef enum {
 } tg_binop;
 typedef enum {
     TG_UN_NEG, TG_UN_EXP, TG_UN_LOG, TG_UN_SQRT, TG_UN_TANH, TG_UN_RELU, TG_UN_GELU,
-    TG_UN_ABS, TG_UN_SQUARE, TG_UN_RECIP
+    TG_UN_ABS, TG_UN_SQUARE, TG_UN_RECIP, TG_UN_RSQRT
 } tg_unop;
 
 /* out = a op b with broadcasting (add, sub, mul, div); out has the broadcast shape, same dtype. */
@@ -144,9 +144,13 @@ void tg__torch_sum_rows_f32(float *out, const float *x, int64_t rows, int64_t co
  * map n contiguous floats (y may be x); tg__logf is one element. */
 bool tg__vec_math(void);
 float tg__logf(float x);
+float tg__expf(float x);
 void tg__vexpf(float *y, const float *x, int64_t n);
 void tg__vlogf(float *y, const float *x, int64_t n);
 void tg__vtanhf(float *y, const float *x, int64_t n);
+void tg__vcosf(float *y, const float *x, int64_t n);
+void tg__vsinf(float *y, const float *x, int64_t n);
+void tg__vrpowf(float *y, float base, const float *e, int64_t n);
 /* PyTorch's vec::reduce_all of a float row with 8 lanes: element i adds into
  * lane i % 8 (the first 8 start the lanes), then
  * ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)); under 8 elements add in

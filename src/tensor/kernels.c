@@ -276,6 +276,7 @@ void tg_k_binary_scalar(tg_tensor *out, const tg_tensor *a, double s, tg_binop o
             case TG_UN_ABS: r = a < 0 ? -a : a; break;                                    \
             case TG_UN_SQUARE: r = a * a; break;                                          \
             case TG_UN_RECIP: r = (T)1 / a; break;                                        \
+            case TG_UN_RSQRT: r = (T)1 / SQRTF(a); break;                                 \
             default: r = a;                                                               \
             }                                                                             \
             o[i * so] = r;                                                                \

@@ -14,6 +14,9 @@
 float Sleef_expf1_u10purecfma(float);
 float Sleef_logf1_u10purecfma(float);
 float Sleef_tanhf1_u10purecfma(float);
+float Sleef_cosf1_u10purecfma(float);
+float Sleef_sinf1_u10purecfma(float);
+float Sleef_powf1_u10purecfma(float, float);
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define TG_SLEEF_AVX2 1
@@ -39,6 +42,7 @@ bool tg__vec_math(void)
 }
 
 float tg__logf(float x) { return tg__vec_math() ? Sleef_logf1_u10purecfma(x) : logf(x); }
+float tg__expf(float x) { return tg__vec_math() ? Sleef_expf1_u10purecfma(x) : expf(x); }
 
 #if defined(TG_SLEEF_AVX2)
 #define VEC_MAP(NAME, V8, S1)                                                            \
@@ -51,6 +55,8 @@ float tg__logf(float x) { return tg__vec_math() ? Sleef_logf1_u10purecfma(x) : l
 VEC_MAP(tg__vexpf, Sleef_expf8_u10avx2, Sleef_expf1_u10purecfma)
 VEC_MAP(tg__vlogf, Sleef_logf8_u10avx2, Sleef_logf1_u10purecfma)
 VEC_MAP(tg__vtanhf, Sleef_tanhf8_u10avx2, Sleef_tanhf1_u10purecfma)
+VEC_MAP(tg__vcosf, Sleef_cosf8_u10avx2, Sleef_cosf1_u10purecfma)
+VEC_MAP(tg__vsinf, Sleef_sinf8_u10avx2, Sleef_sinf1_u10purecfma)
 #else
 #define VEC_MAP(NAME, S1, LIBM)                                                          \
     void NAME(float *y, const float *x, int64_t n)                                       \
@@ -63,7 +69,19 @@ VEC_MAP(tg__vtanhf, Sleef_tanhf8_u10avx2, Sleef_tanhf1_u10purecfma)
 VEC_MAP(tg__vexpf, Sleef_expf1_u10purecfma, expf)
 VEC_MAP(tg__vlogf, Sleef_logf1_u10purecfma, logf)
 VEC_MAP(tg__vtanhf, Sleef_tanhf1_u10purecfma, tanhf)
+VEC_MAP(tg__vcosf, Sleef_cosf1_u10purecfma, cosf)
+VEC_MAP(tg__vsinf, Sleef_sinf1_u10purecfma, sinf)
 #endif
+
+/* torch.tensor(base) ** e for contiguous float32 e, as PyTorch's binary
+ * kernel loop runs it: pairs of 8-lane vectors through SLEEF's powf, the
+ * tail (n mod 16) through the C library's. */
+void tg__vrpowf(float *y, float base, const float *e, int64_t n)
+{
+    int64_t nv = tg__vec_math() ? n - n % 16 : 0, i = 0;
+    for (; i < nv; i++) y[i] = Sleef_powf1_u10purecfma(base, e[i]);
+    for (; i < n; i++) y[i] = powf(base, e[i]);
+}
 
 /* The lanes of PyTorch's vec::reduce_all (internal.h). PyTorch's build fuses
  * the multiply-add of map2_reduce_all (acc + x * y); so does tg__sum8_fma. */
