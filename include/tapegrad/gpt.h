@@ -95,6 +95,20 @@ TG_API int tg_decoder_config_check(const tg_decoder_config *cfg);
  * one once), without building it; -1 on a bad configuration. */
 TG_API int64_t tg_decoder_config_num_parameters(const tg_decoder_config *cfg);
 
+/* The book's compute_rope_params(head_dim, theta_base, context_length,
+ * freq_config): *cos and *sin (context_length, head_dim) float32 in tp, with
+ * PyTorch's bits (each step a float32 op as PyTorch computes it). freq NULL
+ * or factor 0: no Llama 3 smoothing. TG_EINVAL for an odd or non-positive
+ * head_dim, theta_base <= 0, a bad freq or context_length outside
+ * [1, 2^24]. */
+TG_API int tg_rope_params(tg_tape *tp, int64_t head_dim, double theta_base, int64_t context_length,
+                          const tg_rope_freq *freq, tg_tensor **cos, tg_tensor **sin);
+/* The book's apply_rope(x, cos, sin): x (..., T, hd) with hd even, cos and
+ * sin (>= T, hd), their first T rows used: x * cos + cat(-x2, x1) * sin
+ * (x1, x2 the halves of the last dim), recorded as the book's ops
+ * (SliceBackward0, NegBackward0, CatBackward0, MulBackward0, AddBackward0). */
+TG_API tg_tensor *tg_apply_rope(tg_tape *tp, tg_tensor *x, tg_tensor *cos, tg_tensor *sin);
+
 /* nn.Embedding(num, dim): weight (num, dim) initialised normal_(0, 1) from
  * the default generator; forward takes int64 ids of any shape. */
 TG_API tg_module *tg_embedding_new(tg_tape *tp, int64_t num_embeddings, int64_t embedding_dim);

@@ -360,3 +360,47 @@ tg_tensor *tg__rope_decoder_blocks(tg_tape *tp, tg_module *m, tg__rope *r, tg_te
     }
     return x;
 }
+
+/* ---- the public RoPE functions --------------------------------------------------------------- */
+
+int tg_rope_params(tg_tape *tp, int64_t head_dim, double theta_base, int64_t context_length, const tg_rope_freq *freq,
+                   tg_tensor **cos, tg_tensor **sin)
+{
+    if (!tp || !cos || !sin) return tg_error_status(TG_EINVAL, "rope_params: NULL argument");
+    *cos = *sin = NULL;
+    tg_rope_freq f = freq ? *freq : (tg_rope_freq){0};
+    if (head_dim <= 0 || head_dim % 2 != 0 || head_dim > INT32_MAX)
+        return tg_error_status(TG_EINVAL, "rope_params: head_dim must be even and positive, got %lld", (long long)head_dim);
+    if (!(theta_base > 0 && isfinite(theta_base)))
+        return tg_error_status(TG_EINVAL, "rope_params: theta_base must be > 0, got %g", theta_base);
+    if (context_length < 1 || context_length > (1 << 24))
+        return tg_error_status(TG_EINVAL, "rope_params: context_length must be in [1, 2^24], got %lld",
+                               (long long)context_length);
+    if (f.factor != 0 && !(f.factor > 0 && f.low_freq_factor > 0 && f.high_freq_factor > f.low_freq_factor &&
+                           f.original_context_length > 0 && isfinite(f.factor) && isfinite(f.high_freq_factor)))
+        return tg_error_status(TG_EINVAL, "rope_params: freq needs factor > 0, 0 < low_freq_factor < "
+                                          "high_freq_factor and original_context_length > 0");
+    tg__rope r = {.head_dim = head_dim, .context_length = context_length, .base = theta_base, .freq = f};
+    int st = tg__rope_need(&r, tp, context_length);
+    if (st != TG_OK) return st;
+    *cos = r.cos, *sin = r.sin;
+    return TG_OK;
+}
+
+tg_tensor *tg_apply_rope(tg_tape *tp, tg_tensor *x, tg_tensor *cos, tg_tensor *sin)
+{
+    char a[64], b[64];
+    if (!x || !cos || !sin) return tg__error_null_input("apply_rope");
+    int64_t hd = x->ndim >= 2 ? x->shape[x->ndim - 1] : 0, T = x->ndim >= 2 ? x->shape[x->ndim - 2] : 0;
+    if (hd == 0 || hd % 2 != 0)
+        return tg_error("apply_rope: x must be (..., T, head_dim) with an even head_dim, got %s", tg_shape_str(x, a, 64));
+    if (cos->ndim != 2 || cos->shape[1] != hd || cos->shape[0] < T || !tg_same_shape(cos, sin))
+        return tg_error("apply_rope: cos and sin must be (>= %lld, %lld) of one shape, got %s and %s", (long long)T,
+                        (long long)hd, tg_shape_str(cos, a, 64), tg_shape_str(sin, b, 64));
+    if (cos->dtype != x->dtype || sin->dtype != x->dtype)
+        return tg_error("apply_rope: cos and sin must have x's dtype %s", tg_dtype_name(x->dtype));
+    const tg_layer *layer = tg_layer_find("rope");
+    tg_tensor *in[3] = {x, tg_narrow(tp, cos, 0, 0, T), tg_narrow(tp, sin, 0, 0, T)};
+    tg_layer_args args = {0};
+    return layer ? tg_layer_apply(tp, layer, false, tg_tape_numerics(tp), 3, in, &args) : NULL;
+}
