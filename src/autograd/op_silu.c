@@ -5,7 +5,8 @@
  * Its entry in the layer table (src/autograd/layers.c) composes
  * x * sigmoid(x) from recorded ops as the oracle. float32 as PyTorch's
  * binary-kernel loop computes it: exp through SLEEF for the pairs of 8-lane
- * vectors, the C library's for the tail (n mod 16; vmath.c). */
+ * vectors, the C library's for the tail (n mod 16; vmath.c), and backward's
+ * 1 + x (1 - s) one fused multiply-add, as PyTorch's build contracts it. */
 #include "autograd_internal.h"
 
 #include <math.h>
@@ -53,7 +54,7 @@ int tg__silu_backward(tg_node *n)
 #pragma omp parallel for if (cnt > TG_PAR_MIN) schedule(static)
         for (int64_t i = 0; i < cnt; i++) {
             float s = 1.0f / (1.0f + exp_at(i, cnt, -a[i]));
-            o[i] = dy[i] * s * (1.0f + a[i] * (1.0f - s));
+            o[i] = dy[i] * s * fmaf(a[i], 1.0f - s, 1.0f);
         }
     } else {
         const double *a = tg__ptr(xd, xd->offset), *dy = tg__ptr(g, g->offset);
