@@ -32,6 +32,7 @@ static const example examples[] = {
     {"rms_norm", 2, {3, 1}, {{2, 3, 6}, {6}}, false, {.eps = 1e-5}},
     {"silu", 1, {2}, {{3, 7}}, false, {.dropout = 0}},
     {"rope", 3, {4, 2, 2}, {{2, 3, 5, 4}, {5, 4}, {5, 4}}, false, {.dropout = 0}},
+    {"swiglu", 4, {3, 2, 2, 2}, {{2, 3, 4}, {6, 4}, {6, 4}, {4, 6}}, false, {.dropout = 0}},
 };
 enum { NEXAMPLES = (int)(sizeof examples / sizeof examples[0]) };
 

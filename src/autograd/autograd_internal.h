@@ -119,6 +119,8 @@ tg_tensor *tg__new_like(tg_tape *tp, const tg_tensor *x);
 /* x itself when contiguous, else a contiguous copy in tp (NULL when out of
  * memory): for kernels that walk the data row-major. */
 const tg_tensor *tg__dense(tg_tape *tp, const tg_tensor *x);
+/* RoPE as one node (op_rope.c): x (..., T, hd), cos and sin (T, hd). */
+tg_tensor *tg__rope(tg_tape *tp, tg_tensor *x, tg_tensor *cos, tg_tensor *sin);
 
 /* Element k (row-major, from the offset) of a contiguous float tensor. */
 static inline double tg__get_dense(const tg_tensor *t, int64_t k)

@@ -191,6 +191,25 @@ static tg_tensor *rope_composed(tg_tape *tp, int n, tg_tensor *const *in, const 
     return tg_add(tp, xc, tg_mul(tp, rotated, in[2]));
 }
 
+static tg_tensor *rope_exact(tg_tape *tp, int n, tg_tensor *const *in, const tg_layer_args *a)
+{
+    (void)n, (void)a;
+    return tg__rope(tp, in[0], in[1], in[2]);
+}
+
+/* ---- SwiGLU: x (..., d), W1 (h, d), W2 (h, d), W3 (d, h) ------------------------------------------- */
+
+/* The book's FeedForward of qwen3.py / llama3.py (no biases):
+ *   x_fc1 = self.fc1(x); x_fc2 = self.fc2(x)
+ *   x = nn.functional.silu(x_fc1) * x_fc2; return self.fc3(x)
+ * F.silu is one PyTorch op (SiluBackward0), so it is tg_silu here too. */
+static tg_tensor *swiglu_composed(tg_tape *tp, int n, tg_tensor *const *in, const tg_layer_args *a)
+{
+    (void)n, (void)a;
+    tg_tensor *h1 = tg_linear(tp, in[0], in[1], NULL), *h2 = h1 ? tg_linear(tp, in[0], in[2], NULL) : NULL;
+    return h2 ? tg_linear(tp, tg_mul(tp, tg_silu(tp, h1), h2), in[3], NULL) : NULL;
+}
+
 /* ---- the table -------------------------------------------------------------------------------- */
 
 static const tg_layer layers[] = {
@@ -203,7 +222,8 @@ static const tg_layer layers[] = {
      feed_forward_exact, feed_forward_fast, NULL, 2e-6, true},
     {"rms_norm", "x (..., D), weight (D)", 2, rms_norm_composed, NULL, rms_norm_fast, NULL, 2e-6, true},
     {"silu", "x", 1, silu_composed, silu_exact, NULL, NULL, 2e-6, false},
-    {"rope", "x (..., T, hd), cos (T, hd), sin (T, hd)", 3, rope_composed, NULL, NULL, NULL, 0, true},
+    {"rope", "x (..., T, hd), cos (T, hd), sin (T, hd)", 3, rope_composed, rope_exact, NULL, NULL, 0, true},
+    {"swiglu", "x (..., d), W1 (h, d), W2 (h, d), W3 (d, h)", 4, swiglu_composed, NULL, NULL, NULL, 0, true},
 };
 enum { NLAYERS = (int)(sizeof layers / sizeof layers[0]) };
 

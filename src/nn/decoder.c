@@ -86,13 +86,24 @@ int tg__rope_need(tg__rope *r, tg_tape *tp, int64_t rows)
 static tg_module *child(tg_module *m, const char *name) { return tg_module_get_submodule(m, name); }
 
 /* forward: x_fc1 = self.fc1(x); x_fc2 = self.fc2(x)
- *          x = nn.functional.silu(x_fc1) * x_fc2; return self.fc3(x) */
+ *          x = nn.functional.silu(x_fc1) * x_fc2; return self.fc3(x)
+ * through the layer table's "swiglu" when fc1, fc2, fc3 are the built-in
+ * Linear layers (LoRA wraps them: then each child's own forward). */
 static tg_tensor *swiglu_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *const *in)
 {
     if (!tg__check_ninputs(self, n, 1)) return NULL;
-    tg_tensor *a = tg_module_forward(tp, child(self, "fc1"), in[0]);
-    tg_tensor *b = a ? tg_module_forward(tp, child(self, "fc2"), in[0]) : NULL;
-    return b ? tg_module_forward(tp, child(self, "fc3"), tg_mul(tp, tg_silu(tp, a), b)) : NULL;
+    tg_module *f1 = child(self, "fc1"), *f2 = child(self, "fc2"), *f3 = child(self, "fc3");
+    const tg_layer *layer = tg_layer_find("swiglu");
+    if (layer && tg__is_linear(f1) && tg__is_linear(f2) && tg__is_linear(f3) && !tg__entry_get(&f1->params, "bias") &&
+        !tg__entry_get(&f2->params, "bias") && !tg__entry_get(&f3->params, "bias")) {
+        tg_tensor *in4[4] = {in[0], tg__entry_get(&f1->params, "weight"), tg__entry_get(&f2->params, "weight"),
+                             tg__entry_get(&f3->params, "weight")};
+        tg_layer_args a = {0};
+        return tg_layer_apply(tp, layer, tg_module_is_fused(self), tg_tape_numerics(tp), 4, in4, &a);
+    }
+    tg_tensor *a = tg_module_forward(tp, f1, in[0]);
+    tg_tensor *b = a ? tg_module_forward(tp, f2, in[0]) : NULL;
+    return b ? tg_module_forward(tp, f3, tg_mul(tp, tg_silu(tp, a), b)) : NULL;
 }
 
 static const tg_module_type swiglu_type = {.name = "FeedForward", .forward = swiglu_forward};

@@ -80,6 +80,10 @@ int tg_cmd_finetune(int argc, char **argv);
  * (tools/tapegrad/datadir.c); NULL with a message. The CLI owns it (loaded
  * once per process): callers do not free it. */
 tg_tokenizer *tg_cli_tokenizer(const char *path);
+/* The model's tokenizer: --tokenizer's file, else the family's own (GPT-2's
+ * files, Qwen3's installed tokenizer.json; Llama 3's is not shipped: an
+ * error says to give --tokenizer). */
+tg_tokenizer *tg_cli_model_tokenizer(const char *path, const tg_decoder_config *cfg);
 /* The --tokenizer option row and its help line, shared by every command that
  * reads text. */
 #define TG_CLI_TOKENIZER_OPT(var) {.name = "--tokenizer", .type = TG_OPT_STRING, .dest = &(var)}
@@ -92,9 +96,9 @@ tg_tokenizer *tg_cli_tokenizer(const char *path);
  * zero fields keep the preset's value. */
 typedef struct {
     const char *config;
-    int64_t vocab, context, emb, heads, layers;
-    double dropout;
-    bool dropout_seen, qkv_bias;
+    int64_t vocab, context, emb, heads, layers, hidden, head_dim, kv_groups;
+    double dropout, rope_base;
+    bool dropout_seen, qkv_bias, rope_base_seen, qk_norm, no_qk_norm;
     uint64_t seed;
     const char *precision; /* --precision: exact (default), fast, bf16 */
     tg_numerics numerics;  /* what it names, set by tg_cli_model_parse */
@@ -104,22 +108,29 @@ void tg_cli_model_defaults(tg_cli_model *m, int64_t context);
 /* tg_cli_parse over the command's own options (c->opts) followed by MODEL's
  * into m, then the checked configuration into cfg (an error is the command's
  * one line, as tg_cli_parse's). */
-bool tg_cli_model_parse(const tg_cli_command *c, int argc, char **argv, tg_cli_model *m, tg_gpt_config *cfg,
+bool tg_cli_model_parse(const tg_cli_command *c, int argc, char **argv, tg_cli_model *m, tg_decoder_config *cfg,
                         int *status);
 /* The MODEL part of the commands' --help. */
 #define TG_CLI_MODEL_HELP                                                                         \
     "model (MODEL) options, applied over the preset:\n"                                    \
-    "  --config NAME   gpt2-small (default), gpt2-medium, gpt2-large, gpt2-xl\n"            \
+    "  --config NAME   gpt2-small (default), gpt2-medium, gpt2-large, gpt2-xl,\n"           \
+    "                  qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, llama3.2-1b,\n"      \
+    "                  llama3.2-3b (the book's configurations)\n"                         \
     "  --vocab N --context N --emb N --heads N --layers N\n"                               \
-    "  --dropout P     drop_rate in [0, 1) (0.1)\n"                                        \
-    "  --qkv-bias      biases on the query/key/value projections\n"                        \
+    "  --hidden N      feed-forward width (GPT-2: 4 * emb)\n"                              \
+    "  --head-dim N    (Qwen3) attention head size, free of emb / heads\n"                 \
+    "  --kv-groups N   (Qwen3, Llama 3) key-value groups of grouped-query attention\n"     \
+    "  --rope-base X   (Qwen3, Llama 3) RoPE's theta base\n"                               \
+    "  --qk-norm, --no-qk-norm  (Qwen3) RMSNorm on queries and keys, or not\n"             \
+    "  --dropout P     (GPT-2) drop_rate in [0, 1) (0.1)\n"                                \
+    "  --qkv-bias      (GPT-2) biases on the query/key/value projections\n"                \
     "  --seed N        torch.manual_seed before the model is built (123)\n"                \
     "  --precision P   exact (PyTorch's float32 bits, default), fast (float32, own\n"       \
     "                  kernels and call shapes) or bf16 (bf16 products, float32\n"         \
     "                  accumulation; emulated on sgemm) (README.md, \"Numerics\")\n"
 
 /* tg_manual_seed(seed), then the GPTModel, under --precision's numerics. */
-tg_module *tg_cli_model_build(tg_tape *tp, const tg_cli_model *m, const tg_gpt_config *cfg);
+tg_module *tg_cli_model_build(tg_tape *tp, const tg_cli_model *m, const tg_decoder_config *cfg);
 
 /* The graph's shape as pretrain and bench --model gpt run it: one node per
  * layer (LayerNorm, GELU, attention, FeedForward) unless composed. */
@@ -205,8 +216,8 @@ typedef struct {
     "  --json               end with one JSON line (the rows and the task's values)\n"
 /* The model's part of a training run's identity (tg_checkpoint_value):
  * its sizes, biases, seed and dropout into v[0..TG_CLI_MODEL_NIDENTITY). */
-#define TG_CLI_MODEL_NIDENTITY 8
-int tg_cli_model_identity(const tg_gpt_config *c, uint64_t seed, tg_checkpoint_value *v);
+#define TG_CLI_MODEL_NIDENTITY 17
+int tg_cli_model_identity(const tg_decoder_config *c, uint64_t seed, tg_checkpoint_value *v);
 /* TG_CLI_OK when every id of ids[0..n) is below vocab; else the line
  * "what: id N is outside the model's vocabulary (--vocab V)". */
 int tg_cli_check_ids(const char *cmd, const char *what, const int64_t *ids, int64_t n, int64_t vocab);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/resource.h>
 
 #define CMD "bench"
@@ -51,7 +52,7 @@ const char *const tg_cli_bench_gpt_help =
     "\n" TG_CLI_MODEL_HELP
     "\n"
     "FLOPs = 6 * (weights of every Linear, out_head included) * B * T\n"
-    "      + 12 * n_layers * B * T^2 * emb_dim.\n";
+    "      + 12 * n_layers * B * T^2 * n_heads * head_dim (emb_dim for GPT-2).\n";
 
 typedef struct {
     const char *model;
@@ -137,7 +138,7 @@ static int time_all_reduce_alone(tg_tape *tp, const tg_dist_ddp *ddp, int64_t re
  * gradients' all-reduce, optimizer, whole step (the library's trainer's
  * step, as pretrain and finetune take it); then the all-reduces alone.
  * dist: under mpirun (the trainer slices the global batch, a ddp). */
-static int run(const gpt_bench_args *a, const tg_cli_model *mo, const tg_gpt_config *cfg, bool dist, double *t[T_N],
+static int run(const gpt_bench_args *a, const tg_cli_model *mo, const tg_decoder_config *cfg, bool dist, double *t[T_N],
                gpt_bench_result *res)
 {
     tg_tape *model_tape = tg_tape_new();
@@ -148,6 +149,10 @@ static int run(const gpt_bench_args *a, const tg_cli_model *mo, const tg_gpt_con
     tg_trainer *tr = NULL;
     tg_batch b = {NULL, NULL};
     if (gpt && a->classify && make_classifier(model_tape, gpt, a, mo) != TG_OK) gpt = NULL;
+    /* a LoRA fine-tuning step (appendix E): the base frozen, every Linear wrapped */
+    if (gpt && !a->classify && a->lora_rank_seen &&
+        tg_gpt_prepare_finetune(model_tape, gpt, 0, mo->seed, a->lora_rank, a->lora_alpha) != TG_OK)
+        gpt = NULL;
     if (gpt) {
         res->trainable = tg_module_num_trainable_parameters(gpt);
         tg_cli_gpt_set_layers(gpt, false);
@@ -222,31 +227,34 @@ int tg_cmd_bench_gpt(int argc, char **argv)
     /* the context defaults to --tokens, so MODEL is parsed after --tokens is known */
     tg_cli_model mo;
     tg_cli_model_defaults(&mo, 0);
-    tg_gpt_config cfg;
+    tg_decoder_config cfg;
     int rc;
     tg_cli_command c = {.name = CMD, .help = tg_cli_bench_gpt_help, .opts = own, .nopts = TG_CLI_NOPTS(own)};
     if (!tg_cli_model_parse(&c, argc, argv, &mo, &cfg, &rc)) return rc;
     a.classify = strcmp(a.model, "classify") == 0;
     if (strcmp(a.model, "gpt") != 0 && !a.classify)
         return tg_cli_error(CMD, "--model: expected gpt or classify, got '%.200s'", a.model);
-    if ((a.lora_rank_seen || a.lora_alpha_seen) && !a.classify)
-        return tg_cli_error(CMD, "--lora-rank and --lora-alpha go with --model classify");
     if (a.lora_alpha_seen && !a.lora_rank_seen) return tg_cli_error(CMD, "--lora-alpha needs --lora-rank");
     if (a.lora_rank_seen && !a.lora_alpha_seen) a.lora_alpha = (double)a.lora_rank;
     if (!mo.context) cfg.context_length = a.tokens;
     if (a.tokens > cfg.context_length)
         return tg_cli_error(CMD, "--tokens %lld exceeds the model's context length %lld", (long long)a.tokens,
                             (long long)cfg.context_length);
-    if (tg_gpt_config_check(&cfg) != TG_OK) return tg_cli_lib_error(CMD, NULL);
-    /* parameters, gradients, AdamW's two moments, the logits with their
-     * gradient, and a generous bound on each block's activations */
-    double bytes = 16.0 * (double)tg_gpt_config_num_parameters(&cfg) +
+    if (tg_decoder_config_check(&cfg) != TG_OK) return tg_cli_lib_error(CMD, NULL);
+    /* parameters, gradients, AdamW's two moments (the weights alone under
+     * LoRA), the logits with their gradient, and a generous bound on each
+     * block's activations; within the budget or 80% of the machine's memory */
+    double per_param = a.lora_rank_seen ? 4.5 : 16.0;
+    double bytes = per_param * (double)tg_decoder_config_num_parameters(&cfg) +
                    12.0 * (double)a.batch * (double)a.tokens * (double)cfg.vocab_size +
                    4.0 * (double)cfg.n_layers * (double)a.batch * (double)a.tokens *
                        (64.0 * (double)cfg.emb_dim + 12.0 * (double)cfg.n_heads * (double)a.tokens);
-    if (bytes > TG_CLI_MEMORY_BUDGET)
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    double budget = pages > 0 && page > 0 ? 0.8 * (double)pages * (double)page : TG_CLI_MEMORY_BUDGET;
+    if (budget < TG_CLI_MEMORY_BUDGET) budget = TG_CLI_MEMORY_BUDGET;
+    if (bytes > budget)
         return tg_cli_error(CMD, "configuration too large: batch %lld, tokens %lld with this model would need more than %.0f GiB",
-                            (long long)a.batch, (long long)a.tokens, TG_CLI_MEMORY_BUDGET / (1024.0 * 1024 * 1024));
+                            (long long)a.batch, (long long)a.tokens, budget / (1024.0 * 1024 * 1024));
     if (tg_cli_check_only) return TG_CLI_OK;
     if (a.threads_set) omp_set_num_threads((int)a.threads);
     rc = tg_cli_dist_begin(CMD, a.dist, a.batch, a.threads_set);
@@ -263,8 +271,13 @@ int tg_cmd_bench_gpt(int argc, char **argv)
     if (rc == TG_CLI_OK && tg_dist_rank() == 0) {
         double B = (double)a.batch, T = (double)a.tokens, d = (double)cfg.emb_dim, L = (double)cfg.n_layers;
         double V = (double)cfg.vocab_size;
-        double linear = L * (4 * d * d + 8 * d * d) + d * V; /* W_query, W_key, W_value, out_proj, ff, out_head */
-        double flops = 6 * linear * B * T + 12 * L * B * T * T * d;
+        double hd = (double)(cfg.head_dim ? cfg.head_dim : cfg.emb_dim / cfg.n_heads), H = (double)cfg.n_heads;
+        double G = (double)(cfg.n_kv_groups ? cfg.n_kv_groups : cfg.n_heads);
+        double h = (double)(cfg.hidden_dim ? cfg.hidden_dim : 4 * cfg.emb_dim);
+        /* W_query, W_key, W_value, out_proj, the feed-forward's two (GELU) or three (SwiGLU) and out_head */
+        double att = 2 * d * H * hd + 2 * d * G * hd, ff = (cfg.family == TG_GPT_FAMILY_GPT2 ? 2 : 3) * d * h;
+        double linear = L * (att + ff) + d * V;
+        double flops = 6 * linear * B * T + 12 * L * B * T * T * H * hd;
         for (int k = 0; k < T_N; k++) res.ms[k] = tg_cli_median(t[k], a.steps);
         double fwd = res.ms[T_FWD], bwd = res.ms[T_BWD], opt = res.ms[T_OPT], stp = res.ms[T_STEP];
         double wait = res.ms[T_WAIT], alone = res.ms[T_ALONE];

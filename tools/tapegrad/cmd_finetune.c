@@ -206,7 +206,7 @@ static int build_model(ft_run *r, const tg_cli_model *m)
 static int load_data(ft_run *r)
 {
     const ft_args *a = r->a;
-    r->tok = tg_cli_tokenizer(a->tokenizer);
+    r->tok = tg_cli_model_tokenizer(a->tokenizer, &r->cfg);
     if (!r->tok) return tg_cli_lib_error(r->cmd, a->tokenizer ? "--tokenizer" : NULL);
     r->pad_id = tg_tokenizer_eot(r->tok);
     if (r->pad_id < 0)

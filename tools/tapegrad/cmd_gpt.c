@@ -56,10 +56,31 @@ static void with_commas(char *buf, size_t size, int64_t v)
     buf[o] = '\0';
 }
 
+/* The book's Qwen3 and Llama 3 notebooks' figures: the parameters, those
+ * without tok_emb (the head tied to it), and model_memory_size(): the
+ * parameters, their gradients and the buffers (RoPE's cos and sin tables of
+ * the whole context) at 4 and 2 bytes per element, in GB of 1024^3 bytes. */
+static int print_rope_summary(tg_module *model)
+{
+    tg_decoder_config c;
+    if (tg_decoder_get_config(model, &c) != TG_OK) return tg_cli_lib_error("summary", NULL);
+    int64_t total = tg_module_num_parameters(model);
+    int64_t emb = tg_numel(tg_module_get_parameter(model, "tok_emb.weight"));
+    int64_t hd = c.head_dim ? c.head_dim : c.emb_dim / c.n_heads;
+    double elems = 2.0 * (double)total + 2.0 * (double)c.context_length * (double)hd;
+    char a[40], b[40];
+    with_commas(a, sizeof a, total);
+    with_commas(b, sizeof b, total - emb);
+    printf("Total number of parameters: %s\n\nTotal number of unique parameters: %s\n", a, b);
+    printf("float32 (PyTorch default): %.2f GB\nbfloat16: %.2f GB\n", elems * 4 / (1024.0 * 1024.0 * 1024.0),
+           elems * 2 / (1024.0 * 1024.0 * 1024.0));
+    return tg_cli_flush_stdout() ? TG_CLI_OK : tg_cli_stdout_error(0);
+}
+
 int tg_cmd_summary(int argc, char **argv)
 {
     tg_cli_model m;
-    tg_gpt_config cfg;
+    tg_decoder_config cfg;
     tg_cli_model_defaults(&m, 0);
     int rc;
     if (!tg_cli_model_parse(&(tg_cli_command){.name = "summary", .help = summary_help}, argc, argv, &m, &cfg, &rc))
@@ -72,6 +93,8 @@ int tg_cmd_summary(int argc, char **argv)
         rc = tg_cli_lib_error("summary", NULL);
     } else if (tg_module_print(stdout, gpt) != TG_OK) {
         rc = tg_cli_print_error("summary");
+    } else if (cfg.family != TG_GPT_FAMILY_GPT2) {
+        rc = print_rope_summary(gpt);
     } else {
         int64_t total = tg_module_num_parameters(gpt);
         int64_t head = tg_numel(tg_module_get_parameter(gpt, "out_head.weight"));
@@ -135,7 +158,7 @@ static void lora_hint(const char *path, bool asked, int64_t rank, char *buf, siz
         snprintf(buf, size, " (the file holds no LoRA adapters: leave out --lora-rank)");
 }
 
-static int run_generate(tg_tape *tp, tg_tokenizer *tok, const tg_cli_model *m, tg_gpt_config *cfg, const gen_args *a)
+static int run_generate(tg_tape *tp, tg_tokenizer *tok, const tg_cli_model *m, tg_decoder_config *cfg, const gen_args *a)
 {
     const char *cmd = "generate";
     int64_t *prompt = NULL, *ids = NULL;
@@ -233,7 +256,7 @@ int tg_cmd_generate(int argc, char **argv)
          .seen = &a.lora_alpha_seen},
     };
     tg_cli_model m;
-    tg_gpt_config cfg;
+    tg_decoder_config cfg;
     tg_cli_model_defaults(&m, 0);
     /* GPT-2's released weights have q/k/v biases (the book's NEW_CONFIG) */
     for (int i = 1; i < argc; i++)
@@ -253,7 +276,7 @@ int tg_cmd_generate(int argc, char **argv)
     if (a.think && !a.chat) return tg_cli_error(cmd, "--think needs --chat");
     if (tg_cli_check_only) return TG_CLI_OK;
 
-    tg_tokenizer *tok = tg_cli_tokenizer(a.tokenizer);
+    tg_tokenizer *tok = tg_cli_model_tokenizer(a.tokenizer, &cfg);
     if (!tok) return tg_cli_lib_error(cmd, a.tokenizer ? "--tokenizer" : NULL);
     if (a.chat && tg_tokenizer_chat_format(tok) == TG_CHAT_NONE)
         return tg_cli_error(cmd, "--chat: this tokenizer has no chat format (Qwen3's and Llama 3's have one; give --tokenizer)");

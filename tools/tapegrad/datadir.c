@@ -56,3 +56,20 @@ tg_tokenizer *tg_cli_tokenizer(const char *path)
     if (cached) snprintf(cached_path, sizeof cached_path, "%s", what);
     return cached;
 }
+
+tg_tokenizer *tg_cli_model_tokenizer(const char *path, const tg_decoder_config *cfg)
+{
+    if (path || cfg->family == TG_GPT_FAMILY_GPT2) return tg_cli_tokenizer(path);
+    if (cfg->family == TG_GPT_FAMILY_LLAMA3)
+        return tg_error("Llama 3's tokenizer is not shipped (Meta's licence): give --tokenizer FILE "
+                        "(tools/fetch_tokenizers.sh fetches it)");
+    /* Qwen3's tokenizer.json lives beside GPT-2's files: DATA/qwen3 */
+    const char *gpt2 = vocab_dir();
+    if (!gpt2) return NULL;
+    char qwen[4096];
+    const char *slash = strrchr(gpt2, '/');
+    int n = slash ? (int)(slash - gpt2) : 0;
+    if (snprintf(qwen, sizeof qwen, "%.*s%sqwen3/tokenizer.json", n, gpt2, slash ? "/" : "") >= (int)sizeof qwen)
+        return tg_error("the data directory's path is too long");
+    return tg_cli_tokenizer(qwen);
+}

@@ -20,7 +20,7 @@ typedef struct {
 typedef struct {
     const ft_args *a;
     const char *cmd;
-    tg_gpt_config cfg;
+    tg_decoder_config cfg;
     uint64_t seed;
     tg_tokenizer *tok;
     int64_t pad_id; /* the tokenizer's <|endoftext|> (GPT-2's 50256, the book's): padding */

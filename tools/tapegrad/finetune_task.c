@@ -60,7 +60,7 @@ static size_t remove_all(char *s, size_t n, const char *what)
  * training mode with dropout, the book's loop itself, each id from the
  * whole window's forward, so that the dropout masks are drawn as PyTorch
  * draws them. */
-static int generate_in_mode(tg_tape *tp, tg_module *gpt, const tg_gpt_config *cfg, const int64_t *prompt,
+static int generate_in_mode(tg_tape *tp, tg_module *gpt, const tg_decoder_config *cfg, const int64_t *prompt,
                             int64_t n_prompt, int64_t max_new, int64_t eos, int64_t *out, int64_t *n_out)
 {
     if (!tg_module_is_training(gpt) || cfg->drop_rate == 0) {

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define MODEL_NOPTS 10
+#define MODEL_NOPTS 16
 
 void tg_cli_model_defaults(tg_cli_model *m, int64_t context)
 {
@@ -18,13 +18,20 @@ static int model_opts(tg_cli_model *m, tg_opt *opts)
     const tg_opt o[MODEL_NOPTS] = {
         {.name = "--config", .type = TG_OPT_STRING, .dest = &m->config},
         {.name = "--vocab", .type = TG_OPT_INT, .dest = &m->vocab, .imin = 1, .imax = INT32_MAX},
-        {.name = "--context", .type = TG_OPT_INT, .dest = &m->context, .imin = 1, .imax = 65536},
+        {.name = "--context", .type = TG_OPT_INT, .dest = &m->context, .imin = 1, .imax = 1 << 24},
         {.name = "--emb", .type = TG_OPT_INT, .dest = &m->emb, .imin = 1, .imax = INT32_MAX},
         {.name = "--heads", .type = TG_OPT_INT, .dest = &m->heads, .imin = 1, .imax = INT32_MAX},
         {.name = "--layers", .type = TG_OPT_INT, .dest = &m->layers, .imin = 1, .imax = 100000},
         {.name = "--dropout", .type = TG_OPT_DOUBLE, .dest = &m->dropout, .dmin = 0.0, .dmax = 1.0, .dmax_open = true,
          .seen = &m->dropout_seen},
         {.name = "--qkv-bias", .type = TG_OPT_FLAG, .dest = &m->qkv_bias},
+        {.name = "--hidden", .type = TG_OPT_INT, .dest = &m->hidden, .imin = 1, .imax = INT32_MAX},
+        {.name = "--head-dim", .type = TG_OPT_INT, .dest = &m->head_dim, .imin = 1, .imax = 65536},
+        {.name = "--kv-groups", .type = TG_OPT_INT, .dest = &m->kv_groups, .imin = 1, .imax = 65536},
+        {.name = "--rope-base", .type = TG_OPT_DOUBLE, .dest = &m->rope_base, .dmin = 1e-300, .dmax = 1e300,
+         .seen = &m->rope_base_seen},
+        {.name = "--qk-norm", .type = TG_OPT_FLAG, .dest = &m->qk_norm},
+        {.name = "--no-qk-norm", .type = TG_OPT_FLAG, .dest = &m->no_qk_norm},
         {.name = "--seed", .type = TG_OPT_U64, .dest = &m->seed},
         {.name = "--precision", .type = TG_OPT_STRING, .dest = &m->precision},
     };
@@ -34,11 +41,11 @@ static int model_opts(tg_cli_model *m, tg_opt *opts)
 
 /* The configuration the options ask for, checked: TG_CLI_OK, or the error
  * line printed for cmd. */
-static int model_config(const char *cmd, tg_cli_model *m, tg_gpt_config *cfg)
+static int model_config(const char *cmd, tg_cli_model *m, tg_decoder_config *cfg)
 {
     if (tg_numerics_parse(m->precision, &m->numerics) != TG_OK)
         return tg_cli_error(cmd, "--precision: %s", tg_last_error());
-    if (tg_gpt_config_preset(m->config, cfg) != TG_OK) return tg_cli_error(cmd, "--config: %s", tg_last_error());
+    if (tg_decoder_config_preset(m->config, cfg) != TG_OK) return tg_cli_error(cmd, "--config: %s", tg_last_error());
     if (m->vocab) cfg->vocab_size = m->vocab;
     if (m->context) cfg->context_length = m->context;
     if (m->emb) cfg->emb_dim = m->emb;
@@ -46,19 +53,29 @@ static int model_config(const char *cmd, tg_cli_model *m, tg_gpt_config *cfg)
     if (m->layers) cfg->n_layers = m->layers;
     if (m->dropout_seen) cfg->drop_rate = m->dropout;
     if (m->qkv_bias) cfg->qkv_bias = true;
-    if (tg_gpt_config_check(cfg) != TG_OK) return tg_cli_error(cmd, "%s", tg_last_error());
+    if (m->qk_norm && m->no_qk_norm) return tg_cli_error(cmd, "--qk-norm and --no-qk-norm are exclusive");
+    bool gpt2 = cfg->family == TG_GPT_FAMILY_GPT2;
+    const char *rope_only = m->kv_groups ? "--kv-groups" : m->rope_base_seen ? "--rope-base" : NULL;
+    if (gpt2 && rope_only) return tg_cli_error(cmd, "%s: %s is a GPT-2 configuration (learned positions, one "
+                                               "key-value group per head)", rope_only, m->config);
+    if (m->hidden) cfg->hidden_dim = m->hidden;
+    if (m->head_dim) cfg->head_dim = m->head_dim;
+    if (m->kv_groups) cfg->n_kv_groups = m->kv_groups;
+    if (m->rope_base_seen) cfg->rope_base = m->rope_base;
+    if (m->qk_norm || m->no_qk_norm) cfg->qk_norm = m->qk_norm;
+    if (tg_decoder_config_check(cfg) != TG_OK) return tg_cli_error(cmd, "%s", tg_last_error());
     return TG_CLI_OK;
 }
 
-tg_module *tg_cli_model_build(tg_tape *tp, const tg_cli_model *m, const tg_gpt_config *cfg)
+tg_module *tg_cli_model_build(tg_tape *tp, const tg_cli_model *m, const tg_decoder_config *cfg)
 {
     tg_manual_seed(m->seed); /* torch.manual_seed(seed); model = GPTModel(cfg) */
-    tg_module *gpt = tg_gpt_new(tp, cfg);
+    tg_module *gpt = tg_decoder_new(tp, cfg);
     tg_cli_note_bf16(m->numerics); /* the policy goes on the step's tape, not the model */
     return gpt;
 }
 
-bool tg_cli_model_parse(const tg_cli_command *c, int argc, char **argv, tg_cli_model *m, tg_gpt_config *cfg,
+bool tg_cli_model_parse(const tg_cli_command *c, int argc, char **argv, tg_cli_model *m, tg_decoder_config *cfg,
                         int *status)
 {
     tg_opt opts[64];

@@ -162,7 +162,7 @@ int tg_cli_check_ids(const char *cmd, const char *what, const int64_t *ids, int6
     return TG_CLI_OK;
 }
 
-int tg_cli_model_identity(const tg_gpt_config *c, uint64_t seed, tg_checkpoint_value *v)
+int tg_cli_model_identity(const tg_decoder_config *c, uint64_t seed, tg_checkpoint_value *v)
 {
     const tg_checkpoint_value id[TG_CLI_MODEL_NIDENTITY] = {
         {.name = "--vocab", .i = c->vocab_size},
@@ -173,6 +173,15 @@ int tg_cli_model_identity(const tg_gpt_config *c, uint64_t seed, tg_checkpoint_v
         {.name = "--qkv-bias", .i = c->qkv_bias},
         {.name = "--seed", .i = (int64_t)seed},
         {.name = "--dropout", .is_float = true, .f = c->drop_rate},
+        {.name = "--config (the model's family)", .i = (int64_t)c->family},
+        {.name = "--hidden", .i = c->hidden_dim},
+        {.name = "--head-dim", .i = c->head_dim},
+        {.name = "--kv-groups", .i = c->n_kv_groups},
+        {.name = "--qk-norm", .i = c->qk_norm},
+        {.name = "the tied head", .i = c->tie_head},
+        {.name = "--rope-base", .is_float = true, .f = c->rope_base},
+        {.name = "the RoPE frequency smoothing", .is_float = true, .f = c->rope_freq.factor},
+        {.name = "the norms' eps", .is_float = true, .f = c->norm_eps},
     };
     memcpy(v, id, sizeof id);
     return TG_CLI_MODEL_NIDENTITY;
