@@ -57,6 +57,39 @@ expect_contains "summary parameters" "Total number of parameters: 163,009,536" "
 expect_contains "summary tied" "Number of trainable parameters considering weight tying: 124,412,160" "$TG" summary
 expect_contains "summary size" "Total size of the model: 621.83 MB" "$TG" summary
 expect_contains "summary small" "(trf_blocks): Sequential(" "$TG" summary --vocab 100 --context 16 --emb 32 --heads 4 --layers 2
+# Qwen3 and Llama 3.2: the book's classes and its notebooks' figures (a
+# smaller vocabulary and one layer keep the build quick)
+QW="--config qwen3-0.6b --vocab 1000 --layers 1"
+expect_contains "summary qwen3 class" "Qwen3Model(" "$TG" summary $QW
+expect_contains "summary qwen3 qk-norm" "(q_norm): RMSNorm()" "$TG" summary $QW
+expect_contains "summary qwen3 parameters" "Total number of parameters: 17,779,968" "$TG" summary $QW
+expect_contains "summary qwen3 unique" "Total number of unique parameters: 16,755,968" "$TG" summary $QW
+expect_contains "summary qwen3 memory" "float32 (PyTorch default): 0.17 GB" "$TG" summary $QW
+expect_contains "summary qwen3 bf16 memory" "bfloat16: 0.09 GB" "$TG" summary $QW
+LL="--config llama3.2-1b --vocab 1000 --layers 1 --emb 64 --heads 4 --hidden 128 --kv-groups 2"
+expect_contains "summary llama3 class" "Llama3Model(" "$TG" summary $LL
+expect_contains "summary llama3 norm" "(norm1): RMSNorm((64,), eps=1e-05, elementwise_affine=True)" "$TG" summary $LL
+expect_contains "summary llama3 kv groups" "(W_key): Linear(in_features=64, out_features=32, bias=False)" "$TG" summary $LL
+# a small Qwen3 with Qwen3's own tokenizer (the default for the family):
+# the KV cache gives the same ids, and a chat prompt stops at the end of a turn
+QS="--config qwen3-0.6b --emb 32 --heads 4 --head-dim 32 --kv-groups 2 --layers 1 --hidden 64"
+if "$TG" generate $QS --max-new-tokens 6 --json >"$TMP/q1.json" 2>"$TMP/err" &&
+    "$TG" generate $QS --max-new-tokens 6 --json --no-kv-cache >"$TMP/q2.json" 2>>"$TMP/err" &&
+    $PY -c '
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+assert a["input_ids"] == [9707, 11, 358, 1079], a["input_ids"]
+assert a["ids"] == b["ids"] and len(a["ids"]) == 6, (a["ids"], b["ids"])
+' "$TMP/q1.json" "$TMP/q2.json"; then ok; else bad "generate qwen3 (cache = no cache): $(head -1 "$TMP/err")"; fi
+if "$TG" generate $QS --chat --prompt "Hi" --max-new-tokens 2 --json >"$TMP/q3.json" 2>"$TMP/err" &&
+    "$TG" tokenize --tokenizer "$(dirname "$0")/../data/qwen3/tokenizer.json" --chat --generation-prompt --text "Hi" --json >"$TMP/q4.json" 2>>"$TMP/err" &&
+    $PY -c '
+import json, sys
+g, t = (json.load(open(f)) for f in sys.argv[1:3])
+assert g["input_ids"] == t["ids"], (g["input_ids"], t["ids"])
+assert "<|im_start|>" not in g["text"] and len(g["ids"]) <= 2, g
+' "$TMP/q3.json" "$TMP/q4.json"; then ok; else bad "generate qwen3 --chat: $(head -1 "$TMP/err")"; fi
+
 HELLO="Hello, I am Featureiman Byeswickattribute argue logger Normandy Compton analogous"
 expect_contains "generate greedy (KV cache)" "$HELLO" "$TG" generate --config gpt2-small --seed 123 --prompt "Hello, I am" --max-new-tokens 10
 expect_contains "generate greedy (no cache)" "$HELLO" "$TG" generate --config gpt2-small --seed 123 --prompt "Hello, I am" --max-new-tokens 10 --no-kv-cache
@@ -137,8 +170,8 @@ printf '[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "He
 expect_contains "tokenize --messages" "151644 872 198 13048 151645 198 151644 77091 198 9707 0 151645 198" \
     "$TG" tokenize --tokenizer "$QWEN" --messages "$TMP/chat.json"
 expect_contains "tokenize qwen3 --decode" "<|im_start|>user" "$TG" tokenize --tokenizer "$QWEN" --decode "151644 872"
-expect_contains "generate --chat qwen3" "<|im_start|>assistant" "$TG" generate --tokenizer "$QWEN" --chat --prompt Hi \
-    --vocab 151669 --context 64 --emb 16 --heads 2 --layers 1 --max-new-tokens 2
+expect_contains "generate --chat qwen3" '"input_ids":[151644,872,198,13048,151645,198,151644,77091,198,' "$TG" generate \
+    --tokenizer "$QWEN" --chat --prompt Hi --vocab 151669 --context 64 --emb 16 --heads 2 --layers 1 --max-new-tokens 2 --json
 expect_contains "finetune instruct --format chat" "Model response:" "$TG" finetune instruct --tokenizer "$QWEN" \
     --format chat --data "$(dirname "$0")/ref/finetune/instruction-40.json" --vocab 151669 --context 128 --emb 8 \
     --heads 2 --layers 1 --threads 1 --epochs 1 --max-new-tokens 2 --batch 4
@@ -511,6 +544,18 @@ bench --model gpt --layers 1 --emb 8 --heads 2 --vocab 50 --tokens 4 --dist
 summary --layers 0
 summary --heads 5
 summary --config gpt5
+summary --config qwen3-0.6b --dropout 0.1
+summary --config qwen3-0.6b --qkv-bias
+summary --config qwen3-0.6b --kv-groups 3
+summary --config qwen3-0.6b --head-dim 7
+summary --config qwen3-0.6b --qk-norm --no-qk-norm
+summary --config llama3.2-1b --head-dim 32
+summary --config llama3.2-1b --qk-norm
+summary --kv-groups 2
+summary --rope-base 10000
+summary --head-dim 32
+summary --config qwen3-0.6b --rope-base 0
+generate --config llama3.2-1b --layers 1 --emb 64 --heads 2 --kv-groups 2
 bench --model gpt --layers 1 --emb 8 --heads 2 --vocab 50 --tokens 4 --precision fp16
 generate --precision EXACT
 pretrain --text data/the-verdict.txt --precision

@@ -33,6 +33,7 @@ static const char *generate_help =
     "  --chat              the prompt is one user message in the tokenizer's chat\n"
     "                      format, with the assistant's header after it; --eos\n"
     "                      defaults to the end of a turn (<|im_end|>, <|eot_id|>)\n"
+    "                      and the reply alone is printed (--json: its \"text\")\n"
     "  --think             (Qwen3, --chat) leave the thinking open\n"
     "  --max-new-tokens N  ids to generate (10)\n"
     "  --temperature T     0 = greedy (default); > 0 samples softmax(logits / T)\n"
@@ -209,7 +210,9 @@ static int run_generate(tg_tape *tp, tg_tokenizer *tok, const tg_cli_model *m, t
         if (tg_gpt_generate(gpt, prompt, (int64_t)n_prompt, &o, ids, &n) != TG_OK) rc = tg_cli_lib_error(cmd, NULL);
         seconds = tg_cli_now() - t0;
     }
-    if (rc == TG_CLI_OK && tg_tokenizer_decode(tok, ids, (size_t)n, &text, &text_len) != TG_OK)
+    /* a chat prints the reply alone: the new ids, up to the end of the turn */
+    size_t from = a->chat ? n_prompt : 0;
+    if (rc == TG_CLI_OK && tg_tokenizer_decode(tok, ids + from, (size_t)n - from, &text, &text_len) != TG_OK)
         rc = tg_cli_lib_error(cmd, "decode");
     if (rc == TG_CLI_OK) {
         int64_t new_ids = n - (int64_t)n_prompt;
