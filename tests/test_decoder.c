@@ -376,6 +376,12 @@ static void test_gradcheck_layers(void **state)
         tg_gradcheck_result rb;
         assert_int_equal(tg_gradcheck_module_call(block, 3, bin, NULL, &rb), TG_OK);
         if (!rb.passed) fail_msg("%s block gradcheck: %s", fam ? "Llama 3" : "Qwen3", rb.message);
+        /* the whole model in float64 (its RoPE tables widened as .to() widens buffers), on ids */
+        int64_t is[2] = {1, 4}, idv[4] = {1, 5, 10, 2};
+        tg_tensor *ids = tg_from_data(tp, TG_I64, 2, is, idv);
+        tg_gradcheck_result rm;
+        assert_int_equal(tg_gradcheck_module_call(m, 1, &ids, NULL, &rm), TG_OK);
+        if (!rm.passed) fail_msg("%s model gradcheck: %s", fam ? "Llama 3" : "Qwen3", rm.message);
         tg_tape_free(mt);
     }
     tg_generator_free(g);

@@ -363,6 +363,8 @@ tg_tensor *tg__rope_decoder_blocks(tg_tape *tp, tg_module *m, tg__rope *r, tg_te
     int64_t T = x->shape[1];
     if (tg__rope_need(r, m->tape, p0 + T) != TG_OK) return NULL;
     tg_tensor *cos = tg_narrow(tp, r->cos, 0, p0, T), *sin = tg_narrow(tp, r->sin, 0, p0, T);
+    if (x->dtype != TG_F32) /* a model converted to float64: the float32 tables widened, as .to() converts buffers */
+        cos = tg_to_dtype(tp, cos, x->dtype), sin = tg_to_dtype(tp, sin, x->dtype);
     tg_module *blocks = child(m, "trf_blocks");
     int nb = blocks ? tg_module_num_children(blocks) : 0;
     for (int i = 0; x && i < nb; i++) {
