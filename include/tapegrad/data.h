@@ -113,6 +113,12 @@ TG_API int tg_tokenizer_decode(const tg_tokenizer *tok, const int64_t *ids, size
  * end inside a character) become U+FFFD as Python's
  * bytes.decode("utf-8", errors="replace") makes them. */
 TG_API int tg_tokenizer_decode_text(const tg_tokenizer *tok, const int64_t *ids, size_t n, char **text, size_t *len);
+/* Hugging Face's decode: as tg_tokenizer_decode_text, but ids without a
+ * token are skipped instead of refused (a model's embedding may have rows
+ * beyond its tokenizer's vocabulary: Qwen3's 151,936 against 151,669
+ * tokens); *skipped (may be NULL) counts them. */
+TG_API int tg_tokenizer_decode_skip(const tg_tokenizer *tok, const int64_t *ids, size_t n, char **text, size_t *len,
+                                    size_t *skipped);
 
 /* ---- chat formats ------------------------------------------------------------------------ */
 

@@ -702,6 +702,22 @@ int tg_tokenizer_decode(const tg_tokenizer *t, const int64_t *ids, size_t n, cha
     return TG_OK;
 }
 
+int tg_tokenizer_decode_skip(const tg_tokenizer *t, const int64_t *ids, size_t n, char **text, size_t *len,
+                             size_t *skipped)
+{
+    if (skipped) *skipped = 0;
+    if (!t || (!ids && n) || !text || !len) return tg_error_status(TG_EINVAL, "tokenizer: NULL argument");
+    int64_t *kept = malloc(sizeof *kept * (n ? n : 1));
+    if (!kept) return tg_error_status(TG_ENOMEM, "tokenizer: out of memory");
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] >= 0 && ids[i] < t->vocab_size && t->tok_ptr[ids[i]]) kept[k++] = ids[i];
+    if (skipped) *skipped = n - k;
+    int st = tg_tokenizer_decode_text(t, kept, k, text, len);
+    free(kept);
+    return st;
+}
+
 int tg_tokenizer_decode_text(const tg_tokenizer *t, const int64_t *ids, size_t n, char **text, size_t *len)
 {
     char *raw;

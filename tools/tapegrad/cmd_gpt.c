@@ -212,7 +212,7 @@ static int run_generate(tg_tape *tp, tg_tokenizer *tok, const tg_cli_model *m, t
     }
     /* a chat prints the reply alone: the new ids, up to the end of the turn */
     size_t from = a->chat ? n_prompt : 0;
-    if (rc == TG_CLI_OK && tg_tokenizer_decode(tok, ids + from, (size_t)n - from, &text, &text_len) != TG_OK)
+    if (rc == TG_CLI_OK && tg_tokenizer_decode_skip(tok, ids + from, (size_t)n - from, &text, &text_len, NULL) != TG_OK)
         rc = tg_cli_lib_error(cmd, "decode");
     if (rc == TG_CLI_OK) {
         int64_t new_ids = n - (int64_t)n_prompt;

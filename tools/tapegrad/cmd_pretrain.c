@@ -100,7 +100,7 @@ static int sample(tg_trainer *tr, int64_t epoch, void *task)
                              .numerics = tg_tape_numerics(tg_trainer_tape(tr))};
     int st = !ids ? tg_error_status(TG_ENOMEM, "out of memory")
                   : tg_gpt_generate(r->gpt, r->start_ids, (int64_t)r->n_start, &o, ids, &got);
-    if (st == TG_OK) st = tg_tokenizer_decode_text(r->tok, ids, (size_t)got, &text, &len);
+    if (st == TG_OK) st = tg_tokenizer_decode_skip(r->tok, ids, (size_t)got, &text, &len, NULL);
     for (size_t i = 0; st == TG_OK && i < len; i++)
         if (text[i] == '\n') text[i] = ' ';
     if (st == TG_OK) st = tg_trainer_record_text(tr, "samples", text);

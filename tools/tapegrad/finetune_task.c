@@ -155,7 +155,7 @@ static int continue_prompt(ft_run *r, tg_trainer *tr, const tg_instruction *e, i
     free(head);
     if (st == TG_OK)
         st = generate_in_mode(tg_trainer_tape(tr), r->gpt, &r->cfg, ids, n, max_new, eos, ids, &got);
-    if (st == TG_OK) st = tg_tokenizer_decode_text(r->tok, ids, (size_t)got, text, len);
+    if (st == TG_OK) st = tg_tokenizer_decode_skip(r->tok, ids, (size_t)got, text, len, NULL);
     free(ids);
     return st;
 }
