@@ -442,8 +442,9 @@ static void test_malformed_entries(void **state)
 {
     (void)state;
     tg_safetensors st;
-    tu_assert_status_error(parse_image("{" T("w", "F16", "[2]", "[0,4]") "}", 4, &st),
-                           "tensor 'w'", "unknown dtype 'F16'");
+    tu_assert_status_error(parse_image("{" T("w", "I32", "[2]", "[0,8]") "}", 8, &st),
+                           "tensor 'w'", "unknown dtype 'I32' (supported: BOOL, U8, F16, BF16, F32, F64, I64)");
+    tu_assert_status_error(parse_image("{" T("w", "F8_E4M3", "[2]", "[0,2]") "}", 2, &st), "unknown dtype 'F8_E4M3'");
     tu_assert_status_error(parse_image("{\"w\":{\"shape\":[1],\"data_offsets\":[0,4]}}", 4, &st),
                            "dtype missing");
     tu_assert_status_error(parse_image("{" T("w", "F32", "3", "[0,12]") "}", 12, &st),
@@ -503,6 +504,149 @@ static void test_malformed_layout(void **state)
     tg_tape_free(tp);
 }
 
+/* ---- F16 and BF16: read widened to float32 ------------------------------------------ */
+
+/* 16-bit patterns and the float32 bits they widen to, exactly. */
+static const struct {
+    uint16_t h;
+    uint32_t f;
+} bf16_cases[] = {
+    {0x3f80, 0x3f800000}, /* 1 */
+    {0xc020, 0xc0200000}, /* -2.5 */
+    {0x8000, 0x80000000}, /* -0 */
+    {0x7f80, 0x7f800000}, /* inf */
+    {0xff80, 0xff800000}, /* -inf */
+    {0x7fc1, 0x7fc10000}, /* NaN, payload kept */
+    {0x0001, 0x00010000}, /* the smallest subnormal */
+    {0x7f7f, 0x7f7f0000}, /* the largest finite */
+    {0x3eab, 0x3eab0000}, /* 0.333984375 */
+}, f16_cases[] = {
+    {0x3c00, 0x3f800000}, /* 1 */
+    {0xc000, 0xc0000000}, /* -2 */
+    {0x3555, 0x3eaaa000}, /* 0.333251953125 */
+    {0x7bff, 0x477fe000}, /* 65504, the largest finite */
+    {0x0001, 0x33800000}, /* 2^-24, the smallest subnormal */
+    {0x03ff, 0x387fc000}, /* the largest subnormal */
+    {0x0400, 0x38800000}, /* 2^-14, the smallest normal */
+    {0x8001, 0xb3800000}, /* -2^-24 */
+    {0x8000, 0x80000000}, /* -0 */
+    {0x7c00, 0x7f800000}, /* inf */
+    {0xfc00, 0xff800000}, /* -inf */
+    {0x7e00, 0x7fc00000}, /* NaN */
+    {0x7c01, 0x7f802000}, /* a signalling NaN's payload kept */
+};
+#define NBF16 (sizeof bf16_cases / sizeof bf16_cases[0])
+#define NF16 (sizeof f16_cases / sizeof f16_cases[0])
+
+static void assert_widened(const tg_safetensors *st, const char *name, bool bf16, const char *what)
+{
+    tg_tensor *t = tg_safetensors_get(st, name);
+    if (!t) fail_msg("%s: no '%s'", what, name);
+    assert_int_equal(t->dtype, TG_F32);
+    assert_true(tg_is_contiguous(t));
+    size_t n = bf16 ? NBF16 : NF16;
+    assert_int_equal(tg_numel(t), (int64_t)n);
+    const float *d = tg_data_ptr(t);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t got, want = bf16 ? bf16_cases[i].f : f16_cases[i].f;
+        memcpy(&got, d + i, sizeof got);
+        if (got != want)
+            fail_msg("%s: %s[%zu] (0x%04x) widened to 0x%08x, expected 0x%08x", what, name, i,
+                     (unsigned)(bf16 ? bf16_cases[i].h : f16_cases[i].h), (unsigned)got, (unsigned)want);
+    }
+}
+
+static void test_widened_16bit(void **state)
+{
+    (void)state;
+    /* data: "a" F32 (2), "h" F16 (13), "b" BF16 (9, as (3, 3)), "e" BF16 (0), "z" U8 (1) */
+    uint8_t data[8 + 2 * NF16 + 2 * NBF16 + 1];
+    const float a[2] = {1.5f, -3.0f};
+    memcpy(data, a, 8); /* the hosts this runs on are little-endian, as the file is */
+    size_t k = 8;
+    for (size_t i = 0; i < NF16; i++, k += 2)
+        data[k] = (uint8_t)f16_cases[i].h, data[k + 1] = (uint8_t)(f16_cases[i].h >> 8);
+    for (size_t i = 0; i < NBF16; i++, k += 2)
+        data[k] = (uint8_t)bf16_cases[i].h, data[k + 1] = (uint8_t)(bf16_cases[i].h >> 8);
+    data[k++] = 7;
+    assert_int_equal(k, sizeof data);
+    const char *h = "{\"__metadata__\":{\"format\":\"pt\"},"
+                    T("z", "U8", "[1]", "[52,53]") "," T("b", "BF16", "[3,3]", "[34,52]") ","
+                    T("e", "BF16", "[2,0]", "[52,52]") "," T("h", "F16", "[13]", "[8,34]") ","
+                    T("a", "F32", "[2]", "[0,8]") "}";
+    size_t len;
+    uint8_t *img = image(h, -1, data, sizeof data, &len);
+    tg_tape *tp = tg_tape_new();
+    char *dir = make_tempdir(), path[256];
+    snprintf(path, sizeof path, "%s/half.safetensors", dir);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(img, 1, len, f), len);
+    fclose(f);
+    for (int from_file = 0; from_file < 2; from_file++) {
+        const char *what = from_file ? "load" : "parse";
+        tg_safetensors st;
+        int rc = from_file ? tg_safetensors_load(tp, path, &st) : tg_safetensors_parse(tp, img, len, &st);
+        if (rc != TG_OK) fail_msg("%s: %s", what, tg_last_error());
+        assert_int_equal(st.n, 5);
+        const char *order[5] = {"a", "h", "b", "e", "z"}; /* data order */
+        for (int i = 0; i < 5; i++) assert_string_equal(st.names[i], order[i]);
+        assert_widened(&st, "h", false, what);
+        assert_widened(&st, "b", true, what);
+        tg_tensor *b = tg_safetensors_get(&st, "b"), *e = tg_safetensors_get(&st, "e");
+        assert_int_equal(b->ndim, 2);
+        assert_int_equal(b->shape[0], 3);
+        assert_int_equal(e->dtype, TG_F32);
+        assert_int_equal(tg_numel(e), 0);
+        assert_true(tg_item_at(tg_safetensors_get(&st, "a"), 1) == -3.0);
+        assert_int_equal((int)tg_item_at(tg_safetensors_get(&st, "z"), 0), 7);
+        assert_int_equal(tg_safetensors_get(&st, "z")->dtype, TG_U8);
+
+        /* saved again, a widened tensor is an F32 one: the writer has no 16-bit dtype */
+        char out[300];
+        snprintf(out, sizeof out, "%s/out.safetensors", dir);
+        tg_named_tensor list[1] = {{"b", b}};
+        assert_int_equal(tg_safetensors_save(out, list, 1), TG_OK);
+        size_t olen;
+        char *bytes = tu_read_file(out, &olen);
+        assert_non_null(strstr(bytes + 8, "\"dtype\":\"F32\""));
+        assert_int_equal(olen, 8 + (size_t)((uint8_t)bytes[0]) + 9 * 4);
+        free(bytes);
+        unlink(out);
+        tg_tape_reset(tp);
+    }
+
+    /* truncated: the header's BF16 entry runs past the data, in memory and on disk */
+    tg_safetensors st;
+    uint8_t *cut = image("{" T("b", "BF16", "[3]", "[0,6]") "}", -1, "\x80\x3f\x80\x3f", 4, &len);
+    tu_assert_status_error(tg_safetensors_parse(tp, cut, len, &st), "'b'", "beyond the data buffer (4 bytes)");
+    f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(cut, 1, len, f), len);
+    fclose(f);
+    int rc = tg_safetensors_load(tp, path, &st);
+    assert_int_equal(rc, TG_EFORMAT);
+    tu_assert_status_error(rc, path, "'b'", "beyond the data buffer (4 bytes)");
+    free(cut);
+    /* a file cut short inside its data: the layout no longer covers it */
+    f = fopen(path, "wb");
+    assert_non_null(f);
+    size_t img_len = 8 + strlen(h) + sizeof data;
+    assert_int_equal(fwrite(img, 1, img_len - 5, f), img_len - 5);
+    fclose(f);
+    tu_assert_status_error(tg_safetensors_load(tp, path, &st), "'b'", "end 52 is beyond the data buffer (48 bytes)");
+    /* a byte length that is not two per element */
+    tu_assert_status_error(parse_image("{" T("b", "BF16", "[3]", "[0,4]") "}", 4, &st),
+                           "byte length 4 does not match shape and dtype (6 bytes)");
+    tu_assert_status_error(parse_image("{" T("h", "F16", "[2,2]", "[0,16]") "}", 16, &st),
+                           "byte length 16 does not match shape and dtype (8 bytes)");
+    unlink(path);
+    rmdir(dir);
+    free(dir);
+    free(img);
+    tg_tape_free(tp);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -516,6 +660,7 @@ int main(void)
         cmocka_unit_test(test_malformed_json),
         cmocka_unit_test(test_malformed_entries),
         cmocka_unit_test(test_malformed_layout),
+        cmocka_unit_test(test_widened_16bit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -182,6 +182,48 @@ TG_API tg_tensor *tg_gpt_forward_last(tg_tape *tp, tg_module *gpt, tg_tensor *id
  * every key and shape is checked first, and on error the model is unchanged. */
 TG_API int tg_gpt_load_hf(tg_module *gpt, const char *path);
 
+/* The configuration of a Hugging Face Qwen3 or Llama 3 folder, from
+ * dir/config.json: model_type "qwen3" (family QWEN3, qk_norm) or "llama"
+ * (LLAMA3); hidden_size -> emb_dim, num_attention_heads -> n_heads,
+ * num_key_value_heads -> n_kv_groups, head_dim (Qwen3's; Llama 3's, if
+ * given, must be hidden_size / num_attention_heads), intermediate_size ->
+ * hidden_dim, num_hidden_layers -> n_layers, rms_norm_eps -> norm_eps,
+ * rope_theta -> rope_base, vocab_size, max_position_embeddings ->
+ * context_length, all required; rope_scaling null (or absent), or for
+ * Llama 3 {"rope_type": "llama3", factor, low_freq_factor,
+ * high_freq_factor, original_max_position_embeddings} -> rope_freq;
+ * tie_word_embeddings -> tie_head (absent: false, transformers' default).
+ * attention_bias, mlp_bias or use_sliding_window true, or a hidden_act
+ * other than "silu", are refused. drop_rate 0, qkv_bias false. A missing,
+ * mistyped or unknown-valued key is a TG_EFORMAT naming the file and the
+ * key; the result passes tg_decoder_config_check (its message, prefixed
+ * with the file, otherwise). *out is written on success only. */
+TG_API int tg_decoder_config_from_hf(const char *dir, tg_decoder_config *out);
+/* Loads a Hugging Face Qwen3 or Llama 3 folder's weights into a Qwen3Model
+ * or Llama3Model: dir/model.safetensors or, when there is none, the shards
+ * named by dir/model.safetensors.index.json's weight_map (plain file names
+ * in dir). Tensors are F32, F16 or BF16 (widened to float32; F64 is
+ * rounded), named as the book's load_weights_into_qwen /
+ * load_weights_into_llama map them:
+ * model.embed_tokens -> tok_emb, model.layers.N.self_attn.{q,k,v,o}_proj ->
+ * trf_blocks.N.att.{W_query,W_key,W_value,out_proj}, self_attn.{q,k}_norm
+ * -> att.{q,k}_norm (Qwen3), input_layernorm / post_attention_layernorm ->
+ * norm1 / norm2, mlp.{gate,up,down}_proj -> ff.{fc1,fc2,fc3}, model.norm ->
+ * final_norm, lm_head -> out_head (the RoPE tables some checkpoints
+ * carry, self_attn.rotary_emb.inv_freq, are skipped). Without
+ * lm_head.weight the head takes embed_tokens' values; a model built with
+ * tie_head keeps its head as
+ * tok_emb's weight (as transformers ties it: a lm_head.weight there is
+ * checked for its shape only). When dir has a config.json it must describe
+ * the model (tg_decoder_config_from_hf; context_length and tie_head may
+ * differ). Every shard's header is checked first: a missing, unexpected
+ * or mis-shaped tensor, a truncated shard, a bad index is one line naming
+ * it, and the model is unchanged; then shards are read one at a time (the
+ * memory of the model and of one shard's float32 tensors). Only a shard
+ * that changes between the check and its reading, or memory running out
+ * then, can leave earlier shards' tensors written. */
+TG_API int tg_decoder_load_hf(tg_module *model, const char *dir);
+
 /* ---- generation (chapter 5's generate()) ---------------------------------------- */
 
 typedef struct {

@@ -374,7 +374,11 @@ typedef struct {
 /* Reads and strictly validates a safetensors file (header length bound, JSON,
  * duplicate names, dtypes, shapes, offsets contiguous and in bounds, byte
  * lengths). On success fills *out (memory in tp) and returns TG_OK; otherwise
- * an error status whose message names the problem. */
+ * an error status whose message names the problem. Dtypes BOOL, U8, F32,
+ * F64 and I64 are read as they are; F16 and BF16 (Hugging Face checkpoints)
+ * are widened to float32 tensors, exactly (tg_safetensors_save writes none).
+ * Each tensor is read from the file into its own storage: the tape holds
+ * the tensors (twice a 16-bit entry's bytes), not a copy of the file. */
 TG_API int tg_safetensors_load(tg_tape *tp, const char *path, tg_safetensors *out);
 /* Same, from a memory buffer. */
 TG_API int tg_safetensors_parse(tg_tape *tp, const uint8_t *buf, size_t len, tg_safetensors *out);

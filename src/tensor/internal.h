@@ -131,6 +131,19 @@ void tg_k_where(tg_tensor *out, const tg_tensor *cond, const tg_tensor *a, const
 /* out = sum of x over the dims where out's shape is 1 and x's is not (same ndim,
  * out has keepdim shape). Accumulates in double. */
 void tg_k_sum_to(tg_tensor *out, const tg_tensor *x);
+/* One tensor of a safetensors file's header. */
+typedef struct {
+    const char *name;
+    const char *file_dtype; /* as the file names it: "BF16", "F32", ... */
+    tg_dtype dtype;         /* as tg_safetensors_load reads it (F16 and BF16: TG_F32) */
+    int ndim;
+    int64_t shape[TG_MAX_DIMS];
+} tg__safetensors_entry;
+/* The header of the safetensors file at path, validated as
+ * tg_safetensors_load validates it (its layout against the file's size: a
+ * truncated file fails here) without reading the data (BOOL values
+ * unchecked): *n entries in tp, in the order of their data. */
+int tg__safetensors_header(tg_tape *tp, const char *path, int *n, tg__safetensors_entry **entries);
 /* Names and tensors saved as one safetensors file (src/nn/state_dict.c),
  * as module and optimizer state_dicts are. */
 int tg__save_named_list(const char *path, const tg_named_list *l);

@@ -9,12 +9,15 @@
  * descending dtype (the reference's alignment order) then by name, compact
  * JSON, header padded with spaces to a multiple of 8. Reading is as strict as
  * the reference's validation and then some: every rule names what is wrong.
+ * F16 and BF16 entries (Hugging Face checkpoints) are read only, widened to
+ * float32 exactly; there is no 16-bit dtype to write them from.
  */
 #include "internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -22,20 +25,33 @@
 /* The reference reader's limit on the header. */
 #define ST_MAX_HEADER ((uint64_t)100000000)
 
+/* How a file's 16-bit floats become float32. */
+typedef enum { ST_NATIVE = 0, ST_WIDEN_F16, ST_WIDEN_BF16 } st_widen;
+
 static const struct {
     const char *name;
-    tg_dtype dt;
-    int rank; /* position in the reference's Dtype enum: sort key when writing */
+    tg_dtype dt;     /* the loaded tensor's dtype */
+    int rank;        /* position in the reference's Dtype enum: sort key when writing */
+    st_widen widen;  /* ST_NATIVE: stored as dt; else 2 bytes in the file, read as float32 */
 } st_dtypes[] = {
-    {"BOOL", TG_BOOL, 0}, {"U8", TG_U8, 1}, {"F32", TG_F32, 11}, {"F64", TG_F64, 12}, {"I64", TG_I64, 13},
+    {"BOOL", TG_BOOL, 0, ST_NATIVE}, {"U8", TG_U8, 1, ST_NATIVE},        {"F16", TG_F32, 7, ST_WIDEN_F16},
+    {"BF16", TG_F32, 8, ST_WIDEN_BF16}, {"F32", TG_F32, 11, ST_NATIVE}, {"F64", TG_F64, 12, ST_NATIVE},
+    {"I64", TG_I64, 13, ST_NATIVE},
 };
 #define ST_NDTYPES (sizeof st_dtypes / sizeof st_dtypes[0])
 
+/* The table's entry written for dt (never a widened one); -1 for none. */
 static int dtype_index(tg_dtype dt)
 {
     for (size_t i = 0; i < ST_NDTYPES; i++)
-        if (st_dtypes[i].dt == dt) return (int)i;
+        if (st_dtypes[i].dt == dt && st_dtypes[i].widen == ST_NATIVE) return (int)i;
     return -1;
+}
+
+/* Bytes of one element in the file. */
+static size_t file_esize(int di)
+{
+    return st_dtypes[di].widen != ST_NATIVE ? 2 : tg_dtype_size(st_dtypes[di].dt);
 }
 
 static bool host_is_little_endian(void)
@@ -59,11 +75,46 @@ static void swap_elements(void *p, size_t count, size_t esize)
         }
 }
 
+/* IEEE half (1, 5, 10 bits) to float32, exactly: infinities and NaN payloads
+ * kept, subnormals scaled. */
+static uint32_t f16_bits_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    if (exp == 0x1f) return sign | 0x7f800000u | man << 13;
+    if (exp != 0) return sign | (exp + 112) << 23 | man << 13;
+    float f = (float)man * 0x1p-24f; /* zero or subnormal: man * 2^-24, exact in float32 */
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    return sign | bits;
+}
+
+/* count 16-bit little-endian values at src to float32 at dst. dst may be
+ * the start of a buffer whose second half is src (dst + count == src as
+ * floats of two halves): each value is read before its bytes are written. */
+static void widen(float *dst, const uint8_t *src, size_t count, st_widen how)
+{
+    for (size_t i = 0; i < count; i++) {
+        uint16_t h = (uint16_t)(src[2 * i] | src[2 * i + 1] << 8);
+        uint32_t bits = how == ST_WIDEN_BF16 ? (uint32_t)h << 16 : f16_bits_to_f32(h);
+        memcpy(dst + i, &bits, sizeof bits);
+    }
+}
+
+/* The dtypes the reader knows, for a message: "BOOL, U8, F16, ...". */
+static const char *dtype_list(char *buf, size_t size)
+{
+    size_t k = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < ST_NDTYPES && k < size; i++)
+        k += (size_t)snprintf(buf + k, size - k, "%s%s", i ? ", " : "", st_dtypes[i].name);
+    return buf;
+}
+
 /* ---- parsing ----------------------------------------------------------------- */
 
 typedef struct {
     const char *name;
-    tg_dtype dt;
+    int di; /* st_dtypes index */
     int ndim;
     int64_t shape[TG_MAX_DIMS];
     uint64_t begin, end;
@@ -92,10 +143,12 @@ static int parse_entry(const char *who, const char *name, json_t *info, st_entry
     int di = -1;
     for (size_t i = 0; i < ST_NDTYPES; i++)
         if (strcmp(json_string_value(dtype), st_dtypes[i].name) == 0) di = (int)i;
-    if (di < 0)
-        return tg_error_status(TG_EFORMAT, "%s: tensor '%s': unknown dtype '%s' (supported: BOOL, U8, F32, F64, I64)",
-                               who, name, json_string_value(dtype));
-    e->dt = st_dtypes[di].dt;
+    if (di < 0) {
+        char known[96];
+        return tg_error_status(TG_EFORMAT, "%s: tensor '%s': unknown dtype '%s' (supported: %s)", who, name,
+                               json_string_value(dtype), dtype_list(known, sizeof known));
+    }
+    e->di = di;
 
     json_t *shape = json_object_get(info, "shape");
     if (!json_is_array(shape))
@@ -105,14 +158,15 @@ static int parse_entry(const char *who, const char *name, json_t *info, st_entry
         return tg_error_status(TG_EFORMAT, "%s: tensor '%s': shape has %zu dims, more than %d", who, name,
                                json_array_size(shape), TG_MAX_DIMS);
     e->ndim = (int)json_array_size(shape);
-    uint64_t nbytes = tg_dtype_size(e->dt);
+    uint64_t nbytes = file_esize(di);
     for (int i = 0; i < e->ndim; i++) {
         json_t *d = json_array_get(shape, (size_t)i);
         if (!json_is_count(d))
             return tg_error_status(TG_EFORMAT, "%s: tensor '%s': shape is not an array of non-negative integers",
                                    who, name);
         e->shape[i] = (int64_t)json_integer_value(d);
-        /* The byte count must fit well inside int64 for every later size computation. */
+        /* The byte count (twice the file's for a widened dtype) must fit well
+         * inside int64 for every later size computation. */
         if (e->shape[i] > 0 && nbytes > (uint64_t)(INT64_MAX / 16) / (uint64_t)e->shape[i])
             return tg_error_status(TG_EFORMAT, "%s: tensor '%s': shape overflows (too many elements)", who, name);
         nbytes *= (uint64_t)e->shape[i];
@@ -147,122 +201,168 @@ static int check_metadata(const char *who, json_t *meta)
     return TG_OK;
 }
 
-static int parse(tg_tape *tp, const uint8_t *buf, size_t len, tg_safetensors *out, const char *who)
+/* The 8-byte length of a file of len bytes, checked against the limit and
+ * the file's size. */
+static int header_length(const char *who, const uint8_t *first8, uint64_t len, uint64_t *n)
 {
-    if (!tp || !out || !buf) return tg_error_status(TG_EINVAL, "%s: NULL argument", who);
-    memset(out, 0, sizeof *out);
     if (len < 8)
-        return tg_error_status(TG_EFORMAT, "%s: file is %zu bytes, shorter than the 8-byte header length", who,
-                               len);
-    uint64_t n = 0;
-    for (int i = 7; i >= 0; i--) n = n << 8 | buf[i];
-    if (n > ST_MAX_HEADER)
+        return tg_error_status(TG_EFORMAT, "%s: file is %llu bytes, shorter than the 8-byte header length", who,
+                               (unsigned long long)len);
+    *n = 0;
+    for (int i = 7; i >= 0; i--) *n = *n << 8 | first8[i];
+    if (*n > ST_MAX_HEADER)
         return tg_error_status(TG_EFORMAT, "%s: header length %llu is too large (limit 100 MB)", who,
-                               (unsigned long long)n);
-    if (n > len - 8)
-        return tg_error_status(TG_EFORMAT, "%s: header length %llu runs past the end of the file (%zu bytes)", who,
-                               (unsigned long long)n, len);
+                               (unsigned long long)*n);
+    if (*n > len - 8)
+        return tg_error_status(TG_EFORMAT, "%s: header length %llu runs past the end of the file (%llu bytes)", who,
+                               (unsigned long long)*n, (unsigned long long)len);
+    return TG_OK;
+}
 
+/* A validated header: the entries sorted by data offset, laid out back to
+ * back over exactly data_len bytes. names point into root. */
+typedef struct {
+    json_t *root;
+    st_entry *entries;
+    size_t n;
+} st_header;
+
+static void header_free(st_header *h)
+{
+    free(h->entries);
+    json_decref(h->root);
+    memset(h, 0, sizeof *h);
+}
+
+static int parse_header(const char *who, const uint8_t *text, uint64_t n, uint64_t data_len, st_header *h)
+{
+    memset(h, 0, sizeof *h);
     json_error_t jerr;
-    json_t *root = json_loadb((const char *)buf + 8, (size_t)n, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root) {
+    h->root = json_loadb((const char *)text, (size_t)n, JSON_REJECT_DUPLICATES, &jerr);
+    if (!h->root) {
         if (json_error_code(&jerr) == json_error_duplicate_key)
             return tg_error_status(TG_EFORMAT, "%s: duplicate name in header: %s", who, jerr.text);
         return tg_error_status(TG_EFORMAT, "%s: invalid JSON header: %s (at byte %d)", who, jerr.text,
                                jerr.position);
     }
     int st = TG_OK;
-    st_entry *entries = NULL;
-    if (!json_is_object(root)) {
+    if (!json_is_object(h->root)) {
         st = tg_error_status(TG_EFORMAT, "%s: header is not a JSON object", who);
-        goto done;
+        goto fail;
     }
-
-    size_t count = json_object_size(root);
-    entries = calloc(count ? count : 1, sizeof *entries);
-    if (!entries) {
+    size_t count = json_object_size(h->root);
+    h->entries = calloc(count ? count : 1, sizeof *h->entries);
+    if (!h->entries) {
         st = tg_error_status(TG_ENOMEM, "%s: out of memory", who);
-        goto done;
+        goto fail;
     }
-    size_t ne = 0;
     const char *key;
     json_t *val;
-    json_object_foreach(root, key, val) {
+    json_object_foreach(h->root, key, val) {
         if (strcmp(key, "__metadata__") == 0) {
             st = check_metadata(who, val);
         } else {
-            st = parse_entry(who, key, val, &entries[ne]);
-            ne++;
+            st = parse_entry(who, key, val, &h->entries[h->n]);
+            h->n++;
         }
-        if (st != TG_OK) goto done;
+        if (st != TG_OK) goto fail;
     }
 
     /* Like the reference reader, accept any header order but require the data
      * to be laid out back to back, exactly covering the buffer. */
-    qsort(entries, ne, sizeof *entries, cmp_entry);
-    uint64_t data_len = (uint64_t)(len - 8) - n, pos = 0;
-    for (size_t i = 0; i < ne; i++) {
-        const st_entry *e = &entries[i];
+    qsort(h->entries, h->n, sizeof *h->entries, cmp_entry);
+    uint64_t pos = 0;
+    for (size_t i = 0; i < h->n; i++) {
+        const st_entry *e = &h->entries[i];
         if (e->begin < pos) {
             st = tg_error_status(TG_EFORMAT, "%s: tensor '%s': data_offsets [%llu, %llu) overlap the previous tensor",
                                  who, e->name, (unsigned long long)e->begin, (unsigned long long)e->end);
-            goto done;
+            goto fail;
         }
         if (e->begin > pos) {
             st = tg_error_status(TG_EFORMAT,
                                  "%s: tensor '%s': data_offsets not contiguous: starts at %llu, expected %llu (gap)",
                                  who, e->name, (unsigned long long)e->begin, (unsigned long long)pos);
-            goto done;
+            goto fail;
         }
         if (e->end > data_len) {
             st = tg_error_status(TG_EFORMAT,
                                  "%s: tensor '%s': data_offsets end %llu is beyond the data buffer (%llu bytes)", who,
                                  e->name, (unsigned long long)e->end, (unsigned long long)data_len);
-            goto done;
+            goto fail;
         }
         pos = e->end;
     }
     if (pos != data_len) {
         st = tg_error_status(TG_EFORMAT, "%s: %llu trailing bytes after the last tensor are not covered", who,
                              (unsigned long long)(data_len - pos));
-        goto done;
+        goto fail;
     }
+    return TG_OK;
+fail:
+    header_free(h);
+    return st;
+}
 
-    const uint8_t *data = buf + 8 + n;
+/* Reads n bytes from f into p; false on a short read. */
+static bool read_all(FILE *f, void *p, size_t n) { return n == 0 || fread(p, 1, n, f) == n; }
+
+/* The tensors of a validated header, in tp: their bytes from mem (the data
+ * buffer) or, when mem is NULL, read from f in order (f at the data's start:
+ * the entries cover it back to back). path names f in a read error. */
+static int fill_tensors(tg_tape *tp, const char *who, const char *path, const st_header *h, const uint8_t *mem,
+                        FILE *f, tg_safetensors *out)
+{
+    size_t ne = h->n;
     char **names = tg_tape_alloc(tp, (ne ? ne : 1) * sizeof *names, true);
     tg_tensor **tensors = tg_tape_alloc(tp, (ne ? ne : 1) * sizeof *tensors, true);
-    if (!names || !tensors) {
-        st = TG_ENOMEM;
-        goto done;
-    }
+    if (!names || !tensors) return TG_ENOMEM;
     for (size_t i = 0; i < ne; i++) {
-        const st_entry *e = &entries[i];
-        size_t nbytes = (size_t)(e->end - e->begin);
-        if (e->dt == TG_BOOL)
-            for (size_t k = 0; k < nbytes; k++)
-                if (data[e->begin + k] > 1) {
-                    st = tg_error_status(TG_EFORMAT, "%s: tensor '%s': BOOL element %zu is %u, not 0 or 1", who,
-                                         e->name, k, (unsigned)data[e->begin + k]);
-                    goto done;
-                }
-        size_t nlen = strlen(e->name) + 1;
+        const st_entry *e = &h->entries[i];
+        size_t nbytes = (size_t)(e->end - e->begin), nlen = strlen(e->name) + 1;
+        st_widen how = st_dtypes[e->di].widen;
         names[i] = tg_tape_alloc(tp, nlen, false);
-        tensors[i] = tg_empty(tp, e->dt, e->ndim, e->shape);
-        if (!names[i] || !tensors[i]) {
-            st = TG_ENOMEM;
-            goto done;
-        }
+        tensors[i] = tg_empty(tp, st_dtypes[e->di].dt, e->ndim, e->shape);
+        if (!names[i] || !tensors[i]) return TG_ENOMEM;
         memcpy(names[i], e->name, nlen);
-        memcpy(tensors[i]->data, data + e->begin, nbytes);
-        if (!host_is_little_endian()) swap_elements(tensors[i]->data, nbytes / tg_dtype_size(e->dt), tg_dtype_size(e->dt));
+        uint8_t *dst = tg_data_ptr(tensors[i]);
+        const uint8_t *raw = mem ? mem + e->begin : NULL;
+        if (!mem) { /* a widened entry's bytes go to the second half of its float32 buffer */
+            uint8_t *into = how != ST_NATIVE ? dst + nbytes : dst;
+            if (!read_all(f, into, nbytes))
+                return tg_error_status(TG_EIO, "safetensors_load: cannot read '%s' (tensor '%s')", path, e->name);
+            raw = into;
+        }
+        if (how != ST_NATIVE) {
+            widen((float *)(void *)dst, raw, nbytes / 2, how);
+            continue;
+        }
+        if (raw != dst && nbytes) memcpy(dst, raw, nbytes);
+        if (st_dtypes[e->di].dt == TG_BOOL)
+            for (size_t k = 0; k < nbytes; k++)
+                if (dst[k] > 1)
+                    return tg_error_status(TG_EFORMAT, "%s: tensor '%s': BOOL element %zu is %u, not 0 or 1", who,
+                                           e->name, k, (unsigned)dst[k]);
+        if (!host_is_little_endian()) swap_elements(dst, nbytes / file_esize(e->di), file_esize(e->di));
     }
     out->n = (int)ne;
     out->names = names;
     out->tensors = tensors;
+    return TG_OK;
+}
 
-done:
-    free(entries);
-    json_decref(root);
+static int parse(tg_tape *tp, const uint8_t *buf, size_t len, tg_safetensors *out, const char *who)
+{
+    if (!tp || !out || !buf) return tg_error_status(TG_EINVAL, "%s: NULL argument", who);
+    memset(out, 0, sizeof *out);
+    uint64_t n = 0;
+    int st = header_length(who, buf, len, &n);
+    if (st != TG_OK) return st;
+    st_header h;
+    st = parse_header(who, buf + 8, n, (uint64_t)len - 8 - n, &h);
+    if (st != TG_OK) return st;
+    st = fill_tensors(tp, who, NULL, &h, buf + 8 + n, NULL, out);
+    header_free(&h);
     return st;
 }
 
@@ -271,9 +371,15 @@ int tg_safetensors_parse(tg_tape *tp, const uint8_t *buf, size_t len, tg_safeten
     return parse(tp, buf, len, out, "safetensors_parse");
 }
 
-int tg_safetensors_load(tg_tape *tp, const char *path, tg_safetensors *out)
+/* Opens path and reads and validates its header (the layout against the
+ * file's size); f is left at the data's start. who receives the prefix of
+ * format errors. */
+static int open_file(const char *path, char *who, size_t who_size, FILE **fp, st_header *h)
 {
+    *fp = NULL;
     if (!path) return tg_error_status(TG_EINVAL, "safetensors_load: NULL path");
+    /* Name the file in every format error. */
+    snprintf(who, who_size, "safetensors_load '%s'", path);
     FILE *f = fopen(path, "rb");
     if (!f) return tg_error_status(TG_EIO, "safetensors_load: cannot open '%s': %s", path, strerror(errno));
     struct stat sb;
@@ -281,25 +387,79 @@ int tg_safetensors_load(tg_tape *tp, const char *path, tg_safetensors *out)
         fclose(f);
         return tg_error_status(TG_EIO, "safetensors_load: '%s' is not a regular file", path);
     }
-    size_t len = (size_t)sb.st_size;
-    uint8_t *buf = malloc(len ? len : 1);
-    if (!buf) {
+    uint64_t len = (uint64_t)sb.st_size, n = 0;
+    uint8_t first8[8] = {0};
+    int st = TG_OK;
+    if (!read_all(f, first8, len < 8 ? (size_t)len : 8))
+        st = tg_error_status(TG_EIO, "safetensors_load: cannot read '%s'", path);
+    else
+        st = header_length(who, first8, len, &n);
+    uint8_t *text = st == TG_OK ? malloc(n ? (size_t)n : 1) : NULL;
+    if (st == TG_OK && !text)
+        st = tg_error_status(TG_ENOMEM, "safetensors_load: out of memory reading the header of '%s' (%llu bytes)",
+                             path, (unsigned long long)n);
+    if (st == TG_OK && !read_all(f, text, (size_t)n))
+        st = tg_error_status(TG_EIO, "safetensors_load: cannot read '%s'", path);
+    if (st == TG_OK) st = parse_header(who, text, n, len - 8 - n, h);
+    free(text);
+    if (st != TG_OK) {
         fclose(f);
-        return tg_error_status(TG_ENOMEM, "safetensors_load: out of memory reading '%s' (%zu bytes)", path, len);
+        return st;
     }
-    size_t got = fread(buf, 1, len, f);
-    bool read_error = ferror(f) != 0;
-    fclose(f);
-    if (read_error || got != len) {
-        free(buf);
-        return tg_error_status(TG_EIO, "safetensors_load: cannot read '%s'", path);
-    }
-    /* Name the file in every format error. */
+    *fp = f;
+    return TG_OK;
+}
+
+int tg_safetensors_load(tg_tape *tp, const char *path, tg_safetensors *out)
+{
+    if (!path) return tg_error_status(TG_EINVAL, "safetensors_load: NULL path");
+    if (!tp || !out) return tg_error_status(TG_EINVAL, "safetensors_load: NULL argument");
+    memset(out, 0, sizeof *out);
     char who[320];
-    snprintf(who, sizeof who, "safetensors_load '%s'", path);
-    int st = parse(tp, buf, len, out, who);
-    free(buf);
+    FILE *f;
+    st_header h;
+    int st = open_file(path, who, sizeof who, &f, &h);
+    if (st != TG_OK) return st;
+    /* each tensor read straight into its storage: no copy of the whole file */
+    st = fill_tensors(tp, who, path, &h, NULL, f, out);
+    if (st == TG_OK && fgetc(f) != EOF) /* grown since fstat */
+        st = tg_error_status(TG_EIO, "safetensors_load: '%s' changed while it was read", path);
+    if (st != TG_OK) memset(out, 0, sizeof *out);
+    header_free(&h);
+    fclose(f);
     return st;
+}
+
+int tg__safetensors_header(tg_tape *tp, const char *path, int *n, tg__safetensors_entry **entries)
+{
+    if (!tp || !n || !entries) return tg_error_status(TG_EINVAL, "safetensors_load: NULL argument");
+    *n = 0;
+    *entries = NULL;
+    char who[320];
+    FILE *f;
+    st_header h;
+    int st = open_file(path, who, sizeof who, &f, &h);
+    if (st != TG_OK) return st;
+    fclose(f);
+    tg__safetensors_entry *out = tg_tape_alloc(tp, (h.n ? h.n : 1) * sizeof *out, true);
+    for (size_t i = 0; out && i < h.n; i++) {
+        const st_entry *e = &h.entries[i];
+        size_t nlen = strlen(e->name) + 1;
+        char *name = tg_tape_alloc(tp, nlen, false);
+        if (!name) {
+            out = NULL;
+            break;
+        }
+        memcpy(name, e->name, nlen);
+        out[i].name = name;
+        out[i].file_dtype = st_dtypes[e->di].name;
+        out[i].dtype = st_dtypes[e->di].dt;
+        out[i].ndim = e->ndim;
+        memcpy(out[i].shape, e->shape, sizeof out[i].shape);
+    }
+    if (out) *n = (int)h.n, *entries = out;
+    header_free(&h);
+    return out ? TG_OK : TG_ENOMEM;
 }
 
 tg_tensor *tg_safetensors_get(const tg_safetensors *st, const char *name)

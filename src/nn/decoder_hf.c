@@ -1,0 +1,592 @@
+/* A Hugging Face Qwen3 or Llama 3 folder (config.json, model.safetensors or
+ * the shards model.safetensors.index.json lists) as the decoder's
+ * configuration and weights, named as the book's load_weights_into_qwen
+ * (pkg/llms_from_scratch/qwen3.py) and load_weights_into_llama (llama3.py)
+ * map them:
+ *   model.embed_tokens.weight            -> tok_emb.weight
+ *   model.layers.N.self_attn.q/k/v_proj  -> trf_blocks.N.att.W_query/W_key/W_value
+ *   model.layers.N.self_attn.o_proj      -> trf_blocks.N.att.out_proj
+ *   model.layers.N.self_attn.q/k_norm    -> trf_blocks.N.att.q_norm/k_norm.scale (Qwen3)
+ *   model.layers.N.input_layernorm       -> trf_blocks.N.norm1 (.scale Qwen3, .weight Llama 3)
+ *   model.layers.N.post_attention_layernorm -> trf_blocks.N.norm2
+ *   model.layers.N.mlp.gate/up/down_proj -> trf_blocks.N.ff.fc1/fc2/fc3
+ *   model.norm.weight                    -> final_norm
+ *   lm_head.weight                       -> out_head.weight; without it the
+ *                                           head takes embed_tokens' values.
+ * The files' weights are float32, float16 or bfloat16 (the safetensors
+ * reader widens the 16-bit ones exactly; float64 is rounded). Every shard's header is checked
+ * (names, dtypes, shapes, its layout against its size) before any parameter
+ * is written; then one shard at a time is read into a tape of its own,
+ * copied into the parameters and freed, so a model of several GB needs its
+ * own memory and one shard's. */
+#include "nn_internal.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "tapegrad/gpt.h"
+
+/* ---- config.json ----------------------------------------------------------------------------- */
+
+typedef struct {
+    const char *path; /* dir/config.json */
+    json_t *root;
+} cfg_src;
+
+/* A JSON value as a short text for a message. */
+static const char *json_text(const json_t *v, char *buf, size_t size)
+{
+    char *s = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+    snprintf(buf, size, "%s", s ? s : "?");
+    if (s && strlen(s) >= size && size > 4) memcpy(buf + size - 4, "...", 4);
+    free(s);
+    return buf;
+}
+
+static int missing(const cfg_src *c, const char *key)
+{
+    return tg_error_status(TG_EFORMAT, "config_from_hf %s: key '%s' is missing", c->path, key);
+}
+
+static int wrong(const cfg_src *c, const char *key, const json_t *v, const char *want)
+{
+    char t[48];
+    return tg_error_status(TG_EFORMAT, "config_from_hf %s: '%s' must be %s, got %s", c->path, key, want,
+                           json_text(v, t, sizeof t));
+}
+
+/* obj[key] as a positive integer (name: how the message calls it). */
+static int get_count(const cfg_src *c, const json_t *obj, const char *key, const char *name, int64_t *out)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!v) return missing(c, name);
+    if (!json_is_integer(v) || json_integer_value(v) <= 0) return wrong(c, name, v, "a positive integer");
+    *out = (int64_t)json_integer_value(v);
+    return TG_OK;
+}
+
+/* obj[key] as a finite number > 0 (an integer too: "rope_theta": 1000000). */
+static int get_positive(const cfg_src *c, const json_t *obj, const char *key, const char *name, double *out)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!v) return missing(c, name);
+    double d = json_number_value(v);
+    if (!json_is_number(v) || !(d > 0 && isfinite(d))) return wrong(c, name, v, "a number > 0");
+    *out = d;
+    return TG_OK;
+}
+
+/* An optional true/false; absent: dflt. */
+static int get_bool(const cfg_src *c, const char *key, bool dflt, bool *out)
+{
+    const json_t *v = json_object_get(c->root, key);
+    if (!v) {
+        *out = dflt;
+        return TG_OK;
+    }
+    if (!json_is_boolean(v)) return wrong(c, key, v, "true or false");
+    *out = json_is_true(v);
+    return TG_OK;
+}
+
+/* rope_scaling: null (or absent) for no smoothing; Llama 3's
+ * {"rope_type": "llama3", "factor", "low_freq_factor", "high_freq_factor",
+ *  "original_max_position_embeddings"}. */
+static int rope_scaling(const cfg_src *c, tg_decoder_config *cfg)
+{
+    const json_t *rs = json_object_get(c->root, "rope_scaling");
+    if (!rs || json_is_null(rs)) return TG_OK;
+    if (cfg->family != TG_GPT_FAMILY_LLAMA3) return wrong(c, "rope_scaling", rs, "null for qwen3");
+    if (!json_is_object(rs)) return wrong(c, "rope_scaling", rs, "null or an object");
+    /* "type" is the older spelling of "rope_type" */
+    const char *tkey = json_object_get(rs, "rope_type") ? "rope_type" : "type";
+    const json_t *type = json_object_get(rs, tkey);
+    if (!type) return missing(c, "rope_scaling.rope_type");
+    if (!json_is_string(type) || strcmp(json_string_value(type), "llama3") != 0) {
+        char t[48];
+        return tg_error_status(TG_EFORMAT, "config_from_hf %s: rope_scaling.%s %s is not supported (only \"llama3\")",
+                               c->path, tkey, json_text(type, t, sizeof t));
+    }
+    tg_rope_freq *f = &cfg->rope_freq;
+    int st = get_positive(c, rs, "factor", "rope_scaling.factor", &f->factor);
+    if (st == TG_OK) st = get_positive(c, rs, "low_freq_factor", "rope_scaling.low_freq_factor", &f->low_freq_factor);
+    if (st == TG_OK)
+        st = get_positive(c, rs, "high_freq_factor", "rope_scaling.high_freq_factor", &f->high_freq_factor);
+    if (st == TG_OK)
+        st = get_count(c, rs, "original_max_position_embeddings", "rope_scaling.original_max_position_embeddings",
+                       &f->original_context_length);
+    return st;
+}
+
+/* A feature the decoder does not have: refused when the key is true. */
+static int refuse_true(const cfg_src *c, const char *key, const char *why)
+{
+    bool on = false;
+    int st = get_bool(c, key, false, &on);
+    if (st == TG_OK && on) st = tg_error_status(TG_EFORMAT, "config_from_hf %s: '%s' is true: %s", c->path, key, why);
+    return st;
+}
+
+static int read_config(const cfg_src *c, tg_decoder_config *cfg)
+{
+    const json_t *root = c->root, *mt = json_object_get(root, "model_type");
+    if (!mt) return missing(c, "model_type");
+    if (!json_is_string(mt)) return wrong(c, "model_type", mt, "a string");
+    const char *type = json_string_value(mt);
+    if (strcmp(type, "qwen3") == 0)
+        cfg->family = TG_GPT_FAMILY_QWEN3, cfg->qk_norm = true;
+    else if (strcmp(type, "llama") == 0)
+        cfg->family = TG_GPT_FAMILY_LLAMA3;
+    else {
+        char t[48];
+        return tg_error_status(TG_EFORMAT, "config_from_hf %s: model_type %s is not supported (\"qwen3\" or \"llama\")",
+                               c->path, json_text(mt, t, sizeof t));
+    }
+    const struct {
+        const char *key;
+        int64_t *field;
+    } counts[] = {{"vocab_size", &cfg->vocab_size},
+                  {"max_position_embeddings", &cfg->context_length},
+                  {"hidden_size", &cfg->emb_dim},
+                  {"num_attention_heads", &cfg->n_heads},
+                  {"num_hidden_layers", &cfg->n_layers},
+                  {"intermediate_size", &cfg->hidden_dim},
+                  {"num_key_value_heads", &cfg->n_kv_groups}};
+    int st = TG_OK;
+    for (size_t i = 0; st == TG_OK && i < sizeof counts / sizeof counts[0]; i++)
+        st = get_count(c, root, counts[i].key, counts[i].key, counts[i].field);
+    if (st == TG_OK) st = get_positive(c, root, "rms_norm_eps", "rms_norm_eps", &cfg->norm_eps);
+    if (st == TG_OK) st = get_positive(c, root, "rope_theta", "rope_theta", &cfg->rope_base);
+    if (st != TG_OK) return st;
+    /* Qwen3 names its head_dim (it need not be hidden_size / heads); Llama 3
+     * derives it, and a head_dim given must be that */
+    if (cfg->family == TG_GPT_FAMILY_QWEN3) {
+        if ((st = get_count(c, root, "head_dim", "head_dim", &cfg->head_dim)) != TG_OK) return st;
+    } else if (json_object_get(root, "head_dim")) {
+        int64_t hd;
+        if ((st = get_count(c, root, "head_dim", "head_dim", &hd)) != TG_OK) return st;
+        if (hd * cfg->n_heads != cfg->emb_dim)
+            return tg_error_status(TG_EFORMAT,
+                                   "config_from_hf %s: head_dim %lld is not hidden_size / num_attention_heads "
+                                   "(%lld / %lld); Llama 3's attention derives it",
+                                   c->path, (long long)hd, (long long)cfg->emb_dim, (long long)cfg->n_heads);
+    }
+    const json_t *act = json_object_get(root, "hidden_act");
+    if (act && (!json_is_string(act) || strcmp(json_string_value(act), "silu") != 0)) {
+        char t[48];
+        return tg_error_status(
+            TG_EFORMAT, "config_from_hf %s: hidden_act %s is not supported (the SwiGLU feed-forward is \"silu\")",
+            c->path, json_text(act, t, sizeof t));
+    }
+    if ((st = refuse_true(c, "attention_bias", "the decoder's attention projections have no bias")) != TG_OK ||
+        (st = refuse_true(c, "mlp_bias", "the decoder's feed-forward has no bias")) != TG_OK ||
+        (st = refuse_true(c, "use_sliding_window", "the decoder attends over the whole context")) != TG_OK ||
+        (st = get_bool(c, "tie_word_embeddings", false, &cfg->tie_head)) != TG_OK)
+        return st;
+    return rope_scaling(c, cfg);
+}
+
+int tg_decoder_config_from_hf(const char *dir, tg_decoder_config *out)
+{
+    if (!dir || !out) return tg_error_status(TG_EINVAL, "config_from_hf: NULL argument");
+    size_t len = strlen(dir) + sizeof "/config.json";
+    char *path = malloc(len);
+    if (!path) return tg_error_status(TG_ENOMEM, "config_from_hf: out of memory");
+    snprintf(path, len, "%s/config.json", dir);
+    cfg_src c = {path, NULL};
+    int st = TG_OK;
+    struct stat sb;
+    json_error_t jerr;
+    if (stat(path, &sb) != 0)
+        st = tg_error_status(TG_EIO, "config_from_hf: cannot read %s: %s", path, strerror(errno));
+    else if (!S_ISREG(sb.st_mode))
+        st = tg_error_status(TG_EIO, "config_from_hf: %s is not a regular file", path);
+    else if (!(c.root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr)))
+        st = tg_error_status(TG_EFORMAT, "config_from_hf %s: invalid JSON: %s (line %d)", path, jerr.text, jerr.line);
+    else if (!json_is_object(c.root))
+        st = tg_error_status(TG_EFORMAT, "config_from_hf %s: not a JSON object", path);
+    tg_decoder_config cfg = {0};
+    if (st == TG_OK) st = read_config(&c, &cfg);
+    if (st == TG_OK && tg_decoder_config_check(&cfg) != TG_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", tg_last_error());
+        st = tg_error_status(TG_EFORMAT, "config_from_hf %s: %s", path, why);
+    }
+    if (st == TG_OK) *out = cfg;
+    json_decref(c.root);
+    free(path);
+    return st;
+}
+
+/* ---- the weights' names ---------------------------------------------------------------------- */
+
+/* The per-layer tensors: Hugging Face's name after "model.layers.N.", ours
+ * after "trf_blocks.N." (a norm's: its module, then the family's parameter
+ * name, "scale" or "weight"). */
+static const struct {
+    const char *hf, *ours;
+    bool norm;    /* ours is a norm module */
+    bool qk_norm; /* only with QK-norm */
+} layer_parts[] = {
+    {"self_attn.q_proj.weight", "att.W_query.weight", false, false},
+    {"self_attn.k_proj.weight", "att.W_key.weight", false, false},
+    {"self_attn.v_proj.weight", "att.W_value.weight", false, false},
+    {"self_attn.o_proj.weight", "att.out_proj.weight", false, false},
+    {"self_attn.q_norm.weight", "att.q_norm", true, true},
+    {"self_attn.k_norm.weight", "att.k_norm", true, true},
+    {"input_layernorm.weight", "norm1", true, false},
+    {"post_attention_layernorm.weight", "norm2", true, false},
+    {"mlp.gate_proj.weight", "ff.fc1.weight", false, false},
+    {"mlp.up_proj.weight", "ff.fc2.weight", false, false},
+    {"mlp.down_proj.weight", "ff.fc3.weight", false, false},
+};
+enum { NPARTS = (int)(sizeof layer_parts / sizeof layer_parts[0]), SLOT_EMBED = 0, SLOT_NORM, SLOT_HEAD, SLOT_LAYERS };
+
+/* One tensor the model takes. */
+typedef struct {
+    const char *hf;   /* NULL: no such tensor in this model (QK-norm off) */
+    const char *ours; /* the model's parameter, dotted */
+    tg_tensor *dst;
+    int shard; /* the shard holding it; -1: none seen */
+} slot;
+
+/* The slot of a Hugging Face name, or -1: "model.layers.N.<part>" with N a
+ * plain decimal below n_layers, or one of the three outside the layers. */
+static int slot_of(const char *name, int64_t n_layers, const slot *slots)
+{
+    int k = -1;
+    if (strcmp(name, "model.embed_tokens.weight") == 0)
+        k = SLOT_EMBED;
+    else if (strcmp(name, "model.norm.weight") == 0)
+        k = SLOT_NORM;
+    else if (strcmp(name, "lm_head.weight") == 0)
+        k = SLOT_HEAD;
+    else if (strncmp(name, "model.layers.", 13) == 0) {
+        const char *p = name + 13;
+        int64_t l = 0;
+        if (*p < '0' || *p > '9' || (p[0] == '0' && p[1] >= '0' && p[1] <= '9')) return -1;
+        for (; *p >= '0' && *p <= '9'; p++)
+            if ((l = l * 10 + (*p - '0')) >= n_layers) return -1;
+        if (*p++ != '.') return -1;
+        for (int i = 0; i < NPARTS; i++)
+            if (strcmp(p, layer_parts[i].hf) == 0) k = SLOT_LAYERS + (int)l * NPARTS + i;
+    }
+    return k >= 0 && slots[k].hf ? k : -1;
+}
+
+/* Not a weight: the RoPE table some older Llama checkpoints carry
+ * ("model.layers.N.self_attn.rotary_emb.inv_freq"); the decoder computes its own. */
+static bool skipped(const char *name)
+{
+    size_t n = strlen(name), s = strlen(".self_attn.rotary_emb.inv_freq");
+    return strncmp(name, "model.layers.", 13) == 0 && n > s &&
+           strcmp(name + n - s, ".self_attn.rotary_emb.inv_freq") == 0;
+}
+
+/* printf into tp; NULL when out of memory. */
+static char *tape_printf(tg_tape *tp, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int len = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *s = len >= 0 ? tg_tape_alloc(tp, (size_t)len + 1, false) : NULL;
+    if (s) {
+        va_start(ap, fmt);
+        vsnprintf(s, (size_t)len + 1, fmt, ap);
+        va_end(ap);
+    }
+    return s;
+}
+
+/* Every tensor of the model's family and configuration, with its parameter. */
+static int make_slots(tg_tape *tp, tg_module *model, const tg_decoder_config *cfg, slot **out)
+{
+    const char *norm = cfg->family == TG_GPT_FAMILY_QWEN3 ? "scale" : "weight";
+    int64_t n = SLOT_LAYERS + cfg->n_layers * NPARTS;
+    slot *s = tg_tape_alloc(tp, sizeof *s * (size_t)n, true);
+    if (!s) return TG_ENOMEM;
+    s[SLOT_EMBED] = (slot){"model.embed_tokens.weight", "tok_emb.weight", NULL, -1};
+    s[SLOT_NORM] = (slot){"model.norm.weight", tape_printf(tp, "final_norm.%s", norm), NULL, -1};
+    s[SLOT_HEAD] = (slot){"lm_head.weight", "out_head.weight", NULL, -1};
+    if (!s[SLOT_NORM].ours) return TG_ENOMEM;
+    for (int64_t l = 0; l < cfg->n_layers; l++)
+        for (int i = 0; i < NPARTS; i++) {
+            if (layer_parts[i].qk_norm && !cfg->qk_norm) continue;
+            slot *t = &s[SLOT_LAYERS + l * NPARTS + i];
+            *t = (slot){tape_printf(tp, "model.layers.%lld.%s", (long long)l, layer_parts[i].hf),
+                        tape_printf(tp, "trf_blocks.%lld.%s%s%s", (long long)l, layer_parts[i].ours,
+                                    layer_parts[i].norm ? "." : "", layer_parts[i].norm ? norm : ""),
+                        NULL, -1};
+            if (!t->hf || !t->ours) return TG_ENOMEM;
+        }
+    for (int64_t k = 0; k < n; k++) {
+        if (!s[k].hf) continue;
+        s[k].dst = tg_module_get_parameter(model, s[k].ours);
+        if (!s[k].dst)
+            return tg_error_status(TG_EINVAL, "load_hf: the %s has no parameter '%s' (not as tg_decoder_new built it?)",
+                                   tg__gpt_class_name(cfg), s[k].ours);
+    }
+    *out = s;
+    return TG_OK;
+}
+
+/* ---- the shards ------------------------------------------------------------------------------ */
+
+typedef struct {
+    const char *dir;
+    tg_tape *tp; /* the check's memory: names, slots, headers */
+    int n_shards;
+    const char **file; /* the shards' names in dir */
+    const char **path; /* and their paths */
+} folder;
+
+static const char *join(tg_tape *tp, const char *dir, const char *name) { return tape_printf(tp, "%s/%s", dir, name); }
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* The shard files: model.safetensors, or the distinct files of the index's
+ * weight_map, each a plain name in dir. */
+static int list_shards(folder *f)
+{
+    struct stat sb;
+    const char *single = join(f->tp, f->dir, "model.safetensors"),
+               *index = join(f->tp, f->dir, "model.safetensors.index.json");
+    if (!single || !index) return TG_ENOMEM;
+    if (stat(single, &sb) == 0) {
+        f->n_shards = 1;
+        f->file = tg_tape_alloc(f->tp, sizeof *f->file, false);
+        f->path = tg_tape_alloc(f->tp, sizeof *f->path, false);
+        if (!f->file || !f->path) return TG_ENOMEM;
+        f->file[0] = "model.safetensors", f->path[0] = single;
+        return TG_OK;
+    }
+    if (stat(index, &sb) != 0)
+        return tg_error_status(TG_EIO, "load_hf %s: no model.safetensors and no model.safetensors.index.json", f->dir);
+    json_error_t jerr;
+    json_t *root = json_load_file(index, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return tg_error_status(TG_EFORMAT, "load_hf %s: invalid JSON: %s (line %d)", index, jerr.text, jerr.line);
+    const json_t *map = json_object_get(root, "weight_map");
+    int st = TG_OK;
+    if (!json_is_object(map))
+        st = tg_error_status(TG_EFORMAT, "load_hf %s: 'weight_map' is missing or not an object", index);
+    size_t n = st == TG_OK ? json_object_size(map) : 0;
+    const char **names = st == TG_OK ? tg_tape_alloc(f->tp, sizeof *names * (n ? n : 1), false) : NULL;
+    if (st == TG_OK && !names) st = TG_ENOMEM;
+    const char *key;
+    const json_t *v;
+    size_t k = 0;
+    if (st == TG_OK)
+        json_object_foreach((json_t *)map, key, v) {
+            const char *s = json_is_string(v) ? json_string_value(v) : NULL;
+            char t[48];
+            if (!s || strlen(s) != json_string_length(v) || !*s || strchr(s, '/') || strcmp(s, ".") == 0 ||
+                strcmp(s, "..") == 0) {
+                st = tg_error_status(TG_EFORMAT, "load_hf %s: weight_map['%s'] is %s, not a file name in the folder",
+                                     index, key, json_text(v, t, sizeof t));
+                break;
+            }
+            names[k++] = s;
+        }
+    if (st == TG_OK) { /* distinct names, sorted */
+        qsort(names, k, sizeof *names, cmp_str);
+        f->file = tg_tape_alloc(f->tp, sizeof *f->file * (k ? k : 1), false);
+        f->path = tg_tape_alloc(f->tp, sizeof *f->path * (k ? k : 1), false);
+        if (!f->file || !f->path) st = TG_ENOMEM;
+        for (size_t i = 0; st == TG_OK && i < k; i++) {
+            if (f->n_shards > 0 && strcmp(names[i], f->file[f->n_shards - 1]) == 0) continue;
+            const char *file = tape_printf(f->tp, "%s", names[i]), *path = join(f->tp, f->dir, names[i]);
+            if (!file || !path)
+                st = TG_ENOMEM;
+            else
+                f->file[f->n_shards] = file, f->path[f->n_shards++] = path;
+        }
+    }
+    json_decref(root);
+    return st;
+}
+
+/* ---- checking and loading -------------------------------------------------------------------- */
+
+static const char *shape_of(int ndim, const int64_t *shape, char *buf, size_t size)
+{
+    tg_tensor t = {.ndim = ndim};
+    memcpy(t.shape, shape, sizeof t.shape);
+    return tg_shape_str(&t, buf, size);
+}
+
+/* config.json, when the folder has one, describes the model: every setting
+ * the shapes do not show (family, norm eps, RoPE) and the sizes. The
+ * context length may differ, and so may tie_head (either loads). */
+static int check_config(tg_tape *tp, const char *dir, const tg_decoder_config *m)
+{
+    const char *path = join(tp, dir, "config.json");
+    struct stat sb;
+    if (!path) return TG_ENOMEM;
+    if (stat(path, &sb) != 0) return TG_OK;
+    tg_decoder_config h;
+    int st = tg_decoder_config_from_hf(dir, &h);
+    if (st != TG_OK) return st;
+    if (h.family != m->family)
+        return tg_error_status(TG_EINVAL, "load_hf %s: it describes a %s, the model is a %s", path,
+                               tg__gpt_class_name(&h), tg__gpt_class_name(m));
+    /* every value compared as a double: the sizes are below 2^31, exact */
+    const struct {
+        const char *name;
+        double file, model;
+    } fields[] = {
+        {"vocab_size", (double)h.vocab_size, (double)m->vocab_size},
+        {"emb_dim", (double)h.emb_dim, (double)m->emb_dim},
+        {"n_heads", (double)h.n_heads, (double)m->n_heads},
+        {"n_kv_groups", (double)tg__gpt_kv_groups(&h), (double)tg__gpt_kv_groups(m)},
+        {"head_dim", (double)tg__gpt_head_dim(&h), (double)tg__gpt_head_dim(m)},
+        {"hidden_dim", (double)tg__gpt_hidden_dim(&h), (double)tg__gpt_hidden_dim(m)},
+        {"n_layers", (double)h.n_layers, (double)m->n_layers},
+        {"qk_norm", h.qk_norm, m->qk_norm},
+        {"norm_eps", tg__gpt_norm_eps(&h), tg__gpt_norm_eps(m)},
+        {"rope_base", h.rope_base, m->rope_base > 0 ? m->rope_base : 10000.0},
+        {"rope_freq.factor", h.rope_freq.factor, m->rope_freq.factor},
+        {"rope_freq.low_freq_factor", h.rope_freq.low_freq_factor, m->rope_freq.low_freq_factor},
+        {"rope_freq.high_freq_factor", h.rope_freq.high_freq_factor, m->rope_freq.high_freq_factor},
+        {"rope_freq.original_context_length", (double)h.rope_freq.original_context_length,
+         (double)m->rope_freq.original_context_length},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        if (fields[i].file != fields[i].model)
+            return tg_error_status(TG_EINVAL,
+                                   "load_hf %s: its %s is %.9g, the model's %.9g (build the model from "
+                                   "tg_decoder_config_from_hf)",
+                                   path, fields[i].name, fields[i].file, fields[i].model);
+    return TG_OK;
+}
+
+/* Every shard's header against the slots: each tensor mapped once, float,
+ * of its parameter's shape; then nothing missing or left over. */
+static int check_shards(folder *f, slot *slots, int n_slots, int64_t n_layers)
+{
+    const char *unexpected = NULL, *unexpected_in = NULL;
+    char ushape[64] = "", a[64], b[64];
+    int n_unexpected = 0;
+    for (int s = 0; s < f->n_shards; s++) {
+        int n;
+        tg__safetensors_entry *e;
+        int st = tg__safetensors_header(f->tp, f->path[s], &n, &e);
+        if (st != TG_OK) return st;
+        for (int i = 0; i < n; i++) {
+            int k = slot_of(e[i].name, n_layers, slots);
+            if (k < 0 && skipped(e[i].name)) continue;
+            if (k < 0) {
+                if (n_unexpected++ == 0)
+                    unexpected = e[i].name, unexpected_in = f->file[s],
+                    shape_of(e[i].ndim, e[i].shape, ushape, sizeof ushape);
+                continue;
+            }
+            slot *t = &slots[k];
+            if (t->shard >= 0)
+                return tg_error_status(TG_EFORMAT, "load_hf %s: '%s' is in both %s and %s", f->dir, t->hf,
+                                       f->file[t->shard], f->file[s]);
+            if (!tg__is_float(e[i].dtype))
+                return tg_error_status(TG_EFORMAT,
+                                       "load_hf %s: '%s' in %s has dtype %s, expected F32, F16, BF16 or F64", f->dir,
+                                       t->hf, f->file[s], e[i].file_dtype);
+            if (e[i].ndim != t->dst->ndim ||
+                memcmp(e[i].shape, t->dst->shape, sizeof(int64_t) * (size_t)e[i].ndim) != 0)
+                return tg_error_status(TG_EFORMAT,
+                                       "load_hf %s: size mismatch for '%s' in %s: the file's %s, the model's "
+                                       "'%s' %s",
+                                       f->dir, t->hf, f->file[s], shape_of(e[i].ndim, e[i].shape, a, sizeof a), t->ours,
+                                       tg_shape_str(t->dst, b, sizeof b));
+            t->shard = s;
+        }
+    }
+    int n_missing = 0, first_missing = -1;
+    for (int k = 0; k < n_slots; k++)
+        if (slots[k].hf && k != SLOT_HEAD && slots[k].shard < 0 && n_missing++ == 0) first_missing = k;
+    char more[64] = "";
+    if (n_unexpected > 1 || n_missing > 1)
+        snprintf(more, sizeof more, " (%d unexpected, %d missing in all)", n_unexpected, n_missing);
+    if (n_unexpected && n_missing)
+        return tg_error_status(TG_EFORMAT, "load_hf %s: unexpected tensor '%s' %s in %s, and '%s' %s is missing%s",
+                               f->dir, unexpected, ushape, unexpected_in, slots[first_missing].hf,
+                               tg_shape_str(slots[first_missing].dst, b, sizeof b), more);
+    if (n_unexpected)
+        return tg_error_status(TG_EFORMAT, "load_hf %s: unexpected tensor '%s' %s in %s (not a tensor of this %s)%s",
+                               f->dir, unexpected, ushape, unexpected_in, "model", more);
+    if (n_missing)
+        return tg_error_status(TG_EFORMAT, "load_hf %s: missing tensor '%s' %s (the model's '%s')%s", f->dir,
+                               slots[first_missing].hf, tg_shape_str(slots[first_missing].dst, b, sizeof b),
+                               slots[first_missing].ours, more);
+    const tg_tensor *head = slots[SLOT_HEAD].dst, *emb = slots[SLOT_EMBED].dst;
+    if (slots[SLOT_HEAD].shard < 0 && !tg_same_shape(head, emb))
+        return tg_error_status(TG_EFORMAT,
+                               "load_hf %s: no lm_head.weight, and out_head.weight %s cannot take "
+                               "embed_tokens' values %s",
+                               f->dir, tg_shape_str(head, a, sizeof a), tg_shape_str(emb, b, sizeof b));
+    return TG_OK;
+}
+
+/* One shard read into a tape of its own, copied into the parameters, freed. */
+static int apply_shard(folder *f, int s, slot *slots, int64_t n_layers, bool tied)
+{
+    tg_tape *tp = tg_tape_new();
+    if (!tp) return TG_ENOMEM;
+    tg_safetensors file;
+    int st = tg_safetensors_load(tp, f->path[s], &file);
+    for (int i = 0; st == TG_OK && i < file.n; i++) {
+        int k = slot_of(file.names[i], n_layers, slots);
+        const tg_tensor *src = file.tensors[i];
+        if (k < 0 && skipped(file.names[i])) continue;
+        if (k < 0 || slots[k].shard != s || !tg_same_shape(src, slots[k].dst) || !tg__is_float(src->dtype)) {
+            st = tg_error_status(TG_EIO, "load_hf %s: %s changed while it was read ('%s')", f->dir, f->file[s],
+                                 file.names[i]);
+            break;
+        }
+        if (k == SLOT_HEAD && tied) continue; /* the head is tok_emb's weight */
+        tg_k_copy(slots[k].dst, src);
+        tg__bump(slots[k].dst);
+    }
+    tg_tape_free(tp);
+    return st;
+}
+
+int tg_decoder_load_hf(tg_module *model, const char *dir)
+{
+    if (!model || !dir) return tg_error_status(TG_EINVAL, "load_hf: NULL argument");
+    tg_decoder_config cfg;
+    if (tg_decoder_get_config(model, &cfg) != TG_OK)
+        return tg_error_status(TG_EINVAL,
+                               "load_hf: the model is a %s, not a Qwen3Model or Llama3Model (tg_decoder_new)",
+                               tg_module_type_name(model));
+    if (cfg.family == TG_GPT_FAMILY_GPT2)
+        return tg_error_status(TG_EINVAL,
+                               "load_hf: %s is a Qwen3 or Llama 3 folder, the model a GPTModel (a GPT-2 "
+                               "model.safetensors loads with tg_gpt_load_hf)",
+                               dir);
+    if (cfg.n_layers > (INT32_MAX - SLOT_LAYERS) / NPARTS)
+        return tg_error_status(TG_EINVAL, "load_hf: %lld layers are more than this loader counts",
+                               (long long)cfg.n_layers);
+    tg_tape *tp = tg_tape_new();
+    if (!tp) return TG_ENOMEM;
+    folder f = {dir, tp, 0, NULL, NULL};
+    slot *slots = NULL;
+    int n_slots = (int)(SLOT_LAYERS + cfg.n_layers * NPARTS);
+    int st = check_config(tp, dir, &cfg);
+    if (st == TG_OK) st = make_slots(tp, model, &cfg, &slots);
+    if (st == TG_OK) st = list_shards(&f);
+    if (st == TG_OK) st = check_shards(&f, slots, n_slots, cfg.n_layers); /* before anything changes */
+    bool tied = st == TG_OK && slots[SLOT_HEAD].dst == slots[SLOT_EMBED].dst;
+    for (int s = 0; st == TG_OK && s < f.n_shards; s++) st = apply_shard(&f, s, slots, cfg.n_layers, tied);
+    if (st == TG_OK && slots[SLOT_HEAD].shard < 0 && !tied) { /* no lm_head: the head is embed_tokens' values */
+        tg_k_copy(slots[SLOT_HEAD].dst, slots[SLOT_EMBED].dst);
+        tg__bump(slots[SLOT_HEAD].dst);
+    }
+    tg_tape_free(tp);
+    return st;
+}
