@@ -89,6 +89,22 @@ g, t = (json.load(open(f)) for f in sys.argv[1:3])
 assert g["input_ids"] == t["ids"], (g["input_ids"], t["ids"])
 assert "<|im_start|>" not in g["text"] and len(g["ids"]) <= 2, g
 ' "$TMP/q3.json" "$TMP/q4.json"; then ok; else bad "generate qwen3 --chat: $(head -1 "$TMP/err")"; fi
+# a Hugging Face Qwen3 folder written by tools/reference/decoder.py (BF16
+# shards, a tied head, its tokenizer.json): the book's ids for its weights
+HFQ="$(dirname "$0")/ref/hf_qwen3_tiny"
+for mode in greedy greedy_cache sampled sampled_cache; do
+    case $mode in
+    greedy) extra="--no-kv-cache" ;; greedy_cache) extra="" ;;
+    sampled) extra="--no-kv-cache --temperature 1 --top-k 50 --sample-seed 123" ;;
+    sampled_cache) extra="--temperature 1 --top-k 50 --sample-seed 123" ;;
+    esac
+    if "$TG" generate --hf "$HFQ" --prompt "Every effort moves you" --max-new-tokens 8 $extra --json >"$TMP/hf.json" 2>"$TMP/err" &&
+        $PY -c '
+import json, sys
+got, ref = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))["hf"]
+assert got["input_ids"] + got["ids"] == ref[sys.argv[3]], (got, ref[sys.argv[3]])
+' "$TMP/hf.json" "$(dirname "$0")/ref/decoder.json" $mode; then ok; else bad "generate --hf folder ($mode): $(head -1 "$TMP/err")"; fi
+done
 
 HELLO="Hello, I am Featureiman Byeswickattribute argue logger Normandy Compton analogous"
 expect_contains "generate greedy (KV cache)" "$HELLO" "$TG" generate --config gpt2-small --seed 123 --prompt "Hello, I am" --max-new-tokens 10
@@ -556,6 +572,9 @@ summary --rope-base 10000
 summary --head-dim 32
 summary --config qwen3-0.6b --rope-base 0
 generate --config llama3.2-1b --layers 1 --emb 64 --heads 2 --kv-groups 2
+generate --hf $(dirname "$0")/ref/hf_qwen3_tiny --emb 32
+generate --hf $(dirname "$0")/ref
+generate --hf $(dirname "$0")/ref/hf_qwen3_tiny --no-qk-norm
 bench --model gpt --layers 1 --emb 8 --heads 2 --vocab 50 --tokens 4 --precision fp16
 generate --precision EXACT
 pretrain --text data/the-verdict.txt --precision

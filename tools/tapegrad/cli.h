@@ -80,10 +80,16 @@ int tg_cmd_finetune(int argc, char **argv);
  * (tools/tapegrad/datadir.c); NULL with a message. The CLI owns it (loaded
  * once per process): callers do not free it. */
 tg_tokenizer *tg_cli_tokenizer(const char *path);
-/* The model's tokenizer: --tokenizer's file, else the family's own (GPT-2's
- * files, Qwen3's installed tokenizer.json; Llama 3's is not shipped: an
- * error says to give --tokenizer). */
-tg_tokenizer *tg_cli_model_tokenizer(const char *path, const tg_decoder_config *cfg);
+/* The model's tokenizer: --tokenizer's file, else a Hugging Face folder's
+ * tokenizer.json (hf: the --hf value, NULL or a GPT-2 file otherwise), else
+ * the family's own (GPT-2's files, Qwen3's installed tokenizer.json; Llama
+ * 3's is not shipped: an error says to give --tokenizer). */
+tg_tokenizer *tg_cli_model_tokenizer(const char *path, const char *hf, const tg_decoder_config *cfg);
+/* Whether path names a directory (a Hugging Face folder for --hf). */
+bool tg_cli_is_dir(const char *path);
+/* Whether argv's --hf names a GPT-2 model.safetensors (not a folder): the
+ * model then has GPT-2's q/k/v biases. */
+bool tg_cli_hf_gpt2_file(int argc, char **argv);
 /* The --tokenizer option row and its help line, shared by every command that
  * reads text. */
 #define TG_CLI_TOKENIZER_OPT(var) {.name = "--tokenizer", .type = TG_OPT_STRING, .dest = &(var)}
@@ -101,6 +107,7 @@ typedef struct {
     bool dropout_seen, qkv_bias, rope_base_seen, qk_norm, no_qk_norm;
     uint64_t seed;
     const char *precision; /* --precision: exact (default), fast, bf16 */
+    const char *const *hf; /* the command's --hf: a Hugging Face folder builds the model (NULL: none) */
     tg_numerics numerics;  /* what it names, set by tg_cli_model_parse */
 } tg_cli_model;
 /* gpt2-small, seed 123; context 0 keeps the preset's (pretrain passes 256). */

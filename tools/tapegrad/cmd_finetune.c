@@ -64,7 +64,9 @@ static const char *instruct_help =
 static const char *common_help =
     "\n"
     "  --init FILE          start from a state_dict (tapegrad pretrain --save)\n"
-    "  --hf FILE            start from Hugging Face GPT-2 weights (sets --qkv-bias)\n"
+    "  --hf PATH            start from Hugging Face GPT-2 weights (sets --qkv-bias), or\n"
+    "                       a Qwen3 / Llama 3 folder (config.json, safetensors,\n"
+    "                       tokenizer.json)\n"
     "  --tokenizer FILE     a tokenizer.json, a tiktoken rank file or a folder holding\n"
     "                       one (default: GPT-2's); its <|endoftext|> pads\n"
     "  --lora-rank R        LoRA instead of the book's partial fine-tuning: every\n"
@@ -182,7 +184,7 @@ static int build_model(ft_run *r, const tg_cli_model *m)
     if (!(r->gpt = tg_cli_model_build(r->model_tape, m, &r->cfg))) return tg_cli_lib_error(r->cmd, NULL);
     tg_cli_gpt_set_layers(r->gpt, a->composed);
     if (a->init && tg_module_load(r->gpt, a->init) != TG_OK) return tg_cli_lib_error(r->cmd, "--init");
-    if (a->hf && tg_gpt_load_hf(r->gpt, a->hf) != TG_OK) return tg_cli_lib_error(r->cmd, "--hf");
+    if (a->hf && !tg_cli_is_dir(a->hf) && tg_gpt_load_hf(r->gpt, a->hf) != TG_OK) return tg_cli_lib_error(r->cmd, "--hf");
     /* classify: torch.manual_seed(s); model.out_head = Linear(emb_dim,
      * num_classes); freezing; LoRA or the last block trainable */
     if (tg_gpt_prepare_finetune(r->model_tape, r->gpt, a->instruct ? 0 : num_classes(r), r->seed,
@@ -206,7 +208,7 @@ static int build_model(ft_run *r, const tg_cli_model *m)
 static int load_data(ft_run *r)
 {
     const ft_args *a = r->a;
-    r->tok = tg_cli_model_tokenizer(a->tokenizer, &r->cfg);
+    r->tok = tg_cli_model_tokenizer(a->tokenizer, a->hf, &r->cfg);
     if (!r->tok) return tg_cli_lib_error(r->cmd, a->tokenizer ? "--tokenizer" : NULL);
     r->pad_id = tg_tokenizer_eot(r->tok);
     if (r->pad_id < 0)
@@ -353,8 +355,8 @@ static int finetune(int argc, char **argv)
     ft_run r = {.a = &a, .cmd = a.cmd};
     tg_cli_model_defaults(&m, 0);
     m.dropout_seen = true; /* the book fine-tunes with drop_rate 0.0 */
-    for (int i = 1; i < argc; i++) /* GPT-2's released weights have q/k/v biases */
-        if (argv[i] && (strcmp(argv[i], "--hf") == 0 || strncmp(argv[i], "--hf=", 5) == 0)) m.qkv_bias = true;
+    m.qkv_bias = tg_cli_hf_gpt2_file(argc, argv); /* GPT-2's released weights have q/k/v biases */
+    m.hf = &a.hf;
     int rc;
     tg_cli_command c = {.name = a.cmd, .help = a.instruct ? instruct_help : classify_help, .opts = own,
                         .nopts = n_own, .help_more = {common_help, TG_CLI_TRAIN_HELP, end_help}};

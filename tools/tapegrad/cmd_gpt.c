@@ -25,7 +25,10 @@ static const char *generate_help =
     "Prints the prompt and its continuation, and the speed on stderr.\n"
     "\n"
     "  --load FILE         a state_dict (safetensors, PyTorch's keys)\n"
-    "  --hf FILE           a Hugging Face GPT-2 model.safetensors (sets --qkv-bias)\n"
+    "  --hf PATH           a Hugging Face GPT-2 model.safetensors (sets --qkv-bias),\n"
+    "                      or a Qwen3 / Llama 3 folder: its config.json builds the\n"
+    "                      model, its safetensors (F32, F16, BF16; shards) load,\n"
+    "                      its tokenizer.json is the tokenizer\n"
     "  --lora-rank R       the model has LoRA adapters (finetune --lora-rank R\n"
     "  --lora-alpha A      --lora-alpha A --save): every Linear wrapped before --load\n"
     "  --prompt STR        the start text (\"Hello, I am\")\n"
@@ -197,7 +200,7 @@ static int run_generate(tg_tape *tp, tg_tokenizer *tok, const tg_cli_model *m, t
         lora_hint(a->load, a->lora_rank_seen, a->lora_rank, hint, sizeof hint);
         rc = tg_cli_error(cmd, "--load: %s%s", err, hint);
     }
-    else if (a->hf && tg_gpt_load_hf(gpt, a->hf) != TG_OK) rc = tg_cli_lib_error(cmd, "--hf");
+    else if (a->hf && !tg_cli_is_dir(a->hf) && tg_gpt_load_hf(gpt, a->hf) != TG_OK) rc = tg_cli_lib_error(cmd, "--hf");
     ids = malloc(sizeof *ids * (n_prompt + (size_t)a->max_new));
     if (rc == TG_CLI_OK && !ids) rc = tg_cli_error(cmd, "out of memory");
     int64_t n = 0;
@@ -261,9 +264,10 @@ int tg_cmd_generate(int argc, char **argv)
     tg_cli_model m;
     tg_decoder_config cfg;
     tg_cli_model_defaults(&m, 0);
-    /* GPT-2's released weights have q/k/v biases (the book's NEW_CONFIG) */
-    for (int i = 1; i < argc; i++)
-        if (argv[i] && (strcmp(argv[i], "--hf") == 0 || strncmp(argv[i], "--hf=", 5) == 0)) m.qkv_bias = true;
+    /* GPT-2's released weights have q/k/v biases (the book's NEW_CONFIG); a
+     * folder is a Qwen3 or Llama 3 model whose config.json builds it */
+    m.qkv_bias = tg_cli_hf_gpt2_file(argc, argv);
+    m.hf = &a.hf;
     int rc;
     tg_cli_command c = {.name = cmd, .help = generate_help, .opts = own, .nopts = TG_CLI_NOPTS(own)};
     if (!tg_cli_model_parse(&c, argc, argv, &m, &cfg, &rc)) return rc;
@@ -279,7 +283,7 @@ int tg_cmd_generate(int argc, char **argv)
     if (a.think && !a.chat) return tg_cli_error(cmd, "--think needs --chat");
     if (tg_cli_check_only) return TG_CLI_OK;
 
-    tg_tokenizer *tok = tg_cli_model_tokenizer(a.tokenizer, &cfg);
+    tg_tokenizer *tok = tg_cli_model_tokenizer(a.tokenizer, a.hf, &cfg);
     if (!tok) return tg_cli_lib_error(cmd, a.tokenizer ? "--tokenizer" : NULL);
     if (a.chat && tg_tokenizer_chat_format(tok) == TG_CHAT_NONE)
         return tg_cli_error(cmd, "--chat: this tokenizer has no chat format (Qwen3's and Llama 3's have one; give --tokenizer)");

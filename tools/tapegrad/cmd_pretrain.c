@@ -181,7 +181,7 @@ static int prepare_data(pt_run *r)
 static int setup(pt_run *r, const tg_cli_model *m)
 {
     const pt_args *a = r->a;
-    r->tok = tg_cli_model_tokenizer(a->tokenizer, &r->cfg);
+    r->tok = tg_cli_model_tokenizer(a->tokenizer, NULL, &r->cfg);
     if (!r->tok) return tg_cli_lib_error(CMD, a->tokenizer ? "--tokenizer" : NULL);
     if (a->tokenizer && !m->vocab && r->cfg.family == TG_GPT_FAMILY_GPT2) r->cfg.vocab_size = tg_tokenizer_vocab_size(r->tok);
     if (tg_tokenizer_encode(r->tok, a->start, strlen(a->start), &r->start_ids, &r->n_start) != TG_OK)

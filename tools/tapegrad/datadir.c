@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifndef TG_DATA_SOURCE
@@ -57,8 +58,20 @@ tg_tokenizer *tg_cli_tokenizer(const char *path)
     return cached;
 }
 
-tg_tokenizer *tg_cli_model_tokenizer(const char *path, const tg_decoder_config *cfg)
+bool tg_cli_is_dir(const char *path)
 {
+    struct stat st;
+    return path && stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+tg_tokenizer *tg_cli_model_tokenizer(const char *path, const char *hf, const tg_decoder_config *cfg)
+{
+    if (!path && tg_cli_is_dir(hf)) {
+        char file[4096];
+        if (snprintf(file, sizeof file, "%s/tokenizer.json", hf) >= (int)sizeof file)
+            return tg_error("--hf: the folder's path is too long");
+        return tg_cli_tokenizer(file);
+    }
     if (path || cfg->family == TG_GPT_FAMILY_GPT2) return tg_cli_tokenizer(path);
     if (cfg->family == TG_GPT_FAMILY_LLAMA3)
         return tg_error("Llama 3's tokenizer is not shipped (Meta's licence): give --tokenizer FILE "

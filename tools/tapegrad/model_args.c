@@ -45,6 +45,18 @@ static int model_config(const char *cmd, tg_cli_model *m, tg_decoder_config *cfg
 {
     if (tg_numerics_parse(m->precision, &m->numerics) != TG_OK)
         return tg_cli_error(cmd, "--precision: %s", tg_last_error());
+    const char *hf = m->hf && tg_cli_is_dir(*m->hf) ? *m->hf : NULL;
+    if (hf) { /* a Hugging Face folder: its config.json is the model's; only --context may change it */
+        const char *fixed = m->vocab ? "--vocab" : m->emb ? "--emb" : m->heads ? "--heads" : m->layers ? "--layers"
+                            : m->hidden ? "--hidden" : m->head_dim ? "--head-dim" : m->kv_groups ? "--kv-groups"
+                            : m->rope_base_seen ? "--rope-base" : m->qk_norm ? "--qk-norm" : m->no_qk_norm ? "--no-qk-norm"
+                            : m->dropout_seen && m->dropout != 0 ? "--dropout" : m->qkv_bias ? "--qkv-bias" : NULL;
+        if (fixed) return tg_cli_error(cmd, "%s: the model's configuration comes from %s/config.json", fixed, hf);
+        if (tg_decoder_config_from_hf(hf, cfg) != TG_OK) return tg_cli_error(cmd, "--hf: %s", tg_last_error());
+        if (m->context) cfg->context_length = m->context;
+        if (tg_decoder_config_check(cfg) != TG_OK) return tg_cli_error(cmd, "--hf: %s", tg_last_error());
+        return TG_CLI_OK;
+    }
     if (tg_decoder_config_preset(m->config, cfg) != TG_OK) return tg_cli_error(cmd, "--config: %s", tg_last_error());
     if (m->vocab) cfg->vocab_size = m->vocab;
     if (m->context) cfg->context_length = m->context;
@@ -72,6 +84,12 @@ tg_module *tg_cli_model_build(tg_tape *tp, const tg_cli_model *m, const tg_decod
     tg_manual_seed(m->seed); /* torch.manual_seed(seed); model = GPTModel(cfg) */
     tg_module *gpt = tg_decoder_new(tp, cfg);
     tg_cli_note_bf16(m->numerics); /* the policy goes on the step's tape, not the model */
+    const char *hf = m->hf && tg_cli_is_dir(*m->hf) ? *m->hf : NULL;
+    if (gpt && hf && tg_decoder_load_hf(gpt, hf) != TG_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "--hf: %s", tg_last_error());
+        return tg_error("%s", msg);
+    }
     return gpt;
 }
 
@@ -97,4 +115,16 @@ void tg_cli_gpt_set_layers(tg_module *gpt, bool composed)
     /* the graph's shape only: under --precision exact both give PyTorch's
      * bits (src/autograd/layers.c) */
     tg_module_set_fused(gpt, !composed);
+}
+
+bool tg_cli_hf_gpt2_file(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *v = !argv[i] ? NULL : strcmp(argv[i], "--hf") == 0 ? (i + 1 < argc ? argv[i + 1] : NULL)
+                                   : strncmp(argv[i], "--hf=", 5) == 0 ? argv[i] + 5
+                                                                       : NULL;
+        if (v) return !tg_cli_is_dir(v);
+        if (argv[i] && strcmp(argv[i], "--hf") == 0) return true; /* its missing value is the parser's error */
+    }
+    return false;
 }
