@@ -104,7 +104,7 @@ typedef struct {
     const char *config;
     int64_t vocab, context, emb, heads, layers, hidden, head_dim, kv_groups;
     double dropout, rope_base;
-    bool dropout_seen, qkv_bias, rope_base_seen, qk_norm, no_qk_norm;
+    bool dropout_seen, qkv_bias, rope_base_seen, qk_norm, no_qk_norm, config_seen;
     uint64_t seed;
     const char *precision; /* --precision: exact (default), fast, bf16 */
     const char *const *hf; /* the command's --hf: a Hugging Face folder builds the model (NULL: none) */

@@ -16,7 +16,7 @@ void tg_cli_model_defaults(tg_cli_model *m, int64_t context)
 static int model_opts(tg_cli_model *m, tg_opt *opts)
 {
     const tg_opt o[MODEL_NOPTS] = {
-        {.name = "--config", .type = TG_OPT_STRING, .dest = &m->config},
+        {.name = "--config", .type = TG_OPT_STRING, .dest = &m->config, .seen = &m->config_seen},
         {.name = "--vocab", .type = TG_OPT_INT, .dest = &m->vocab, .imin = 1, .imax = INT32_MAX},
         {.name = "--context", .type = TG_OPT_INT, .dest = &m->context, .imin = 1, .imax = 1 << 24},
         {.name = "--emb", .type = TG_OPT_INT, .dest = &m->emb, .imin = 1, .imax = INT32_MAX},
@@ -47,7 +47,7 @@ static int model_config(const char *cmd, tg_cli_model *m, tg_decoder_config *cfg
         return tg_cli_error(cmd, "--precision: %s", tg_last_error());
     const char *hf = m->hf && tg_cli_is_dir(*m->hf) ? *m->hf : NULL;
     if (hf) { /* a Hugging Face folder: its config.json is the model's; only --context may change it */
-        const char *fixed = m->vocab ? "--vocab" : m->emb ? "--emb" : m->heads ? "--heads" : m->layers ? "--layers"
+        const char *fixed = m->config_seen ? "--config" : m->vocab ? "--vocab" : m->emb ? "--emb" : m->heads ? "--heads" : m->layers ? "--layers"
                             : m->hidden ? "--hidden" : m->head_dim ? "--head-dim" : m->kv_groups ? "--kv-groups"
                             : m->rope_base_seen ? "--rope-base" : m->qk_norm ? "--qk-norm" : m->no_qk_norm ? "--no-qk-norm"
                             : m->dropout_seen && m->dropout != 0 ? "--dropout" : m->qkv_bias ? "--qkv-bias" : NULL;
