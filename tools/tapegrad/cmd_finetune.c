@@ -64,9 +64,9 @@ static const char *instruct_help =
 static const char *common_help =
     "\n"
     "  --init FILE          start from a state_dict (tapegrad pretrain --save)\n"
-    "  --hf PATH            start from Hugging Face GPT-2 weights (sets --qkv-bias), or\n"
-    "                       a Qwen3 / Llama 3 folder (config.json, safetensors,\n"
-    "                       tokenizer.json)\n"
+    "  --hf PATH            start from Hugging Face weights: GPT-2's model.safetensors\n"
+    "                       (sets --qkv-bias) or a Qwen3 / Llama 3 folder\n"
+    "                       (config.json, safetensors, tokenizer.json)\n"
     "  --tokenizer FILE     a tokenizer.json, a tiktoken rank file or a folder holding\n"
     "                       one (default: GPT-2's); its <|endoftext|> pads\n"
     "  --lora-rank R        LoRA instead of the book's partial fine-tuning: every\n"
