@@ -9,14 +9,12 @@
 #include "internal.h"
 
 #include <sleef.h>
+#include <string.h>
 /* sleef.h declares the FMA functions only to code compiled for AVX2; they
  * are called here only after the CPU was checked (tg__vec_math). */
 float Sleef_expf1_u10purecfma(float);
 float Sleef_logf1_u10purecfma(float);
 float Sleef_tanhf1_u10purecfma(float);
-float Sleef_cosf1_u10purecfma(float);
-float Sleef_sinf1_u10purecfma(float);
-float Sleef_powf1_u10purecfma(float, float);
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define TG_SLEEF_AVX2 1
@@ -55,8 +53,6 @@ float tg__expf(float x) { return tg__vec_math() ? Sleef_expf1_u10purecfma(x) : e
 VEC_MAP(tg__vexpf, Sleef_expf8_u10avx2, Sleef_expf1_u10purecfma)
 VEC_MAP(tg__vlogf, Sleef_logf8_u10avx2, Sleef_logf1_u10purecfma)
 VEC_MAP(tg__vtanhf, Sleef_tanhf8_u10avx2, Sleef_tanhf1_u10purecfma)
-VEC_MAP(tg__vcosf, Sleef_cosf8_u10avx2, Sleef_cosf1_u10purecfma)
-VEC_MAP(tg__vsinf, Sleef_sinf8_u10avx2, Sleef_sinf1_u10purecfma)
 #else
 #define VEC_MAP(NAME, S1, LIBM)                                                          \
     void NAME(float *y, const float *x, int64_t n)                                       \
@@ -69,8 +65,38 @@ VEC_MAP(tg__vsinf, Sleef_sinf8_u10avx2, Sleef_sinf1_u10purecfma)
 VEC_MAP(tg__vexpf, Sleef_expf1_u10purecfma, expf)
 VEC_MAP(tg__vlogf, Sleef_logf1_u10purecfma, logf)
 VEC_MAP(tg__vtanhf, Sleef_tanhf1_u10purecfma, tanhf)
-VEC_MAP(tg__vcosf, Sleef_cosf1_u10purecfma, cosf)
-VEC_MAP(tg__vsinf, Sleef_sinf1_u10purecfma, sinf)
+#endif
+
+/* cos and sin: SLEEF's one-lane and eight-lane functions differ in a few
+ * last bits for large arguments, so these take the eight-lane AVX2 ones
+ * PyTorch's vec::map takes, for every element: a tail is loaded into a
+ * zeroed vector as Vectorized<float>::loadu(ptr, count) loads it. Chosen
+ * at run time, so a build for any x86-64 gives the same bits. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+__m256 Sleef_cosf8_u10avx2(__m256);
+__m256 Sleef_sinf8_u10avx2(__m256);
+#define AVX2_MAP(NAME, V8)                                                              \
+    __attribute__((target("avx2,fma"))) static void NAME(float *y, const float *x, int64_t n) \
+    {                                                                                   \
+        int64_t i = 0;                                                                  \
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, V8(_mm256_loadu_ps(x + i))); \
+        if (i < n) {                                                                    \
+            float b[8] = {0};                                                           \
+            memcpy(b, x + i, sizeof *b * (size_t)(n - i));                              \
+            _mm256_storeu_ps(b, V8(_mm256_loadu_ps(b)));                                \
+            memcpy(y + i, b, sizeof *b * (size_t)(n - i));                              \
+        }                                                                               \
+    }
+AVX2_MAP(cos8_map, Sleef_cosf8_u10avx2)
+AVX2_MAP(sin8_map, Sleef_sinf8_u10avx2)
+__m256 Sleef_powf8_u10avx2(__m256, __m256);
+__attribute__((target("avx2,fma"))) static void rpow8(float *y, float base, const float *e, int64_t n)
+{
+    for (int64_t i = 0; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, Sleef_powf8_u10avx2(_mm256_set1_ps(base), _mm256_loadu_ps(e + i)));
+}
+#define HAVE_AVX2_MAP 1
 #endif
 
 /* torch.tensor(base) ** e for contiguous float32 e, as PyTorch's binary
@@ -78,10 +104,39 @@ VEC_MAP(tg__vsinf, Sleef_sinf1_u10purecfma, sinf)
  * tail (n mod 16) through the C library's. */
 void tg__vrpowf(float *y, float base, const float *e, int64_t n)
 {
-    int64_t nv = tg__vec_math() ? n - n % 16 : 0, i = 0;
-    for (; i < nv; i++) y[i] = Sleef_powf1_u10purecfma(base, e[i]);
+    int64_t i = 0;
+#if defined(HAVE_AVX2_MAP)
+    if (tg__vec_math()) {
+        i = n - n % 16;
+        rpow8(y, base, e, i);
+    }
+#endif
     for (; i < n; i++) y[i] = powf(base, e[i]);
 }
+
+void tg__vcosf(float *y, const float *x, int64_t n)
+{
+#if defined(HAVE_AVX2_MAP)
+    if (tg__vec_math()) {
+        cos8_map(y, x, n);
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < n; i++) y[i] = cosf(x[i]);
+}
+
+void tg__vsinf(float *y, const float *x, int64_t n)
+{
+#if defined(HAVE_AVX2_MAP)
+    if (tg__vec_math()) {
+        sin8_map(y, x, n);
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < n; i++) y[i] = sinf(x[i]);
+}
+
+
 
 /* The lanes of PyTorch's vec::reduce_all (internal.h). PyTorch's build fuses
  * the multiply-add of map2_reduce_all (acc + x * y); so does tg__sum8_fma. */
