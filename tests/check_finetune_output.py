@@ -37,11 +37,18 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import decoder_run_args  # noqa: E402
+
 TIMEOUT = 1200
 
 
 def model_args(run):
     c = run["config"]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    decoder = decoder_run_args.model_args(run, root)
+    if decoder is not None:
+        return decoder
     a = ["--seed", run["seed"], "--vocab", c["vocab_size"], "--context", c["context_length"],
          "--emb", c["emb_dim"], "--heads", c["n_heads"], "--layers", c["n_layers"],
          "--dropout", repr(c["drop_rate"])]
@@ -72,6 +79,8 @@ def cli_args(run, base, init=None):
         a = ["finetune", "instruct", "--data", os.path.join(base, run["data"]), "--limit", run["limit"]]
         a += model_args(run) + train_args(run)
         a += ["--allowed-max-length", run["allowed_max_length"], "--max-new-tokens", run["max_new_tokens"]]
+        if run.get("format"):
+            a += ["--format", run["format"]]
     if run["lora_rank"] is not None:
         a += ["--lora-rank", number(run["lora_rank"]), "--lora-alpha", number(run["lora_alpha"])]
     if init is not None:
@@ -202,7 +211,8 @@ def main():
     prog, ref, name = argv[:3]
     extra = argv[3:]
     with open(ref, encoding="utf-8") as f:
-        runs = {r["name"]: r for r in json.load(f)["runs"]}
+        data = json.load(f)
+    runs = {r["name"]: r for key in ("runs", "instruct") for r in data.get(key, [])}
     run = runs[name]
     base = os.path.dirname(os.path.abspath(ref))
     root = os.path.dirname(os.path.dirname(base))
@@ -212,7 +222,11 @@ def main():
             init = pretrain_init(prog, run, root, tmp)
             if init is None:
                 return 1
-        args = cli_args(run, base, init) + extra
+        try:
+            args = cli_args(run, base, init) + extra
+        except decoder_run_args.Skip as e:
+            print("skipped: %s" % e)
+            return 77
         if tol is not None:
             return check_tol(prog, args, run, tol)
         p = subprocess.run([prog] + args, capture_output=True, timeout=TIMEOUT)

@@ -17,21 +17,27 @@ within X of PyTorch's, the same steps and tokens seen, and "precision" in
 the JSON as EXTRA asks.
 """
 import json
+import os
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import decoder_run_args  # noqa: E402
 
 
 def cli_args(run, text):
     c = run["config"]
-    a = ["pretrain", "--text", text, "--seed", run["seed"], "--vocab", c["vocab_size"],
-         "--context", c["context_length"], "--emb", c["emb_dim"], "--heads", c["n_heads"],
-         "--layers", c["n_layers"], "--dropout", repr(c["drop_rate"]), "--batch", run["batch"],
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    model = decoder_run_args.model_args(run, root)
+    if model is None:
+        model = ["--seed", run["seed"], "--vocab", c["vocab_size"], "--context", c["context_length"],
+                 "--emb", c["emb_dim"], "--heads", c["n_heads"], "--layers", c["n_layers"],
+                 "--dropout", repr(c["drop_rate"])] + (["--qkv-bias"] if c["qkv_bias"] else [])
+    a = ["pretrain", "--text", text] + model + ["--batch", run["batch"],
          "--epochs", run["epochs"], "--lr", repr(run["lr"]), "--weight-decay", repr(run["weight_decay"]),
          "--eval-freq", run["eval_freq"], "--eval-iter", run["eval_iter"],
          "--train-ratio", repr(run["train_ratio"]), "--stride", run["stride"], "--start", run["start"],
          "--sample-tokens", run["sample_tokens"]]
-    if c["qkv_bias"]:
-        a.append("--qkv-bias")
     return [str(x) for x in a]
 
 
@@ -75,10 +81,15 @@ def main():
         argv = argv[1:]
     prog, ref, name = argv[:3]
     with open(ref, encoding="utf-8") as f:
-        runs = {r["name"]: r for r in json.load(f)["runs"]}
+        data = json.load(f)
+    runs = {r["name"]: r for key in ("runs", "pretrain") for r in data.get(key, [])}
     run = runs[name]
     if cli:
-        args = cli_args(run, argv[3]) + argv[4:]
+        try:
+            args = cli_args(run, argv[3]) + argv[4:]
+        except decoder_run_args.Skip as e:
+            print("skipped: %s" % e)
+            return 77
     else:
         args = argv[4:] if argv[3:4] == ["--"] else argv[3:]
     if tol is not None:
