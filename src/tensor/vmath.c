@@ -114,29 +114,25 @@ void tg__vrpowf(float *y, float base, const float *e, int64_t n)
     for (; i < n; i++) y[i] = powf(base, e[i]);
 }
 
-void tg__vcosf(float *y, const float *x, int64_t n)
-{
 #if defined(HAVE_AVX2_MAP)
-    if (tg__vec_math()) {
-        cos8_map(y, x, n);
-        return;
+#define TRIG(NAME, MAP8, LIBM)                                 \
+    void NAME(float *y, const float *x, int64_t n)             \
+    {                                                          \
+        if (tg__vec_math()) {                                  \
+            MAP8(y, x, n);                                     \
+            return;                                            \
+        }                                                      \
+        for (int64_t i = 0; i < n; i++) y[i] = LIBM(x[i]);     \
+    }
+#else
+#define TRIG(NAME, MAP8, LIBM)                                 \
+    void NAME(float *y, const float *x, int64_t n)             \
+    {                                                          \
+        for (int64_t i = 0; i < n; i++) y[i] = LIBM(x[i]);     \
     }
 #endif
-    for (int64_t i = 0; i < n; i++) y[i] = cosf(x[i]);
-}
-
-void tg__vsinf(float *y, const float *x, int64_t n)
-{
-#if defined(HAVE_AVX2_MAP)
-    if (tg__vec_math()) {
-        sin8_map(y, x, n);
-        return;
-    }
-#endif
-    for (int64_t i = 0; i < n; i++) y[i] = sinf(x[i]);
-}
-
-
+TRIG(tg__vcosf, cos8_map, cosf)
+TRIG(tg__vsinf, sin8_map, sinf)
 
 /* The lanes of PyTorch's vec::reduce_all (internal.h). PyTorch's build fuses
  * the multiply-add of map2_reduce_all (acc + x * y); so does tg__sum8_fma. */
