@@ -53,13 +53,14 @@ usage() {
   exit 2
 }
 
-ALL_TARGETS=(fuzz_safetensors fuzz_module_load fuzz_hf_load fuzz_tokenizer fuzz_tokenizer_json fuzz_csv
+ALL_TARGETS=(fuzz_safetensors fuzz_module_load fuzz_hf_load fuzz_decoder_hf fuzz_tokenizer fuzz_tokenizer_json fuzz_csv
              fuzz_instruction_json fuzz_cli fuzz_cli_args fuzz_input_spec fuzz_train_log)
 # --ci executions per target (the initial pass over the seed corpus included).
 # Measured on 2 cores, ASan+UBSan debug build: fuzz_cli runs whole commands
 # (~20 s to load its corpus, then a few hundred exec/s), the parsers run at
 # 6,000 (module_load) to 300,000 (input_spec) exec/s; fuzz_hf_load runs a
-# forward and generation after every successful load (~150 exec/s);
+# forward and generation after every successful load (~150 exec/s), and so
+# does fuzz_decoder_hf after writing its folder's two files;
 # fuzz_tokenizer encodes, decodes and encodes again with GPT-2's and
 # Qwen3's tokenizers and encodes Qwen3's chat (~1,000 exec/s: 80,000
 # executions in ~80 s, as long as GPT-2's alone took for 200,000);
@@ -74,6 +75,7 @@ declare -A CI_RUNS=(
   [fuzz_safetensors]=2000000
   [fuzz_module_load]=200000
   [fuzz_hf_load]=10000
+  [fuzz_decoder_hf]=10000
   [fuzz_tokenizer]=80000
   [fuzz_tokenizer_json]=50000
   [fuzz_csv]=100000
@@ -124,7 +126,7 @@ target_args() {
   case $t in
     fuzz_cli) echo -close_fd_mask=2 -max_len=512 ;;
     fuzz_cli_args) echo "-dict=$ROOT/tests/fuzz/fuzz_cli.dict" -max_len=1024 ;;
-    fuzz_module_load|fuzz_hf_load) echo "-dict=$ROOT/tests/fuzz/fuzz_safetensors.dict" ;;
+    fuzz_module_load|fuzz_hf_load|fuzz_decoder_hf) echo "-dict=$ROOT/tests/fuzz/fuzz_safetensors.dict" ;;
   esac
 }
 

@@ -12,12 +12,13 @@
 #include <string.h>
 /* sleef.h declares the FMA functions only to code compiled for AVX2; they
  * are called here only after the CPU was checked (tg__vec_math). */
-float Sleef_expf1_u10purecfma(float);
-float Sleef_logf1_u10purecfma(float);
-float Sleef_tanhf1_u10purecfma(float);
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define TG_SLEEF_AVX2 1
+#else
+float Sleef_expf1_u10purecfma(float);
+float Sleef_logf1_u10purecfma(float);
+float Sleef_tanhf1_u10purecfma(float);
 #endif
 
 static int sleef_state = -1; /* -1 unknown, 0 no FMA, 1 SLEEF */
@@ -74,10 +75,16 @@ VEC_MAP(tg__vtanhf, Sleef_tanhf1_u10purecfma, tanhf)
  * at run time, so a build for any x86-64 gives the same bits. */
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-__m256 Sleef_cosf8_u10avx2(__m256);
-__m256 Sleef_sinf8_u10avx2(__m256);
+/* declared for AVX2 callers (clang checks a vector argument's ABI against
+ * the callee's target too) */
+#define AVX2_TARGET __attribute__((target("avx2,fma")))
+#if !defined(TG_SLEEF_AVX2)
+AVX2_TARGET __m256 Sleef_cosf8_u10avx2(__m256);
+AVX2_TARGET __m256 Sleef_sinf8_u10avx2(__m256);
+AVX2_TARGET __m256 Sleef_powf8_u10avx2(__m256, __m256);
+#endif
 #define AVX2_MAP(NAME, V8)                                                              \
-    __attribute__((target("avx2,fma"))) static void NAME(float *y, const float *x, int64_t n) \
+    AVX2_TARGET static void NAME(float *y, const float *x, int64_t n)                   \
     {                                                                                   \
         int64_t i = 0;                                                                  \
         for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, V8(_mm256_loadu_ps(x + i))); \
@@ -90,8 +97,7 @@ __m256 Sleef_sinf8_u10avx2(__m256);
     }
 AVX2_MAP(cos8_map, Sleef_cosf8_u10avx2)
 AVX2_MAP(sin8_map, Sleef_sinf8_u10avx2)
-__m256 Sleef_powf8_u10avx2(__m256, __m256);
-__attribute__((target("avx2,fma"))) static void rpow8(float *y, float base, const float *e, int64_t n)
+AVX2_TARGET static void rpow8(float *y, float base, const float *e, int64_t n)
 {
     for (int64_t i = 0; i + 8 <= n; i += 8)
         _mm256_storeu_ps(y + i, Sleef_powf8_u10avx2(_mm256_set1_ps(base), _mm256_loadu_ps(e + i)));
