@@ -309,6 +309,78 @@ int tg__bf16_param_rounded(const tg_tensor *x, float *dst)
     return c ? 0 : -1;
 }
 
+/* ---- one row against a parameter's copy, emulated --------------------------------------------- */
+
+/* sum_k w[k] a[k]: w bf16, a float32 already rounded to bf16, so each
+ * product is exact in float32 and a fused multiply-add rounds as the sum
+ * does; four chains of eight lanes, then the tail. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define ROW_AVX2 1
+__attribute__((target("avx2,fma"))) static float dot_bf16_avx2(const uint16_t *w, const float *a, int64_t K)
+{
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    int64_t k = 0;
+    for (; k + 32 <= K; k += 32) { /* four chains: the multiply-adds' latency hidden */
+        for (int u = 0; u < 4; u++) {
+            __m128i h = _mm_loadu_si128((const __m128i *)(w + k + 8 * u));
+            __m256i v = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+            acc[u] = _mm256_fmadd_ps(_mm256_castsi256_ps(v), _mm256_loadu_ps(a + k + 8 * u), acc[u]);
+        }
+    }
+    for (; k + 8 <= K; k += 8) {
+        __m256i v = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(w + k))), 16);
+        acc[0] = _mm256_fmadd_ps(_mm256_castsi256_ps(v), _mm256_loadu_ps(a + k), acc[0]);
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    float s = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+    for (; k < K; k++) s += bf16_f32(w[k]) * a[k];
+    return s;
+}
+#endif
+
+static float dot_bf16(const uint16_t *w, const float *a, int64_t K)
+{
+#if defined(ROW_AVX2)
+    if (tg__vec_math()) return dot_bf16_avx2(w, a, K);
+#endif
+    float s = 0;
+    for (int64_t k = 0; k < K; k++) s += bf16_f32(w[k]) * a[k];
+    return s;
+}
+
+int tg__bf16_row_emulated(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
+                          double beta)
+{
+    int n = c->ndim;
+    if (ta || !tb || !b->is_param || !b->storage || b->ndim != 2 || b->dtype != TG_F32 || a->dtype != TG_F32 ||
+        c->dtype != TG_F32 || tg_numel(c) != c->shape[n - 1] || a->shape[a->ndim - 2] != 1 || a->ndim != n)
+        return 1;
+    int64_t N = b->shape[0], K = b->shape[1];
+    if (c->shape[n - 1] != N || a->shape[n - 1] != K || tg_numel(a) != K) return 1;
+    float *ar = malloc(sizeof *ar * (size_t)(K ? K : 1));
+    if (!ar) return tg_error("gemm: out of memory rounding a row to bf16"), -1;
+    const float *ad = (const float *)a->data + a->offset;
+    int64_t as = a->stride[n - 1], cs = c->stride[n - 1];
+    for (int64_t k = 0; k < K; k++) ar[k] = tg__bf16_round(ad[k * as]);
+    pthread_mutex_lock(&lock);
+    bool col = false;
+    const uint16_t *w = param_bf16(b, &col);
+    int st = !w ? -1 : col ? 1 : 0;
+    if (st == 0) {
+        float *y = (float *)c->data + c->offset, fa = (float)alpha, fb = (float)beta;
+#pragma omp parallel for if (N * K > TG_PAR_MIN) schedule(static)
+        for (int64_t j = 0; j < N; j++) {
+            float s = dot_bf16(w + j * K, ar, K);
+            y[j * cs] = fb == 0 ? fa * s : fa * s + fb * y[j * cs];
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    free(ar);
+    return st;
+}
+
 #if TG_HAVE_DNNL
 
 /* ---- the other operands ----------------------------------------------------------------------- */

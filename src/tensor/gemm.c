@@ -203,6 +203,8 @@ void tg_k_gemm(tg_numerics nm, tg_tensor *c, const tg_tensor *a, bool ta, const 
             if (st <= 0) return;
         }
         tg__bf16_note_emulated();
+        int row = tg__bf16_row_emulated(c, a, ta, b, tb, alpha, beta);
+        if (row <= 0) return;
         /* emulated bf16 products: the operands rounded, float32 accumulation
          * (scratch outside any tape: a leaf's gradient lives in the model's) */
         size_t na = (size_t)tg_numel(a), nb = (size_t)tg_numel(b);
