@@ -1,0 +1,896 @@
+#!/usr/bin/python3
+"""Generation speed of tapegrad and llama.cpp on the same weights, greedy from
+"Every effort moves you" with the KV cache.
+
+--model qwen3 (default): Qwen3-0.6B's architecture (vocab 151936, hidden
+1024, 16 heads, 8 kv heads, head_dim 128, 28 layers, intermediate 3072, tied
+embeddings, QK-norm) with random weights: torch.manual_seed(--seed, 0), each
+matrix randn * 0.02, RMSNorm weights 1. --model gpt2: GPT-2 124M's shapes
+(query/key/value biases), every tensor randn * 0.02 after manual_seed(--seed),
+LayerNorm weights + 1. The weights are rounded to bf16 and written, once,
+under --workdir:
+
+  WORKDIR/qwen3-0.6b-random/hf/      a Hugging Face folder for tapegrad:
+                                     config.json, model.safetensors (BF16),
+                                     tokenizer.json (copied from data/qwen3)
+  WORKDIR/gpt2-124m-random/hf/       GPT-2's model.safetensors (BF16, Hugging
+                                     Face's names, Conv1D layout), config.json
+  WORKDIR/*/MODEL-{bf16,q8_0}.gguf   GGUF v3 files for llama.cpp, written here
+                                     (no gguf package): the matrices in BF16,
+                                     or Q8_0 of the same bf16 values; norms,
+                                     biases and GPT-2's position table F32
+
+tapegrad runs `tapegrad generate --hf PATH --prompt ... --max-new-tokens N
+--temperature 0 --json --precision bf16` (and --precision fast: float32)
+with OMP_NUM_THREADS=--threads and reports "tokens_per_s". llama.cpp runs
+through the npm package node-llama-cpp@3.21.1 (its prebuilt CPU binaries,
+never a GPU build or a download) by bench/llamacpp_generate.mjs: the model
+read into memory, the prompt tokenized by the GGUF's tokenizer, N ids greedily
+with the KV cache (F16, llama.cpp's default), --threads threads. Both time
+the same span: from the prompt's forward to the N-th id (the prompt's forward
+and N - 1 one-id steps; loading excluded); llama.cpp's one-id steps alone
+are printed beside. Each run is a fresh process; tapegrad and llama.cpp
+alternate (tapegrad bf16, llama.cpp BF16, tapegrad float32, llama.cpp Q8_0)
+for --runs runs, and the table gives the median tokens/s, the ratio of
+tapegrad bf16 to llama.cpp BF16 (the goal: >= 1.2x) and the CPU's bf16
+flags. Other work on the machine spoils the figures (llama.cpp's most: its
+threads spin at barriers), so each run measures the share of the CPUs that
+other processes took meanwhile (/proc/stat less this process's children) and
+a run above --max-others (10%) is repeated, --tries times at most.
+
+--check runs each once and prints the prompt ids and the generated ids side
+by side, then PyTorch in float32 on the same bf16 weights: greedy for
+--check-ids ids with each step's margin (top logit minus the runner-up), and
+every engine's ids scored teacher-forced (at how many steps its id is
+PyTorch's top-1, and the largest gap below the top-1 logit where it is not).
+With random weights the logits lie close together, so bf16 rounding can part
+the greedy ids after some steps. PyTorch is the book's code: for Qwen3 its
+Qwen3Model (KV-cache variant, load_weights_into_qwen) imported from
+$LLMS_FROM_SCRATCH_DIR (see tools/reference/decoder.py; skipped when unset),
+for GPT-2 tools/reference/gpt_book.py's GPTModel.
+
+The npm packages are installed with npm (the registry must be reachable) into
+WORKDIR/js when missing:
+
+    npm install --save-exact --omit=optional --ignore-scripts \\
+        node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1
+
+(--omit=optional: none of the CUDA/Vulkan binary packages; --ignore-scripts:
+no postinstall that could build llama.cpp). WORKDIR is --workdir, else
+$TAPEGRAD_LLAMACPP_DIR, else ~/.cache/tapegrad-llamacpp; Qwen3 needs ~3.2 GB
+there, GPT-2 ~0.7 GB, the npm packages ~85 MB.
+
+    /usr/bin/python3 bench/compare_llamacpp.py [--model qwen3|gpt2]
+        [--tapegrad build/tools/tapegrad] [--workdir DIR] [--runs 5]
+        [--tokens 100] [--threads 2] [--check] [--check-ids 10]
+        [--llamacpp-only] [--flash-attention on|off] [--kv-type F16]
+        [--max-others 0.1] [--tries 3] [--tapegrad-args=STR] [--json]
+"""
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import shlex
+import statistics
+import struct
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+JS_SCRIPT = os.path.join(HERE, "llamacpp_generate.mjs")
+PROMPT = "Every effort moves you"
+NODE_LLAMA_CPP = "3.21.1"
+FORMAT = 1  # bump when the files written here change
+
+# Qwen3-0.6B's configuration (Hugging Face's config.json keys)
+QWEN3_06B = {
+    "vocab_size": 151936, "hidden_size": 1024, "num_attention_heads": 16, "num_key_value_heads": 8,
+    "head_dim": 128, "num_hidden_layers": 28, "intermediate_size": 3072, "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000.0, "max_position_embeddings": 40960,
+}
+QWEN3_BOS, QWEN3_EOS, QWEN3_PAD = 151643, 151645, 151643  # Qwen3-0.6B's config.json / tokenizer_config.json
+# GPT-2 124M (Hugging Face's GPT2Config keys)
+GPT2_124M = {"vocab_size": 50257, "n_positions": 1024, "n_ctx": 1024, "n_embd": 768, "n_head": 12,
+             "n_layer": 12, "layer_norm_epsilon": 1e-5}
+GPT2_EOT = 50256
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def bf16_bytes(t):
+    import torch
+    return t.contiguous().view(torch.int16).numpy().astype("<i2").tobytes()
+
+
+def write_safetensors(path, tensors):
+    """BF16 safetensors, tensors in name order (as tools/reference/decoder.py)."""
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name in sorted(tensors):
+        n = tensors[name].numel() * 2
+        header[name] = {"dtype": "BF16", "shape": list(tensors[name].shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    hb = json.dumps(header, separators=(",", ":")).encode()
+    hb += b" " * ((8 - len(hb) % 8) % 8)
+    with open(path + ".tmp", "wb") as f:
+        f.write(struct.pack("<Q", len(hb)) + hb)
+        for name in sorted(tensors):
+            f.write(bf16_bytes(tensors[name]))
+    os.replace(path + ".tmp", path)
+
+
+def read_safetensors_bf16(path):
+    import torch
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, h in header.items():
+        if name != "__metadata__":
+            lo, hi = h["data_offsets"]
+            out[name] = torch.frombuffer(bytearray(data[lo:hi]), dtype=torch.bfloat16).reshape(h["shape"])
+    return out
+
+
+def write_json(path, obj):
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+# ------------------------------------------------------------------- GGUF v3
+# The layout (ggml's docs/gguf.md): "GGUF", version 3 (u32), tensor count and
+# metadata count (u64), the metadata (key string, value type u32, value), the
+# tensor infos (name, n_dims u32, dims u64 innermost first, ggml type u32,
+# offset u64 from the data start), zero padding to general.alignment (32),
+# the tensor data, each tensor at a multiple of the alignment. Strings are a
+# u64 byte count and UTF-8 bytes; arrays an element type u32, a u64 count and
+# the elements. Key names and tensor names are llama.cpp's (its
+# convert_hf_to_gguf.py and src/llama-arch.cpp).
+
+GGUF_U32, GGUF_I32, GGUF_F32, GGUF_BOOL, GGUF_STRING, GGUF_ARRAY = 4, 5, 6, 7, 8, 9
+GGML_F32, GGML_Q8_0, GGML_BF16 = 0, 8, 30
+FTYPE = {"BF16": 32, "Q8_0": 7}  # general.file_type: LLAMA_FTYPE_MOSTLY_*
+ALIGN = 32
+TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED = 1, 3, 4, 5
+
+
+def gguf_str(s):
+    b = s.encode("utf-8")
+    return struct.pack("<Q", len(b)) + b
+
+
+def gguf_kv(key, kind, v, elem=None):
+    scalar = {GGUF_U32: "<I", GGUF_I32: "<i", GGUF_F32: "<f", GGUF_BOOL: "<?"}
+    out = gguf_str(key) + struct.pack("<I", kind)
+    if kind == GGUF_STRING:
+        return out + gguf_str(v)
+    if kind != GGUF_ARRAY:
+        return out + struct.pack(scalar[kind], v)
+    out += struct.pack("<IQ", elem, len(v))
+    if elem == GGUF_STRING:
+        return out + b"".join(gguf_str(x) for x in v)
+    return out + struct.pack("<%d%s" % (len(v), scalar[elem][1]), *v)
+
+
+def q8_0(x):
+    """ggml's Q8_0 of a float32 array (size a multiple of 32): per 32 values
+    d = max|x| / 127 stored as fp16, then 32 int8 roundf(x * (1/d)) (as
+    quantize_row_q8_0_ref: float32 arithmetic, halves away from zero)."""
+    import numpy as np
+    b = x.reshape(-1, 32).astype(np.float32)
+    d = np.abs(b).max(axis=1) / np.float32(127)
+    inv = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d != 0)
+    q = (b * inv[:, None]).astype(np.float64)
+    q = np.sign(q) * np.floor(np.abs(q) + 0.5)
+    blocks = np.empty(b.shape[0], dtype=[("d", "<f2"), ("qs", "i1", (32,))])
+    blocks["d"] = d.astype(np.float16)
+    blocks["qs"] = q.astype(np.int8)
+    return blocks.tobytes()
+
+
+def write_gguf(path, kv, tensors, kind):
+    """tensors: [(GGUF name, torch tensor as ggml wants it: shape (.., ne1,
+    ne0), keep_f32)]; 2-D tensors become kind ("BF16" or "Q8_0") unless
+    keep_f32, the rest F32."""
+    import torch
+    infos, plan, offset = [], [], 0
+    for name, t, keep_f32 in tensors:
+        if t.dim() == 1 or keep_f32:
+            gtype, nbytes = GGML_F32, t.numel() * 4
+        elif kind == "BF16":
+            gtype, nbytes = GGML_BF16, t.numel() * 2
+        else:
+            gtype, nbytes = GGML_Q8_0, t.numel() // 32 * 34
+        dims = list(reversed(t.shape))  # ggml's ne: innermost first
+        infos.append(gguf_str(name) + struct.pack("<I%dQ" % len(dims), len(dims), *dims)
+                     + struct.pack("<IQ", gtype, offset))
+        plan.append((t, gtype, nbytes))
+        offset += nbytes + (-nbytes) % ALIGN
+    head = b"GGUF" + struct.pack("<IQQ", 3, len(infos), len(kv)) + b"".join(kv) + b"".join(infos)
+    head += b"\0" * ((-len(head)) % ALIGN)
+    with open(path + ".tmp", "wb") as f:
+        f.write(head)
+        for t, gtype, nbytes in plan:
+            if gtype == GGML_F32:
+                data = t.to(torch.float32).contiguous().numpy().astype("<f4").tobytes()
+            elif gtype == GGML_BF16:
+                data = bf16_bytes(t.to(torch.bfloat16))
+            else:
+                data = q8_0(t.to(torch.float32).contiguous().numpy())
+            assert len(data) == nbytes
+            f.write(data + b"\0" * ((-nbytes) % ALIGN))
+    os.replace(path + ".tmp", path)
+
+
+def gguf_general(arch, name, kind):
+    return [gguf_kv("general.architecture", GGUF_STRING, arch), gguf_kv("general.type", GGUF_STRING, "model"),
+            gguf_kv("general.name", GGUF_STRING, name), gguf_kv("general.file_type", GGUF_U32, FTYPE[kind]),
+            gguf_kv("general.quantization_version", GGUF_U32, 2), gguf_kv("general.alignment", GGUF_U32, ALIGN)]
+
+
+# ------------------------------------------------------------------- Qwen3
+
+def qwen3_shapes(c):
+    """[(Hugging Face name, shape)] in the model's order (no lm_head: tied)."""
+    h, hd, ff = c["hidden_size"], c["head_dim"], c["intermediate_size"]
+    nq, nkv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
+    out = [("model.embed_tokens.weight", (c["vocab_size"], h))]
+    for i in range(c["num_hidden_layers"]):
+        p = "model.layers.%d." % i
+        out += [(p + "self_attn.q_proj.weight", (nq, h)), (p + "self_attn.k_proj.weight", (nkv, h)),
+                (p + "self_attn.v_proj.weight", (nkv, h)), (p + "self_attn.o_proj.weight", (h, nq)),
+                (p + "self_attn.q_norm.weight", (hd,)), (p + "self_attn.k_norm.weight", (hd,)),
+                (p + "input_layernorm.weight", (h,)), (p + "post_attention_layernorm.weight", (h,)),
+                (p + "mlp.gate_proj.weight", (ff, h)), (p + "mlp.up_proj.weight", (ff, h)),
+                (p + "mlp.down_proj.weight", (h, ff))]
+    out.append(("model.norm.weight", (h,)))
+    return out
+
+
+def qwen3_weights(c, seed):
+    """{HF name: bf16 tensor}: manual_seed(seed), then in qwen3_shapes' order
+    each matrix randn * 0.02 (float32, rounded to bf16), each norm weight 1."""
+    import torch
+    torch.manual_seed(seed)
+    return {name: torch.ones(shape, dtype=torch.bfloat16) if len(shape) == 1
+            else (torch.randn(shape) * 0.02).to(torch.bfloat16) for name, shape in qwen3_shapes(c)}
+
+
+def qwen3_hf_config(c):
+    return dict(c, architectures=["Qwen3ForCausalLM"], model_type="qwen3", rope_scaling=None,
+                tie_word_embeddings=True, torch_dtype="bfloat16", hidden_act="silu", attention_bias=False,
+                attention_dropout=0.0, bos_token_id=QWEN3_BOS, eos_token_id=QWEN3_EOS)
+
+
+def qwen3_vocab(tokenizer_path, vocab_size):
+    """(tokens, token types, merges) as llama.cpp's convert_hf_to_gguf.py
+    writes them for a Qwen2/3 tokenizer.json: ids past the tokenizer's are
+    "[PADn]" (unused); added tokens are control tokens when special (or
+    looking like <|...|>), else user-defined."""
+    with open(tokenizer_path, encoding="utf-8") as f:
+        tj = json.load(f)
+    tokens, types = ["[PAD%d]" % i for i in range(vocab_size)], [TOKEN_UNUSED] * vocab_size
+    for tok, i in tj["model"]["vocab"].items():
+        tokens[i], types[i] = tok, TOKEN_NORMAL
+    for a in tj["added_tokens"]:
+        c = a["content"]
+        tokens[a["id"]] = c
+        special = a["special"] or (c.startswith("<|") and c.endswith("|>"))
+        types[a["id"]] = TOKEN_CONTROL if special else TOKEN_USER_DEFINED
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]]
+    return tokens, types, merges
+
+
+def qwen3_gguf(path, c, w, kind, tokenizer_path, name):
+    """Architecture "qwen3": tensor names of llama.cpp (output.weight left out:
+    tied to token_embd.weight); Q and K not permuted (Qwen's RoPE is NeoX's,
+    Hugging Face's rotate_half)."""
+    arch = "qwen3"
+    tokens, types, merges = qwen3_vocab(tokenizer_path, c["vocab_size"])
+    kv = gguf_general(arch, name, kind) + [
+        gguf_kv(arch + ".block_count", GGUF_U32, c["num_hidden_layers"]),
+        gguf_kv(arch + ".context_length", GGUF_U32, c["max_position_embeddings"]),
+        gguf_kv(arch + ".embedding_length", GGUF_U32, c["hidden_size"]),
+        gguf_kv(arch + ".feed_forward_length", GGUF_U32, c["intermediate_size"]),
+        gguf_kv(arch + ".attention.head_count", GGUF_U32, c["num_attention_heads"]),
+        gguf_kv(arch + ".attention.head_count_kv", GGUF_U32, c["num_key_value_heads"]),
+        gguf_kv(arch + ".attention.key_length", GGUF_U32, c["head_dim"]),
+        gguf_kv(arch + ".attention.value_length", GGUF_U32, c["head_dim"]),
+        gguf_kv(arch + ".rope.freq_base", GGUF_F32, c["rope_theta"]),
+        gguf_kv(arch + ".attention.layer_norm_rms_epsilon", GGUF_F32, c["rms_norm_eps"]),
+        gguf_kv("tokenizer.ggml.model", GGUF_STRING, "gpt2"),
+        gguf_kv("tokenizer.ggml.pre", GGUF_STRING, "qwen2"),
+        gguf_kv("tokenizer.ggml.tokens", GGUF_ARRAY, tokens, GGUF_STRING),
+        gguf_kv("tokenizer.ggml.token_type", GGUF_ARRAY, types, GGUF_I32),
+        gguf_kv("tokenizer.ggml.merges", GGUF_ARRAY, merges, GGUF_STRING),
+        gguf_kv("tokenizer.ggml.bos_token_id", GGUF_U32, QWEN3_BOS),
+        gguf_kv("tokenizer.ggml.eos_token_id", GGUF_U32, QWEN3_EOS),
+        gguf_kv("tokenizer.ggml.padding_token_id", GGUF_U32, QWEN3_PAD),
+        gguf_kv("tokenizer.ggml.add_bos_token", GGUF_BOOL, False),
+    ]
+    names = [("token_embd.weight", "model.embed_tokens.weight")]
+    for i in range(c["num_hidden_layers"]):
+        p, q = "blk.%d." % i, "model.layers.%d." % i
+        names += [(p + "attn_norm.weight", q + "input_layernorm.weight"),
+                  (p + "attn_q.weight", q + "self_attn.q_proj.weight"),
+                  (p + "attn_k.weight", q + "self_attn.k_proj.weight"),
+                  (p + "attn_v.weight", q + "self_attn.v_proj.weight"),
+                  (p + "attn_output.weight", q + "self_attn.o_proj.weight"),
+                  (p + "attn_q_norm.weight", q + "self_attn.q_norm.weight"),
+                  (p + "attn_k_norm.weight", q + "self_attn.k_norm.weight"),
+                  (p + "ffn_norm.weight", q + "post_attention_layernorm.weight"),
+                  (p + "ffn_gate.weight", q + "mlp.gate_proj.weight"),
+                  (p + "ffn_up.weight", q + "mlp.up_proj.weight"),
+                  (p + "ffn_down.weight", q + "mlp.down_proj.weight")]
+    names.append(("output_norm.weight", "model.norm.weight"))
+    write_gguf(path, kv, [(g, w[h], False) for g, h in names], kind)
+
+
+def qwen3_make(d, seed, files):
+    c = QWEN3_06B
+    tok = os.path.join(ROOT, "data", "qwen3", "tokenizer.json")
+    w = qwen3_weights(c, seed)
+    write_json(os.path.join(d, "hf", "config.json"), qwen3_hf_config(c))
+    with open(tok, "rb") as f, open(os.path.join(d, "hf", "tokenizer.json"), "wb") as g:
+        g.write(f.read())
+    write_safetensors(os.path.join(d, "hf", "model.safetensors"), w)
+    for kind in ("BF16", "Q8_0"):
+        qwen3_gguf(files[kind], c, w, kind, tok, "Qwen3-0.6B random (seed %d)" % seed)
+
+
+@contextlib.contextmanager
+def quiet_stdout():
+    with contextlib.redirect_stdout(sys.stderr):
+        yield
+
+
+def qwen3_torch(files, threads):
+    """(forward(ids) -> last-position logits, a function scoring a whole
+    sequence) of the book's Qwen3Model (KV-cache variant) in float32 on the
+    bf16 weights, or (None, why not)."""
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    from reference.decoder import book_code, book_location, qwen3_config
+    import torch
+    book_dir, why = book_location()
+    if book_dir is None:
+        return None, why + " (the book's code: see tools/reference/decoder.py)"
+    torch.set_num_threads(threads)
+    with open(os.path.join(files["hf"], "config.json")) as f:
+        hc = json.load(f)
+    params = {k: v.to(torch.float32) for k, v in
+              read_safetensors_bf16(os.path.join(files["hf"], "model.safetensors")).items()}
+    with book_code(book_dir) as b:
+        cfg = qwen3_config(b, vocab_size=hc["vocab_size"], context_length=hc["max_position_embeddings"],
+                           emb_dim=hc["hidden_size"], n_heads=hc["num_attention_heads"],
+                           n_layers=hc["num_hidden_layers"], hidden_dim=hc["intermediate_size"],
+                           head_dim=hc["head_dim"], qk_norm=True, n_kv_groups=hc["num_key_value_heads"],
+                           rope_base=hc["rope_theta"])
+        with quiet_stdout():  # "Model uses weight tying."
+            model = b.kv_qwen3.Qwen3Model(cfg)
+            b.kv_qwen3.load_weights_into_qwen(model, cfg, params)
+        del params
+        model.eval()
+        kv = b.kv_utils.KVCache
+
+    class Run:
+        def start(self, ids):
+            self.cache = kv(n_layers=cfg["n_layers"])
+            model.reset_kv_cache()
+            return model(torch.tensor([ids]), cache=self.cache)[0, -1]
+
+        def step(self, i):
+            return model(torch.tensor([[i]]), cache=self.cache)[0, -1]
+
+        def all_logits(self, ids):
+            return model(torch.tensor([ids]))[0]
+    return Run(), None
+
+
+# -------------------------------------------------------------------- GPT-2
+
+def gpt2_shapes(c):
+    """[(Hugging Face GPT-2 name, shape)] in the model's order (Conv1D weights
+    (in, out); no lm_head: tied to wte)."""
+    d, ff = c["n_embd"], 4 * c["n_embd"]
+    out = [("wte.weight", (c["vocab_size"], d)), ("wpe.weight", (c["n_positions"], d))]
+    for i in range(c["n_layer"]):
+        p = "h.%d." % i
+        out += [(p + "ln_1.weight", (d,)), (p + "ln_1.bias", (d,)),
+                (p + "attn.c_attn.weight", (d, 3 * d)), (p + "attn.c_attn.bias", (3 * d,)),
+                (p + "attn.c_proj.weight", (d, d)), (p + "attn.c_proj.bias", (d,)),
+                (p + "ln_2.weight", (d,)), (p + "ln_2.bias", (d,)),
+                (p + "mlp.c_fc.weight", (d, ff)), (p + "mlp.c_fc.bias", (ff,)),
+                (p + "mlp.c_proj.weight", (ff, d)), (p + "mlp.c_proj.bias", (d,))]
+    out += [("ln_f.weight", (d,)), ("ln_f.bias", (d,))]
+    return out
+
+
+def gpt2_weights(c, seed):
+    """{HF GPT-2 name: bf16 tensor}: manual_seed(seed), then in gpt2_shapes'
+    order randn * 0.02 for every tensor, plus 1 for the LayerNorm weights (so
+    that a misplaced bias or norm shows in the ids), rounded to bf16."""
+    import torch
+    torch.manual_seed(seed)
+    w = {}
+    for name, shape in gpt2_shapes(c):
+        t = torch.randn(shape) * 0.02
+        if name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
+            t += 1
+        w[name] = t.to(torch.bfloat16)
+    return w
+
+
+def gpt2_gguf(path, c, w, kind, name):
+    """Architecture "gpt2": Conv1D weights transposed to (out, in), q/k/v fused
+    (attn_qkv), output.weight left out (tied to token_embd.weight)."""
+    arch = "gpt2"
+    with open(os.path.join(ROOT, "data", "gpt2", "encoder.json"), encoding="utf-8") as f:
+        enc = json.load(f)
+    tokens = [None] * len(enc)
+    for tok, i in enc.items():
+        tokens[i] = tok
+    types = [TOKEN_CONTROL if i == GPT2_EOT else TOKEN_NORMAL for i in range(len(tokens))]
+    with open(os.path.join(ROOT, "data", "gpt2", "vocab.bpe"), encoding="utf-8") as f:
+        merges = [line.rstrip("\n") for line in f if line.strip() and not line.startswith("#version")]
+    kv = gguf_general(arch, name, kind) + [
+        gguf_kv(arch + ".block_count", GGUF_U32, c["n_layer"]),
+        gguf_kv(arch + ".context_length", GGUF_U32, c["n_ctx"]),
+        gguf_kv(arch + ".embedding_length", GGUF_U32, c["n_embd"]),
+        gguf_kv(arch + ".feed_forward_length", GGUF_U32, 4 * c["n_embd"]),
+        gguf_kv(arch + ".attention.head_count", GGUF_U32, c["n_head"]),
+        gguf_kv(arch + ".attention.layer_norm_epsilon", GGUF_F32, c["layer_norm_epsilon"]),
+        gguf_kv("tokenizer.ggml.model", GGUF_STRING, "gpt2"),
+        gguf_kv("tokenizer.ggml.pre", GGUF_STRING, "gpt-2"),
+        gguf_kv("tokenizer.ggml.tokens", GGUF_ARRAY, tokens, GGUF_STRING),
+        gguf_kv("tokenizer.ggml.token_type", GGUF_ARRAY, types, GGUF_I32),
+        gguf_kv("tokenizer.ggml.merges", GGUF_ARRAY, merges, GGUF_STRING),
+        gguf_kv("tokenizer.ggml.bos_token_id", GGUF_U32, GPT2_EOT),
+        gguf_kv("tokenizer.ggml.eos_token_id", GGUF_U32, GPT2_EOT),
+        gguf_kv("tokenizer.ggml.add_bos_token", GGUF_BOOL, False),
+    ]
+    t = [("token_embd.weight", w["wte.weight"], False), ("position_embd.weight", w["wpe.weight"], True)]
+    for i in range(c["n_layer"]):
+        p, q = "blk.%d." % i, "h.%d." % i
+        t += [(p + "attn_norm.weight", w[q + "ln_1.weight"], True), (p + "attn_norm.bias", w[q + "ln_1.bias"], True),
+              (p + "attn_qkv.weight", w[q + "attn.c_attn.weight"].t(), False),
+              (p + "attn_qkv.bias", w[q + "attn.c_attn.bias"], True),
+              (p + "attn_output.weight", w[q + "attn.c_proj.weight"].t(), False),
+              (p + "attn_output.bias", w[q + "attn.c_proj.bias"], True),
+              (p + "ffn_norm.weight", w[q + "ln_2.weight"], True), (p + "ffn_norm.bias", w[q + "ln_2.bias"], True),
+              (p + "ffn_up.weight", w[q + "mlp.c_fc.weight"].t(), False),
+              (p + "ffn_up.bias", w[q + "mlp.c_fc.bias"], True),
+              (p + "ffn_down.weight", w[q + "mlp.c_proj.weight"].t(), False),
+              (p + "ffn_down.bias", w[q + "mlp.c_proj.bias"], True)]
+    t += [("output_norm.weight", w["ln_f.weight"], True), ("output_norm.bias", w["ln_f.bias"], True)]
+    write_gguf(path, kv, t, kind)
+
+
+def gpt2_make(d, seed, files):
+    c = GPT2_124M
+    w = gpt2_weights(c, seed)
+    write_json(os.path.join(d, "hf", "config.json"),
+               dict(c, architectures=["GPT2LMHeadModel"], model_type="gpt2", activation_function="gelu_new",
+                    torch_dtype="bfloat16", tie_word_embeddings=True, bos_token_id=GPT2_EOT,
+                    eos_token_id=GPT2_EOT))
+    write_safetensors(files["hf"], w)
+    for kind in ("BF16", "Q8_0"):
+        gpt2_gguf(files[kind], c, w, kind, "GPT-2 124M random (seed %d)" % seed)
+
+
+def gpt2_torch(files, threads):
+    """The book's GPTModel (tools/reference/gpt_book.py) in float32 on the
+    bf16 weights (no KV cache: each step recomputes the window)."""
+    import torch
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    from reference.gpt_book import GPT_CONFIG_124M, GPTModel
+    torch.set_num_threads(threads)
+    w = {k: v.to(torch.float32) for k, v in read_safetensors_bf16(files["hf"]).items()}
+    model = GPTModel(dict(GPT_CONFIG_124M, qkv_bias=True, drop_rate=0.0)).eval()
+    d = model.tok_emb.weight.shape[1]
+    with torch.no_grad():
+        model.tok_emb.weight.copy_(w["wte.weight"])
+        model.out_head.weight.copy_(w["wte.weight"])
+        model.pos_emb.weight.copy_(w["wpe.weight"])
+        for i, b in enumerate(model.trf_blocks):
+            p = "h.%d." % i
+            qkv, qkv_b = w[p + "attn.c_attn.weight"].t(), w[p + "attn.c_attn.bias"]
+            for j, lin in enumerate((b.att.W_query, b.att.W_key, b.att.W_value)):
+                lin.weight.copy_(qkv[j * d:(j + 1) * d])
+                lin.bias.copy_(qkv_b[j * d:(j + 1) * d])
+            b.att.out_proj.weight.copy_(w[p + "attn.c_proj.weight"].t())
+            b.att.out_proj.bias.copy_(w[p + "attn.c_proj.bias"])
+            b.ff.layers[0].weight.copy_(w[p + "mlp.c_fc.weight"].t())
+            b.ff.layers[0].bias.copy_(w[p + "mlp.c_fc.bias"])
+            b.ff.layers[2].weight.copy_(w[p + "mlp.c_proj.weight"].t())
+            b.ff.layers[2].bias.copy_(w[p + "mlp.c_proj.bias"])
+            b.norm1.scale.copy_(w[p + "ln_1.weight"])
+            b.norm1.shift.copy_(w[p + "ln_1.bias"])
+            b.norm2.scale.copy_(w[p + "ln_2.weight"])
+            b.norm2.shift.copy_(w[p + "ln_2.bias"])
+        model.final_norm.scale.copy_(w["ln_f.weight"])
+        model.final_norm.shift.copy_(w["ln_f.bias"])
+
+    class Run:
+        def start(self, ids):
+            self.ids = list(ids)
+            return model(torch.tensor([self.ids]))[0, -1]
+
+        def step(self, i):
+            self.ids.append(i)
+            return model(torch.tensor([self.ids]))[0, -1]
+
+        def all_logits(self, ids):
+            return model(torch.tensor([ids]))[0]
+    return Run(), None
+
+
+MODELS = {
+    "qwen3": {"title": "Qwen3-0.6B shapes, random weights", "dir": "qwen3-0.6b-random",
+              "gguf": "qwen3-0.6b-random-%s.gguf", "hf": "hf", "config": QWEN3_06B,
+              "init": "randn*0.02 bf16, norms 1", "data": ["data/qwen3/tokenizer.json"],
+              "make": qwen3_make, "torch": qwen3_torch},
+    "gpt2": {"title": "GPT-2 124M shapes, random weights", "dir": "gpt2-124m-random",
+             "gguf": "gpt2-124m-random-%s.gguf", "hf": os.path.join("hf", "model.safetensors"),
+             "config": GPT2_124M, "init": "randn*0.02 (norm weights +1) bf16",
+             "data": ["data/gpt2/encoder.json", "data/gpt2/vocab.bpe"], "make": gpt2_make, "torch": gpt2_torch},
+}
+
+
+def ensure_model(m, workdir, seed, log):
+    """The Hugging Face files and the two GGUF files under WORKDIR/<dir>, made
+    when missing or stale (stamp.json records what they were made of)."""
+    d = os.path.join(workdir, m["dir"])
+    files = {"hf": os.path.join(d, m["hf"]), "BF16": os.path.join(d, m["gguf"] % "bf16"),
+             "Q8_0": os.path.join(d, m["gguf"] % "q8_0")}
+    stamp = {"format": FORMAT, "config": m["config"], "seed": seed, "init": m["init"],
+             "data_sha256": {p: sha256_file(os.path.join(ROOT, p)) for p in m["data"]}}
+    stamp_path = os.path.join(d, "stamp.json")
+    try:
+        with open(stamp_path) as f:
+            if json.load(f) == stamp and all(os.path.exists(p) for p in files.values()):
+                return files
+    except (OSError, ValueError):
+        pass
+    os.makedirs(os.path.join(d, "hf"), exist_ok=True)
+    if os.path.exists(stamp_path):
+        os.remove(stamp_path)
+    t0 = time.time()
+    log("making the weights (%s, seed %d) and writing them to %s ..." % (m["title"], seed, d))
+    m["make"](d, seed, files)
+    write_json(stamp_path, stamp)
+    log("  done in %.0f s" % (time.time() - t0))
+    return files
+
+
+# ------------------------------------------------------------ node-llama-cpp
+
+def npm_binary_package():
+    plat = {"Linux": "linux", "Darwin": "mac", "Windows": "win"}.get(platform.system())
+    arch = {"x86_64": "x64", "AMD64": "x64", "aarch64": "arm64", "arm64": "arm64"}.get(platform.machine())
+    if plat is None or arch is None:
+        sys.exit("compare_llamacpp: no node-llama-cpp binary package for %s %s"
+                 % (platform.system(), platform.machine()))
+    name = "%s-%s" % (plat, arch) + ("-metal" if (plat, arch) == ("mac", "arm64") else "")
+    return "@node-llama-cpp/%s@%s" % (name, NODE_LLAMA_CPP)
+
+
+def ensure_js(workdir, log):
+    js = os.path.join(workdir, "js")
+    try:
+        with open(os.path.join(js, "node_modules", "node-llama-cpp", "package.json")) as f:
+            if json.load(f)["version"] == NODE_LLAMA_CPP:
+                return js
+    except (OSError, ValueError, KeyError):
+        pass
+    os.makedirs(js, exist_ok=True)
+    if not os.path.exists(os.path.join(js, "package.json")):
+        with open(os.path.join(js, "package.json"), "w") as f:
+            f.write('{"name": "tapegrad-llamacpp-bench", "private": true}\n')
+    cmd = ["npm", "install", "--save-exact", "--omit=optional", "--ignore-scripts", "--no-audit", "--no-fund",
+           "node-llama-cpp@" + NODE_LLAMA_CPP, npm_binary_package()]
+    log("installing in %s: %s" % (js, " ".join(cmd)))
+    r = subprocess.run(cmd, cwd=js, env=dict(os.environ, NODE_LLAMA_CPP_SKIP_DOWNLOAD="true"))
+    if r.returncode != 0:
+        sys.exit("compare_llamacpp: npm install failed (exit %d)" % r.returncode)
+    return js
+
+
+# ------------------------------------------------------------------ the runs
+
+class RunError(Exception):
+    pass
+
+
+def last_json(cmd, **kw):
+    shown = " ".join(shlex.quote(x) for x in cmd)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    except OSError as e:
+        raise RunError("%s\ndid not start: %s" % (shown, e))
+    lines = r.stdout.strip().splitlines()
+    if r.returncode != 0 or not lines:
+        raise RunError("%s\nfailed (exit %d):\n%s" % (shown, r.returncode, (r.stderr or r.stdout)[-2000:].rstrip()))
+    try:
+        return json.loads(lines[-1])
+    except ValueError:
+        raise RunError("%s\nprinted no JSON line:\n%s" % (shown, r.stdout[-2000:]))
+
+
+def run_tapegrad(a, path, precision):
+    cmd = [a.tapegrad, "generate", "--hf", path, "--prompt", a.prompt, "--max-new-tokens", str(a.tokens),
+           "--temperature", "0", "--json", "--precision", precision] + shlex.split(a.tapegrad_args)
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads))
+    res = last_json(cmd, env=env)
+    if len(res.get("ids") or []) != a.tokens or "tokens_per_s" not in res:
+        raise RunError("%s: %d ids (%d asked for) or no tokens_per_s" % (" ".join(cmd), len(res.get("ids") or []),
+                                                                         a.tokens))
+    return res
+
+
+def run_llamacpp(a, js_dir, gguf):
+    cmd = ["node", JS_SCRIPT, gguf, str(a.tokens), str(a.threads), "--prompt", a.prompt,
+           "--flash-attention", a.flash_attention, "--kv-type", a.kv_type]
+    return last_json(cmd, cwd=js_dir)
+
+
+def cpu_flags():
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    except OSError:
+        return []
+    flags = set(out.split())
+    return [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+
+
+class CpuMeter:
+    """The share of the machine's CPU time that went to other processes
+    between start() and stop(): busy time from /proc/stat minus this process's
+    and its waited-for children's (Linux; None elsewhere)."""
+
+    @staticmethod
+    def sample():
+        import resource
+        try:
+            with open("/proc/stat") as f:
+                v = [int(x) for x in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        busy = (sum(v[:8]) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")  # all but idle and iowait
+        own = sum(getattr(resource.getrusage(w), k) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+                  for k in ("ru_utime", "ru_stime"))
+        return time.monotonic(), busy, own
+
+    def start(self):
+        self.t0 = self.sample()
+
+    def stop(self):
+        t1 = self.sample()
+        if self.t0 is None or t1 is None or t1[0] <= self.t0[0]:
+            return None
+        others = (t1[1] - self.t0[1]) - (t1[2] - self.t0[2])
+        return max(0.0, others) / ((t1[0] - self.t0[0]) * (os.cpu_count() or 1))
+
+
+def first_difference(x, y):
+    for i, (p, q) in enumerate(zip(x, y)):
+        if p != q:
+            return i
+    return None if len(x) == len(y) else min(len(x), len(y))
+
+
+def torch_check(m, files, prompt_ids, n, threads, lists):
+    """PyTorch float32 on the bf16 weights: greedy ids with each step's top-1
+    minus top-2 logit, and each of lists ({name: ids}) scored teacher-forced
+    (the prompt and that list in one forward): at how many steps its id is
+    PyTorch's top-1, and how far below the top-1 logit its ids are."""
+    import torch
+    run, why = m["torch"](files, threads)
+    if run is None:
+        return None, why
+    ids, margins, scored = [], [], {}
+    with torch.no_grad():
+        logits = run.start(prompt_ids)
+        for i in range(n):
+            top = torch.topk(logits, 2)
+            ids.append(int(top.indices[0]))
+            margins.append(float(top.values[0] - top.values[1]))
+            if i + 1 < n:
+                logits = run.step(ids[-1])
+        for name, seq in lists.items():
+            p = len(prompt_ids)
+            full = run.all_logits(list(prompt_ids) + list(seq[:-1]))[p - 1:]
+            chosen = full.gather(1, torch.tensor(seq).view(-1, 1))[:, 0]
+            gaps = (full.max(dim=1).values - chosen).tolist()
+            scored[name] = {"top1": sum(g == 0 for g in gaps), "n": len(seq), "max_gap": max(gaps), "gaps": gaps}
+    return {"ids": ids, "margins": margins, "scored": scored}, None
+
+
+# ---------------------------------------------------------------------- main
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", choices=sorted(MODELS), default="qwen3")
+    ap.add_argument("--tapegrad", default=os.path.join(ROOT, "build", "tools", "tapegrad"))
+    ap.add_argument("--workdir", default=os.environ.get("TAPEGRAD_LLAMACPP_DIR")
+                    or os.path.join(os.path.expanduser("~"), ".cache", "tapegrad-llamacpp"))
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--tokens", type=int, default=100, help="new ids per run (100)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prompt", default=PROMPT)
+    ap.add_argument("--seed", type=int, default=0, help="manual_seed of the random weights (0)")
+    ap.add_argument("--check", action="store_true", help="one run of each, the ids side by side and PyTorch's")
+    ap.add_argument("--check-ids", type=int, default=10, help="greedy ids of the PyTorch reference (10)")
+    ap.add_argument("--llamacpp-only", action="store_true", help="leave tapegrad out")
+    ap.add_argument("--tapegrad-args", default="",
+                    help="more arguments for tapegrad generate, one string (--tapegrad-args='--x 1')")
+    ap.add_argument("--flash-attention", choices=["on", "off"], default="off",
+                    help="llama.cpp's flash attention (off: node-llama-cpp's default)")
+    ap.add_argument("--kv-type", default="F16", help="llama.cpp's KV cache type (F16: its default)")
+    ap.add_argument("--max-others", type=float, default=0.1,
+                    help="a run during which other processes took more than this share of the CPUs is "
+                         "repeated (0.1)")
+    ap.add_argument("--tries", type=int, default=3, help="runs of one configuration at most, disturbed or not (3)")
+    ap.add_argument("--json", action="store_true", help="one JSON object on stdout instead of the table")
+    a = ap.parse_args()
+    m = MODELS[a.model]
+
+    def log(msg):
+        print(msg, file=sys.stderr, flush=True)
+
+    a.workdir = os.path.abspath(a.workdir)
+    js_dir = ensure_js(a.workdir, log)
+    files = ensure_model(m, a.workdir, a.seed, log)
+    if not a.llamacpp_only and not os.access(a.tapegrad, os.X_OK):
+        sys.exit("compare_llamacpp: no tapegrad at %s (build it, or --tapegrad PATH, or --llamacpp-only)"
+                 % a.tapegrad)
+
+    rows = []  # (name, is tapegrad, run), tapegrad and llama.cpp alternating
+    if not a.llamacpp_only:
+        rows.append(("tapegrad bf16", True, lambda: run_tapegrad(a, files["hf"], "bf16")))
+    rows.append(("llama.cpp BF16", False, lambda: run_llamacpp(a, js_dir, files["BF16"])))
+    if not a.llamacpp_only:
+        rows.append(("tapegrad float32", True, lambda: run_tapegrad(a, files["hf"], "fast")))
+    rows.append(("llama.cpp Q8_0", False, lambda: run_llamacpp(a, js_dir, files["Q8_0"])))
+
+    probe = CpuMeter()
+    probe.start()
+    time.sleep(1.0)
+    others_before = probe.stop()
+    if others_before is not None and others_before > 0.05:
+        log("note: other processes use %.0f%% of the CPUs right now: they will slow the runs down"
+            % (100 * others_before))
+    meter = CpuMeter()
+    meter.start()
+    failed, last = {}, {}
+    rates, decode, busy = ({name: [] for name, _, _ in rows} for _ in range(3))
+    runs = 1 if a.check else a.runs
+    for r in range(runs):
+        for name, is_tapegrad, fn in rows:
+            if name in failed:  # a failing configuration is not run again
+                continue
+            for attempt in range(1, a.tries + 1):
+                one = CpuMeter()
+                one.start()
+                try:
+                    res = fn()
+                except RunError as e:
+                    res = None
+                    failed[name] = str(e)
+                    log("%s failed:\n%s" % (name, e))
+                    if is_tapegrad and "--hf" in str(e).split("failed", 1)[-1]:
+                        log("(a tapegrad whose generate reads %s with --hf is needed)"
+                            % ("a Hugging Face Qwen3 folder" if a.model == "qwen3" else "GPT-2's model.safetensors"))
+                    break
+                share = one.stop()
+                disturbed = share is not None and share > a.max_others
+                log("run %d/%d  %-17s %7.2f tokens/s  (other processes: %s of the CPUs)%s"
+                    % (r + 1, runs, name, res["tokens_per_s"], "?" if share is None else "%.0f%%" % (100 * share),
+                       "" if not disturbed else " -- disturbed, once more" if attempt < a.tries
+                       else " -- disturbed, kept"))
+                if not disturbed:
+                    break
+            if res is None:
+                continue
+            rates[name].append(res["tokens_per_s"])
+            busy[name].append(share)
+            if res.get("decode_tokens_per_s") is not None:
+                decode[name].append(res["decode_tokens_per_s"])
+            last[name] = res
+    others = meter.stop()
+
+    med = {k: statistics.median(v) for k, v in rates.items() if v}
+    ratio = med["tapegrad bf16"] / med["llama.cpp BF16"] if "tapegrad bf16" in med and "llama.cpp BF16" in med \
+        else None
+    flags = cpu_flags()
+    lc = last.get("llama.cpp BF16") or last.get("llama.cpp Q8_0") or {}
+    ids = {k: v["ids"] for k, v in last.items()}
+    inputs = {k: v.get("input_ids") for k, v in last.items()}
+    same_prompt = len({tuple(v) for v in inputs.values() if v is not None}) <= 1
+
+    ref, ref_why = None, None
+    if a.check:
+        prompt_ids = next((v for v in inputs.values() if v), None)
+        if prompt_ids is None:
+            ref_why = "no run gave the prompt's ids"
+        else:
+            log("PyTorch float32 reference (%d greedy ids; each engine's ids scored) ..." % a.check_ids)
+            ref, ref_why = torch_check(m, files, prompt_ids, a.check_ids, a.threads, ids)
+
+    summary = {
+        "model": a.model, "title": m["title"], "seed": a.seed, "prompt": a.prompt, "tokens": a.tokens,
+        "threads": a.threads, "runs": runs, "median_tokens_per_s": med, "runs_tokens_per_s": rates,
+        "ratio_tapegrad_bf16_to_llamacpp_bf16": ratio, "goal": 1.2, "cpu_flags": flags,
+        "others_cpu_share": {"before": others_before, "during": others},
+        "llamacpp": {k: lc.get(k) for k in ("node_llama_cpp", "llama_cpp_release", "cpu_backend", "system_info",
+                                             "flash_attention", "kv_type", "context_size")},
+        "llamacpp_median_decode_tokens_per_s": {k: statistics.median(v) for k, v in decode.items() if v},
+        "runs_decode_tokens_per_s": {k: v for k, v in decode.items() if v},
+        "runs_others_cpu_share": busy,
+        "input_ids": inputs, "same_prompt_ids": same_prompt, "ids": ids, "failed": failed, "files": files,
+    }
+    if a.check:
+        summary["torch_reference"] = ref if ref else {"skipped": ref_why}
+
+    if a.json:
+        print(json.dumps(summary))
+    else:
+        print("%s: greedy generation with the KV cache, %d new ids from %r," % (m["title"], a.tokens, a.prompt))
+        print("%d threads, median of %d runs; CPU flags: %s; other processes' share of the CPUs during the runs: %s"
+              % (a.threads, runs, " ".join(flags) or "-", "?" if others is None else "%.0f%%" % (100 * others)))
+        for name, _, _ in rows:
+            if name not in med:
+                print("%-18s   failed" % name)
+                continue
+            extra = "  (one-id steps alone %.2f)" % statistics.median(decode[name]) if decode[name] else ""
+            print("%-18s %8.2f tokens/s%s" % (name, med[name], extra))
+        if ratio is not None:
+            print("tapegrad bf16 / llama.cpp BF16: %.2fx (goal >= 1.2x: %s)"
+                  % (ratio, "met" if ratio >= 1.2 else "not met"))
+        print("llama.cpp: node-llama-cpp %s, llama.cpp %s, CPU backend %s, KV cache %s, flash attention %s"
+              % (lc.get("node_llama_cpp"), (lc.get("llama_cpp_release") or {}).get("release"),
+                 lc.get("cpu_backend"), lc.get("kv_type"), "on" if lc.get("flash_attention") else "off"))
+        if not same_prompt:
+            print("PROMPT IDS DIFFER: %s" % inputs)
+        if a.check:
+            print("\nprompt ids: %s" % next((v for v in inputs.values() if v), None))
+            print("generated ids:")
+            for k, v in ids.items():
+                print("  %-18s %s" % (k, v))
+            if ref:
+                print("  %-18s %s" % ("PyTorch float32", ref["ids"]))
+                print("  %-18s %s" % ("(top-1 margins)", " ".join("%.3g" % x for x in ref["margins"])))
+            pairs = [("tapegrad bf16", "llama.cpp BF16"), ("tapegrad float32", "llama.cpp BF16"),
+                     ("tapegrad bf16", "tapegrad float32"), ("llama.cpp BF16", "llama.cpp Q8_0")]
+            for x, y in pairs:
+                if x in ids and y in ids:
+                    i = first_difference(ids[x], ids[y])
+                    print("%s vs %s: %s" % (x, y, "equal" if i is None else "first difference at id %d" % i))
+            if ref:
+                for k, v in ids.items():
+                    n = len(ref["ids"])
+                    i = first_difference(v[:n], ref["ids"])
+                    print("%s vs PyTorch float32 (first %d): %s"
+                          % (k, n, "equal" if i is None else "first difference at id %d" % i))
+                print("each engine's ids scored by PyTorch float32, teacher-forced:")
+                for k, sc in ref["scored"].items():
+                    print("  %-18s PyTorch's top-1 at %d of %d steps; largest gap below the top-1 logit %.3g"
+                          % (k, sc["top1"], sc["n"], sc["max_gap"]))
+            else:
+                print("(no PyTorch reference: %s)" % ref_why)
+    if failed or not same_prompt:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
