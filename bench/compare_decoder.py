@@ -239,6 +239,14 @@ def torch_worker(w):
 
 # ---- the driver ------------------------------------------------------------------------------
 
+class Interrupted(Exception):
+    pass
+
+
+def _interrupt(*_):
+    raise Interrupted()
+
+
 class Failed(Exception):
     def __init__(self, kind, detail):
         super().__init__(kind)
@@ -423,9 +431,10 @@ def main():
     if a.info_worker:
         torch_info(json.loads(a.info_worker))
         return
-    # a SIGTERM to the driver alone (kill PID) ends the running worker too:
-    # subprocess.run kills its child when an exception interrupts it
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit("compare_decoder: terminated"))
+    # SIGTERM (kill PID, timeout) or Ctrl-C ends the running worker too
+    # (subprocess.run kills its child when an exception interrupts it) and
+    # prints the tables of what was measured so far
+    signal.signal(signal.SIGTERM, _interrupt)
     for k in ("runs", "steps", "batch", "tokens", "threads"):
         if getattr(a, k) < 1:
             ap.error("--%s must be at least 1" % k)
@@ -498,22 +507,30 @@ def main():
     results = {(m, c): [] for m, _ in modes for c in cols}
     t_start = time.time()
     n_total, n_done = a.runs * len(modes) * len(order), 0
-    for run in range(a.runs):
-        for mode, lora in modes:
-            for col in order:
-                t0 = time.time()
-                try:
-                    r = run_torch(a, mode, lora, col) if col in TORCH_COLS else run_tapegrad(a, mode, lora, col)
-                except Failed as e:
-                    r = {"error": e.kind, "detail": e.detail}
-                    log("compare_decoder: run %d %s %s: %s: %s" % (run + 1, mode, col, e.kind, e.detail))
-                results[mode, col].append(r)
-                n_done += 1
-                el = time.time() - t_start
-                log("  run %d/%d %-4s %-10s %s (process %.0f s; elapsed %.0f s, about %.0f s to go)"
-                    % (run + 1, a.runs, mode, col,
-                       "%.0f ms/step, %.0f MiB" % (r["step_ms"], r["peak_rss_mib"]) if "step_ms" in r else r["error"],
-                       time.time() - t0, el, el / n_done * (n_total - n_done)))
+    interrupted = None
+    try:
+        for run in range(a.runs):
+            for mode, lora in modes:
+                for col in order:
+                    t0 = time.time()
+                    try:
+                        r = run_torch(a, mode, lora, col) if col in TORCH_COLS else run_tapegrad(a, mode, lora, col)
+                    except Failed as e:
+                        r = {"error": e.kind, "detail": e.detail}
+                        log("compare_decoder: run %d %s %s: %s: %s" % (run + 1, mode, col, e.kind, e.detail))
+                    results[mode, col].append(r)
+                    n_done += 1
+                    el = time.time() - t_start
+                    log("  run %d/%d %-4s %-10s %s (process %.0f s; elapsed %.0f s, about %.0f s to go)"
+                        % (run + 1, a.runs, mode, col,
+                           "%.0f ms/step, %.0f MiB" % (r["step_ms"], r["peak_rss_mib"]) if "step_ms" in r
+                           else r["error"], time.time() - t0, el, el / n_done * (n_total - n_done)))
+    except (Interrupted, KeyboardInterrupt):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        interrupted = "interrupted during run %d %s %s, after %d of %d processes: the tables show what finished" % (
+            run + 1, mode, col, n_done, n_total)
+        log("compare_decoder: " + interrupted)
+        notes.append(interrupted)
     total_s = time.time() - t_start
     summary = summarize(results)
 
@@ -536,7 +553,7 @@ def main():
             "fast_vs_torch_fp32": ratio(s.get("torch-fp32"), s.get("fast")),
             "exact_vs_torch_fp32": ratio(s.get("torch-fp32"), s.get("exact")),
         }
-    failed = any("error" in r for runs in results.values() for r in runs)
+    failed = interrupted or any("error" in r for runs in results.values() for r in runs)
 
     model_desc = "%s (random weights, seed %d)" % (a.model, SEED)
     if info:
@@ -651,4 +668,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (Interrupted, KeyboardInterrupt):
+        sys.exit("compare_decoder: interrupted")
