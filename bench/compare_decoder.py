@@ -55,13 +55,19 @@ then 1. Progress goes to stderr; --json prints one JSON object instead of
 the tables.
 
 On a CPU without bf16 hardware (no AVX512_BF16 or AMX: the flags are printed
-first) tapegrad's bf16 products are emulated on sgemm and PyTorch's autocast
-has no fast bf16 kernels either, so bf16 may well be slower than float32
-there; the table prints what it measures. A full Qwen3-0.6B step at B1 T512
-takes ~30-100 s on 2 cores and ~13 GB on either side (float32 weights,
-gradients and AdamW's two moments of 0.75 B parameters: the book's model
-does not tie out_head to tok_emb); a default run (2 set-ups x 5 columns x 3
-runs, 30 processes of 3 steps each) takes about an hour or more there.
+first) tapegrad's bf16 products are emulated on sgemm, so its bf16 may well
+be slower than its float32 there; the table prints what it measures. On such
+a CPU without AVX-512 at all (AVX2 only) PyTorch 1.13's autocast matmuls do
+not reach oneDNN either but its own bf16 gemm, at about 1 GFLOP/s on 2 cores
+(float32: 40-80): a torch-bf16 step of the full Qwen3-0.6B at B1 T512 then
+takes roughly 15-40 minutes. Before the runs the script measures both
+matmul rates and prints a floor for each PyTorch column's step (its Linear
+FLOPs at that rate), warning about columns that would take over 30 minutes a
+process; leave them out with --precisions (e.g. torch-fp32,exact,fast,bf16)
+or bound them with --timeout. SIGTERM or Ctrl-C ends the running process and
+prints the tables of what finished. Memory: a full Qwen3-0.6B step holds
+float32 weights, gradients and AdamW's two moments of 0.75 B parameters (the
+book's model does not tie out_head to tok_emb), ~12-13 GB on either side.
 """
 import argparse
 import json
@@ -456,7 +462,7 @@ def main():
         book_dir, why = book_dir_or_none()
         if book_dir is None:
             notes.append("PyTorch side skipped: %s (set it to the folder that contains llms_from_scratch/, "
-                         "e.g. LLMS_FROM_SCRATCH_DIR=/work/scratch/llms/pkg)" % why)
+                         "e.g. LLMS_FROM_SCRATCH_DIR=path/to/LLMs-from-scratch/pkg)" % why)
             log("compare_decoder: " + notes[-1])
             torch_cols = []
         else:
