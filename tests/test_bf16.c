@@ -91,6 +91,10 @@ typedef struct {
 static const dims shapes[] = {
     {5, 8, 64}, {1, 300, 77}, {33, 1, 50}, {1, 1, 1}, {17, 19, 3}, {64, 96, 640}, {2, 130, 129},
     {8195, 6, 17}, /* more than 8192 rows: in slices (src/tensor/bf16.c) */
+    /* up to sixteen rows against a weight: the row kernels (one row, and
+     * four at a time) through blocks of 32 and 16 columns, with and without
+     * a rest */
+    {1, 7, 1029}, {1, 10, 32}, {1, 5, 50}, {1, 4, 15}, {1, 9, 3072}, {3, 11, 1029}, {16, 6, 40}, {6, 5, 50},
 };
 
 /* The three products of a Linear (y = x W^T + b; dx = dy W; dW = dy^T x)
@@ -117,7 +121,8 @@ static void check_products(bool emulated)
         double apart, e = product_error(y, x, false, w, true, b, &apart);
         if (e > PRODUCT_TOL) fail_msg("%s linear %lldx%lldx%lld: forward %g", emulated ? "emulated" : "native",
                                       (long long)d.M, (long long)d.N, (long long)d.K, e);
-        if (d.K >= 50 && apart < 1e-4) fail_msg("linear forward: the float32 product (%g apart)", apart);
+        /* the worst of many outputs on unrounded operands: ~2^-9 away */
+        if (d.K >= 50 && d.M * d.N >= 30 && apart < 1e-4) fail_msg("linear forward: the float32 product (%g apart)", apart);
         assert_int_equal(tg_backward(y, dy, false), TG_OK);
         e = product_error(x->grad, dy, false, w, false, NULL, NULL);
         if (e > PRODUCT_TOL) fail_msg("linear dx %lldx%lldx%lld: %g", (long long)d.M, (long long)d.N, (long long)d.K, e);

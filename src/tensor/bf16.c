@@ -15,6 +15,7 @@
  * (tg_tensor_version): every write through the library bumps the version,
  * so the next product makes the copy again; nothing has to say that weights
  * changed. The copies go with the storage's tape (its reset or free). */
+#define _DEFAULT_SOURCE /* madvise's MADV_HUGEPAGE (Linux) */
 #include "internal.h"
 
 #include <pthread.h>
@@ -22,6 +23,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -233,6 +237,26 @@ void tg__derived_free(tg__derived *d)
     }
 }
 
+/* Memory for a copy of n elements. A large copy (a model's is its size in
+ * bf16) is aligned to 2 MiB and asked to live on transparent huge pages
+ * where Linux offers them: its first writes then fault a page per 2 MiB, not
+ * per 4 KiB (Qwen3-0.6B's first token in generation: 0.64 -> 0.29 s, docs/performance.md).
+ * free() releases it. */
+static uint16_t *copy_alloc(size_t n)
+{
+    size_t bytes = sizeof(uint16_t) * (n ? n : 1);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    enum { HUGE = 2 << 20 };
+    if (bytes >= HUGE) {
+        size_t rounded = (bytes + HUGE - 1) / HUGE * HUGE;
+        void *p = aligned_alloc(HUGE, rounded);
+        if (p) (void)madvise(p, rounded, MADV_HUGEPAGE); /* a hint: refused, the copy works as before */
+        return p;
+    }
+#endif
+    return malloc(bytes);
+}
+
 /* The bf16 copy of parameter x at its storage's version, made when missing
  * or stale; NULL with an error if out of memory. Called under lock. */
 static const uint16_t *param_bf16(const tg_tensor *x, bool *col)
@@ -257,11 +281,12 @@ static const uint16_t *param_bf16(const tg_tensor *x, bool *col)
     }
     size_t need = (size_t)tg_numel(x);
     if (p->cap < need) {
-        uint16_t *c = realloc(p->copy, sizeof(uint16_t) * (need ? need : 1));
+        uint16_t *c = copy_alloc(need); /* the old contents are not needed */
         if (!c) {
             tg_error("gemm: out of memory for a parameter's bf16 copy");
             return NULL;
         }
+        free(p->copy);
         p->copy = c;
         p->cap = need;
     }
@@ -311,70 +336,136 @@ int tg__bf16_param_rounded(const tg_tensor *x, float *dst)
 
 /* ---- one row against a parameter's copy, emulated --------------------------------------------- */
 
-/* sum_k w[k] a[k]: w bf16, a float32 already rounded to bf16, so each
- * product is exact in float32 and a fused multiply-add rounds as the sum
- * does; four chains of eight lanes, then the tail. */
+enum { ROW_BLOCK = 16, ROW_MAX_M = 16 /* rows of a read by the row kernels */ };
+
+/* y[j] = sum_k w[j][k] a[k] for the rows j of a parameter's bf16 copy: w
+ * bf16, a float32 already rounded to bf16, so each product is exact in
+ * float32 and the accumulation is float32's, in an order of the kernel's
+ * (bf16's tolerance, docs/numerics.md). The AVX2 kernel reads a row in
+ * blocks of sixteen: a 256-bit load holds sixteen bf16 values, the even ones
+ * become float32 by a shift, the odd ones by a mask, and `a` is stored once
+ * with each block's even elements before its odd ones (ae) to meet them. Two
+ * blocks per step, four chains of multiply-adds: one row at a time streams
+ * the copy at the machine's read bandwidth (several rows at once, or
+ * prefetches, measured slower on two cores). */
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define ROW_AVX2 1
-__attribute__((target("avx2,fma"))) static float dot_bf16_avx2(const uint16_t *w, const float *a, int64_t K)
+/* row w against ae (K rounded down to sixteen) and a (the tail) */
+__attribute__((target("avx2,fma"))) static float row_bf16_avx2(const uint16_t *w, const float *ae, const float *a,
+                                                               int64_t K)
 {
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    const __m256i odd = _mm256_set1_epi32((int)0xffff0000u);
+    __m256 e0 = _mm256_setzero_ps(), o0 = e0, e1 = e0, o1 = e0;
     int64_t k = 0;
-    for (; k + 32 <= K; k += 32) { /* four chains: the multiply-adds' latency hidden */
-        for (int u = 0; u < 4; u++) {
-            __m128i h = _mm_loadu_si128((const __m128i *)(w + k + 8 * u));
-            __m256i v = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
-            acc[u] = _mm256_fmadd_ps(_mm256_castsi256_ps(v), _mm256_loadu_ps(a + k + 8 * u), acc[u]);
-        }
+    for (; k + 2 * ROW_BLOCK <= K; k += 2 * ROW_BLOCK) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(w + k));
+        __m256i u = _mm256_loadu_si256((const __m256i *)(w + k + ROW_BLOCK));
+        e0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), _mm256_loadu_ps(ae + k), e0);
+        o0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v, odd)), _mm256_loadu_ps(ae + k + 8), o0);
+        e1 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(u, 16)), _mm256_loadu_ps(ae + k + 16), e1);
+        o1 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(u, odd)), _mm256_loadu_ps(ae + k + 24), o1);
     }
-    for (; k + 8 <= K; k += 8) {
-        __m256i v = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(w + k))), 16);
-        acc[0] = _mm256_fmadd_ps(_mm256_castsi256_ps(v), _mm256_loadu_ps(a + k), acc[0]);
+    if (k + ROW_BLOCK <= K) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(w + k));
+        e0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), _mm256_loadu_ps(ae + k), e0);
+        o0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v, odd)), _mm256_loadu_ps(ae + k + 8), o0);
+        k += ROW_BLOCK;
     }
-    float lanes[8];
-    _mm256_storeu_ps(lanes, _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
-    float s = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+    __m256 t = _mm256_add_ps(_mm256_add_ps(e0, o0), _mm256_add_ps(e1, o1));
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    float s = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
     for (; k < K; k++) s += bf16_f32(w[k]) * a[k];
     return s;
 }
-#endif
 
-static float dot_bf16(const uint16_t *w, const float *a, int64_t K)
+/* rows ae[0..m) (stride K) against the row w, m <= 4: w's blocks read and
+ * widened once for the m rows */
+__attribute__((target("avx2,fma"))) static void rows_bf16_avx2(const uint16_t *w, const float *ae, const float *a,
+                                                               int64_t K, int m, float *out)
 {
-#if defined(ROW_AVX2)
-    if (tg__vec_math()) return dot_bf16_avx2(w, a, K);
-#endif
-    float s = 0;
-    for (int64_t k = 0; k < K; k++) s += bf16_f32(w[k]) * a[k];
-    return s;
+    const __m256i odd = _mm256_set1_epi32((int)0xffff0000u);
+    __m256 e[4], o[4];
+    for (int i = 0; i < 4; i++) e[i] = o[i] = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + ROW_BLOCK <= K; k += ROW_BLOCK) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(w + k));
+        __m256 we = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), wo = _mm256_castsi256_ps(_mm256_and_si256(v, odd));
+        for (int i = 0; i < m; i++) {
+            e[i] = _mm256_fmadd_ps(we, _mm256_loadu_ps(ae + i * K + k), e[i]);
+            o[i] = _mm256_fmadd_ps(wo, _mm256_loadu_ps(ae + i * K + k + 8), o[i]);
+        }
+    }
+    __m256 s01 = _mm256_hadd_ps(_mm256_add_ps(e[0], o[0]), _mm256_add_ps(e[1], o[1]));
+    __m256 s23 = _mm256_hadd_ps(_mm256_add_ps(e[2], o[2]), _mm256_add_ps(e[3], o[3]));
+    __m256 t = _mm256_hadd_ps(s01, s23);
+    float lanes[4];
+    _mm_storeu_ps(lanes, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
+    for (int i = 0; i < m; i++) {
+        float si = lanes[i];
+        for (int64_t j = k; j < K; j++) si += bf16_f32(w[j]) * a[i * K + j];
+        out[i] = si;
+    }
 }
+#endif
 
 int tg__bf16_row_emulated(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
                           double beta)
 {
     int n = c->ndim;
     if (ta || !tb || !b->is_param || !b->storage || b->ndim != 2 || b->dtype != TG_F32 || a->dtype != TG_F32 ||
-        c->dtype != TG_F32 || tg_numel(c) != c->shape[n - 1] || a->shape[a->ndim - 2] != 1 || a->ndim != n)
+        c->dtype != TG_F32 || a->ndim != n)
         return 1;
-    int64_t N = b->shape[0], K = b->shape[1];
-    if (c->shape[n - 1] != N || a->shape[n - 1] != K || tg_numel(a) != K) return 1;
-    float *ar = malloc(sizeof *ar * (size_t)(K ? K : 1));
+    int64_t N = b->shape[0], K = b->shape[1], M = a->shape[n - 2];
+    if (M < 1 || M > ROW_MAX_M || c->shape[n - 1] != N || a->shape[n - 1] != K || tg_numel(a) != M * K ||
+        tg_numel(c) != M * N)
+        return 1;
+    float *ar = malloc(sizeof *ar * (size_t)(2 * M * K + 1)), *ae = ar + M * K;
     if (!ar) return tg_error("gemm: out of memory rounding a row to bf16"), -1;
     const float *ad = (const float *)a->data + a->offset;
-    int64_t as = a->stride[n - 1], cs = c->stride[n - 1];
-    for (int64_t k = 0; k < K; k++) ar[k] = tg__bf16_round(ad[k * as]);
+    int64_t as = a->stride[n - 1], am = a->stride[n - 2], cs = c->stride[n - 1], cm = c->stride[n - 2];
+    int64_t kb = K / ROW_BLOCK * ROW_BLOCK;
+    for (int64_t i = 0; i < M; i++) {
+        float *ri = ar + i * K, *ei = ae + i * K;
+        for (int64_t k = 0; k < K; k++) ri[k] = tg__bf16_round(ad[i * am + k * as]);
+        for (int64_t k = 0; k < kb; k++) { /* each block's even elements, then its odd ones */
+            int64_t r = k % ROW_BLOCK;
+            ei[k] = ri[k - r + (r < ROW_BLOCK / 2 ? 2 * r : 2 * r - ROW_BLOCK + 1)];
+        }
+    }
     pthread_mutex_lock(&lock);
     bool col = false;
     const uint16_t *w = param_bf16(b, &col);
     int st = !w ? -1 : col ? 1 : 0;
     if (st == 0) {
         float *y = (float *)c->data + c->offset, fa = (float)alpha, fb = (float)beta;
-#pragma omp parallel for if (N * K > TG_PAR_MIN) schedule(static)
+        bool vec = tg__vec_math();
+#pragma omp parallel for if (M * N * K > TG_PAR_MIN) schedule(static)
         for (int64_t j = 0; j < N; j++) {
-            float s = dot_bf16(w + j * K, ar, K);
-            y[j * cs] = fb == 0 ? fa * s : fa * s + fb * y[j * cs];
+            const uint16_t *wj = w + j * K;
+            float s[ROW_MAX_M];
+            for (int64_t i0 = 0; i0 < M; i0 += 4) {
+                int m = (int)(M - i0 < 4 ? M - i0 : 4);
+#if defined(ROW_AVX2)
+                if (vec && M == 1)
+                    s[0] = row_bf16_avx2(wj, ae, ar, K);
+                else if (vec)
+                    rows_bf16_avx2(wj, ae + i0 * K, ar + i0 * K, K, m, s + i0);
+                else
+#endif
+                    for (int i = 0; i < m; i++) {
+                        float si = 0;
+                        for (int64_t k = 0; k < K; k++) si += bf16_f32(wj[k]) * ar[(i0 + i) * K + k];
+                        s[i0 + i] = si;
+                    }
+            }
+            for (int64_t i = 0; i < M; i++) {
+                float *yij = y + i * cm + j * cs;
+                *yij = fb == 0 ? fa * s[i] : fa * s[i] + fb * *yij;
+            }
         }
+        (void)vec;
     }
     pthread_mutex_unlock(&lock);
     free(ar);

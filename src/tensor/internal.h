@@ -278,10 +278,10 @@ int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b,
  * rounded to bf16, row-major. 0 done, 1 x is not a float32 parameter
  * matrix (the caller rounds it), -1 out of memory (error recorded). */
 int tg__bf16_param_rounded(const tg_tensor *x, float *dst);
-/* An emulated product of one row against a parameter's bf16 copy (a
- * Linear's forward in generation: c (.., 1, N) = a (.., 1, K) @ W^T, W
- * (N, K)), read in bf16 without expanding the copy: 0 done, 1 not this
- * case (nothing written), -1 failed with an error. */
+/* An emulated product of up to sixteen rows against a parameter's bf16 copy
+ * (a Linear's forward in generation, the prompt's and each new id's: c
+ * (M, N) = a (M, K) @ W^T, W (N, K)), read in bf16 without expanding the
+ * copy: 0 done, 1 not this case (nothing written), -1 failed with an error. */
 int tg__bf16_row_emulated(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
                           double beta);
 /* Records that a product ran emulated (tg_numerics_bf16_kernel). */
