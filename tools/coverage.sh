@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Line and branch coverage of src/ by the test suite (gcc --coverage + gcovr):
 #
-#   meson setup build-cov -Db_coverage=true -Dbuildtype=debug -Dnative=false -Dwerror=false
+#   meson setup build-cov -Db_coverage=true -Dbuildtype=debugoptimized -Dnative=false -Dwerror=false
 #   meson test -C build-cov
 #   gcovr -r . build-cov --filter src/ --print-summary
 #
 # then a per-file table (least covered first) and the functions the tests
 # never enter. -Dwerror=false: warnings are the release build's job, this one
-# only measures. Counters are reset before every run. Exit status: the test
+# only measures. Optimized (-O2 -g): the suite runs about a third faster than
+# at -O0; a line the optimizer merged into another counts with it. Counters are reset before every run. Exit status: the test
 # suite's (the report is printed either way).
 #
 #   tools/coverage.sh            (COVERAGE_BUILD=build-cov)
@@ -15,9 +16,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${COVERAGE_BUILD:-build-cov}
 
-echo "=== coverage: build ($BUILD, gcc --coverage, debug) ==="
+echo "=== coverage: build ($BUILD, gcc --coverage, debugoptimized) ==="
 if [ ! -f "$BUILD/build.ninja" ]; then
-  tools/meson-setup.sh "$BUILD" -Db_coverage=true -Dbuildtype=debug -Dnative=false -Dwerror=false
+  tools/meson-setup.sh "$BUILD" -Db_coverage=true -Dbuildtype=debugoptimized -Dnative=false -Dwerror=false
 fi
 ninja -C "$BUILD"
 find "$BUILD" -name '*.gcda' -delete

@@ -33,8 +33,9 @@
 #
 # Environment:
 #   FUZZ_BUILD   build directory (build-fuzz); set up with clang if missing
-#   FUZZ_JOBS    targets run at the same time (exploratory: number of cores;
-#                --ci: 1). Each target is always one libFuzzer process.
+#   FUZZ_JOBS    targets run at the same time (number of cores). Each target
+#                is always one libFuzzer process; under --ci its inputs are
+#                its seed's whatever runs beside it.
 #   FUZZ_RUNS    exploratory: also stop a target after this many executions
 #   FUZZ_SEED    --ci: libFuzzer's -seed (1)
 #   FUZZ_ARGS    extra libFuzzer flags for every target
@@ -104,7 +105,7 @@ for t in "${TARGETS[@]}"; do
   if [ -z "${CI_RUNS[$t]:-}" ]; then echo "unknown target $t (targets: ${ALL_TARGETS[*]})" >&2; exit 2; fi
 done
 BUILD=${FUZZ_BUILD:-build-fuzz}
-if [ "$MODE" = ci ]; then JOBS=${FUZZ_JOBS:-1}; else JOBS=${FUZZ_JOBS:-$(nproc)}; fi
+JOBS=${FUZZ_JOBS:-$(nproc)}
 SEED=${FUZZ_SEED:-1}
 WORK=$ROOT/$BUILD/fuzz-work
 
