@@ -6,9 +6,10 @@
  * AMX for this process), the rounded operands go to oneDNN's matmul
  * primitives: one primitive per call shape (sizes, strides, alpha, beta),
  * created on first use and kept, run on the OpenMP threads OpenBLAS shares.
- * A row times a matrix (generation with the KV cache) runs on a dot-product
- * kernel of this file that reads the matrix's bf16 copy once. Elsewhere
- * gemm.c emulates the same numbers on sgemm (tg_k_gemm).
+ * Without it, up to sixteen rows times a parameter (a Linear in generation:
+ * the prompt, then each new id) run on this file's AVX2 kernels, which read
+ * the parameter's bf16 copy without expanding it; everything else gemm.c
+ * emulates with the same numbers on sgemm (tg_k_gemm).
  *
  * A parameter's bf16 copy (tg_parameter_new's tensors, as a Linear's weight)
  * is kept with its storage (internal.h, tg_storage) for one version of it
