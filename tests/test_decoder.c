@@ -388,13 +388,115 @@ static void test_gradcheck_layers(void **state)
     tg_tape_free(tp);
 }
 
+/* ---- the KV cache read in place under FAST and BF16 --------------------------------------------- */
+
+/* Under FAST and BF16 the cached attention reads the cache's kv groups in
+ * place (src/tensor/attend.c) instead of the composed ops: a sequence fed
+ * in chunks with the cache (a prompt, one id, several ids after cached
+ * positions, one id) gives the logits of the whole sequence run without
+ * the cache under the same policy, on multi-head GPT-2 (head_dim 9: a
+ * vector block and a tail), grouped-query Qwen3 (two heads per group,
+ * head_dim 24) and Llama 3 (four heads on one group). The tolerances are
+ * float32's sums in another order, and under BF16 a softmax weight that
+ * lands on the other side of a bf16 rounding step (the measured gaps are
+ * far below them). */
+static void test_kv_cache_policies(void **state)
+{
+    (void)state;
+    const tg_decoder_config cfgs[3] = {
+        {.vocab_size = 61, .context_length = 16, .emb_dim = 36, .n_heads = 4, .n_layers = 2, .drop_rate = 0.1,
+         .qkv_bias = true},
+        {.vocab_size = 61, .context_length = 16, .emb_dim = 32, .n_heads = 4, .n_layers = 2,
+         .family = TG_GPT_FAMILY_QWEN3, .hidden_dim = 40, .head_dim = 24, .n_kv_groups = 2, .qk_norm = true,
+         .rope_base = 1e6, .tie_head = true},
+        {.vocab_size = 61, .context_length = 16, .emb_dim = 64, .n_heads = 4, .n_layers = 2,
+         .family = TG_GPT_FAMILY_LLAMA3, .hidden_dim = 48, .n_kv_groups = 1, .rope_base = 5e5},
+    };
+    const tg_numerics pol[2] = {TG_NUMERICS_FAST, TG_NUMERICS_BF16};
+    const double tol[2] = {5e-5, 2e-3};
+    const int64_t ids[12] = {5, 17, 2, 40, 33, 8, 8, 51, 0, 26, 60, 3}, cuts[5] = {0, 4, 5, 11, 12}, all[2] = {1, 12};
+    bool grad = tg_set_grad_enabled(false);
+    for (int ci = 0; ci < 3; ci++)
+        for (int pi = 0; pi < 2; pi++) {
+            tg_tape *mt = tg_tape_new(), *tp = tg_tape_new();
+            tg_module *m = build(mt, &cfgs[ci], 7 + (uint64_t)ci);
+            /* weights of the size a trained model's have, so that attention is far from uniform */
+            tg_named_list ps;
+            assert_int_equal(tg_module_named_parameters(tp, m, &ps), TG_OK);
+            for (int i = 0; i < ps.n; i++)
+                if (ps.tensors[i]->ndim == 2) assert_int_equal(tg_normal_(ps.tensors[i], 0.0, 0.3, NULL), TG_OK);
+            tg_module_train(m, false);
+            assert_int_equal(tg_tape_set_numerics(tp, pol[pi]), TG_OK);
+            tg_tensor *full = tg_module_forward(tp, m, tg_from_data(tp, TG_I64, 2, all, ids));
+            tu_assert_ok(full);
+            assert_int_equal(tg_module_set_kv_cache(m, true), TG_OK);
+            assert_int_equal(tg_module_reset_kv_cache(m), TG_OK);
+            for (int c = 0; c < 4; c++) {
+                int64_t shape[2] = {1, cuts[c + 1] - cuts[c]};
+                tg_tensor *y = tg_module_forward(tp, m, tg_from_data(tp, TG_I64, 2, shape, ids + cuts[c]));
+                tu_assert_ok(y);
+                char what[96];
+                snprintf(what, sizeof what, "config %d %s: cached ids %lld..%lld", ci, tg_numerics_name(pol[pi]),
+                         (long long)cuts[c], (long long)cuts[c + 1] - 1);
+                tu_assert_close(y, tg_narrow(tp, full, 1, cuts[c], shape[1]), tol[pi], tol[pi], what);
+            }
+            tg_tape_free(tp);
+            tg_tape_free(mt);
+        }
+    tg_set_grad_enabled(grad);
+}
+
+/* tg_module_prepare_numerics makes the weights' bf16 copies when called: a
+ * weight changed behind the library's back afterwards (no new version) is
+ * not seen by the next BF16 forward, which reads the copy made before (the
+ * logits of an untouched twin model); a write through the library (a new
+ * version) is. Nothing to make under EXACT and FAST; errors for a NULL
+ * module and a value that is no policy. */
+static void test_prepare_numerics(void **state)
+{
+    (void)state;
+    tg_decoder_config cfg = {.vocab_size = 50, .context_length = 8, .emb_dim = 16, .n_heads = 4, .n_layers = 1,
+                             .family = TG_GPT_FAMILY_QWEN3, .hidden_dim = 24, .head_dim = 8, .n_kv_groups = 2,
+                             .qk_norm = true, .rope_base = 1e6};
+    tg_tape *mt = tg_tape_new(), *tp = tg_tape_new();
+    tg_module *m = build(mt, &cfg, 3), *twin = build(mt, &cfg, 3);
+    bool grad = tg_set_grad_enabled(false);
+    assert_int_equal(tg_tape_set_numerics(tp, TG_NUMERICS_BF16), TG_OK);
+    const int64_t ids[5] = {1, 9, 44, 3, 20}, shape[2] = {1, 5};
+    assert_int_equal(tg_module_prepare_numerics(m, TG_NUMERICS_EXACT), TG_OK);
+    assert_int_equal(tg_module_prepare_numerics(m, TG_NUMERICS_FAST), TG_OK);
+    assert_int_equal(tg_module_prepare_numerics(m, TG_NUMERICS_BF16), TG_OK);
+    tg_tensor *w = tg_module_get_parameter(m, "trf_blocks.0.ff.fc1.weight");
+    tu_assert_ok(w);
+    float *wd = tg_data_ptr(w);
+    int64_t n = tg_numel(w), version = tg_tensor_version(w);
+    for (int64_t i = 0; i < n; i++) wd[i] *= 3.0f; /* behind the library's back */
+    assert_int_equal(tg_tensor_version(w), version);
+    tg_tensor *want = tg_module_forward(tp, twin, tg_from_data(tp, TG_I64, 2, shape, ids));
+    tg_tensor *stale = tg_module_forward(tp, m, tg_from_data(tp, TG_I64, 2, shape, ids));
+    tu_assert_close(stale, want, 0.0, 0.0, "a forward after prepare reads the copy made by prepare");
+    assert_int_equal(tg_mul_scalar_(w, 1.0), TG_OK); /* a write through the library: a new version */
+    tg_tensor *fresh = tg_module_forward(tp, m, tg_from_data(tp, TG_I64, 2, shape, ids));
+    tu_assert_ok(fresh);
+    const float *a = tg_data_ptr(fresh), *b = tg_data_ptr(want);
+    double gap = 0;
+    for (int64_t i = 0; i < tg_numel(fresh); i++) gap = fmax(gap, fabs((double)a[i] - b[i]));
+    assert_true(gap > 1e-3); /* the tripled weight is read */
+    tu_assert_status_error(tg_module_prepare_numerics(NULL, TG_NUMERICS_BF16), "NULL module");
+    tu_assert_status_error(tg_module_prepare_numerics(m, (tg_numerics)9), "9 is not a policy");
+    tg_set_grad_enabled(grad);
+    tg_tape_free(tp);
+    tg_tape_free(mt);
+}
+
 int main(void)
 {
     g_ref = tu_load_ref("decoder.json");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_digest),       cmocka_unit_test(test_rope_tables),  cmocka_unit_test(test_presets),
         cmocka_unit_test(test_bad_configs),  cmocka_unit_test(test_gradcheck_layers), cmocka_unit_test(test_cases),
-        cmocka_unit_test(test_generate),
+        cmocka_unit_test(test_generate),     cmocka_unit_test(test_kv_cache_policies),
+        cmocka_unit_test(test_prepare_numerics),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     json_decref(g_ref);

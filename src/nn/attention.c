@@ -277,6 +277,21 @@ static tg_tensor *attend_rows(tg_tape *tp, tg_module *m, tg_tensor *q, tg_tensor
     return tg_matmul(tp, w, values); /* (b, h, T, hd) */
 }
 
+tg_tensor *tg__attend_cache_in_place(tg_tape *tp, tg_tensor *q, tg_tensor *keys, tg_tensor *values, int64_t p0,
+                                     bool *done)
+{
+    *done = false;
+    if (!q || !keys || !values || q->dtype != TG_F32 || tg_tape_numerics(tp) == TG_NUMERICS_EXACT ||
+        (tg_is_grad_enabled() && (q->requires_grad || keys->requires_grad || values->requires_grad)))
+        return NULL;
+    int64_t shape[4] = {q->shape[0], q->shape[2], q->shape[1], q->shape[3]};
+    tg_tensor *out = tg_empty(tp, TG_F32, 4, shape);
+    if (!out) return *done = true, NULL;
+    int st = tg__attend_cached(out, tg_tape_numerics(tp), q, keys, values, p0, pow((double)q->shape[3], 0.5));
+    *done = st <= 0;
+    return st == 0 ? tg_transpose(tp, out, 1, 2) : NULL;
+}
+
 /* The book's KV-cache forward (gpt_with_kv_cache's MultiHeadAttention) from
  * the new positions' q, k, v (b, h, T, hd): k and v go into the cache after
  * the pos positions it holds, the queries attend to all pos + T of them,
@@ -309,7 +324,10 @@ static tg_tensor *mha_cached(tg_tape *tp, tg_module *m, tg_tensor *q, tg_tensor 
     if (tg_copy_(tg_narrow(tp, c->cache_k, 2, p0, T), k) != TG_OK ||
         tg_copy_(tg_narrow(tp, c->cache_v, 2, p0, T), v) != TG_OK)
         return NULL;
-    tg_tensor *ctx = attend_rows(tp, m, q, tg_narrow(tp, c->cache_k, 2, 0, P), tg_narrow(tp, c->cache_v, 2, 0, P), p0);
+    tg_tensor *keys = tg_narrow(tp, c->cache_k, 2, 0, P), *values = tg_narrow(tp, c->cache_v, 2, 0, P), *ctx = NULL;
+    bool done = false;
+    if (!(tg_module_is_training(m) && c->dropout > 0)) ctx = tg__attend_cache_in_place(tp, q, keys, values, p0, &done);
+    if (!done) ctx = attend_rows(tp, m, q, keys, values, p0);
     if (ctx) c->pos = P;
     return ctx;
 }

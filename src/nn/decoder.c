@@ -247,20 +247,24 @@ static tg_tensor *gqa_forward(tg_tape *tp, tg_module *m, int n, tg_tensor *const
         if (!cache_append(m, tp, k, v, &keys, &values)) return NULL;
     }
     int64_t P = p0 + T, merged[3] = {b, T, H * hd};
-    keys = repeat_groups(tp, keys, H / G);
-    values = repeat_groups(tp, values, H / G);
     const tg_layer *layer = tg_layer_find("attention");
-    tg_tensor *ctx;
-    if (!cached && layer) {
-        tg_layer_args a = {.scale = pow((double)hd, 0.5), .gen = tg_module_generator(m), .heads_inner = true};
-        tg_tensor *in4[4] = {q, keys, values, causal_rows(tp, 0, T, T)};
-        ctx = tg_layer_apply(tp, layer, tg_module_is_fused(m), tg_tape_numerics(tp), 4, in4, &a);
-    } else {
-        /* attn_scores = queries @ keys.transpose(2, 3); masked_fill(mask, -inf)
-         * softmax(attn_scores / self.head_dim**0.5, dim=-1) @ values */
-        tg_tensor *s = tg_matmul(tp, q, tg_transpose(tp, keys, 2, 3));
-        if (T > 1) s = tg_masked_fill(tp, s, causal_rows(tp, p0, T, P), -INFINITY);
-        ctx = tg_matmul(tp, tg_softmax(tp, tg_div_scalar(tp, s, pow((double)hd, 0.5)), -1), values);
+    tg_tensor *ctx = NULL;
+    bool done = false;
+    if (cached) ctx = tg__attend_cache_in_place(tp, q, keys, values, p0, &done); /* the groups read in place */
+    if (!done) {
+        keys = repeat_groups(tp, keys, H / G);
+        values = repeat_groups(tp, values, H / G);
+        if (!cached && layer) {
+            tg_layer_args a = {.scale = pow((double)hd, 0.5), .gen = tg_module_generator(m), .heads_inner = true};
+            tg_tensor *in4[4] = {q, keys, values, causal_rows(tp, 0, T, T)};
+            ctx = tg_layer_apply(tp, layer, tg_module_is_fused(m), tg_tape_numerics(tp), 4, in4, &a);
+        } else {
+            /* attn_scores = queries @ keys.transpose(2, 3); masked_fill(mask, -inf)
+             * softmax(attn_scores / self.head_dim**0.5, dim=-1) @ values */
+            tg_tensor *s = tg_matmul(tp, q, tg_transpose(tp, keys, 2, 3));
+            if (T > 1) s = tg_masked_fill(tp, s, causal_rows(tp, p0, T, P), -INFINITY);
+            ctx = tg_matmul(tp, tg_softmax(tp, tg_div_scalar(tp, s, pow((double)hd, 0.5)), -1), values);
+        }
     }
     if (!ctx) return NULL;
     if (cached) c->pos = P;

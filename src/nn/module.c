@@ -618,6 +618,22 @@ int64_t tg_module_num_trainable_parameters(const tg_module *m)
     return count_parameters("num_trainable_parameters", m, true);
 }
 
+int tg_module_prepare_numerics(tg_module *m, tg_numerics numerics)
+{
+    if (!m) return tg_error_status(TG_EINVAL, "prepare_numerics: NULL module");
+    if (!strcmp(tg_numerics_name(numerics), "?")) return tg_error_status(TG_EINVAL, "prepare_numerics: %d is not a policy", (int)numerics);
+    if (numerics != TG_NUMERICS_BF16) return TG_OK;
+    if (tg__is_linear(m)) {
+        tg_tensor *w = tg__entry_get(&m->params, "weight");
+        if (w && tg__bf16_prepare(w) < 0) return TG_ENOMEM;
+    }
+    for (int i = 0; i < m->children.n; i++) {
+        int st = tg_module_prepare_numerics(m->children.items[i].ptr, numerics);
+        if (st != TG_OK) return st;
+    }
+    return TG_OK;
+}
+
 /* ---- dtype ----------------------------------------------------------------------------------------------- */
 
 int tg_module_to_dtype(tg_tape *tp, tg_module *m, tg_dtype dt)

@@ -71,6 +71,13 @@ bool tg__mha_last_position_ok(const tg_module *m, tg_numerics nm);
 tg_tensor *tg__mha_forward_last_position(tg_tape *tp, tg_module *m, tg_tensor *x);
 /* Whether m is the built-in Dropout and draws (training, p > 0). */
 bool tg__dropout_draws(const tg_module *m);
+/* The context (b, H, T, hd) of the queries q (b, H, T, hd) of positions p0
+ * .. p0+T-1 over a KV cache's keys and values (b, G, p0 + T, hd), read in
+ * place by tg__attend_cached under FAST and BF16 (no dropout). *done false:
+ * not that case (EXACT, float64, graph recorded), the caller runs the
+ * composed ops; true with NULL: failed with an error. */
+tg_tensor *tg__attend_cache_in_place(tg_tape *tp, tg_tensor *q, tg_tensor *keys, tg_tensor *values, int64_t p0,
+                                     bool *done);
 /* Whether m is the built-in Sequential. */
 bool tg__is_sequential(const tg_module *m);
 /* The built-in Dropout m's forward, its product written over x (x a tensor

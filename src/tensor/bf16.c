@@ -335,6 +335,16 @@ int tg__bf16_param_rounded(const tg_tensor *x, float *dst)
     return c ? 0 : -1;
 }
 
+int tg__bf16_prepare(const tg_tensor *w)
+{
+    if (!w->is_param || !w->storage || w->dtype != TG_F32 || w->ndim != 2) return 1;
+    pthread_mutex_lock(&lock);
+    bool col = false;
+    const uint16_t *c = param_bf16(w, &col);
+    pthread_mutex_unlock(&lock);
+    return c ? 0 : -1;
+}
+
 /* ---- one row against a parameter's copy, emulated --------------------------------------------- */
 
 enum { ROW_BLOCK = 16, ROW_MAX_M = 16 /* rows of a read by the row kernels */ };
@@ -442,7 +452,12 @@ int tg__bf16_row_emulated(tg_tensor *c, const tg_tensor *a, bool ta, const tg_te
     if (st == 0) {
         float *y = (float *)c->data + c->offset, fa = (float)alpha, fb = (float)beta;
         bool vec = tg__vec_math();
-#pragma omp parallel for if (M * N * K > TG_PAR_MIN) schedule(static)
+        /* rows dealt out in chunks of ~128 KiB of the copy as threads come
+         * free: on a shared machine one thread is often held up, and equal
+         * halves then wait for it (measured: steps of Qwen3-0.6B's
+         * generation ~5% faster than schedule(static)) */
+        int64_t chunk = (128 << 10) / (2 * K) > 8 ? (128 << 10) / (2 * K) : 8;
+#pragma omp parallel for if (M * N * K > TG_PAR_MIN) schedule(dynamic, chunk)
         for (int64_t j = 0; j < N; j++) {
             const uint16_t *wj = w + j * K;
             float s[ROW_MAX_M];

@@ -164,6 +164,9 @@ void tg__vtanhf(float *y, const float *x, int64_t n);
 void tg__vcosf(float *y, const float *x, int64_t n);
 void tg__vsinf(float *y, const float *x, int64_t n);
 void tg__vrpowf(float *y, float base, const float *e, int64_t n);
+/* softmax of n contiguous floats as tg_k_softmax computes a float32 row
+ * (PyTorch's _vec_softmax_lastdim; y may be x) */
+void tg__softmax_row_f32(float *y, const float *x, int64_t n);
 /* PyTorch's vec::reduce_all of a float row with 8 lanes: element i adds into
  * lane i % 8 (the first 8 start the lanes), then
  * ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)); under 8 elements add in
@@ -266,6 +269,15 @@ static inline float tg__bf16_round(float x)
     memcpy(&y, &u, sizeof y);
     return y;
 }
+/* Attention of the queries q (b, H, T, hd) of positions p0 .. p0+T-1 over
+ * the keys and values k, v (b, G, p0 + T, hd) of a KV cache, each with a
+ * unit last stride: softmax(q k^T / scale) v under the causal mask, head h
+ * reading group h / (H / G), written to out (b, T, H, hd) contiguous (the
+ * heads already side by side). FAST and BF16 only (src/tensor/attend.c):
+ * 0 done, 1 not this kernel's case (EXACT, not float32, other shapes;
+ * nothing written), -1 failed with an error. */
+int tg__attend_cached(tg_tensor *out, tg_numerics nm, const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
+                      int64_t p0, double scale);
 /* BF16 products on the CPU's bf16 hardware (src/tensor/bf16.c): whether they
  * run there now (tg_numerics_bf16_native and not forced to emulate); one
  * product as tg_k_gemm takes it (float32): 0 done, 1 nothing written (the
@@ -278,6 +290,10 @@ int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b,
  * rounded to bf16, row-major. 0 done, 1 x is not a float32 parameter
  * matrix (the caller rounds it), -1 out of memory (error recorded). */
 int tg__bf16_param_rounded(const tg_tensor *x, float *dst);
+/* Makes the bf16 copy a product reads of w, a float32 matrix parameter taken
+ * as it is (a Linear's weight), if missing or stale: 0 made or current, 1 not
+ * such a parameter, -1 out of memory (error set). */
+int tg__bf16_prepare(const tg_tensor *w);
 /* An emulated product of up to sixteen rows against a parameter's bf16 copy
  * (a Linear's forward in generation, the prompt's and each new id's: c
  * (M, N) = a (M, K) @ W^T, W (N, K)), read in bf16 without expanding the

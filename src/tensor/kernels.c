@@ -833,6 +833,11 @@ static void softmax_row_f32(float *y, int64_t sy, const float *x, int64_t sx, in
     }
 }
 
+void tg__softmax_row_f32(float *y, const float *x, int64_t n)
+{
+    softmax_row_f32(y, 1, x, 1, n, false);
+}
+
 /* log(sum(exp(x - m))) of a float row, m its max, as softmax_row_f32 sums it */
 static float row_lse_f32(const float *x, int64_t n, float m)
 {

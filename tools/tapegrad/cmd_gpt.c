@@ -201,6 +201,9 @@ static int run_generate(tg_tape *tp, tg_tokenizer *tok, const tg_cli_model *m, t
         rc = tg_cli_error(cmd, "--load: %s%s", err, hint);
     }
     else if (a->hf && !tg_cli_is_dir(a->hf) && tg_gpt_load_hf(gpt, a->hf) != TG_OK) rc = tg_cli_lib_error(cmd, "--hf");
+    /* the weights' bf16 copies made with the model, not in the first id's
+     * time (tokens_per_s times generation, as a load is not timed) */
+    if (rc == TG_CLI_OK && tg_module_prepare_numerics(gpt, m->numerics) != TG_OK) rc = tg_cli_lib_error(cmd, NULL);
     ids = malloc(sizeof *ids * (n_prompt + (size_t)a->max_new));
     if (rc == TG_CLI_OK && !ids) rc = tg_cli_error(cmd, "out of memory");
     int64_t n = 0;
