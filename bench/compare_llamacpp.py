@@ -32,8 +32,11 @@ and N - 1 one-id steps; loading excluded); llama.cpp's one-id steps alone
 are printed beside. Each run is a fresh process; tapegrad and llama.cpp
 alternate (tapegrad bf16, llama.cpp BF16, tapegrad float32, llama.cpp Q8_0)
 for --runs runs, and the table gives the median tokens/s, the ratio of
-tapegrad bf16 to llama.cpp BF16 (the goal: >= 1.2x) and the CPU's bf16
-flags. Other work on the machine spoils the figures (llama.cpp's most: its
+their medians for tapegrad bf16 to llama.cpp BF16 (the goal: >= 1.2x), the
+same ratio run by run (each tapegrad bf16 run over the llama.cpp BF16 run
+right after it, which met the same state of a shared machine) with its
+median, and the CPU's bf16 flags. tapegrad's weights are loaded (and under
+bf16 their bf16 copies made, tg_module_prepare_numerics) before its span. Other work on the machine spoils the figures (llama.cpp's most: its
 threads spin at barriers), so each run measures the share of the CPUs that
 other processes took meanwhile (/proc/stat less this process's children) and
 a run above --max-others (10%) is repeated, --tries times at most.
@@ -812,6 +815,9 @@ def main():
     med = {k: statistics.median(v) for k, v in rates.items() if v}
     ratio = med["tapegrad bf16"] / med["llama.cpp BF16"] if "tapegrad bf16" in med and "llama.cpp BF16" in med \
         else None
+    # each tapegrad bf16 run against the llama.cpp BF16 run right after it:
+    # the pairs share the machine's state of the moment
+    pairs = [t / l for t, l in zip(rates.get("tapegrad bf16", []), rates.get("llama.cpp BF16", []))]
     flags = cpu_flags()
     lc = last.get("llama.cpp BF16") or last.get("llama.cpp Q8_0") or {}
     ids = {k: v["ids"] for k, v in last.items()}
@@ -830,7 +836,8 @@ def main():
     summary = {
         "model": a.model, "title": m["title"], "seed": a.seed, "prompt": a.prompt, "tokens": a.tokens,
         "threads": a.threads, "runs": runs, "median_tokens_per_s": med, "runs_tokens_per_s": rates,
-        "ratio_tapegrad_bf16_to_llamacpp_bf16": ratio, "goal": 1.2, "cpu_flags": flags,
+        "ratio_tapegrad_bf16_to_llamacpp_bf16": ratio, "runs_ratio_tapegrad_bf16_to_llamacpp_bf16": pairs,
+        "goal": 1.2, "cpu_flags": flags,
         "others_cpu_share": {"before": others_before, "during": others},
         "llamacpp": {k: lc.get(k) for k in ("node_llama_cpp", "llama_cpp_release", "cpu_backend", "system_info",
                                              "flash_attention", "kv_type", "context_size")},
@@ -857,6 +864,9 @@ def main():
         if ratio is not None:
             print("tapegrad bf16 / llama.cpp BF16: %.2fx (goal >= 1.2x: %s)"
                   % (ratio, "met" if ratio >= 1.2 else "not met"))
+        if pairs:
+            print("run by run (each tapegrad bf16 run over the llama.cpp BF16 run after it): %s; median %.2fx"
+                  % (" ".join("%.2f" % p for p in pairs), statistics.median(pairs)))
         print("llama.cpp: node-llama-cpp %s, llama.cpp %s, CPU backend %s, KV cache %s, flash attention %s"
               % (lc.get("node_llama_cpp"), (lc.get("llama_cpp_release") or {}).get("release"),
                  lc.get("cpu_backend"), lc.get("kv_type"), "on" if lc.get("flash_attention") else "off"))

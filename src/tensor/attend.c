@@ -35,63 +35,93 @@ __attribute__((target("avx2,fma"))) static inline __m256 round8(__m256 x)
     return _mm256_castsi256_ps(_mm256_and_si256(y, _mm256_set1_epi32((int)0xffff0000u)));
 }
 
-/* q . k over n floats, k rounded to bf16 first if rnd (q already is) */
-__attribute__((target("avx2,fma"))) static float dot_avx2(const float *q, const float *k, int64_t n, bool rnd)
+enum { HEADS_AT_ONCE = 8 /* heads of a group read one key or value row together */ };
+
+/* s[e] = q_e . k over n floats for the m <= HEADS_AT_ONCE rows q_e (stride
+ * n), k read (and rounded to bf16 if rnd; the q_e already are) once for all */
+__attribute__((target("avx2,fma"))) static void dots_avx2(float *s, const float *q, int m, const float *k, int64_t n,
+                                                          bool rnd)
 {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    __m256 acc[HEADS_AT_ONCE];
+    for (int e = 0; e < m; e++) acc[e] = _mm256_setzero_ps();
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m256 k0 = _mm256_loadu_ps(k + i), k1 = _mm256_loadu_ps(k + i + 8);
-        if (rnd) k0 = round8(k0), k1 = round8(k1);
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), k0, a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), k1, a1);
+    if (m <= HEADS_AT_ONCE / 2) { /* a second chain of multiply-adds per head while the registers allow */
+        __m256 acc2[HEADS_AT_ONCE / 2];
+        for (int e = 0; e < m; e++) acc2[e] = _mm256_setzero_ps();
+        for (; i + 16 <= n; i += 16) {
+            __m256 k0 = _mm256_loadu_ps(k + i), k1 = _mm256_loadu_ps(k + i + 8);
+            if (rnd) k0 = round8(k0), k1 = round8(k1);
+            for (int e = 0; e < m; e++) {
+                acc[e] = _mm256_fmadd_ps(_mm256_loadu_ps(q + e * n + i), k0, acc[e]);
+                acc2[e] = _mm256_fmadd_ps(_mm256_loadu_ps(q + e * n + i + 8), k1, acc2[e]);
+            }
+        }
+        for (int e = 0; e < m; e++) acc[e] = _mm256_add_ps(acc[e], acc2[e]);
     }
     for (; i + 8 <= n; i += 8) {
-        __m256 k0 = _mm256_loadu_ps(k + i);
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), rnd ? round8(k0) : k0, a0);
+        __m256 k8 = _mm256_loadu_ps(k + i);
+        if (rnd) k8 = round8(k8);
+        for (int e = 0; e < m; e++) acc[e] = _mm256_fmadd_ps(_mm256_loadu_ps(q + e * n + i), k8, acc[e]);
     }
-    __m256 t = _mm256_add_ps(a0, a1);
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    float s = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
-    for (; i < n; i++) s += q[i] * (rnd ? tg__bf16_round(k[i]) : k[i]);
-    return s;
+    for (int e = 0; e < m; e++) {
+        __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc[e]), _mm256_extractf128_ps(acc[e], 1));
+        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        s[e] = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+    }
+    for (; i < n; i++) {
+        float ki = rnd ? tg__bf16_round(k[i]) : k[i];
+        for (int e = 0; e < m; e++) s[e] += q[e * n + i] * ki;
+    }
 }
 
-/* acc += w * v over n floats, v rounded to bf16 first if rnd */
-__attribute__((target("avx2,fma"))) static void axpy_avx2(float *acc, float w, const float *v, int64_t n, bool rnd)
+/* o_e += w[e] * v over n floats for the m <= HEADS_AT_ONCE rows o_e (stride
+ * n), v read (and rounded to bf16 if rnd) once for all */
+__attribute__((target("avx2,fma"))) static void axpys_avx2(float *o, const float *w, int m, const float *v, int64_t n,
+                                                           bool rnd)
 {
-    __m256 w8 = _mm256_set1_ps(w);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        __m256 v0 = _mm256_loadu_ps(v + i);
-        _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(w8, rnd ? round8(v0) : v0, _mm256_loadu_ps(acc + i)));
+        __m256 v8 = _mm256_loadu_ps(v + i);
+        if (rnd) v8 = round8(v8);
+        for (int e = 0; e < m; e++)
+            _mm256_storeu_ps(o + e * n + i, _mm256_fmadd_ps(_mm256_set1_ps(w[e]), v8, _mm256_loadu_ps(o + e * n + i)));
     }
-    for (; i < n; i++) acc[i] += w * (rnd ? tg__bf16_round(v[i]) : v[i]);
+    for (; i < n; i++) {
+        float vi = rnd ? tg__bf16_round(v[i]) : v[i];
+        for (int e = 0; e < m; e++) o[e * n + i] += w[e] * vi;
+    }
 }
 #endif
 
-static float dot(const float *q, const float *k, int64_t n, bool rnd, bool vec)
-{
-#if defined(ATTEND_AVX2)
-    if (vec) return dot_avx2(q, k, n, rnd);
-#endif
-    (void)vec;
-    float s = 0;
-    for (int64_t i = 0; i < n; i++) s += q[i] * (rnd ? tg__bf16_round(k[i]) : k[i]);
-    return s;
-}
-
-static void axpy(float *acc, float w, const float *v, int64_t n, bool rnd, bool vec)
+static void dots(float *s, const float *q, int m, const float *k, int64_t n, bool rnd, bool vec)
 {
 #if defined(ATTEND_AVX2)
     if (vec) {
-        axpy_avx2(acc, w, v, n, rnd);
+        dots_avx2(s, q, m, k, n, rnd);
         return;
     }
 #endif
     (void)vec;
-    for (int64_t i = 0; i < n; i++) acc[i] += w * (rnd ? tg__bf16_round(v[i]) : v[i]);
+    for (int e = 0; e < m; e++) {
+        float acc = 0;
+        for (int64_t i = 0; i < n; i++) acc += q[e * n + i] * (rnd ? tg__bf16_round(k[i]) : k[i]);
+        s[e] = acc;
+    }
+}
+
+static void axpys(float *o, const float *w, int m, const float *v, int64_t n, bool rnd, bool vec)
+{
+#if defined(ATTEND_AVX2)
+    if (vec) {
+        axpys_avx2(o, w, m, v, n, rnd);
+        return;
+    }
+#endif
+    (void)vec;
+    for (int64_t i = 0; i < n; i++) {
+        float vi = rnd ? tg__bf16_round(v[i]) : v[i];
+        for (int e = 0; e < m; e++) o[e * n + i] += w[e] * vi;
+    }
 }
 
 int tg__attend_cached(tg_tensor *out, tg_numerics nm, const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
@@ -107,14 +137,18 @@ int tg__attend_cached(tg_tensor *out, tg_numerics nm, const tg_tensor *q, const 
         out->shape[3] != hd)
         return 1;
     bool rnd = nm == TG_NUMERICS_BF16, vec = tg__vec_math(), failed = false;
-    int64_t g = H / G, tasks = B * H * T;
+    /* a task: one query position of up to HEADS_AT_ONCE heads of one group */
+    int64_t g = H / G, per = g < HEADS_AT_ONCE ? g : HEADS_AT_ONCE, chunks = (g + per - 1) / per;
+    int64_t tasks = B * G * chunks * T;
     float inv = (float)scale; /* the scores divided by scale, as tg_div_scalar divides in float32 */
     const float *qd = (const float *)q->data + q->offset, *kd = (const float *)k->data + k->offset,
                 *vd = (const float *)v->data + v->offset;
     float *od = (float *)out->data + out->offset;
-#pragma omp parallel if (tasks * P * hd > TG_PAR_MIN)
+#pragma omp parallel if (tasks * per * P * hd > TG_PAR_MIN)
     {
-        float *buf = malloc(sizeof(float) * (size_t)(hd + P));
+        /* the heads' rounded queries, their scores (head by head, then
+         * position by position) and one position's weights */
+        float *buf = malloc(sizeof(float) * (size_t)(per * (hd + 2 * P) + per));
         if (!buf) {
 #pragma omp atomic write
             failed = true;
@@ -123,17 +157,31 @@ int tg__attend_cached(tg_tensor *out, tg_numerics nm, const tg_tensor *q, const 
 #pragma omp for schedule(static, 1)
         for (int64_t t = 0; t < tasks; t++) {
             if (!buf) continue;
-            int64_t bi = t / (H * T), h = t / T % H, i = t % T, n = p0 + i + 1;
-            float *qr = buf, *s = buf + hd, *o = od + ((bi * T + i) * H + h) * hd;
-            const float *qrow = qd + bi * q->stride[0] + h * q->stride[1] + i * q->stride[2];
-            const float *kg = kd + bi * k->stride[0] + h / g * k->stride[1];
-            const float *vg = vd + bi * v->stride[0] + h / g * v->stride[1];
-            for (int64_t e = 0; e < hd; e++) qr[e] = rnd ? tg__bf16_round(qrow[e * q->stride[3]]) : qrow[e * q->stride[3]];
-            for (int64_t j = 0; j < n; j++) s[j] = dot(qr, kg + j * k->stride[2], hd, rnd, vec) / inv;
-            tg__softmax_row_f32(s, s, n);
-            memset(o, 0, sizeof(float) * (size_t)hd);
-            for (int64_t j = 0; j < n; j++)
-                axpy(o, rnd ? tg__bf16_round(s[j]) : s[j], vg + j * v->stride[2], hd, rnd, vec);
+            int64_t i = t % T, c = t / T % chunks, grp = t / (T * chunks) % G, bi = t / (T * chunks * G);
+            int64_t h0 = grp * g + c * per, n = p0 + i + 1;
+            int m = (int)(g - c * per < per ? g - c * per : per);
+            float *qr = buf, *sj = qr + per * hd, *s = sj + per * P, *w = s + per * P;
+            float *o = od + ((bi * T + i) * H + h0) * hd; /* the m heads' outputs, side by side */
+            const float *kg = kd + bi * k->stride[0] + grp * k->stride[1];
+            const float *vg = vd + bi * v->stride[0] + grp * v->stride[1];
+            for (int e = 0; e < m; e++) {
+                const float *qrow = qd + bi * q->stride[0] + (h0 + e) * q->stride[1] + i * q->stride[2];
+                for (int64_t x = 0; x < hd; x++) {
+                    float qx = qrow[x * q->stride[3]];
+                    qr[e * hd + x] = rnd ? tg__bf16_round(qx) : qx;
+                }
+            }
+            for (int64_t j = 0; j < n; j++) dots(sj + j * per, qr, m, kg + j * k->stride[2], hd, rnd, vec);
+            for (int e = 0; e < m; e++) {
+                float *se = s + e * n;
+                for (int64_t j = 0; j < n; j++) se[j] = sj[j * per + e] / inv;
+                tg__softmax_row_f32(se, se, n);
+            }
+            memset(o, 0, sizeof(float) * (size_t)(m * hd));
+            for (int64_t j = 0; j < n; j++) {
+                for (int e = 0; e < m; e++) w[e] = rnd ? tg__bf16_round(s[e * n + j]) : s[e * n + j];
+                axpys(o, w, m, vg + j * v->stride[2], hd, rnd, vec);
+            }
         }
         free(buf);
     }
