@@ -396,14 +396,15 @@ static void test_gradcheck_layers(void **state)
  * positions, one id) gives the logits of the whole sequence run without
  * the cache under the same policy, on multi-head GPT-2 (head_dim 9: a
  * vector block and a tail), grouped-query Qwen3 (two heads per group,
- * head_dim 24) and Llama 3 (four heads on one group). The tolerances are
+ * head_dim 24; ten per group, read eight at a time, head_dim 6) and Llama 3
+ * (four heads on one group). The tolerances are
  * float32's sums in another order, and under BF16 a softmax weight that
  * lands on the other side of a bf16 rounding step (the measured gaps are
  * far below them). */
 static void test_kv_cache_policies(void **state)
 {
     (void)state;
-    const tg_decoder_config cfgs[3] = {
+    const tg_decoder_config cfgs[4] = {
         {.vocab_size = 61, .context_length = 16, .emb_dim = 36, .n_heads = 4, .n_layers = 2, .drop_rate = 0.1,
          .qkv_bias = true},
         {.vocab_size = 61, .context_length = 16, .emb_dim = 32, .n_heads = 4, .n_layers = 2,
@@ -411,12 +412,14 @@ static void test_kv_cache_policies(void **state)
          .rope_base = 1e6, .tie_head = true},
         {.vocab_size = 61, .context_length = 16, .emb_dim = 64, .n_heads = 4, .n_layers = 2,
          .family = TG_GPT_FAMILY_LLAMA3, .hidden_dim = 48, .n_kv_groups = 1, .rope_base = 5e5},
+        {.vocab_size = 61, .context_length = 16, .emb_dim = 32, .n_heads = 20, .n_layers = 1,
+         .family = TG_GPT_FAMILY_QWEN3, .hidden_dim = 40, .head_dim = 6, .n_kv_groups = 2, .rope_base = 1e6},
     };
     const tg_numerics pol[2] = {TG_NUMERICS_FAST, TG_NUMERICS_BF16};
     const double tol[2] = {5e-5, 2e-3};
     const int64_t ids[12] = {5, 17, 2, 40, 33, 8, 8, 51, 0, 26, 60, 3}, cuts[5] = {0, 4, 5, 11, 12}, all[2] = {1, 12};
     bool grad = tg_set_grad_enabled(false);
-    for (int ci = 0; ci < 3; ci++)
+    for (int ci = 0; ci < 4; ci++)
         for (int pi = 0; pi < 2; pi++) {
             tg_tape *mt = tg_tape_new(), *tp = tg_tape_new();
             tg_module *m = build(mt, &cfgs[ci], 7 + (uint64_t)ci);

@@ -140,7 +140,7 @@ int tg__attend_cached(tg_tensor *out, tg_numerics nm, const tg_tensor *q, const 
     /* a task: one query position of up to HEADS_AT_ONCE heads of one group */
     int64_t g = H / G, per = g < HEADS_AT_ONCE ? g : HEADS_AT_ONCE, chunks = (g + per - 1) / per;
     int64_t tasks = B * G * chunks * T;
-    float inv = (float)scale; /* the scores divided by scale, as tg_div_scalar divides in float32 */
+    float div = (float)scale; /* the scores divided by it in float32, as tg_div_scalar divides them */
     const float *qd = (const float *)q->data + q->offset, *kd = (const float *)k->data + k->offset,
                 *vd = (const float *)v->data + v->offset;
     float *od = (float *)out->data + out->offset;
@@ -174,7 +174,7 @@ int tg__attend_cached(tg_tensor *out, tg_numerics nm, const tg_tensor *q, const 
             for (int64_t j = 0; j < n; j++) dots(sj + j * per, qr, m, kg + j * k->stride[2], hd, rnd, vec);
             for (int e = 0; e < m; e++) {
                 float *se = s + e * n;
-                for (int64_t j = 0; j < n; j++) se[j] = sj[j * per + e] / inv;
+                for (int64_t j = 0; j < n; j++) se[j] = sj[j * per + e] / div;
                 tg__softmax_row_f32(se, se, n);
             }
             memset(o, 0, sizeof(float) * (size_t)(m * hd));
