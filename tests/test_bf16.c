@@ -54,7 +54,7 @@ static float at2(const tg_tensor *x, int64_t i, int64_t j, bool t)
     return p[x->offset + i * x->stride[x->ndim - 2] + j * x->stride[x->ndim - 1]];
 }
 
-/* The worst |got - ref| / (sum_k |a_ik b_kj| + 1e-30) over c = op(a) op(b)
+/* The worst |got - ref| / (|bias_j| + sum_k |a_ik b_kj| + 1e-30) over c = op(a) op(b)
  * (+ bias), 2-D, ref in float64 over bf16-rounded operands. Also the worst
  * such distance of the float32 product, which a bf16 product must not be. */
 static double product_error(const tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb,
@@ -65,7 +65,7 @@ static double product_error(const tg_tensor *c, const tg_tensor *a, bool ta, con
     double worst = 0, apart = 0;
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++) {
-            double ref = bias ? ((const float *)tg_data_ptr(bias))[j] : 0, mag = 0, f32 = ref;
+            double ref = bias ? ((const float *)tg_data_ptr(bias))[j] : 0, mag = fabs(ref), f32 = ref;
             for (int64_t k = 0; k < K; k++) {
                 float x = at2(a, i, k, ta), y = at2(b, k, j, tb);
                 ref += tu_bf16(x) * tu_bf16(y);
@@ -91,6 +91,9 @@ typedef struct {
 static const dims shapes[] = {
     {5, 8, 64}, {1, 300, 77}, {33, 1, 50}, {1, 1, 1}, {17, 19, 3}, {64, 96, 640}, {2, 130, 129},
     {8195, 6, 17}, /* more than 8192 rows: in slices (src/tensor/bf16.c) */
+    /* operands over 8M floats: emulated, rounded a block at a time (c's
+     * columns in forward and for dx, its rows from dy^T for dW) */
+    {3, 2100000, 4},
     /* up to sixteen rows against a weight: the row kernels (one row, and
      * four at a time) through blocks of 32 and 16 columns, with and without
      * a rest */

@@ -22,17 +22,24 @@ typedef struct {
     int64_t shape[5][4];
     bool mask_last;         /* in[nin - 1] is the causal (T, T) bool mask */
     tg_layer_args args;     /* dropout set per case */
+    bool targets_last;      /* in[nin - 1] is int64 class targets below in[1]'s rows, one ignored */
 } example;
 
+/* the last input is not differentiable (a mask or targets) */
+static bool const_last(const example *e) { return e->mask_last || e->targets_last; }
+
 static const example examples[] = {
-    {"attention", 4, {4, 4, 4, 2}, {{2, 3, 5, 4}, {2, 3, 5, 4}, {2, 3, 5, 4}, {5, 5}}, true, {.scale = 2.0}},
-    {"layer_norm", 3, {3, 1, 1}, {{2, 3, 6}, {6}, {6}}, false, {.eps = 1e-5}},
-    {"gelu", 1, {2}, {{3, 7}}, false, {.dropout = 0}},
-    {"feed_forward", 5, {3, 2, 1, 2, 1}, {{2, 3, 4}, {8, 4}, {8}, {4, 8}, {4}}, false, {.dropout = 0}},
-    {"rms_norm", 2, {3, 1}, {{2, 3, 6}, {6}}, false, {.eps = 1e-5}},
-    {"silu", 1, {2}, {{3, 7}}, false, {.dropout = 0}},
-    {"rope", 3, {4, 2, 2}, {{2, 3, 5, 4}, {5, 4}, {5, 4}}, false, {.dropout = 0}},
-    {"swiglu", 4, {3, 2, 2, 2}, {{2, 3, 4}, {6, 4}, {6, 4}, {4, 6}}, false, {.dropout = 0}},
+    {"attention", 4, {4, 4, 4, 2}, {{2, 3, 5, 4}, {2, 3, 5, 4}, {2, 3, 5, 4}, {5, 5}}, true, {.scale = 2.0}, false},
+    {"layer_norm", 3, {3, 1, 1}, {{2, 3, 6}, {6}, {6}}, false, {.eps = 1e-5}, false},
+    {"gelu", 1, {2}, {{3, 7}}, false, {.dropout = 0}, false},
+    {"feed_forward", 5, {3, 2, 1, 2, 1}, {{2, 3, 4}, {8, 4}, {8}, {4, 8}, {4}}, false, {.dropout = 0}, false},
+    {"rms_norm", 2, {3, 1}, {{2, 3, 6}, {6}}, false, {.eps = 1e-5}, false},
+    {"silu", 1, {2}, {{3, 7}}, false, {.dropout = 0}, false},
+    {"rope", 3, {4, 2, 2}, {{2, 3, 5, 4}, {5, 4}, {5, 4}}, false, {.dropout = 0}, false},
+    {"swiglu", 4, {3, 2, 2, 2}, {{2, 3, 4}, {6, 4}, {6, 4}, {4, 6}}, false, {.dropout = 0}, false},
+    /* 5 rows in chunks of 2 (the last one short); more rows than features:
+     * W's gradient accumulated chunk by chunk */
+    {"linear_cross_entropy", 3, {2, 2, 1}, {{5, 4}, {7, 4}, {5}}, false, {.chunk_rows = 2}, true},
 };
 enum { NEXAMPLES = (int)(sizeof examples / sizeof examples[0]) };
 
@@ -57,6 +64,15 @@ static void make_inputs(tg_tape *tp, const example *e, tg_dtype dt, uint64_t see
             for (int64_t r = 0; r < T; r++)
                 for (int64_t c = 0; c < T; c++) p[r * T + c] = c > r;
             in[i] = m;
+            continue;
+        }
+        if (e->targets_last && i == e->nin - 1) {
+            int64_t N = e->shape[i][0], V = e->shape[1][0];
+            tg_tensor *t = tg_empty(tp, TG_I64, 1, &N);
+            tu_assert_ok(t);
+            int64_t *p = tg_data_ptr(t);
+            for (int64_t r = 0; r < N; r++) p[r] = r == 1 ? TG_IGNORE_INDEX : (int64_t)(tg_generator_random64(g) % (uint64_t)V);
+            in[i] = t;
             continue;
         }
         tg_tensor *x = tg_randn(tp, TG_F64, e->ndim[i], e->shape[i], g);
@@ -99,7 +115,7 @@ static void run_variant(tg_layer_fn fn, bool use_apply, bool fused, tg_numerics 
     tu_assert_ok(loss);
     assert_int_equal(tg_backward(loss, NULL, false), TG_OK);
     tg_tensor *outs[6] = {y};
-    for (int i = 0; i < e->nin; i++) outs[1 + i] = (e->mask_last && i == e->nin - 1) ? NULL : in[i]->grad;
+    for (int i = 0; i < e->nin; i++) outs[1 + i] = (const_last(e) && i == e->nin - 1) ? NULL : in[i]->grad;
     for (int i = 0; i < 6; i++) {
         r->t[i] = NULL;
         r->rawn[i] = 0;
@@ -163,9 +179,9 @@ static void gradcheck_variant(const char *what, tg_layer_fn fn, const example *e
     tg_tape *tp = tg_tape_new();
     tg_tensor *in[5];
     make_inputs(tp, e, TG_F64, 3, in);
-    gc_ctx c = {fn, e, e->mask_last ? in[e->nin - 1] : NULL};
+    gc_ctx c = {fn, e, const_last(e) ? in[e->nin - 1] : NULL};
     tg_gradcheck_result res;
-    int nf = e->mask_last ? e->nin - 1 : e->nin;
+    int nf = const_last(e) ? e->nin - 1 : e->nin;
     assert_int_equal(tg_gradcheck_call(gc_fn, &c, nf, in, NULL, &res), TG_OK);
     if (!res.passed) fail_msg("%s %s: gradcheck: %s", e->name, what, res.message);
     tg_tape_free(tp);
@@ -390,6 +406,118 @@ static void test_attention_modules(void **state)
     tg_tape_free(tp);
 }
 
+/* ---- the output head with its loss: every mode of the fused node ---------------------------------- */
+
+typedef struct {
+    tg_numerics nm;
+    tg_reduction r;
+    int64_t chunk;
+    tg_tensor *target;
+} head_case;
+
+/* loss * 2.5 (an incoming gradient other than 1) of x (N, d), W, b */
+static tg_tensor *head_loss(tg_tape *tp, void *vctx, int n, tg_tensor *const *in)
+{
+    (void)n;
+    const head_case *c = vctx;
+    tg_numerics prev = tg_tape_numerics(tp);
+    tg_tape_set_numerics(tp, c->nm);
+    tg_tensor *l = c->chunk < 0 ? tg_cross_entropy(tp, tg_linear(tp, in[0], in[1], in[2]), c->target, c->r)
+                                : tg_linear_cross_entropy(tp, in[0], in[1], in[2], c->target, c->r, TG_IGNORE_INDEX);
+    tg_tape_set_numerics(tp, prev);
+    return tg_mul_scalar(tp, l, 2.5);
+}
+
+/* the loss and the gradients of x, W and b as float64 */
+static void head_run(const head_case *c, tg_dtype dt, int64_t N, double *out, size_t *nout)
+{
+    tg_tape *tp = tg_tape_new();
+    tg_generator *g = tg_generator_new(11);
+    int64_t d = 6, V = 9, sx[2] = {N, d}, sw[2] = {V, d};
+    tg_tensor *in[3] = {tg_randn(tp, TG_F64, 2, sx, g), tg_randn(tp, TG_F64, 2, sw, g), tg_randn(tp, TG_F64, 1, &V, g)};
+    for (int i = 0; i < 3; i++) in[i] = tg_to_dtype(tp, in[i], dt); /* the same values in either dtype */
+    head_case cc = *c;
+    cc.target = tg_empty(tp, TG_I64, 1, &N);
+    tu_assert_ok(cc.target);
+    int64_t *t = tg_data_ptr(cc.target);
+    for (int64_t i = 0; i < N; i++) t[i] = i == 1 ? TG_IGNORE_INDEX : (int64_t)(tg_generator_random64(g) % (uint64_t)V);
+    for (int i = 0; i < 3; i++) assert_int_equal(tg_requires_grad_(in[i], true), TG_OK);
+    tg_tensor *l = head_loss(tp, &cc, 3, in);
+    tu_assert_ok(l);
+    assert_int_equal(tg_backward(l, NULL, false), TG_OK);
+    size_t k = 0;
+    out[k++] = tg_item(l);
+    for (int i = 0; i < 3; i++)
+        for (int64_t j = 0; j < tg_numel(in[i]); j++) out[k++] = tg_item_at(tg_contiguous(tp, in[i]->grad), j);
+    *nout = k;
+    if (dt == TG_F64 && c->chunk >= 0) { /* the fused node in float64, by finite differences */
+        tg_gradcheck_result res;
+        assert_int_equal(tg_gradcheck_call(head_loss, &cc, 3, in, NULL, &res), TG_OK);
+        if (!res.passed) fail_msg("linear_cross_entropy gradcheck (N %lld): %s", (long long)N, res.message);
+    }
+    tg_generator_free(g);
+    tg_tape_free(tp);
+}
+
+/* The fused head under FAST and BF16 against the two calls: fewer rows
+ * than features (the logits' gradient kept for W's), more (W's gradient
+ * accumulated per chunk), a bias, an ignored row, sum and mean, an
+ * incoming gradient of 2.5; gradcheck in float64 of both modes. */
+static void test_linear_cross_entropy_modes(void **state)
+{
+    (void)state;
+    static const int64_t rows[2] = {4, 40};
+    for (int ri = 0; ri < 2; ri++)
+        for (int red = 0; red < 2; red++) {
+            tg_reduction r = red ? TG_REDUCE_SUM : TG_REDUCE_MEAN;
+            double ref[512], got[512];
+            size_t nref, ngot;
+            head_case composed = {TG_NUMERICS_EXACT, r, -1, NULL};
+            head_run(&composed, TG_F32, rows[ri], ref, &nref);
+            head_case fused[3] = {{TG_NUMERICS_FAST, r, 0, NULL}, {TG_NUMERICS_BF16, r, 0, NULL},
+                                  {TG_NUMERICS_FAST, r, 0, NULL}};
+            for (int f = 0; f < 3; f++) {
+                head_run(&fused[f], f == 2 ? TG_F64 : TG_F32, rows[ri], got, &ngot);
+                assert_int_equal(ngot, nref);
+                double worst = 0;
+                for (size_t i = 0; i < nref; i++) {
+                    double e = fabs(got[i] - ref[i]) / (1.0 + fabs(ref[i]));
+                    if (!(e <= worst)) worst = e;
+                }
+                double tol = f == 1 ? 0.05 : f == 2 ? 1e-6 : 2e-6;
+                if (!(worst <= tol))
+                    fail_msg("linear_cross_entropy rows %lld %s %s: %g from the two calls (tolerance %g)",
+                             (long long)rows[ri], red ? "sum" : "mean", f == 1 ? "BF16" : f == 2 ? "FAST f64" : "FAST",
+                             worst, tol);
+            }
+        }
+}
+
+static void test_linear_cross_entropy_errors(void **state)
+{
+    (void)state;
+    tg_tape *tp = tg_tape_new();
+    tg_tape_set_numerics(tp, TG_NUMERICS_FAST);
+    int64_t sx[2] = {3, 4}, sw[2] = {5, 4}, sw2[2] = {5, 3}, n3 = 3, n2 = 2, v4 = 4;
+    tg_tensor *x = tg_zeros(tp, TG_F32, 2, sx), *w = tg_zeros(tp, TG_F32, 2, sw), *w2 = tg_zeros(tp, TG_F32, 2, sw2);
+    tg_tensor *t = tg_zeros(tp, TG_I64, 1, &n3), *t2 = tg_zeros(tp, TG_I64, 1, &n2), *b4 = tg_zeros(tp, TG_F32, 1, &v4);
+    tg_tensor *bad = tg_full(tp, TG_I64, 1, &n3, 5.0), *wd = tg_zeros(tp, TG_F64, 2, sw);
+    tu_assert_null_error(tg_linear_cross_entropy(tp, x, w2, NULL, t, TG_REDUCE_MEAN, TG_IGNORE_INDEX),
+                         "linear_cross_entropy", "(3,4)", "(5,3)");
+    tu_assert_null_error(tg_linear_cross_entropy(tp, x, w, b4, t, TG_REDUCE_MEAN, TG_IGNORE_INDEX), "bias (4)",
+                         "5 classes");
+    tu_assert_null_error(tg_linear_cross_entropy(tp, x, w, NULL, t2, TG_REDUCE_MEAN, TG_IGNORE_INDEX), "target",
+                         "shape (3)");
+    tu_assert_null_error(tg_linear_cross_entropy(tp, x, w, NULL, bad, TG_REDUCE_MEAN, TG_IGNORE_INDEX),
+                         "target 5 at position 0 is out of bounds for 5 classes");
+    tu_assert_null_error(tg_linear_cross_entropy(tp, x, wd, NULL, t, TG_REDUCE_MEAN, TG_IGNORE_INDEX), "float64");
+    tg_clear_error();
+    tu_assert_null_error(tg_linear_cross_entropy(tp, NULL, w, NULL, t, TG_REDUCE_MEAN, TG_IGNORE_INDEX),
+                         "linear_cross_entropy: NULL input");
+    tu_assert_null_error(tg_linear_cross_entropy(NULL, x, w, NULL, t, TG_REDUCE_MEAN, TG_IGNORE_INDEX), "NULL tape");
+    tg_tape_free(tp);
+}
+
 static void test_errors(void **state)
 {
     (void)state;
@@ -440,6 +568,8 @@ int main(void)
         cmocka_unit_test(test_bf16_products),
         cmocka_unit_test(test_rms_norm_silu_modules),
         cmocka_unit_test(test_attention_modules),
+        cmocka_unit_test(test_linear_cross_entropy_modes),
+        cmocka_unit_test(test_linear_cross_entropy_errors),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

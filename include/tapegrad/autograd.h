@@ -218,6 +218,19 @@ TG_API tg_tensor *tg_cross_entropy_ignore(tg_tape *tp, tg_tensor *logits, const 
 TG_API tg_tensor *tg_nll_loss(tg_tape *tp, tg_tensor *logp, const tg_tensor *target, tg_reduction r);
 TG_API tg_tensor *tg_nll_loss_ignore(tg_tape *tp, tg_tensor *logp, const tg_tensor *target, tg_reduction r,
                                      int64_t ignore_index);
+/* F.cross_entropy(F.linear(x, weight, bias), target, ignore_index=i): a
+ * model's output head and its loss. x (N, d), weight (V, d), bias (V) or
+ * NULL, target TG_I64 (N). Under EXACT (and for the NONE reduction) the two
+ * calls as PyTorch makes them (AddmmBackward0/MmBackward0 and
+ * NllLossBackward0). Under FAST and BF16 one node
+ * (LinearCrossEntropyBackward0) computes the logits a chunk of rows at a
+ * time (about 64 MiB of them), turns each chunk into its gradient at once
+ * and makes x's gradient from it, so the (N, V) logits and their gradient
+ * are never held whole: what it keeps for backward is x's gradient (N, d)
+ * and the smaller of W's gradient (V, d) and the logits' gradient (N, V)
+ * (docs/memory.md). Results equal the two calls' to float32 rounding. */
+TG_API tg_tensor *tg_linear_cross_entropy(tg_tape *tp, tg_tensor *x, tg_tensor *weight, tg_tensor *bias,
+                                          const tg_tensor *target, tg_reduction r, int64_t ignore_index);
 
 /* ---- GPT building blocks ----------------------------------------------------- */
 
@@ -266,6 +279,7 @@ typedef struct {
     double eps;       /* LayerNorm, RMSNorm */
     tg_generator *gen; /* the dropout's generator (NULL: the default) */
     bool heads_inner; /* attention: the exact op may write (..., T, h, hd) storage viewed as (..., h, T, hd) */
+    int64_t chunk_rows; /* linear_cross_entropy: rows per chunk (0: the library's choice) */
 } tg_layer_args;
 typedef tg_tensor *(*tg_layer_fn)(tg_tape *tp, int n, tg_tensor *const *in, const tg_layer_args *a);
 typedef struct {

@@ -173,6 +173,18 @@ TG_API int tg_gpt_prepare_finetune(tg_tape *tp, tg_module *gpt, int64_t num_clas
  * query, feed-forward and residuals only the last. The same values and
  * gradients within those policies' tolerances, less work. */
 TG_API tg_tensor *tg_gpt_forward_last(tg_tape *tp, tg_module *gpt, tg_tensor *ids);
+/* Whether m is the decoder tg_decoder_new / tg_gpt_new make (GPTModel,
+ * Qwen3Model, Llama3Model). */
+TG_API bool tg_gpt_is_decoder(const tg_module *m);
+/* The book's calc_loss_batch: F.cross_entropy(model(ids).flatten(0, 1),
+ * targets.flatten(), ignore_index=i), ids and targets (B, T). Under EXACT
+ * exactly that (PyTorch's calls); under FAST and BF16, with the modules
+ * fused and out_head a Linear, the model stops at final_norm and the head
+ * runs with the loss in row chunks (tg_linear_cross_entropy): the (B * T,
+ * vocab) logits and their gradient are never held whole, in training and
+ * in evaluation. */
+TG_API tg_tensor *tg_gpt_lm_loss(tg_tape *tp, tg_module *gpt, tg_tensor *ids, const tg_tensor *targets,
+                                 int64_t ignore_index);
 
 /* Loads a Hugging Face GPT-2 model.safetensors (wte, wpe, h.N.ln_1, attn.c_attn
  * with q/k/v fused and Conv1D weights stored (in, out), attn.c_proj, ln_2,

@@ -160,6 +160,9 @@ TG_API double tg_optimizer_lr(const tg_optimizer *opt);
 TG_API int tg_optimizer_set_lr(tg_optimizer *opt, double lr);
 /* The parameters, in the optimizer's order (the order of state_dict's
  * indices). */
+/* Bytes of the state the optimizer holds now (momentum buffers, Adam's
+ * moments; made at a parameter's first step): 0 for NULL. */
+TG_API size_t tg_optimizer_state_bytes(const tg_optimizer *opt);
 TG_API int tg_optimizer_num_params(const tg_optimizer *opt);
 TG_API tg_tensor *tg_optimizer_param(const tg_optimizer *opt, int i);
 

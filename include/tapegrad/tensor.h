@@ -137,6 +137,11 @@ TG_API void tg_numerics_bf16_set_emulated(bool on);
  * own row kernel of generation, "emulated (sgemm on bf16-rounded operands)";
  * "" before the first. */
 TG_API const char *tg_numerics_bf16_kernel(void);
+/* Bytes the parameters' bf16 copies hold now (under BF16 each weight a
+ * product reads is copied once per version of its storage and kept with
+ * it; freed with the parameter's tape): the "weight copies" of tapegrad
+ * bench --memory. */
+TG_API size_t tg_numerics_copy_bytes(void);
 /* Deprecated, does nothing: under BF16 a parameter's bf16 copy is made for
  * one version of its storage (tg_tensor_version) and made again after any
  * write through the library. Kept so that older programs compile. */

@@ -210,6 +210,28 @@ static tg_tensor *swiglu_composed(tg_tape *tp, int n, tg_tensor *const *in, cons
     return h2 ? tg_linear(tp, tg_mul(tp, tg_silu(tp, h1), h2), in[3], NULL) : NULL;
 }
 
+/* ---- the output head with its loss: x (N, d), W (V, d), target (N) int64 ------------------------------- */
+
+/* F.cross_entropy(x @ W.T, target) as the book's calc_loss_batch (on the
+ * flattened logits) */
+static tg_tensor *head_loss_composed(tg_tape *tp, int n, tg_tensor *const *in, const tg_layer_args *a)
+{
+    (void)n, (void)a;
+    return tg_cross_entropy(tp, tg_linear(tp, in[0], in[1], NULL), in[2], TG_REDUCE_MEAN);
+}
+
+static tg_tensor *head_loss_chunked(tg_tape *tp, int n, tg_tensor *const *in, const tg_layer_args *a)
+{
+    (void)n;
+    return tg__linear_cross_entropy(tp, in[0], in[1], NULL, in[2], TG_REDUCE_MEAN, TG_IGNORE_INDEX, a->chunk_rows);
+}
+
+/* the logits a chunk of rows at a time, their gradient made in forward */
+static tg_tensor *head_loss_fast(tg_tape *tp, int n, tg_tensor *const *in, const tg_layer_args *a)
+{
+    return under_fast(head_loss_chunked, tp, n, in, a);
+}
+
 /* ---- the table -------------------------------------------------------------------------------- */
 
 static const tg_layer layers[] = {
@@ -224,6 +246,8 @@ static const tg_layer layers[] = {
     {"silu", "x", 1, silu_composed, silu_exact, NULL, NULL, 2e-6, false},
     {"rope", "x (..., T, hd), cos (T, hd), sin (T, hd)", 3, rope_composed, rope_exact, NULL, NULL, 0, true},
     {"swiglu", "x (..., d), W1 (h, d), W2 (h, d), W3 (d, h)", 4, swiglu_composed, NULL, NULL, NULL, 0, true},
+    {"linear_cross_entropy", "x (N, d), W (V, d), target (N) int64", 3, head_loss_composed, NULL, head_loss_fast,
+     NULL, 2e-6, true},
 };
 enum { NLAYERS = (int)(sizeof layers / sizeof layers[0]) };
 

@@ -519,3 +519,195 @@ int tg__layer_norm_backward(tg_node *n)
     st_ok = tg__accum_owned(n, n->in[1], gs);
     return st_ok != TG_OK ? st_ok : tg__accum_owned(n, n->in[2], gb);
 }
+
+/* ---- the output head with the cross-entropy, in row chunks ------------------------------------- */
+
+/* Rows per chunk: logits of about 64 MiB at a time (at least 16 rows). */
+static int64_t head_chunk_rows(int64_t V, size_t esize, int64_t N)
+{
+    int64_t r = (int64_t)((64u << 20) / ((size_t)V * esize));
+    if (r < 16) r = 16;
+    return r < N ? r : N;
+}
+
+/* One chunk's rows of logits L (rows, V) dense, targets tv (-1: ignored):
+ * elem[i] = -log_softmax(L_i)[t_i], and with grad L_i becomes its gradient
+ * (softmax(L_i) - onehot(t_i)) * scale (zero for an ignored row). */
+static void head_rows(tg_tensor *L, const tg_tensor *stats, const int64_t *tv, void *elem, bool grad, double scale)
+{
+    int64_t R = L->shape[0], V = L->shape[1];
+    bool f32 = L->dtype == TG_F32;
+#pragma omp parallel for if (R * V > TG_PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < R; i++) {
+        if (f32) {
+            float *x = (float *)L->data + L->offset + i * V, m = ((const float *)stats->data)[2 * i],
+                  lse = ((const float *)stats->data)[2 * i + 1];
+            ((float *)elem)[i] = tv[i] < 0 ? 0.0f : -((x[tv[i]] - m) - lse);
+            if (!grad) continue;
+            if (tv[i] < 0) {
+                memset(x, 0, sizeof(float) * (size_t)V);
+                continue;
+            }
+            for (int64_t j = 0; j < V; j++) x[j] = (x[j] - m) - lse;
+            tg__vexpf(x, x, V);
+            x[tv[i]] -= 1.0f;
+            float s = (float)scale;
+            for (int64_t j = 0; j < V; j++) x[j] *= s;
+        } else {
+            double *x = (double *)L->data + L->offset + i * V, m = ((const double *)stats->data)[2 * i],
+                   lse = ((const double *)stats->data)[2 * i + 1];
+            ((double *)elem)[i] = tv[i] < 0 ? 0.0 : -((x[tv[i]] - m) - lse);
+            if (!grad) continue;
+            if (tv[i] < 0) {
+                memset(x, 0, sizeof(double) * (size_t)V);
+                continue;
+            }
+            for (int64_t j = 0; j < V; j++) x[j] = exp((x[j] - m) - lse) * scale;
+            x[tv[i]] -= scale;
+        }
+    }
+}
+
+/* rows [r0, r0 + n) of a dense 2-D tensor, as a view header */
+static tg_tensor rows_of(const tg_tensor *t, int64_t r0, int64_t n)
+{
+    tg_tensor v = *t;
+    v.shape[0] = n;
+    v.offset = t->offset + r0 * t->stride[0];
+    v.grad = NULL, v.grad_fn = NULL, v.requires_grad = false;
+    return v;
+}
+
+/* The fused head: per chunk of rows, logits = x W^T (+ b), the rows' losses,
+ * and (with grad) the logits' gradient in their place, from which dx's rows
+ * are made at once (dh); W's gradient is either accumulated chunk by chunk
+ * (dW, (V, d)) or, when there are fewer rows than features, the logits'
+ * gradient is kept whole for backward (dl, (N, V)): the smaller of the two.
+ * Everything is for an incoming gradient of 1; backward scales by it. */
+static tg_tensor *linear_cross_entropy_chunked(tg_tape *tp, tg_tensor *x, tg_tensor *w, tg_tensor *b,
+                                               const int64_t *tv, int64_t counted, tg_reduction r, int64_t chunk)
+{
+    tg_numerics nm = tg_tape_numerics(tp);
+    int64_t N = x->shape[0], d = x->shape[1], V = w->shape[0];
+    tg_tensor *ins[3] = {x, w, b};
+    bool grad = tg__will_record(b ? 3 : 2, ins);
+    bool gx = grad && tg__needs_grad(x), gw = grad && tg__needs_grad(w), gb = grad && tg__needs_grad(b);
+    bool keep = gw && N <= d;
+    tg_dtype dt = x->dtype;
+    if (chunk <= 0) chunk = head_chunk_rows(V, tg_dtype_size(dt), N);
+    if (chunk > N) chunk = N;
+    const tg_tensor *xd = tg__dense(tp, x), *wd = tg__dense(tp, w);
+    int64_t sh_dl[2] = {keep ? N : chunk, V}, sh_dh[2] = {N, d}, sh_st[2] = {chunk, 2};
+    tg_tensor *L = xd && wd ? tg_empty(tp, dt, 2, sh_dl) : NULL;
+    tg_tensor *stats = L ? tg_empty(tp, dt, 2, sh_st) : NULL;
+    tg_tensor *elem = stats ? tg_empty(tp, dt, 1, &N) : NULL;
+    tg_tensor *dh = gx && elem ? tg_empty(tp, dt, 2, sh_dh) : NULL;
+    tg_tensor *dw = gw && !keep && elem ? tg_zeros(tp, dt, 2, w->shape) : NULL;
+    tg_tensor *db = gb && elem ? tg_zeros(tp, dt, 1, &V) : NULL;
+    if (!elem || (gx && !dh) || (gw && !keep && !dw) || (gb && !db)) return NULL;
+    double scale = r == TG_REDUCE_MEAN ? 1.0 / (double)counted : 1.0;
+    if (r == TG_REDUCE_MEAN && dt == TG_F32) scale = (double)(1.0f / (float)counted);
+    for (int64_t r0 = 0; r0 < N; r0 += chunk) {
+        int64_t n = N - r0 < chunk ? N - r0 : chunk;
+        tg_tensor xc = rows_of(xd, r0, n), lc = rows_of(L, keep ? r0 : 0, n), sc = rows_of(stats, 0, n);
+        if (b) tg_k_copy(&lc, b);
+        tg_k_gemm(nm, &lc, &xc, false, wd, true, 1.0, b ? 1.0 : 0.0);
+        tg_k_log_softmax_stats(&sc, &lc);
+        head_rows(&lc, &sc, tv + r0, (char *)elem->data + (size_t)r0 * tg_dtype_size(dt), grad, scale);
+        if (!grad) continue;
+        if (gx) {
+            tg_tensor hc = rows_of(dh, r0, n);
+            tg_k_gemm(nm, &hc, &lc, false, wd, false, 1.0, 0.0);
+        }
+        if (dw) tg_k_gemm(nm, dw, &lc, true, &xc, false, 1.0, 1.0);
+        if (db) {
+            tg_tensor acc = *db; /* (1, V): the chunk's column sums added */
+            acc.ndim = 2, acc.shape[0] = 1, acc.shape[1] = V, acc.stride[0] = V, acc.stride[1] = 1;
+            tg_tensor *part = tg_empty(tp, dt, 2, acc.shape);
+            if (!part) return NULL;
+            tg_k_sum_to(part, &lc);
+            tg_k_axpy(&acc, part, 1.0);
+        }
+    }
+    tg_tensor *out = nll_reduce(tp, elem, tv, r, counted);
+    /* saved: dh, dW or (dl and x), db; none of them a tensor anyone else
+     * writes (x's values are read again only when dl is kept) */
+    tg_tensor *saved[4] = {dh, keep ? L : dw, keep ? (tg_tensor *)xd : NULL, db};
+    tg_node *nd;
+    out = tg__record(tp, TG_OP_LINEAR_CROSS_ENTROPY, out, b ? 3 : 2, ins, 4, saved, &nd);
+    if (nd) nd->iarg[0] = keep;
+    return out;
+}
+
+/* forward (per chunk): l = reduce(cross_entropy(x W^T + b, t)); the
+ * gradients for dl = 1 were made in forward (dh, dW or dl, db); so
+ * dx = g dh, dW += g dW (or g dl^T x), db += g db */
+int tg__linear_cross_entropy_backward(tg_node *n)
+{
+    double g = tg_item(n->grad);
+    tg_tensor *x = n->in[0], *w = n->in[1], *b = n->nin > 2 ? n->in[2] : NULL;
+    tg_tensor *dh = n->saved[0], *dwl = n->saved[1], *xd = n->saved[2], *db = n->saved[3];
+    if (dh && tg__needs_grad(x)) {
+        tg_tensor v = *dh;
+        v.ndim = x->ndim;
+        for (int k = 0; k < x->ndim; k++) v.shape[k] = x->shape[k];
+        tg__contiguous_strides(v.ndim, v.shape, v.stride);
+        if (g != 1.0) tg_k_binary_scalar(&v, &v, g, TG_BIN_MUL, false);
+        int st = tg__accum_owned(n, x, &v);
+        if (st) return st;
+    }
+    bool fresh;
+    if (dwl && tg__needs_grad(w)) {
+        tg_tensor *buf = tg__grad_buf(w, &fresh, false);
+        if (!buf) return TG_ENOMEM;
+        if (n->iarg[0]) {
+            tg_k_gemm(n->numerics, buf, dwl, true, xd, false, g, fresh ? 0.0 : 1.0);
+        } else if (fresh) {
+            tg_k_copy(buf, dwl);
+            if (g != 1.0) tg_k_binary_scalar(buf, buf, g, TG_BIN_MUL, false);
+        } else {
+            tg_k_axpy(buf, dwl, g);
+        }
+    }
+    if (db && tg__needs_grad(b)) {
+        tg_tensor *buf = tg__grad_buf(b, &fresh, false);
+        if (!buf) return TG_ENOMEM;
+        if (fresh) {
+            tg_k_copy(buf, db);
+            if (g != 1.0) tg_k_binary_scalar(buf, buf, g, TG_BIN_MUL, false);
+        } else {
+            tg_k_axpy(buf, db, g);
+        }
+    }
+    return TG_OK;
+}
+
+tg_tensor *tg__linear_cross_entropy(tg_tape *tp, tg_tensor *x, tg_tensor *w, tg_tensor *b, const tg_tensor *target,
+                                    tg_reduction r, int64_t ignore_index, int64_t chunk_rows)
+{
+    char sx[64], sw[64];
+    static const char op[] = "linear_cross_entropy";
+    if (!tp) return tg_error("%s: NULL tape", op);
+    if (!x || !w || !target) return tg__error_null_input(op);
+    if (!tg__check_float(op, x) || !tg__check_same_dtype(op, x, w) || (b && !tg__check_same_dtype(op, x, b)))
+        return NULL;
+    if (x->ndim != 2 || w->ndim != 2 || x->shape[1] != w->shape[1])
+        return tg_error("%s: input %s and weight %s must be (N, d) and (V, d)", op, tg_shape_str(x, sx, 64),
+                        tg_shape_str(w, sw, 64));
+    if (b && (b->ndim != 1 || b->shape[0] != w->shape[0]))
+        return tg_error("%s: bias %s does not match %lld classes", op, tg_shape_str(b, sx, 64), (long long)w->shape[0]);
+    if (tg_tape_numerics(tp) == TG_NUMERICS_EXACT || r == TG_REDUCE_NONE || x->shape[0] == 0)
+        return tg_cross_entropy_ignore(tp, tg_linear(tp, x, w, b), target, r, ignore_index);
+    /* the targets against the classes, as cross_entropy checks them */
+    tg_tensor head = *x;
+    head.shape[1] = w->shape[0];
+    int64_t counted = 0;
+    tg_tensor *t = class_targets(tp, op, &head, target, r, ignore_index, &counted);
+    return t ? linear_cross_entropy_chunked(tp, x, w, b, t->data, counted, r, chunk_rows) : NULL;
+}
+
+tg_tensor *tg_linear_cross_entropy(tg_tape *tp, tg_tensor *x, tg_tensor *w, tg_tensor *b, const tg_tensor *target,
+                                   tg_reduction r, int64_t ignore_index)
+{
+    return tg__linear_cross_entropy(tp, x, w, b, target, r, ignore_index, 0);
+}

@@ -525,6 +525,7 @@ typedef struct {
     tg_decoder_config cfg;
     int64_t current_pos;
     bool last_logits_only;
+    bool hidden_only; /* set by tg_gpt_lm_loss: the output stops before out_head */
     tg__rope rope; /* Qwen3 and Llama 3: the cos and sin tables */
 } gpt_state;
 
@@ -575,7 +576,7 @@ static tg_tensor *gpt_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *co
         x = x ? tg__rope_decoder_blocks(tp, self, &s->rope, x, p0) : NULL;
         if (x && s->last_logits_only) x = tg_narrow(tp, x, 1, T - 1, 1);
         x = x ? tg_module_forward(tp, tg_module_get_submodule(self, "final_norm"), x) : NULL;
-        x = x ? tg_module_forward(tp, tg_module_get_submodule(self, "out_head"), x) : NULL;
+        if (!s->hidden_only) x = x ? tg_module_forward(tp, tg_module_get_submodule(self, "out_head"), x) : NULL;
         if (x && tg_module_kv_cache_enabled(self)) s->current_pos = p0 + T;
         return x;
     }
@@ -586,7 +587,8 @@ static tg_tensor *gpt_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *co
     tg_tensor *x = tg_add(tp, tok, pos); /* x = tok_embeds + pos_embeds */
     static const char *const chain[] = {"drop_emb", "trf_blocks", "final_norm", "out_head"};
     tg_module *last_block = s->last_logits_only ? last_position_block(tp, self) : NULL;
-    for (size_t i = 0; x && i < sizeof chain / sizeof chain[0]; i++) {
+    size_t nchain = sizeof chain / sizeof chain[0] - (s->hidden_only ? 1 : 0);
+    for (size_t i = 0; x && i < nchain; i++) {
         if (i == 1 && last_block) { /* the blocks, the last one at its last position only */
             tg_module *blocks = tg_module_get_submodule(self, "trf_blocks");
             int nb = tg_module_num_children(blocks);
@@ -690,6 +692,40 @@ tg_tensor *tg_gpt_forward_last(tg_tape *tp, tg_module *gpt, tg_tensor *ids)
     tg_tensor *logits = tg_module_forward(tp, gpt, ids);
     if (!exact) tg__gpt_set_last_logits_only(gpt, prev);
     return logits ? tg_select(tp, logits, 1, logits->shape[1] - 1) : NULL;
+}
+
+bool tg_gpt_is_decoder(const tg_module *m) { return is_decoder(m); }
+
+/* The fused head's operands when the loss can take them: numerics other
+ * than EXACT, the model's modules fused, out_head the built-in Linear. */
+static bool chunked_head(tg_tape *tp, tg_module *gpt, tg_tensor **w, tg_tensor **b)
+{
+    tg_module *head = tg__entry_get(&gpt->children, "out_head");
+    return head && tg_module_is_fused(gpt) && tg__module_policy(head, tp) != TG_NUMERICS_EXACT &&
+           tg__linear_weights(head, w, b);
+}
+
+tg_tensor *tg_gpt_lm_loss(tg_tape *tp, tg_module *gpt, tg_tensor *ids, const tg_tensor *targets, int64_t ignore_index)
+{
+    if (!is_decoder(gpt)) return tg_error("gpt_lm_loss: the model is not a GPTModel, Qwen3Model or Llama3Model");
+    if (!tp) return tg_error("gpt_lm_loss: NULL tape");
+    if (!ids || !targets) return tg__error_null_input("gpt_lm_loss");
+    gpt_state *s = tg_module_state(gpt);
+    tg_tensor *w = NULL, *b = NULL;
+    bool chunked = chunked_head(tp, gpt, &w, &b);
+    bool prev = s->hidden_only;
+    s->hidden_only = chunked;
+    tg_tensor *y = tg_module_forward(tp, gpt, ids);
+    s->hidden_only = prev;
+    if (!y) return NULL;
+    int64_t flat[2] = {-1, y->shape[y->ndim - 1]}, n = -1;
+    tg_tensor *rows = tg_view(tp, y, 2, flat), *t = tg_view(tp, (tg_tensor *)targets, 1, &n);
+    if (!chunked) return tg_cross_entropy_ignore(tp, rows, t, TG_REDUCE_MEAN, ignore_index);
+    tg_module *head = tg_module_get_submodule(gpt, "out_head");
+    tg_numerics was = tg__module_enter(tp, head);
+    tg_tensor *loss = tg_linear_cross_entropy(tp, rows, w, b, t, TG_REDUCE_MEAN, ignore_index);
+    tg__tape_leave(tp, was);
+    return loss;
 }
 
 int64_t tg_gpt_out_features(const tg_module *gpt)

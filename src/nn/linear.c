@@ -33,6 +33,15 @@ static const tg_module_type linear_type = {.name = "Linear", .forward = linear_f
 
 bool tg__is_linear(const tg_module *m) { return m && m->type == &linear_type; }
 
+bool tg__linear_weights(const tg_module *m, tg_tensor **w, tg_tensor **b)
+{
+    if (!tg__is_linear(m)) return false;
+    const linear_state *s = tg_module_state_const(m);
+    *w = tg_module_get_parameter(m, "weight");
+    *b = s->bias ? tg_module_get_parameter(m, "bias") : NULL;
+    return *w && (!s->bias || *b);
+}
+
 /* nn.Linear.reset_parameters: kaiming_uniform_(weight, a=sqrt(5)) then bias
  * from uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)); the bound arithmetic is
  * torch/nn/init.py's, in double (src/tensor/init.c), so the bounds are

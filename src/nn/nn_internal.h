@@ -57,6 +57,8 @@ bool tg__check_ninputs(const tg_module *m, int n, int want);
  * these keep for backward). */
 bool tg__is_dropout(const tg_module *m);
 bool tg__is_linear(const tg_module *m);
+/* A built-in Linear's weight and bias (NULL without one); false for any other module. */
+bool tg__linear_weights(const tg_module *m, tg_tensor **w, tg_tensor **b);
 /* Whether m is the built-in MultiHeadAttention with the built-in Linear as
  * out_proj: its output is a fresh tensor that nothing else reads. */
 bool tg__is_mha_owning_output(const tg_module *m);

@@ -360,3 +360,13 @@ int tg_optimizer_load(tg_optimizer *o, const char *path)
     tg_tape_free(tp);
     return st;
 }
+
+size_t tg_optimizer_state_bytes(const tg_optimizer *opt)
+{
+    size_t b = 0;
+    for (int i = 0; opt && i < opt->n * opt->type->nstate; i++) {
+        const tg_tensor *t = opt->state[i];
+        if (t) b += (size_t)tg_numel(t) * tg_dtype_size(t->dtype);
+    }
+    return b;
+}

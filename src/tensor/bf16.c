@@ -228,8 +228,22 @@ struct tg__derived {
     bool col;
 };
 
+/* the bytes of every copy alive (tg_numerics_copy_bytes) */
+static size_t copy_bytes;
+
+size_t tg_numerics_copy_bytes(void)
+{
+    pthread_mutex_lock(&lock);
+    size_t b = copy_bytes;
+    pthread_mutex_unlock(&lock);
+    return b;
+}
+
 void tg__derived_free(tg__derived *d)
 {
+    pthread_mutex_lock(&lock);
+    for (const tg__derived *p = d; p; p = p->next) copy_bytes -= p->cap * sizeof(uint16_t);
+    pthread_mutex_unlock(&lock);
     while (d) {
         tg__derived *next = d->next;
         free(d->copy);
@@ -288,6 +302,7 @@ static const uint16_t *param_bf16(const tg_tensor *x, bool *col)
             return NULL;
         }
         free(p->copy);
+        copy_bytes += (need - p->cap) * sizeof(uint16_t);
         p->copy = c;
         p->cap = need;
     }
@@ -305,34 +320,6 @@ static inline float bf16_f32(uint16_t b)
         float f;
     } v = {.u = (uint32_t)b << 16};
     return v.f;
-}
-
-int tg__bf16_param_rounded(const tg_tensor *x, float *dst)
-{
-    if (!x->is_param || !x->storage || x->dtype != TG_F32 || x->ndim < 2) return 1;
-    pthread_mutex_lock(&lock);
-    bool col = false;
-    const uint16_t *c = param_bf16(x, &col);
-    if (c) {
-        int64_t n = x->ndim, R = x->shape[n - 2], C = x->shape[n - 1], total = nbatch(x) * R * C;
-        if (!col) { /* stored as dst is: row-major */
-#pragma omp parallel for if (total > TG_PAR_MIN) schedule(static)
-            for (int64_t i = 0; i < total; i++) dst[i] = bf16_f32(c[i]);
-        } else { /* by columns: each matrix transposed back, in tiles */
-            enum { TILE = 64 };
-            int64_t tr = (R + TILE - 1) / TILE, tc = (C + TILE - 1) / TILE, ntiles = nbatch(x) * tr * tc;
-#pragma omp parallel for if (total > TG_PAR_MIN) schedule(static)
-            for (int64_t t = 0; t < ntiles; t++) {
-                int64_t bi = t / (tr * tc), r0 = t / tc % tr * TILE, c0 = t % tc * TILE;
-                const uint16_t *m = c + bi * R * C;
-                float *o = dst + bi * R * C;
-                for (int64_t j = c0; j < c0 + TILE && j < C; j++)
-                    for (int64_t r = r0; r < r0 + TILE && r < R; r++) o[r * C + j] = bf16_f32(m[j * R + r]);
-            }
-        }
-    }
-    pthread_mutex_unlock(&lock);
-    return c ? 0 : -1;
 }
 
 int tg__bf16_prepare(const tg_tensor *w)

@@ -168,8 +168,8 @@ int tg_numerics_parse(const char *s, tg_numerics *out)
 }
 
 /* x (float32) rounded to bf16 into buf (numel floats) as a contiguous
- * tensor: a parameter from its bf16 copy; *ok false if out of memory */
-static tg_tensor bf16_operand(float *buf, const tg_tensor *x, bool *ok)
+ * tensor */
+static tg_tensor bf16_operand(float *buf, const tg_tensor *x)
 {
     tg_tensor t = *x;
     t.data = buf;
@@ -177,16 +177,58 @@ static tg_tensor bf16_operand(float *buf, const tg_tensor *x, bool *ok)
     t.grad_fn = NULL;
     t.storage = NULL;
     tg__contiguous_strides(t.ndim, t.shape, t.stride);
-    int st = tg__bf16_param_rounded(x, buf);
-    if (st <= 0) {
-        *ok &= st == 0;
-        return t;
-    }
     tg_k_copy(&t, x);
     int64_t n = tg_numel(&t);
 #pragma omp parallel for if (n > TG_PAR_MIN) schedule(static)
     for (int64_t i = 0; i < n; i++) buf[i] = tg__bf16_round(buf[i]);
     return t;
+}
+
+/* elements [s, s + len) of x's dim d, as a view header */
+static tg_tensor narrowed(const tg_tensor *x, int d, int64_t s, int64_t len)
+{
+    tg_tensor v = *x;
+    v.offset += s * x->stride[d];
+    v.shape[d] = len;
+    return v;
+}
+
+/* An emulated bf16 product: both operands rounded to bf16 into scratch
+ * memory (outside any tape: a leaf's gradient lives in the model's), then
+ * float32 sgemm. The larger operand is rounded a block at a time (c's rows
+ * from a, or its columns from b; about 32 MiB each), so a product reading a
+ * model's output head holds no float32 copy of the whole weight. */
+static void gemm_emulated(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
+                          double beta)
+{
+    enum { BLOCK = 8 << 20 }; /* floats of the blocked operand's slice */
+    int n = c->ndim;
+    int64_t M = c->shape[n - 2], N = c->shape[n - 1];
+    bool by_rows = tg_numel(a) >= tg_numel(b);
+    int64_t total = by_rows ? M : N, per = tg_numel(by_rows ? a : b) / (total > 0 ? total : 1);
+    int64_t step = per > 0 && BLOCK / per > 0 ? BLOCK / per : 1;
+    if (step > total) step = total;
+    const tg_tensor *whole = by_rows ? b : a;
+    size_t nw = (size_t)tg_numel(whole), ns = (size_t)(step * (per > 0 ? per : 1));
+    float *buf = malloc(sizeof(float) * (nw + ns + 1));
+    if (!buf) {
+        tg_error("gemm: out of memory rounding the operands to bf16");
+        return;
+    }
+    tg_tensor rw = bf16_operand(buf, whole);
+    for (int64_t s0 = 0; s0 < total; s0 += step) {
+        int64_t len = total - s0 < step ? total - s0 : step;
+        if (by_rows) { /* c's rows s0.. from op(a)'s rows: a's dim n-2, or n-1 when transposed */
+            tg_tensor as = narrowed(a, ta ? n - 1 : n - 2, s0, len), cs = narrowed(c, n - 2, s0, len);
+            tg_tensor ra = bf16_operand(buf + nw, &as);
+            tg_k_gemm(TG_NUMERICS_FAST, &cs, &ra, ta, &rw, tb, alpha, beta);
+        } else { /* c's columns s0.. from op(b)'s columns: b's dim n-1, or n-2 when transposed */
+            tg_tensor bs = narrowed(b, tb ? n - 2 : n - 1, s0, len), cs = narrowed(c, n - 1, s0, len);
+            tg_tensor rb = bf16_operand(buf + nw, &bs);
+            tg_k_gemm(TG_NUMERICS_FAST, &cs, &rw, ta, &rb, tb, alpha, beta);
+        }
+    }
+    free(buf);
 }
 
 void tg_k_gemm(tg_numerics nm, tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb,
@@ -205,18 +247,7 @@ void tg_k_gemm(tg_numerics nm, tg_tensor *c, const tg_tensor *a, bool ta, const 
         tg__bf16_note_emulated();
         int row = tg__bf16_row_emulated(c, a, ta, b, tb, alpha, beta);
         if (row <= 0) return;
-        /* emulated bf16 products: the operands rounded, float32 accumulation
-         * (scratch outside any tape: a leaf's gradient lives in the model's) */
-        size_t na = (size_t)tg_numel(a), nb = (size_t)tg_numel(b);
-        float *buf = malloc(sizeof(float) * (na + nb + 1));
-        if (!buf) {
-            tg_error("gemm: out of memory rounding the operands to bf16");
-            return;
-        }
-        bool ok = true;
-        tg_tensor ra = bf16_operand(buf, a, &ok), rb = bf16_operand(buf + na, b, &ok);
-        if (ok) tg_k_gemm(TG_NUMERICS_FAST, c, &ra, ta, &rb, tb, alpha, beta);
-        free(buf);
+        gemm_emulated(c, a, ta, b, tb, alpha, beta);
         return;
     }
     int n = c->ndim;

@@ -285,11 +285,6 @@ int tg__attend_cached(tg_tensor *out, tg_numerics nm, const tg_tensor *q, const 
 bool tg__bf16_native_now(void);
 int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
                   double beta);
-/* Emulated products read a parameter's bf16 copy too (the same copy, kept
- * with its storage for one version): dst (numel(x) floats) receives x
- * rounded to bf16, row-major. 0 done, 1 x is not a float32 parameter
- * matrix (the caller rounds it), -1 out of memory (error recorded). */
-int tg__bf16_param_rounded(const tg_tensor *x, float *dst);
 /* Makes the bf16 copy a product reads of w, a float32 matrix parameter taken
  * as it is (a Linear's weight), if missing or stale: 0 made or current, 1 not
  * such a parameter, -1 out of memory (error set). */

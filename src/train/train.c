@@ -114,11 +114,17 @@ tg_tensor *tg_loss_lm(tg_tape *tp, tg_module *model, const tg_batch *b, void *ta
 {
     (void)task;
     if (!b || !b->target) return tg_error("loss_lm: NULL batch");
-    tg_tensor *logits = tg_module_forward(tp, model, b->input);
-    if (!logits) return NULL;
-    if (logits->ndim != 3) return tg_error("loss_lm: the model's output has %d dims, expected (B, T, vocab)", logits->ndim);
-    int64_t flat[2] = {-1, logits->shape[2]}, n = -1;
-    tg_tensor *loss = tg_cross_entropy(tp, tg_view(tp, logits, 2, flat), tg_view(tp, b->target, 1, &n), TG_REDUCE_MEAN);
+    tg_tensor *loss;
+    if (tg_gpt_is_decoder(model)) { /* the decoder: its head in chunks where it can */
+        loss = tg_gpt_lm_loss(tp, model, b->input, b->target, TG_IGNORE_INDEX);
+    } else {
+        tg_tensor *logits = tg_module_forward(tp, model, b->input);
+        if (!logits) return NULL;
+        if (logits->ndim != 3)
+            return tg_error("loss_lm: the model's output has %d dims, expected (B, T, vocab)", logits->ndim);
+        int64_t flat[2] = {-1, logits->shape[2]}, n = -1;
+        loss = tg_cross_entropy(tp, tg_view(tp, logits, 2, flat), tg_view(tp, b->target, 1, &n), TG_REDUCE_MEAN);
+    }
     if (loss && weight) {
         tg_tensor *t = tg_contiguous(tp, b->target);
         const int64_t *y = t && t->dtype == TG_I64 ? tg_data_ptr(t) : NULL;

@@ -44,6 +44,9 @@ const char *const tg_cli_bench_gpt_help =
     "  --dist          data parallel: start with mpirun -np N (a job mpirun\n"
     "                  started is data parallel anyway; --dist makes a missing\n"
     "                  mpirun an error)\n"
+    "  --memory        also where the peak memory is: parameters, gradients,\n"
+    "                  optimizer state, weight copies, step tape and the rest\n"
+    "                  (in --json: \"memory\": {\"parameters_mib\", ...})\n"
     "  --json          one JSON object: step_ms, fwd_ms, bwd_ms, opt_ms,\n"
     "                  tokens_per_s, gflops, peak_rss_mib and the configuration;\n"
     "                  under mpirun also ranks, buckets, grad_mib, wait_ms,\n"
@@ -58,15 +61,21 @@ typedef struct {
     const char *model;
     int64_t batch, tokens, steps, threads, lora_rank;
     double lora_alpha;
-    bool threads_set, json, dist, classify, lora_rank_seen, lora_alpha_seen;
+    bool threads_set, json, dist, classify, lora_rank_seen, lora_alpha_seen, memory;
 } gpt_bench_args;
 
 /* Phases of a step, each a median over the timed steps. */
 enum { T_FWD, T_BWD, T_WAIT, T_OPT, T_STEP, T_ALONE, T_N };
 
+/* Where the memory is (bench --memory), in bytes. */
+enum { M_PARAMS, M_GRADS, M_OPT, M_COPIES, M_TAPE, M_N };
+static const char *const memory_keys[M_N] = {"parameters", "gradients", "optimizer_state", "weight_copies",
+                                             "step_tape"};
+
 typedef struct {
     double ms[T_N];
     double tape_mib;
+    double mem[M_N];
     tg_dist_ddp_stats dist;
     int64_t trainable;
     json_t *buckets; /* each bucket's bytes, in all-reduce order */
@@ -134,6 +143,22 @@ static int time_all_reduce_alone(tg_tape *tp, const tg_dist_ddp *ddp, int64_t re
     return TG_CLI_OK;
 }
 
+/* The parts of the memory after the timed steps: the model's parameters
+ * and their gradients (each tensor once), the optimizer's state, the
+ * weights' bf16 copies; the step tape is the largest a step used. */
+static void measure_memory(tg_tape *tp, const tg_module *gpt, const tg_optimizer *opt, gpt_bench_result *res)
+{
+    tg_named_list ps;
+    if (tg_module_named_parameters(tp, gpt, &ps) != TG_OK) return;
+    for (int i = 0; i < ps.n; i++) {
+        const tg_tensor *p = ps.tensors[i];
+        res->mem[M_PARAMS] += (double)tg_numel(p) * (double)tg_dtype_size(p->dtype);
+        if (p->grad) res->mem[M_GRADS] += (double)tg_numel(p->grad) * (double)tg_dtype_size(p->grad->dtype);
+    }
+    res->mem[M_OPT] = (double)tg_optimizer_state_bytes(opt);
+    res->mem[M_COPIES] = (double)tg_numerics_copy_bytes();
+}
+
 /* t[phase][s] (ms): forward with the loss, backward, waiting for the
  * gradients' all-reduce, optimizer, whole step (the library's trainer's
  * step, as pretrain and finetune take it); then the all-reduces alone.
@@ -184,12 +209,14 @@ static int run(const gpt_bench_args *a, const tg_cli_model *mo, const tg_decoder
         tg_trainer_stats st;
         tg_trainer_get_stats(tr, &st);
         res->tape_mib = (double)st.step_tape_bytes / (1024.0 * 1024.0);
+        if ((double)st.step_tape_bytes > res->mem[M_TAPE]) res->mem[M_TAPE] = (double)st.step_tape_bytes;
         if (s >= 0) {
             double ph[T_STEP] = {st.forward_s, st.backward_s, st.sync_s, st.optimizer_s};
             for (int k = 0; k < T_STEP; k++) t[k][s] = 1e3 * ph[k];
             t[T_STEP][s] = 1e3 * (t1 - t0);
         }
     }
+    if (rc == TG_CLI_OK) measure_memory(model_tape, gpt, opt, res);
     const tg_dist_ddp *ddp = tg_trainer_ddp(tr);
     if (rc == TG_CLI_OK && ddp) {
         tg_dist_ddp_get_stats(ddp, &res->dist);
@@ -219,6 +246,7 @@ int tg_cmd_bench_gpt(int argc, char **argv)
         {.name = "--threads", .type = TG_OPT_INT, .dest = &a.threads, .imin = 1, .imax = 1024, .seen = &a.threads_set},
         {.name = "--json", .type = TG_OPT_FLAG, .dest = &a.json},
         {.name = "--dist", .type = TG_OPT_FLAG, .dest = &a.dist},
+        {.name = "--memory", .type = TG_OPT_FLAG, .dest = &a.memory},
         {.name = "--lora-rank", .type = TG_OPT_INT, .dest = &a.lora_rank, .imin = 1, .imax = 65536,
          .seen = &a.lora_rank_seen},
         {.name = "--lora-alpha", .type = TG_OPT_DOUBLE, .dest = &a.lora_alpha, .dmin = -1e6, .dmax = 1e6,
@@ -321,6 +349,18 @@ int tg_cmd_bench_gpt(int argc, char **argv)
             json_object_set_new(o, "gflops", json_real(gflops));
             json_object_set_new(o, "peak_rss_mib", json_real(rss));
             json_object_set_new(o, "step_tape_mib", json_real(res.tape_mib));
+            if (a.memory) {
+                json_t *m = json_object();
+                double known = 0;
+                for (int k = 0; k < M_N; k++) {
+                    char key[64];
+                    snprintf(key, sizeof key, "%s_mib", memory_keys[k]);
+                    json_object_set_new(m, key, json_real(res.mem[k] / (1024.0 * 1024.0)));
+                    known += res.mem[k];
+                }
+                json_object_set_new(m, "other_mib", json_real(rss - known / (1024.0 * 1024.0)));
+                json_object_set_new(o, "memory", m);
+            }
             if (dist) {
                 json_object_set_new(o, "ranks", json_integer(res.ranks));
                 json_object_set_new(o, "buckets", json_integer(res.dist.buckets));
@@ -351,6 +391,17 @@ int tg_cmd_bench_gpt(int argc, char **argv)
             printf("  %-10s %12.2f GFLOP/s (%.1f GFLOP per step)\n", "", gflops, flops / 1e9);
             printf("  %-10s %12.1f MiB\n", "peak RSS", rss);
             printf("  %-10s %12.1f MiB (activations and gradients of one step)\n", "step tape", res.tape_mib);
+            if (a.memory) {
+                static const char *const what[M_N] = {"parameters", "gradients", "optimizer state (AdamW's moments)",
+                                                      "weight copies (bf16)", "step tape (the largest step)"};
+                double known = 0;
+                for (int k = 0; k < M_N; k++) {
+                    printf("  %-10s %12.1f MiB %s\n", k ? "" : "memory", res.mem[k] / (1024.0 * 1024.0), what[k]);
+                    known += res.mem[k];
+                }
+                printf("  %-10s %12.1f MiB other (libraries, BLAS buffers, a product's temporaries): peak RSS less the parts\n",
+                       "", rss - known / (1024.0 * 1024.0));
+            }
             printf("  %-10s %s\n", "BLAS", tg_blas_info());
             if (a.classify)
                 printf("  %-10s %12lld trainable parameters (%s; GFLOP/s counts a full step)\n", "classify",
