@@ -224,7 +224,7 @@ TG_API tg_tensor *tg_nll_loss_ignore(tg_tape *tp, tg_tensor *logp, const tg_tens
  * calls as PyTorch makes them (AddmmBackward0/MmBackward0 and
  * NllLossBackward0). Under FAST and BF16 one node
  * (LinearCrossEntropyBackward0) computes the logits a chunk of rows at a
- * time (about 64 MiB of them), turns each chunk into its gradient at once
+ * time (about 16 MiB of them), turns each chunk into its gradient at once
  * and makes x's gradient from it, so the (N, V) logits and their gradient
  * are never held whole: what it keeps for backward is x's gradient (N, d)
  * and the smaller of W's gradient (V, d) and the logits' gradient (N, V)

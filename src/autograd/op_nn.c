@@ -522,12 +522,15 @@ int tg__layer_norm_backward(tg_node *n)
 
 /* ---- the output head with the cross-entropy, in row chunks ------------------------------------- */
 
-/* Rows per chunk: logits of about 64 MiB at a time (at least 16 rows). */
+/* Rows per chunk: logits of about 16 MiB at a time, at least 64 rows (W's
+ * gradient, when accumulated, is read and written once per chunk). */
 static int64_t head_chunk_rows(int64_t V, size_t esize, int64_t N)
 {
-    int64_t r = (int64_t)((64u << 20) / ((size_t)V * esize));
-    if (r < 16) r = 16;
-    return r < N ? r : N;
+    int64_t r = (int64_t)((16u << 20) / ((size_t)V * esize));
+    if (r < 64) r = 64;
+    if (r >= N) return N;
+    int64_t k = (N + r - 1) / r; /* k chunks of equal size: no short last one */
+    return (N + k - 1) / k;
 }
 
 /* One chunk's rows of logits L (rows, V) dense, targets tv (-1: ignored):

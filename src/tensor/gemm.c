@@ -196,12 +196,12 @@ static tg_tensor narrowed(const tg_tensor *x, int d, int64_t s, int64_t len)
 /* An emulated bf16 product: both operands rounded to bf16 into scratch
  * memory (outside any tape: a leaf's gradient lives in the model's), then
  * float32 sgemm. The larger operand is rounded a block at a time (c's rows
- * from a, or its columns from b; about 32 MiB each), so a product reading a
+ * from a, or its columns from b; about 8 MiB each), so a product reading a
  * model's output head holds no float32 copy of the whole weight. */
 static void gemm_emulated(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
                           double beta)
 {
-    enum { BLOCK = 8 << 20 }; /* floats of the blocked operand's slice */
+    enum { BLOCK = 2 << 20 }; /* floats of the blocked operand's slice */
     int n = c->ndim;
     int64_t M = c->shape[n - 2], N = c->shape[n - 1];
     bool by_rows = tg_numel(a) >= tg_numel(b);
