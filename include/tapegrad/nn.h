@@ -125,11 +125,11 @@ TG_API tg_tensor *tg_module_forward(tg_tape *tp, tg_module *m, tg_tensor *x);
  * as tg_module_call's, with "module_call_recompute" for a NULL module. */
 TG_API tg_tensor *tg_module_call_recompute(tg_tape *tp, tg_module *m, int n, tg_tensor *const *inputs);
 /* Marks m so that tg_module_call (and tg_module_forward, a container's call
- * of its children) runs it through tg_module_call_recompute when the call records;
- * other calls (eval, generation, no_grad) are plain. The mark is m's own,
- * not its tree's (tapegrad/gpt.h, tg_gpt_set_recompute, marks a decoder's
- * blocks). TG_EINVAL for a NULL module, or marking a type without forward.
- * tg_module_recompute: the mark (false for NULL). */
+ * of its children) runs it through tg_module_call_recompute when the call
+ * records; other calls (eval, generation, no_grad) are plain. The mark is
+ * m's own, not its tree's (tapegrad/gpt.h, tg_gpt_set_recompute, marks a
+ * decoder's blocks). TG_EINVAL for a NULL module, or marking a type without
+ * forward. tg_module_recompute: the mark (false for NULL). */
 TG_API int tg_module_set_recompute(tg_module *m, bool on);
 TG_API bool tg_module_recompute(const tg_module *m);
 
