@@ -29,14 +29,23 @@ typedef struct {
     size_t tape_after_forward;
 } run_result;
 
-static tg_module *build(tg_tape *mt, const tg_decoder_config *cfg, tg_generator *g, bool fused, bool recompute)
+/* recompute 0: none; 1: the blocks; 2: the blocks and, nested in them,
+ * their attention and feed-forward. */
+static tg_module *build(tg_tape *mt, const tg_decoder_config *cfg, tg_generator *g, bool fused, int recompute)
 {
     tg_manual_seed(123);
     tg_module *m = tg_decoder_new(mt, cfg);
     tu_assert_ok(m);
     assert_int_equal(tg_module_set_generator(m, g), TG_OK);
     assert_int_equal(tg_module_set_fused(m, fused), TG_OK);
-    assert_int_equal(tg_gpt_set_recompute(m, recompute), TG_OK);
+    assert_int_equal(tg_gpt_set_recompute(m, recompute > 0), TG_OK);
+    for (int i = 0; recompute > 1 && i < cfg->n_layers; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "trf_blocks.%d.att", i);
+        assert_int_equal(tg_module_set_recompute(tg_module_get_submodule(m, name), true), TG_OK);
+        snprintf(name, sizeof name, "trf_blocks.%d.ff", i);
+        assert_int_equal(tg_module_set_recompute(tg_module_get_submodule(m, name), true), TG_OK);
+    }
     return m;
 }
 
@@ -48,7 +57,7 @@ static tg_tensor *ids_of(tg_tape *tp, int step, int64_t vocab, int shift)
 }
 
 /* Two SGD steps of next-token training on fixed ids under numerics nm. */
-static void train(const tg_decoder_config *cfg, tg_numerics nm, bool fused, bool recompute, run_result *r)
+static void train(const tg_decoder_config *cfg, tg_numerics nm, bool fused, int recompute, run_result *r)
 {
     tg_tape *mt = tg_tape_new(), *tp = tg_tape_new();
     tg_generator *g = tg_generator_new(7);
@@ -99,11 +108,11 @@ static int64_t first_diff(const float *a, const float *b, size_t n)
     return -1;
 }
 
-static void check_same(const tg_decoder_config *cfg, tg_numerics nm, bool fused)
+static void check_same_at(const tg_decoder_config *cfg, tg_numerics nm, bool fused, int recompute)
 {
     run_result plain = {0}, re = {0};
-    train(cfg, nm, fused, false, &plain);
-    train(cfg, nm, fused, true, &re);
+    train(cfg, nm, fused, 0, &plain);
+    train(cfg, nm, fused, recompute, &re);
     const char *what = cfg->family == TG_GPT_FAMILY_GPT2 ? "GPT-2" : "Qwen3";
     for (int s = 0; s < STEPS; s++)
         if (memcmp(&plain.loss[s], &re.loss[s], sizeof(float)) != 0)
@@ -121,6 +130,8 @@ static void check_same(const tg_decoder_config *cfg, tg_numerics nm, bool fused)
     free(plain.grads);
     free(re.grads);
 }
+
+static void check_same(const tg_decoder_config *cfg, tg_numerics nm, bool fused) { check_same_at(cfg, nm, fused, 1); }
 
 static void test_gpt2_exact(void **state)
 {
@@ -142,6 +153,49 @@ static void test_qwen3(void **state)
     check_same(&qwen3_cfg, TG_NUMERICS_EXACT, false);
     check_same(&qwen3_cfg, TG_NUMERICS_FAST, true);
     check_same(&qwen3_cfg, TG_NUMERICS_BF16, true);
+}
+
+/* Recomputed modules inside recomputed blocks: the attention and the
+ * feed-forward replayed inside each block's replay, the same bits. */
+static void test_nested(void **state)
+{
+    (void)state;
+    check_same_at(&gpt2_cfg, TG_NUMERICS_EXACT, false, 2);
+    check_same_at(&qwen3_cfg, TG_NUMERICS_BF16, true, 2);
+}
+
+/* backward twice through one graph (retain_graph): each pass replays the
+ * block with the forward's masks, so the gradients are twice the plain
+ * call's, to the bit. */
+static void test_backward_twice(void **state)
+{
+    (void)state;
+    tg_tape *mt = tg_tape_new(), *tp = tg_tape_new();
+    tg_gpt_config c = {50, 16, 24, 4, 1, 0.1, false};
+    tg_generator *g = tg_generator_new(9);
+    tg_manual_seed(5);
+    tg_module *blk = tg_transformer_block_new(mt, &c);
+    tu_assert_ok(blk);
+    assert_int_equal(tg_module_set_generator(blk, g), TG_OK);
+    int64_t shape[3] = {B, T, 24};
+    tg_tensor *x = tg_randn(mt, TG_F32, 3, shape, NULL);
+    tg_tensor *w = tg_module_get_parameter(blk, "att.W_query.weight");
+    tg_tensor *grads[2];
+    for (int re = 0; re < 2; re++) {
+        tg_generator_seed(g, 9);
+        assert_int_equal(tg_module_set_recompute(blk, re), TG_OK);
+        assert_int_equal(tg_module_zero_grad(blk), TG_OK);
+        tg_tensor *loss = tg_sum(tp, tg_module_forward(tp, blk, x));
+        tu_assert_ok(loss);
+        assert_int_equal(tg_backward(loss, NULL, true), TG_OK);
+        assert_int_equal(tg_backward(loss, NULL, false), TG_OK);
+        grads[re] = tg_clone(mt, w->grad);
+        tg_tape_reset(tp);
+    }
+    tu_assert_close(grads[1], grads[0], 0, 0, "W_query's gradient after two backward passes");
+    tg_generator_free(g);
+    tg_tape_free(tp);
+    tg_tape_free(mt);
 }
 
 /* One block called directly: the node's name, the step tape's bytes, and a
@@ -233,6 +287,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt2_exact),  cmocka_unit_test(test_gpt2_fast_bf16), cmocka_unit_test(test_qwen3),
+        cmocka_unit_test(test_nested),      cmocka_unit_test(test_backward_twice),
         cmocka_unit_test(test_block_call),  cmocka_unit_test(test_input_written),  cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
