@@ -55,7 +55,8 @@ bool tg__module_call_records(const tg_module *m, int n, tg_tensor *const *inputs
 /* m's forward on checked arguments under its policy, whatever its recompute
  * mark (tg_module_call's plain call). */
 tg_tensor *tg__module_run(tg_tape *tp, tg_module *m, int n, tg_tensor *const *inputs);
-/* tg_module_call_recompute on checked arguments of a call that records (recompute.c). */
+/* tg_module_call_recompute on checked arguments of a call that records
+ * (recompute.c). */
 tg_tensor *tg__recompute_call(tg_tape *tp, tg_module *m, int n, tg_tensor *const *inputs);
 /* The tree's parameters, each once, in named_parameters order, without
  * names (out->names NULL); the array lives in tp. */
