@@ -101,15 +101,16 @@ def expect_error(argv, needle, what):
     return err
 
 
-def check_bench(tg):
+def check_bench(tg, extra=()):
     """bench --model gpt, data parallel: one JSON line from rank 0, figures
-    that hold together."""
+    that hold together (with --recompute too: the buckets still start in
+    backward, the parameters' gradients made inside each block's replay)."""
     V, C, d, L = 1000, 16, 32, 2
     argv = [tg, "bench", "--model", "gpt", "--vocab", str(V), "--emb", str(d), "--heads", "2", "--layers", str(L),
-            "--tokens", str(C), "--batch", "2", "--steps", "3", "--json"]
+            "--tokens", str(C), "--batch", "2", "--steps", "3", *extra, "--json"]
     rc, out, err = run(mpirun(2, argv))
     if rc != 0:
-        failures.append(f"bench on 2 ranks: exit status {rc}: {err.strip()[-400:]}")
+        failures.append(f"bench on 2 ranks {' '.join(extra)}: exit status {rc}: {err.strip()[-400:]}")
         return
     lines = out.strip().splitlines()
     if len(lines) != 1:
@@ -134,9 +135,11 @@ def check_bench(tg):
     ]
     for ok, what in checks:
         if not ok:
-            failures.append(f"bench on 2 ranks: {what}: {lines[0]}")
-    print(f"bench on 2 ranks: {b.get('buckets')} bucket(s), {grad:.0f} gradient bytes, wait {b.get('wait_ms'):.3f} ms, "
+            failures.append(f"bench on 2 ranks {' '.join(extra)}: {what}: {lines[0]}")
+    print(f"bench on 2 ranks {' '.join(extra)}: {b.get('buckets')} bucket(s), {grad:.0f} gradient bytes, wait {b.get('wait_ms'):.3f} ms, "
           f"alone {b.get('allreduce_ms'):.3f} ms")
+    if extra:
+        return
     err = expect_error(mpirun(2, argv[:-1] + ["--batch", "3"]), "tapegrad bench: --batch 3 is not divisible by the 2 ranks",
                        "bench --batch 3 on 2 ranks")
     if err is not None and err.count("not divisible") != 1:
@@ -155,7 +158,14 @@ def main():
         for name in ("ctx64_p01",) if quick else ("ctx64_p0", "ctx64_p01"):
             a = [tg] + cli_args(runs[name], text) + ["--threads", "1"]
             one = {"rows": runs[name]["rows"], "name": "PyTorch's run"} if quick else table(a, f"{name}, 1 process")
-            same_table(table(mpirun(2, a), f"{name}, 2 ranks"), one, f"{name}, 2 ranks")
+            two = table(mpirun(2, a), f"{name}, 2 ranks")
+            same_table(two, one, f"{name}, 2 ranks")
+            if name == "ctx64_p01":  # the blocks recomputed in backward: the same table, to the bit
+                rec = table(mpirun(2, a + ["--recompute"]), f"{name}, 2 ranks, --recompute")
+                if two is not None and rec is not None and (rec["rows"], rec["samples"]) != (two["rows"], two["samples"]):
+                    failures.append(f"{name}, 2 ranks: --recompute changes the table: {rec['rows']} vs {two['rows']}")
+                else:
+                    print(f"{name}, 2 ranks, --recompute: the same table")
             # a checkpoint after epoch 1 of 2, resumed on the other number of ranks
             if name == "ctx64_p01":
                 half = [tg] + cli_args(dict(runs[name], epochs=1), text) + ["--threads", "1"]
@@ -175,6 +185,7 @@ def main():
                    "ctx64_p0 --stride 56 (rank 0 without a row of the last evaluation batch), 2 ranks")
         if not quick:
             check_bench(tg)
+            check_bench(tg, ["--recompute"])
         err = expect_error(mpirun(2, a + ["--batch", "3"]), "--batch 3 is not divisible by the 2 ranks",
                            "batch 3 on 2 ranks")
         if err is not None and err.count("not divisible") != 1:

@@ -323,6 +323,15 @@ cp "$TMP/ck1" "$TMP/ck1.orig"
 st=$?
 if [ $st -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && cmp -s "$TMP/ck1" "$TMP/ck1.orig" && [ -z "$(ls "$TMP" | grep '^ck1\..*tmp')" ]; then ok; else
     bad "pretrain: a failed checkpoint write: exit $st, $(head -2 "$TMP/err" | tr '\n' '|')"; ls "$TMP"; fi
+# --recompute: each block's activations recomputed in backward, with the same
+# dropout masks: the same lines under every policy
+# shellcheck disable=SC2086
+for p in exact fast bf16; do
+    if "$TG" pretrain $TINY --layers 2 --dropout 0.1 --epochs 1 --precision $p >"$TMP/plain.txt" 2>"$TMP/err" &&
+        "$TG" pretrain $TINY --layers 2 --dropout 0.1 --epochs 1 --precision $p --recompute >"$TMP/re.txt" 2>"$TMP/err" &&
+        cmp -s "$TMP/plain.txt" "$TMP/re.txt"; then ok; else
+        bad "pretrain --recompute --precision $p: output differs ($(head -1 "$TMP/err"))"; diff "$TMP/plain.txt" "$TMP/re.txt" | head -5; fi
+done
 # a checkpoint of another model, and a truncated one
 # shellcheck disable=SC2086
 head -c 100000 "$TMP/ck1" >"$TMP/ck_trunc"
@@ -439,6 +448,15 @@ if "$TG" finetune instruct --data "$FT/instruction-40.json" --limit 20 --context
     expect_load_hint "generate --load plain file with --lora-rank" "holds no LoRA adapters" \
         --load "$TMP/ftplain.safetensors" --lora-rank 2
 else bad "finetune instruct --save: $(head -1 "$TMP/err")"; fi
+# finetune with --recompute: the same lines (LoRA inside the blocks, dropout)
+# shellcheck disable=SC2086
+for extra in "--dropout 0.1" "--lora-rank 2 --lora-alpha 4 --dropout 0.1"; do
+    if "$TG" finetune classify --train "$FT/train.csv" --val "$FT/val.csv" $FTTINY --layers 2 --epochs 1 $extra \
+        >"$TMP/plain.txt" 2>"$TMP/err" &&
+        "$TG" finetune classify --train "$FT/train.csv" --val "$FT/val.csv" $FTTINY --layers 2 --epochs 1 $extra \
+        --recompute >"$TMP/re.txt" 2>"$TMP/err" && cmp -s "$TMP/plain.txt" "$TMP/re.txt"; then ok; else
+        bad "finetune classify $extra --recompute: output differs ($(head -1 "$TMP/err"))"; diff "$TMP/plain.txt" "$TMP/re.txt" | head -5; fi
+done
 if "$TG" finetune classify --train "$FT/train.csv" --val "$FT/val.csv" $FTTINY --epochs 2 --eval-freq 3 \
         --plot "$TMP/ft.svg" >/dev/null 2>"$TMP/err" && grep -q "Validation loss" "$TMP/ft.svg" &&
     grep -q "Examples seen" "$TMP/ft.svg" && grep -q "Validation accuracy" "$TMP/ft-accuracy.svg"; then ok; else

@@ -186,8 +186,10 @@ static tg_tensor *random_ids(tg_tape *tp, int64_t b, int64_t t, int64_t vocab, t
 
 /* Trains `steps` AdamW steps of a small GPT on global batches of 4: one
  * model on the whole batch (the one-process reference), one with ddp on
- * this rank's slice. Returns the worst parameter difference seen. */
-static double train_both(double drop, size_t bucket_bytes, int steps, bool fused)
+ * this rank's slice (its blocks recomputed in backward when asked: the
+ * parameters' gradients then come from each block's replay). Returns the
+ * worst parameter difference seen. */
+static double train_both(double drop, size_t bucket_bytes, int steps, bool fused, bool recompute)
 {
     tg_tape *mt = tg_tape_new(), *step = tg_tape_new();
     tg_gpt_config cfg = small_config(drop);
@@ -202,6 +204,7 @@ static double train_both(double drop, size_t bucket_bytes, int steps, bool fused
     tg_module_set_generator(gpt, gddp);
     tg_module_set_fused(ref, fused);
     tg_module_set_fused(gpt, fused);
+    assert_int_equal(tg_gpt_set_recompute(gpt, recompute), TG_OK);
     tg_dist_ddp *ddp = tg_dist_ddp_new(gpt, (tg_dist_ddp_options){bucket_bytes});
     tu_assert_ok(ddp);
     tg_adam_options o = {1e-3, {0.9, 0.999}, 1e-8, 0.1, false};
@@ -264,14 +267,15 @@ static void test_train_equals_one_process(void **state)
     struct {
         double drop;
         size_t bucket;
-        bool fused;
-    } runs[4] = {{0.0, 4096, true}, {0.1, 4096, true}, {0.1, 0, true}, {0.1, 4096, false}};
-    for (int r = 0; r < 4; r++) {
-        double worst = train_both(runs[r].drop, runs[r].bucket, 4, runs[r].fused);
+        bool fused, recompute;
+    } runs[5] = {{0.0, 4096, true, false}, {0.1, 4096, true, false}, {0.1, 0, true, false}, {0.1, 4096, false, false},
+                 {0.1, 4096, true, true}};
+    for (int r = 0; r < 5; r++) {
+        double worst = train_both(runs[r].drop, runs[r].bucket, 4, runs[r].fused, runs[r].recompute);
         if (tg_dist_rank() == 0)
-            printf("ranks %d, dropout %.1f, buckets of %zu bytes, %s: worst parameter difference %.3g\n",
+            printf("ranks %d, dropout %.1f, buckets of %zu bytes, %s%s: worst parameter difference %.3g\n",
                    tg_dist_size(), runs[r].drop, runs[r].bucket ? runs[r].bucket : (size_t)25 << 20,
-                   runs[r].fused ? "fused" : "composed", worst);
+                   runs[r].fused ? "fused" : "composed", runs[r].recompute ? ", recomputed" : "", worst);
     }
 }
 

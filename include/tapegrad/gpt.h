@@ -148,6 +148,15 @@ TG_API int tg_gpt_get_config(const tg_module *gpt, tg_gpt_config *out);
 TG_API tg_module *tg_decoder_new(tg_tape *tp, const tg_decoder_config *cfg);
 TG_API int tg_decoder_get_config(const tg_module *model, tg_decoder_config *out);
 
+/* Activation recomputation for the decoder's blocks (SPEC.md, "Memory"):
+ * tg_module_set_recompute (nn.h) on each of trf_blocks' TransformerBlocks,
+ * so a training step keeps each block's input and one block's activations
+ * at a time; losses and gradients are bit-identical under every policy.
+ * Eval, generation and tg_gpt_forward_last's last block at its last
+ * position (FAST, BF16) run as without. TG_EINVAL for a module that is not
+ * a decoder (GPTModel, Qwen3Model, Llama3Model). */
+TG_API int tg_gpt_set_recompute(tg_module *model, bool on);
+
 /* The output size of the model's out_head (its weight's rows: vocab_size as
  * built, 2 after the book's chapter 6 replaces it with Linear(emb_dim, 2));
  * -1 with an error when out_head has no 2-D "weight". tg_gpt_get_config

@@ -98,9 +98,40 @@ TG_API const char *tg_module_child_name(const tg_module *m, int i);
 
 /* Runs the module's forward on n inputs, recording into tp. A NULL input or
  * module, or a type without forward, is an error. tg_module_forward is the
- * one-input call. */
+ * one-input call. A module marked by tg_module_set_recompute is called
+ * through tg_module_call_recompute. */
 TG_API tg_tensor *tg_module_call(tg_tape *tp, tg_module *m, int n, tg_tensor *const *inputs);
 TG_API tg_tensor *tg_module_forward(tg_tape *tp, tg_module *m, tg_tensor *x);
+
+/* torch.utils.checkpoint(m, *inputs): the call m(inputs) whose activations
+ * tp does not keep. When the call records (grad mode on and an input or a
+ * parameter of m's tree requiring grad), the forward runs with recording
+ * off in tp's side tape, which is emptied once the output is copied into
+ * tp, and one node named CheckpointFunctionBackward is recorded on the
+ * output; it keeps the inputs, m's parameters as its inputs, and the state
+ * of every generator m's tree draws from (tg_module_set_generator). Its
+ * backward puts those generators back to that state, runs the forward
+ * again with recording on in the side tape, from the inputs as leaves that
+ * require grad where they did, runs backward through it (the parameters'
+ * .grad accumulates as after the plain call), and hands the inputs'
+ * gradients on; the generators are then where the step had left them. So
+ * the replay draws the forward's dropout masks, later draws are unchanged,
+ * and losses and gradients are the plain call's bits under every policy
+ * (the side tape takes tp's, tg_tape_set_numerics). m's forward must be a
+ * function of its inputs, parameters and generators (no state written
+ * that the replay would read: a KV cache is refused with recording on).
+ * An input written in place before backward is backward's version error.
+ * Without recording it is the plain call. The output lives in tp; errors
+ * as tg_module_call's, with "module_call_recompute" for a NULL module. */
+TG_API tg_tensor *tg_module_call_recompute(tg_tape *tp, tg_module *m, int n, tg_tensor *const *inputs);
+/* Marks m so that tg_module_call (and tg_module_forward, a container's call
+ * of its children) runs it through tg_module_call_recompute when the call
+ * records; other calls (eval, generation, no_grad) are plain. The mark is
+ * m's own, not its tree's (tapegrad/gpt.h, tg_gpt_set_recompute, marks a
+ * decoder's blocks). TG_EINVAL for a NULL module, or marking a type without
+ * forward. tg_module_recompute: the mark (false for NULL). */
+TG_API int tg_module_set_recompute(tg_module *m, bool on);
+TG_API bool tg_module_recompute(const tg_module *m);
 
 /* train(true) / eval (train(false)) for the whole tree; what a forward reads. */
 TG_API int tg_module_train(tg_module *m, bool training);

@@ -356,6 +356,11 @@ static void heap_pop(tg_node **h, size_t *n)
 /* ---- the gradient watch (internal.h) ---------------------------------------------------- */
 
 static _Thread_local tg__grad_watch *watch;
+/* Backward passes running on this thread: a node's backward may run one of
+ * its own (tg_module_call_recompute's replay, src/nn/recompute.c). The
+ * watch belongs to the outermost: a nested pass's leaves count as fed by
+ * the outer node that runs it, so they are ready when that node has run. */
+static _Thread_local int depth;
 
 static size_t leaf_hash(const tg_tensor *t, size_t mask)
 {
@@ -510,11 +515,13 @@ int tg_backward(tg_tensor *root, const tg_tensor *grad, bool retain_graph)
      * order decides how gradients reaching one tensor from several
      * consumers are added up, so float32 sums round as PyTorch's. The heap
      * reuses the array collect filled. */
-    if (watch) watch_count(order, count);
+    tg__grad_watch *w = depth == 0 ? watch : NULL;
+    if (w) watch_count(order, count);
     tg_node **heap = order;
     size_t hn = 0;
     heap[hn++] = rn;
     bool prev = tg_set_grad_enabled(false);
+    depth++;
     status = tg__accum(root, seed);
     while (hn > 0 && status == TG_OK) {
         tg_node *n = heap[0];
@@ -536,8 +543,9 @@ int tg_backward(tg_tensor *root, const tg_tensor *grad, bool retain_graph)
             tg_node *c = tg__needs_grad(t) ? t->grad_fn : NULL;
             if (c && --c->pending == 0) heap_push(heap, &hn, c);
         }
-        if (watch && status == TG_OK) status = watch_after(n);
+        if (w && status == TG_OK) status = watch_after(n);
     }
+    depth--;
     tg_set_grad_enabled(prev);
     return status;
 }

@@ -64,6 +64,12 @@ void *tg_fn_data(tg_fn_ctx *ctx, size_t size)
 
 tg_tensor *tg_function_apply(tg_tape *tp, const tg_function *f, int n, tg_tensor *const *inputs)
 {
+    return tg__function_apply_with(tp, f, n, inputs, NULL, 0);
+}
+
+tg_tensor *tg__function_apply_with(tg_tape *tp, const tg_function *f, int n, tg_tensor *const *inputs,
+                                   const void *data, size_t size)
+{
     if (!f) return tg_error("function_apply: NULL function");
     if (!f->name) return tg_error("function_apply: the function has no name");
     if (!f->forward || !f->backward)
@@ -76,6 +82,11 @@ tg_tensor *tg_function_apply(tg_tape *tp, const tg_function *f, int n, tg_tensor
     if (!ctx) return NULL;
     ctx->f = f;
     ctx->tape = tp;
+    if (size) {
+        if (!(ctx->data = tg_tape_alloc(tp, size, false))) return NULL;
+        memcpy(ctx->data, data, size);
+        ctx->data_size = size;
+    }
 
     tg__saved_error before;
     tg__error_push(&before);

@@ -672,6 +672,17 @@ tg_module *tg_decoder_new(tg_tape *tp, const tg_decoder_config *cfg)
     return cfg->tie_head && tie_head(m) != TG_OK ? NULL : m;
 }
 
+int tg_gpt_set_recompute(tg_module *model, bool on)
+{
+    tg_decoder_config cfg;
+    int st = tg_decoder_get_config(model, &cfg);
+    tg_module *blocks = st == TG_OK ? tg__entry_get(&model->children, "trf_blocks") : NULL;
+    if (st == TG_OK && !blocks) st = tg_error_status(TG_EINVAL, "gpt_set_recompute: the model has no trf_blocks");
+    for (int i = 0; st == TG_OK && i < tg_module_num_children(blocks); i++)
+        st = tg_module_set_recompute(tg_module_child(blocks, i), on);
+    return st;
+}
+
 bool tg__gpt_set_last_logits_only(tg_module *gpt, bool on)
 {
     gpt_state *s = tg_module_state(gpt);

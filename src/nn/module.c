@@ -307,14 +307,45 @@ const char *tg_module_child_name(const tg_module *m, int i)
 
 /* ---- forward ---------------------------------------------------------------------------------------- */
 
+bool tg__module_check_call(const char *op, const tg_module *m, int n, tg_tensor *const *inputs)
+{
+    if (!m) return tg_error("%s: NULL module", op), false;
+    const char *name = m->type->name;
+    if (n < 0 || (n > 0 && !inputs)) return tg_error("%s: bad input list (%d inputs)", name, n), false;
+    for (int i = 0; i < n; i++)
+        if (!inputs[i]) return tg__error_null_input(name), false;
+    if (!m->type->forward)
+        return tg_error("%s: this module has no forward (a container: call its children)", name), false;
+    return true;
+}
+
+static bool tree_requires_grad(const tg_module *m)
+{
+    for (int i = 0; i < m->params.n; i++)
+        if (((const tg_tensor *)m->params.items[i].ptr)->requires_grad) return true;
+    for (int i = 0; i < m->children.n; i++)
+        if (tree_requires_grad(m->children.items[i].ptr)) return true;
+    return false;
+}
+
+bool tg__module_call_records(const tg_module *m, int n, tg_tensor *const *inputs)
+{
+    if (!tg_is_grad_enabled()) return false;
+    for (int i = 0; i < n; i++)
+        if (inputs[i]->requires_grad) return true;
+    return tree_requires_grad(m);
+}
+
 tg_tensor *tg_module_call(tg_tape *tp, tg_module *m, int n, tg_tensor *const *inputs)
 {
-    if (!m) return tg_error("forward: NULL module");
+    if (!tg__module_check_call("forward", m, n, inputs)) return NULL;
+    if (m->recompute && tg__module_call_records(m, n, inputs)) return tg__recompute_call(tp, m, n, inputs);
+    return tg__module_run(tp, m, n, inputs);
+}
+
+tg_tensor *tg__module_run(tg_tape *tp, tg_module *m, int n, tg_tensor *const *inputs)
+{
     const char *name = m->type->name;
-    if (n < 0 || (n > 0 && !inputs)) return tg_error("%s: bad input list (%d inputs)", name, n);
-    for (int i = 0; i < n; i++)
-        if (!inputs[i]) return tg__error_null_input(name);
-    if (!m->type->forward) return tg_error("%s: this module has no forward (a container: call its children)", name);
     tg__saved_error before;
     tg__error_push(&before);
     /* the tape's numerics, or the module's pin (tg_module_set_numerics),
@@ -392,6 +423,18 @@ int tg_module_set_kv_cache(tg_module *m, bool on)
 
 bool tg_module_kv_cache_enabled(const tg_module *m) { return m && m->kv_cache; }
 
+int tg_module_set_recompute(tg_module *m, bool on)
+{
+    if (!m) return tg_error_status(TG_EINVAL, "set_recompute: NULL module");
+    if (on && !m->type->forward)
+        return tg_error_status(TG_EINVAL, "set_recompute: %s has no forward to recompute (a container: mark its "
+                                          "children)", m->type->name);
+    m->recompute = on;
+    return TG_OK;
+}
+
+bool tg_module_recompute(const tg_module *m) { return m && m->recompute; }
+
 static int reset_tree(tg_module *m)
 {
     if (m->type->reset_cache) {
@@ -458,6 +501,7 @@ typedef struct {
     bool dedup;            /* named_parameters: each module and tensor once */
     bool params, buffers;  /* what to list */
     bool all_buffers;      /* non-persistent buffers too */
+    bool no_names;         /* the tensors only (names NULL) */
     ptr_set modules, tensors;
     tg_tensor **tensors_out;
     const char **names_out;
@@ -490,13 +534,15 @@ static void emit(walker *w, const char *prefix, const char *name, tg_tensor *t)
         w->names_out = n2;
         w->cap = cap;
     }
-    size_t len = strlen(prefix) + strlen(name) + 1;
-    char *full = tg_tape_alloc(w->tp, len, false);
-    if (!full) {
-        w->status = TG_ENOMEM;
-        return;
+    char *full = NULL;
+    if (!w->no_names) {
+        size_t len = strlen(prefix) + strlen(name) + 1;
+        if (!(full = tg_tape_alloc(w->tp, len, false))) {
+            w->status = TG_ENOMEM;
+            return;
+        }
+        snprintf(full, len, "%s%s", prefix, name);
     }
-    snprintf(full, len, "%s%s", prefix, name);
     w->names_out[w->n] = full;
     w->tensors_out[w->n++] = t;
 }
@@ -561,6 +607,12 @@ int tg_module_named_parameters(tg_tape *tp, const tg_module *m, tg_named_list *o
 {
     walker w = {.tp = tp, .dedup = true, .params = true};
     return collect(&w, "named_parameters", m, out);
+}
+
+int tg__module_parameters(tg_tape *tp, const tg_module *m, tg_named_list *out)
+{
+    walker w = {.tp = tp, .dedup = true, .params = true, .no_names = true};
+    return collect(&w, "parameters", m, out);
 }
 
 int tg_module_state_dict(tg_tape *tp, const tg_module *m, tg_named_list *out)

@@ -23,6 +23,7 @@ struct tg_module {
     tg_tape *tape;
     void *state;
     bool training, fused, kv_cache;
+    bool recompute;       /* tg_module_set_recompute: called through tg_module_call_recompute */
     bool pinned;          /* tg_module_set_numerics: forwards run under numerics */
     tg_numerics numerics; /* the pin (EXACT when not pinned) */
     tg_generator *gen;
@@ -45,6 +46,21 @@ static inline tg_numerics tg__module_enter(tg_tape *tp, const tg_module *m)
 {
     return tg__tape_enter(tp, tg__module_policy(m, tp));
 }
+/* tg_module_call's argument checks (op names a NULL module's error):
+ * false with the error. */
+bool tg__module_check_call(const char *op, const tg_module *m, int n, tg_tensor *const *inputs);
+/* Whether a call of m on these inputs records a graph: grad mode on and an
+ * input or a parameter of m's tree requiring grad. */
+bool tg__module_call_records(const tg_module *m, int n, tg_tensor *const *inputs);
+/* m's forward on checked arguments under its policy, whatever its recompute
+ * mark (tg_module_call's plain call). */
+tg_tensor *tg__module_run(tg_tape *tp, tg_module *m, int n, tg_tensor *const *inputs);
+/* tg_module_call_recompute on checked arguments of a call that records
+ * (recompute.c). */
+tg_tensor *tg__recompute_call(tg_tape *tp, tg_module *m, int n, tg_tensor *const *inputs);
+/* The tree's parameters, each once, in named_parameters order, without
+ * names (out->names NULL); the array lives in tp. */
+int tg__module_parameters(tg_tape *tp, const tg_module *m, tg_named_list *out);
 /* The entry `name` of e (a tg_tensor * or tg_module *), or NULL; no error
  * is recorded. */
 void *tg__entry_get(const tg__entries *e, const char *name);

@@ -42,6 +42,17 @@ void tg__tape_pool_collect(tg_tape *tp, const void *dropped);
  * with the tape): for temporaries an op drops before it returns. One at a
  * time: the next call may move it. NULL with a message if out of memory. */
 void *tg__tape_scratch(tg_tape *tp, size_t nbytes);
+/* tp's side tape, emptied, with tp's policy and limit: where tg_module_call_recompute
+ * (src/nn/recompute.c) runs a module whose activations tp does not keep.
+ * One per tape, made on first use (NULL with a message if out of memory),
+ * kept across resets, emptied by tp's reset, freed with tp; tp's used and
+ * reserved bytes count it. What it holds lives until its next use. */
+tg_tape *tg__tape_side(tg_tape *tp);
+/* tg_function_apply (src/autograd/function.c) whose context's tg_fn_data
+ * block starts as a copy of size bytes of data: what the function's forward
+ * and backward need besides tensors (a module to run). */
+tg_tensor *tg__function_apply_with(tg_tape *tp, const tg_function *f, int n, tg_tensor *const *inputs,
+                                   const void *data, size_t size);
 
 /* The book's attention from the scores to the context as one node with the
  * composed ops' bits (src/autograd/op_attention.c): q, v (..., T, hd), kT

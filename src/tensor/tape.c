@@ -45,6 +45,7 @@ struct tg_tape {
     size_t scratch_size;
     tg_numerics numerics; /* tg_tape_set_numerics */
     tg_storage *derived;  /* storages of this tape holding derived copies */
+    tg_tape *side;        /* tg__tape_side: made on first use, reset and freed with this tape */
 };
 
 /* ---- errors ------------------------------------------------------------------ */
@@ -176,6 +177,7 @@ void tg__tape_leave(tg_tape *tp, tg_numerics prev) { tp->numerics = prev; }
 void tg_tape_free(tg_tape *tp)
 {
     if (!tp) return;
+    tg_tape_free(tp->side);
     drop_derived(tp);
     chunks_free(tp->chunks);
     free(tp->pool);
@@ -186,6 +188,7 @@ void tg_tape_free(tg_tape *tp)
 void tg_tape_reset(tg_tape *tp)
 {
     if (!tp) return;
+    tg_tape_reset(tp->side);
     drop_derived(tp);
     tp->used = 0;
     tp->npool = 0; /* the pool's blocks are arena memory, dropped with it */
@@ -200,8 +203,17 @@ void tg_tape_reset(tg_tape *tp)
     if (tp->chunks) tp->chunks->used = 0;
 }
 
-size_t tg_tape_used(const tg_tape *tp) { return tp ? tp->used : 0; }
-size_t tg_tape_reserved(const tg_tape *tp) { return tp ? tp->reserved : 0; }
+size_t tg_tape_used(const tg_tape *tp) { return tp ? tp->used + tg_tape_used(tp->side) : 0; }
+size_t tg_tape_reserved(const tg_tape *tp) { return tp ? tp->reserved + tg_tape_reserved(tp->side) : 0; }
+
+tg_tape *tg__tape_side(tg_tape *tp)
+{
+    if (!tp->side && !(tp->side = tg_tape_new())) return NULL;
+    tg_tape_reset(tp->side);
+    tp->side->limit = tp->limit;
+    tp->side->numerics = tp->numerics;
+    return tp->side;
+}
 void tg_tape_set_limit(tg_tape *tp, size_t max_bytes)
 {
     if (tp) tp->limit = max_bytes;

@@ -105,6 +105,7 @@ typedef struct {
     int64_t vocab, context, emb, heads, layers, hidden, head_dim, kv_groups;
     double dropout, rope_base;
     bool dropout_seen, qkv_bias, rope_base_seen, qk_norm, no_qk_norm, config_seen;
+    bool recompute; /* --recompute: tg_gpt_set_recompute on the model built */
     uint64_t seed;
     const char *precision; /* --precision: exact (default), fast, bf16 */
     const char *const *hf; /* the command's --hf: a Hugging Face folder builds the model (NULL: none) */
@@ -134,7 +135,10 @@ bool tg_cli_model_parse(const tg_cli_command *c, int argc, char **argv, tg_cli_m
     "  --seed N        torch.manual_seed before the model is built (123)\n"                \
     "  --precision P   exact (PyTorch's float32 bits, default), fast (float32, own\n"       \
     "                  kernels and call shapes) or bf16 (bf16 products, float32\n"         \
-    "                  accumulation; emulated on sgemm) (README.md, \"Numerics\")\n"
+    "                  accumulation; emulated on sgemm) (README.md, \"Numerics\")\n"     \
+    "  --recompute     training: each transformer block's activations recomputed in\n"     \
+    "                  backward (torch.utils.checkpoint), same dropout masks and\n"       \
+    "                  numbers, less memory (docs/training.md, \"Memory\")\n"
 
 /* tg_manual_seed(seed), then the GPTModel, under --precision's numerics. */
 tg_module *tg_cli_model_build(tg_tape *tp, const tg_cli_model *m, const tg_decoder_config *cfg);

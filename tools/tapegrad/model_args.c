@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define MODEL_NOPTS 16
+#define MODEL_NOPTS 17
 
 void tg_cli_model_defaults(tg_cli_model *m, int64_t context)
 {
@@ -34,6 +34,7 @@ static int model_opts(tg_cli_model *m, tg_opt *opts)
         {.name = "--no-qk-norm", .type = TG_OPT_FLAG, .dest = &m->no_qk_norm},
         {.name = "--seed", .type = TG_OPT_U64, .dest = &m->seed},
         {.name = "--precision", .type = TG_OPT_STRING, .dest = &m->precision},
+        {.name = "--recompute", .type = TG_OPT_FLAG, .dest = &m->recompute},
     };
     memcpy(opts, o, sizeof o);
     return MODEL_NOPTS;
@@ -84,6 +85,7 @@ tg_module *tg_cli_model_build(tg_tape *tp, const tg_cli_model *m, const tg_decod
     tg_manual_seed(m->seed); /* torch.manual_seed(seed); model = GPTModel(cfg) */
     tg_module *gpt = tg_decoder_new(tp, cfg);
     tg_cli_note_bf16(m->numerics); /* the policy goes on the step's tape, not the model */
+    if (gpt && tg_gpt_set_recompute(gpt, m->recompute) != TG_OK) return NULL;
     const char *hf = m->hf && tg_cli_is_dir(*m->hf) ? *m->hf : NULL;
     if (gpt && hf && tg_decoder_load_hf(gpt, hf) != TG_OK) {
         char msg[1024];
