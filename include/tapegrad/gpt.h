@@ -151,7 +151,9 @@ TG_API int tg_decoder_get_config(const tg_module *model, tg_decoder_config *out)
 /* Activation recomputation for the decoder's blocks (SPEC.md, "Memory"):
  * tg_module_set_recompute (nn.h) on each of trf_blocks' TransformerBlocks,
  * so a training step keeps each block's input and one block's activations
- * at a time; losses and gradients are bit-identical under every policy.
+ * at a time; and tg_gpt_lm_loss's head in chunks (FAST, BF16) keeps each
+ * row's log-sum-exp only, computing the logits again in backward. Losses
+ * and gradients are bit-identical under every policy.
  * Eval, generation and tg_gpt_forward_last's last block at its last
  * position (FAST, BF16) run as without. TG_EINVAL for a module that is not
  * a decoder (GPTModel, Qwen3Model, Llama3Model). */

@@ -58,10 +58,6 @@ struct tg_node {
 void tg__linear_rows(tg_numerics nm, tg_tensor *y2, const tg_tensor *x2, const tg_tensor *w, const tg_tensor *b);
 int tg__linear_grads(tg_node *n, tg_tensor *x, const tg_tensor *x2, tg_tensor *w, tg_tensor *b, const tg_tensor *g2,
                      tg_tensor *dx2);
-/* tg_linear_cross_entropy with chunk_rows rows per chunk (0: the
- * library's choice; src/autograd/op_nn.c). */
-tg_tensor *tg__linear_cross_entropy(tg_tape *tp, tg_tensor *x, tg_tensor *w, tg_tensor *b, const tg_tensor *target,
-                                    tg_reduction r, int64_t ignore_index, int64_t chunk_rows);
 /* GELU's (tanh) input gradient for input a and output gradient dy, in tp,
  * under policy nm (src/autograd/op_elementwise.c). NULL if out of memory. */
 tg_tensor *tg__gelu_grad(tg_tape *tp, tg_numerics nm, const tg_tensor *a, const tg_tensor *dy);

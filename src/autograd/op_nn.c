@@ -534,7 +534,7 @@ static int64_t head_chunk_rows(int64_t V, size_t esize, int64_t N)
 }
 
 /* One chunk's rows of logits L (rows, V) dense, targets tv (-1: ignored):
- * elem[i] = -log_softmax(L_i)[t_i], and with grad L_i becomes its gradient
+ * elem[i] = -log_softmax(L_i)[t_i] (elem may be NULL), and with grad L_i becomes its gradient
  * (softmax(L_i) - onehot(t_i)) * scale (zero for an ignored row). */
 static void head_rows(tg_tensor *L, const tg_tensor *stats, const int64_t *tv, void *elem, bool grad, double scale)
 {
@@ -545,7 +545,7 @@ static void head_rows(tg_tensor *L, const tg_tensor *stats, const int64_t *tv, v
         if (f32) {
             float *x = (float *)L->data + L->offset + i * V, m = ((const float *)stats->data)[2 * i],
                   lse = ((const float *)stats->data)[2 * i + 1];
-            ((float *)elem)[i] = tv[i] < 0 ? 0.0f : -((x[tv[i]] - m) - lse);
+            if (elem) ((float *)elem)[i] = tv[i] < 0 ? 0.0f : -((x[tv[i]] - m) - lse);
             if (!grad) continue;
             if (tv[i] < 0) {
                 memset(x, 0, sizeof(float) * (size_t)V);
@@ -559,7 +559,7 @@ static void head_rows(tg_tensor *L, const tg_tensor *stats, const int64_t *tv, v
         } else {
             double *x = (double *)L->data + L->offset + i * V, m = ((const double *)stats->data)[2 * i],
                    lse = ((const double *)stats->data)[2 * i + 1];
-            ((double *)elem)[i] = tv[i] < 0 ? 0.0 : -((x[tv[i]] - m) - lse);
+            if (elem) ((double *)elem)[i] = tv[i] < 0 ? 0.0 : -((x[tv[i]] - m) - lse);
             if (!grad) continue;
             if (tv[i] < 0) {
                 memset(x, 0, sizeof(double) * (size_t)V);
@@ -581,75 +581,173 @@ static tg_tensor rows_of(const tg_tensor *t, int64_t r0, int64_t n)
     return v;
 }
 
-/* The fused head: per chunk of rows, logits = x W^T (+ b), the rows' losses,
- * and (with grad) the logits' gradient in their place, from which dx's rows
- * are made at once (dh); W's gradient is either accumulated chunk by chunk
- * (dW, (V, d)) or, when there are fewer rows than features, the logits'
- * gradient is kept whole for backward (dl, (N, V)): the smaller of the two.
- * Everything is for an incoming gradient of 1; backward scales by it. */
-static tg_tensor *linear_cross_entropy_chunked(tg_tape *tp, tg_tensor *x, tg_tensor *w, tg_tensor *b,
-                                               const int64_t *tv, int64_t counted, tg_reduction r, int64_t chunk)
+/* What the fused head computes, chunk by chunk (head_pass). */
+typedef struct {
+    tg_numerics nm;
+    const tg_tensor *x, *w, *b; /* x (N, d) and w (V, d) dense */
+    const int64_t *tv;          /* targets, -1 ignored */
+    int64_t chunk;
+    double scale;               /* 1 / counted for the mean, else 1 */
+    tg_tensor *L;               /* logits: chunk rows, or (N, V) when kept */
+    bool keep;                  /* L holds every row (the logits' gradient kept for W's) */
+    tg_tensor *stats;           /* (chunk, 2), or (N, 2) kept for a replay */
+    void *elem;                 /* per-row losses (N), or NULL */
+    bool grad;                  /* make the gradients (for an incoming 1) */
+    tg_tensor *dh, *dw, *db;    /* x's (N, d), W's (V, d) when accumulated per chunk, b's (V); or NULL */
+    tg_tensor *wgrad;           /* W's gradient buffer, accumulated per chunk with alpha wscale, or NULL */
+    double wscale;
+    bool wfresh;                /* wgrad holds garbage until the first chunk */
+} head_pass;
+
+/* One pass over the rows: logits = x W^T (+ b) a chunk at a time, the rows'
+ * losses (with stats kept whole, or from them when replaying), and with
+ * grad the chunk's logits' gradient in their place, then dh's rows and the
+ * chunk's share of W's and b's gradients. */
+static bool head_run_pass(tg_tape *tp, head_pass *h)
 {
-    tg_numerics nm = tg_tape_numerics(tp);
-    int64_t N = x->shape[0], d = x->shape[1], V = w->shape[0];
-    tg_tensor *ins[3] = {x, w, b};
-    bool grad = tg__will_record(b ? 3 : 2, ins);
-    bool gx = grad && tg__needs_grad(x), gw = grad && tg__needs_grad(w), gb = grad && tg__needs_grad(b);
-    bool keep = gw && N <= d;
-    tg_dtype dt = x->dtype;
-    if (chunk <= 0) chunk = head_chunk_rows(V, tg_dtype_size(dt), N);
-    if (chunk > N) chunk = N;
-    const tg_tensor *xd = tg__dense(tp, x), *wd = tg__dense(tp, w);
-    int64_t sh_dl[2] = {keep ? N : chunk, V}, sh_dh[2] = {N, d}, sh_st[2] = {chunk, 2};
-    tg_tensor *L = xd && wd ? tg_empty(tp, dt, 2, sh_dl) : NULL;
-    tg_tensor *stats = L ? tg_empty(tp, dt, 2, sh_st) : NULL;
-    tg_tensor *elem = stats ? tg_empty(tp, dt, 1, &N) : NULL;
-    tg_tensor *dh = gx && elem ? tg_empty(tp, dt, 2, sh_dh) : NULL;
-    tg_tensor *dw = gw && !keep && elem ? tg_zeros(tp, dt, 2, w->shape) : NULL;
-    tg_tensor *db = gb && elem ? tg_zeros(tp, dt, 1, &V) : NULL;
-    if (!elem || (gx && !dh) || (gw && !keep && !dw) || (gb && !db)) return NULL;
-    double scale = r == TG_REDUCE_MEAN ? 1.0 / (double)counted : 1.0;
-    if (r == TG_REDUCE_MEAN && dt == TG_F32) scale = (double)(1.0f / (float)counted);
-    for (int64_t r0 = 0; r0 < N; r0 += chunk) {
-        int64_t n = N - r0 < chunk ? N - r0 : chunk;
-        tg_tensor xc = rows_of(xd, r0, n), lc = rows_of(L, keep ? r0 : 0, n), sc = rows_of(stats, 0, n);
-        if (b) tg_k_copy(&lc, b);
-        tg_k_gemm(nm, &lc, &xc, false, wd, true, 1.0, b ? 1.0 : 0.0);
-        tg_k_log_softmax_stats(&sc, &lc);
-        head_rows(&lc, &sc, tv + r0, (char *)elem->data + (size_t)r0 * tg_dtype_size(dt), grad, scale);
-        if (!grad) continue;
-        if (gx) {
-            tg_tensor hc = rows_of(dh, r0, n);
-            tg_k_gemm(nm, &hc, &lc, false, wd, false, 1.0, 0.0);
+    int64_t N = h->x->shape[0], V = h->w->shape[0];
+    size_t es = tg_dtype_size(h->x->dtype);
+    for (int64_t r0 = 0; r0 < N; r0 += h->chunk) {
+        int64_t n = N - r0 < h->chunk ? N - r0 : h->chunk;
+        tg_tensor xc = rows_of(h->x, r0, n), lc = rows_of(h->L, h->keep ? r0 : 0, n);
+        tg_tensor sc = rows_of(h->stats, h->stats->shape[0] == N ? r0 : 0, n);
+        if (h->b) tg_k_copy(&lc, h->b);
+        tg_k_gemm(h->nm, &lc, &xc, false, h->w, true, 1.0, h->b ? 1.0 : 0.0);
+        if (h->elem) tg_k_log_softmax_stats(&sc, &lc);
+        head_rows(&lc, &sc, h->tv + r0, h->elem ? (char *)h->elem + (size_t)r0 * es : NULL, h->grad, h->scale);
+        if (!h->grad) continue;
+        if (h->dh) {
+            tg_tensor hc = rows_of(h->dh, r0, n);
+            tg_k_gemm(h->nm, &hc, &lc, false, h->w, false, 1.0, 0.0);
         }
-        if (dw) tg_k_gemm(nm, dw, &lc, true, &xc, false, 1.0, 1.0);
-        if (db) {
-            tg_tensor acc = *db; /* (1, V): the chunk's column sums added */
+        if (h->dw) tg_k_gemm(h->nm, h->dw, &lc, true, &xc, false, 1.0, 1.0);
+        if (h->wgrad) {
+            tg_k_gemm(h->nm, h->wgrad, &lc, true, &xc, false, h->wscale, h->wfresh ? 0.0 : 1.0);
+            h->wfresh = false;
+        }
+        if (h->db) {
+            tg_tensor acc = *h->db; /* (1, V): the chunk's column sums added */
             acc.ndim = 2, acc.shape[0] = 1, acc.shape[1] = V, acc.stride[0] = V, acc.stride[1] = 1;
-            tg_tensor *part = tg_empty(tp, dt, 2, acc.shape);
-            if (!part) return NULL;
+            tg_tensor *part = tg_empty(tp, h->db->dtype, 2, acc.shape);
+            if (!part) return false;
             tg_k_sum_to(part, &lc);
             tg_k_axpy(&acc, part, 1.0);
         }
     }
-    tg_tensor *out = nll_reduce(tp, elem, tv, r, counted);
-    /* saved: dh, dW or (dl and x), db; none of them a tensor anyone else
-     * writes (x's values are read again only when dl is kept) */
-    tg_tensor *saved[4] = {dh, keep ? L : dw, keep ? (tg_tensor *)xd : NULL, db};
+    return true;
+}
+
+/* The fused head: per chunk of rows, logits = x W^T (+ b), the rows'
+ * losses, and (with grad) the logits' gradient in their place, from which
+ * x's gradient is made at once (dh); W's gradient is either accumulated
+ * chunk by chunk (dW, (V, d)) or, with fewer rows than features, the
+ * logits' gradient is kept whole for backward (dl, (N, V)): the smaller of
+ * the two. Everything is for an incoming gradient of 1; backward scales by
+ * it. replay: nothing but each row's (max, lse) is kept, and backward
+ * computes the logits again, chunk by chunk, with the same products in the
+ * same order (the same bits as without replay). */
+static tg_tensor *linear_cross_entropy_chunked(tg_tape *tp, tg_tensor *x, tg_tensor *w, tg_tensor *b, tg_tensor *t,
+                                               int64_t counted, tg_reduction r, int64_t chunk, bool replay)
+{
+    int64_t N = x->shape[0], d = x->shape[1], V = w->shape[0];
+    tg_tensor *ins[3] = {x, w, b};
+    bool grad = tg__will_record(b ? 3 : 2, ins);
+    bool gx = tg__needs_grad(x), gw = tg__needs_grad(w), gb = tg__needs_grad(b);
+    tg_dtype dt = x->dtype;
+    replay &= grad;
+    head_pass h = {.nm = tg_tape_numerics(tp), .x = tg__dense(tp, x), .w = tg__dense(tp, w), .b = b, .tv = t->data,
+                   .chunk = chunk > 0 ? (chunk < N ? chunk : N) : head_chunk_rows(V, tg_dtype_size(dt), N),
+                   .keep = grad && !replay && gw && N <= d, .grad = grad && !replay};
+    h.scale = r == TG_REDUCE_MEAN ? (dt == TG_F32 ? (double)(1.0f / (float)counted) : 1.0 / (double)counted) : 1.0;
+    int64_t sh_l[2] = {h.keep ? N : h.chunk, V}, sh_dh[2] = {N, d}, sh_st[2] = {replay ? N : h.chunk, 2};
+    h.L = h.x && h.w ? tg_empty(tp, dt, 2, sh_l) : NULL;
+    h.stats = h.L ? tg_empty(tp, dt, 2, sh_st) : NULL;
+    tg_tensor *elem = h.stats ? tg_empty(tp, dt, 1, &N) : NULL;
+    if (!elem) return NULL;
+    h.elem = elem->data;
+    if (h.grad) {
+        h.dh = gx ? tg_empty(tp, dt, 2, sh_dh) : NULL;
+        h.dw = gw && !h.keep ? tg_zeros(tp, dt, 2, w->shape) : NULL;
+        h.db = gb ? tg_zeros(tp, dt, 1, &V) : NULL;
+        if ((gx && !h.dh) || (gw && !h.keep && !h.dw) || (gb && !h.db)) return NULL;
+    }
+    if (!head_run_pass(tp, &h)) return NULL;
+    tg_tensor *out = nll_reduce(tp, elem, t->data, r, counted);
+    /* saved: (dh, dW or dl, x when dl is kept, db), or for a replay (x, W,
+     * b, the targets, the rows' stats); none but x, W, b a tensor anyone
+     * else writes */
+    tg_tensor *saved[5] = {h.dh, h.keep ? h.L : h.dw, h.keep ? (tg_tensor *)h.x : NULL, h.db, NULL};
+    if (replay) {
+        saved[0] = (tg_tensor *)h.x, saved[1] = (tg_tensor *)h.w, saved[2] = b, saved[3] = t, saved[4] = h.stats;
+    }
     tg_node *nd;
-    out = tg__record(tp, TG_OP_LINEAR_CROSS_ENTROPY, out, b ? 3 : 2, ins, 4, saved, &nd);
-    if (nd) nd->iarg[0] = keep;
+    out = tg__record(tp, TG_OP_LINEAR_CROSS_ENTROPY, out, b ? 3 : 2, ins, 5, saved, &nd);
+    if (nd) {
+        nd->iarg[0] = h.keep, nd->iarg[1] = replay, nd->iarg[2] = h.chunk;
+        nd->darg[0] = h.scale;
+    }
     return out;
 }
 
+/* g * src into t's gradient buffer (written when fresh) */
+static int add_scaled(tg_tensor *t, const tg_tensor *src, double g)
+{
+    bool fresh;
+    tg_tensor *buf = tg__grad_buf(t, &fresh, false);
+    if (!buf) return TG_ENOMEM;
+    if (fresh) {
+        tg_k_copy(buf, src);
+        if (g != 1.0) tg_k_binary_scalar(buf, buf, g, TG_BIN_MUL, false);
+    } else {
+        tg_k_axpy(buf, src, g);
+    }
+    return TG_OK;
+}
+
+/* The head's pass again in backward (a replay): the gradients for an
+ * incoming 1 into fresh buffers of the node's tape, as forward would have
+ * made them (W's per chunk when forward would have kept the logits'
+ * gradient: then straight into W's gradient with alpha g). */
+static int head_replay(tg_node *n, double g, tg_tensor **dh, tg_tensor **dw, tg_tensor **db, bool *w_done)
+{
+    tg_tape *tp = tg__btape(n);
+    tg_tensor *x = n->saved[0], *w = n->saved[1], *b = n->saved[2], *t = n->saved[3], *stats = n->saved[4];
+    int64_t N = x->shape[0], d = x->shape[1], V = w->shape[0], sh_dh[2] = {N, d};
+    bool gw = tg__needs_grad(n->in[1]);
+    head_pass h = {.nm = n->numerics, .x = x, .w = w, .b = b, .tv = t->data, .chunk = n->iarg[2],
+                   .scale = n->darg[0], .stats = stats, .grad = true};
+    int64_t sh_l[2] = {h.chunk, V};
+    h.L = tg_empty(tp, x->dtype, 2, sh_l);
+    if (!h.L) return TG_ENOMEM;
+    if (tg__needs_grad(n->in[0]) && !(h.dh = tg_empty(tp, x->dtype, 2, sh_dh))) return TG_ENOMEM;
+    if (gw && N <= d) { /* forward would have kept dl: W's gradient per chunk, as backward does then */
+        h.wgrad = tg__grad_buf(n->in[1], &h.wfresh, false);
+        h.wscale = g;
+        if (!h.wgrad) return TG_ENOMEM;
+        *w_done = true;
+    } else if (gw && !(h.dw = tg_zeros(tp, x->dtype, 2, w->shape))) {
+        return TG_ENOMEM;
+    }
+    if (b && tg__needs_grad(n->in[2]) && !(h.db = tg_zeros(tp, x->dtype, 1, &V))) return TG_ENOMEM;
+    if (!head_run_pass(tp, &h)) return TG_ENOMEM;
+    *dh = h.dh, *dw = h.dw, *db = h.db;
+    return TG_OK;
+}
+
 /* forward (per chunk): l = reduce(cross_entropy(x W^T + b, t)); the
- * gradients for dl = 1 were made in forward (dh, dW or dl, db); so
- * dx = g dh, dW += g dW (or g dl^T x), db += g db */
+ * gradients for dl = 1 were made in forward (dh, dW or dl, db), or are made
+ * now by a replay; so dx = g dh, dW += g dW (or g dl^T x, per chunk),
+ * db += g db */
 int tg__linear_cross_entropy_backward(tg_node *n)
 {
     double g = tg_item(n->grad);
     tg_tensor *x = n->in[0], *w = n->in[1], *b = n->nin > 2 ? n->in[2] : NULL;
-    tg_tensor *dh = n->saved[0], *dwl = n->saved[1], *xd = n->saved[2], *db = n->saved[3];
+    tg_tensor *dh = n->saved[0], *dwl = n->saved[1], *db = n->saved[3];
+    bool w_done = false;
+    if (n->iarg[1]) {
+        int st = head_replay(n, g, &dh, &dwl, &db, &w_done);
+        if (st) return st;
+    }
     if (dh && tg__needs_grad(x)) {
         tg_tensor v = *dh;
         v.ndim = x->ndim;
@@ -659,34 +757,29 @@ int tg__linear_cross_entropy_backward(tg_node *n)
         int st = tg__accum_owned(n, x, &v);
         if (st) return st;
     }
-    bool fresh;
-    if (dwl && tg__needs_grad(w)) {
-        tg_tensor *buf = tg__grad_buf(w, &fresh, false);
-        if (!buf) return TG_ENOMEM;
-        if (n->iarg[0]) {
-            tg_k_gemm(n->numerics, buf, dwl, true, xd, false, g, fresh ? 0.0 : 1.0);
-        } else if (fresh) {
-            tg_k_copy(buf, dwl);
-            if (g != 1.0) tg_k_binary_scalar(buf, buf, g, TG_BIN_MUL, false);
+    if (dwl && tg__needs_grad(w) && !w_done) {
+        int st;
+        if (n->iarg[0]) { /* the logits' gradient kept: W's per chunk, as a replay makes it */
+            head_pass h = {.nm = n->numerics, .x = n->saved[2], .chunk = n->iarg[2], .wscale = g};
+            if (!(h.wgrad = tg__grad_buf(w, &h.wfresh, false))) return TG_ENOMEM;
+            for (int64_t r0 = 0; r0 < dwl->shape[0]; r0 += h.chunk) {
+                int64_t m = dwl->shape[0] - r0 < h.chunk ? dwl->shape[0] - r0 : h.chunk;
+                tg_tensor xc = rows_of(h.x, r0, m), lc = rows_of(dwl, r0, m);
+                tg_k_gemm(h.nm, h.wgrad, &lc, true, &xc, false, g, h.wfresh ? 0.0 : 1.0);
+                h.wfresh = false;
+            }
+            st = TG_OK;
         } else {
-            tg_k_axpy(buf, dwl, g);
+            st = add_scaled(w, dwl, g);
         }
+        if (st) return st;
     }
-    if (db && tg__needs_grad(b)) {
-        tg_tensor *buf = tg__grad_buf(b, &fresh, false);
-        if (!buf) return TG_ENOMEM;
-        if (fresh) {
-            tg_k_copy(buf, db);
-            if (g != 1.0) tg_k_binary_scalar(buf, buf, g, TG_BIN_MUL, false);
-        } else {
-            tg_k_axpy(buf, db, g);
-        }
-    }
+    if (db && b && tg__needs_grad(b)) return add_scaled(b, db, g);
     return TG_OK;
 }
 
 tg_tensor *tg__linear_cross_entropy(tg_tape *tp, tg_tensor *x, tg_tensor *w, tg_tensor *b, const tg_tensor *target,
-                                    tg_reduction r, int64_t ignore_index, int64_t chunk_rows)
+                                    tg_reduction r, int64_t ignore_index, int64_t chunk_rows, bool replay)
 {
     char sx[64], sw[64];
     static const char op[] = "linear_cross_entropy";
@@ -706,11 +799,11 @@ tg_tensor *tg__linear_cross_entropy(tg_tape *tp, tg_tensor *x, tg_tensor *w, tg_
     head.shape[1] = w->shape[0];
     int64_t counted = 0;
     tg_tensor *t = class_targets(tp, op, &head, target, r, ignore_index, &counted);
-    return t ? linear_cross_entropy_chunked(tp, x, w, b, t->data, counted, r, chunk_rows) : NULL;
+    return t ? linear_cross_entropy_chunked(tp, x, w, b, t, counted, r, chunk_rows, replay) : NULL;
 }
 
 tg_tensor *tg_linear_cross_entropy(tg_tape *tp, tg_tensor *x, tg_tensor *w, tg_tensor *b, const tg_tensor *target,
                                    tg_reduction r, int64_t ignore_index)
 {
-    return tg__linear_cross_entropy(tp, x, w, b, target, r, ignore_index, 0);
+    return tg__linear_cross_entropy(tp, x, w, b, target, r, ignore_index, 0, false);
 }

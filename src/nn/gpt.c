@@ -526,6 +526,7 @@ typedef struct {
     int64_t current_pos;
     bool last_logits_only;
     bool hidden_only; /* set by tg_gpt_lm_loss: the output stops before out_head */
+    bool recompute_head; /* tg_gpt_set_recompute: the chunked head's logits computed again in backward */
     tg__rope rope; /* Qwen3 and Llama 3: the cos and sin tables */
 } gpt_state;
 
@@ -680,6 +681,7 @@ int tg_gpt_set_recompute(tg_module *model, bool on)
     if (st == TG_OK && !blocks) st = tg_error_status(TG_EINVAL, "gpt_set_recompute: the model has no trf_blocks");
     for (int i = 0; st == TG_OK && i < tg_module_num_children(blocks); i++)
         st = tg_module_set_recompute(tg_module_child(blocks, i), on);
+    if (st == TG_OK) ((gpt_state *)tg_module_state(model))->recompute_head = on;
     return st;
 }
 
@@ -734,7 +736,7 @@ tg_tensor *tg_gpt_lm_loss(tg_tape *tp, tg_module *gpt, tg_tensor *ids, const tg_
     if (!chunked) return tg_cross_entropy_ignore(tp, rows, t, TG_REDUCE_MEAN, ignore_index);
     tg_module *head = tg_module_get_submodule(gpt, "out_head");
     tg_numerics was = tg__module_enter(tp, head);
-    tg_tensor *loss = tg_linear_cross_entropy(tp, rows, w, b, t, TG_REDUCE_MEAN, ignore_index);
+    tg_tensor *loss = tg__linear_cross_entropy(tp, rows, w, b, t, TG_REDUCE_MEAN, ignore_index, 0, s->recompute_head);
     tg__tape_leave(tp, was);
     return loss;
 }
