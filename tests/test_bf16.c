@@ -91,9 +91,10 @@ typedef struct {
 static const dims shapes[] = {
     {5, 8, 64}, {1, 300, 77}, {33, 1, 50}, {1, 1, 1}, {17, 19, 3}, {64, 96, 640}, {2, 130, 129},
     {8195, 6, 17}, /* more than 8192 rows: in slices (src/tensor/bf16.c) */
-    /* operands over 2M floats: emulated, rounded a block at a time (c's
-     * columns in forward and for dx, its rows from dy^T for dW) */
-    {3, 2100000, 4},
+    /* operands over 2M floats: emulated, rounded a block at a time (of the
+     * inner dimension for dx and dW, of c's columns for x v^T; of c's rows
+     * with many rows) */
+    {3, 2100000, 4}, {2100000, 3, 4},
     /* up to sixteen rows against a weight: the row kernels (one row, and
      * four at a time) through blocks of 32 and 16 columns, with and without
      * a rest */

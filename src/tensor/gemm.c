@@ -195,37 +195,52 @@ static tg_tensor narrowed(const tg_tensor *x, int d, int64_t s, int64_t len)
 
 /* An emulated bf16 product: both operands rounded to bf16 into scratch
  * memory (outside any tape: a leaf's gradient lives in the model's), then
- * float32 sgemm. The larger operand is rounded a block at a time (c's rows
- * from a, or its columns from b; about 8 MiB each), so a product reading a
- * model's output head holds no float32 copy of the whole weight. */
+ * float32 sgemm. The larger operand is rounded a block of its stored rows
+ * at a time (about 8 MiB each), so a product reading a model's output head
+ * holds no float32 copy of the whole weight: blocks of c's rows (a stored
+ * as op(a)), of c's columns (b stored transposed), or of the inner
+ * dimension (the operand stored along it; the blocks' products added). */
 static void gemm_emulated(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
                           double beta)
 {
     enum { BLOCK = 2 << 20 }; /* floats of the blocked operand's slice */
     int n = c->ndim;
-    int64_t M = c->shape[n - 2], N = c->shape[n - 1];
-    bool by_rows = tg_numel(a) >= tg_numel(b);
-    int64_t total = by_rows ? M : N, per = tg_numel(by_rows ? a : b) / (total > 0 ? total : 1);
+    int64_t M = c->shape[n - 2], N = c->shape[n - 1], K = ta ? a->shape[n - 2] : a->shape[n - 1];
+    if (M == 0 || N == 0 || K == 0) { /* no products: beta * c */
+        tg_k_gemm(TG_NUMERICS_FAST, c, a, ta, b, tb, alpha, beta);
+        return;
+    }
+    bool big_a = tg_numel(a) >= tg_numel(b);
+    /* 0: c's rows, 1: c's columns, 2: the inner dimension */
+    int how = big_a ? (ta ? 2 : 0) : (tb ? 1 : 2);
+    int64_t total = how == 0 ? M : how == 1 ? N : K;
+    int64_t per = tg_numel(big_a ? a : b) / total;
     int64_t step = per > 0 && BLOCK / per > 0 ? BLOCK / per : 1;
     if (step > total) step = total;
-    const tg_tensor *whole = by_rows ? b : a;
-    size_t nw = (size_t)tg_numel(whole), ns = (size_t)(step * (per > 0 ? per : 1));
+    const tg_tensor *small = big_a ? b : a;
+    /* the smaller operand whole (or its slice of the inner dimension), then the block */
+    size_t nw = how == 2 ? (size_t)(tg_numel(small) / K * step) : (size_t)tg_numel(small);
+    size_t ns = (size_t)(step * per);
     float *buf = malloc(sizeof(float) * (nw + ns + 1));
     if (!buf) {
         tg_error("gemm: out of memory rounding the operands to bf16");
         return;
     }
-    tg_tensor rw = bf16_operand(buf, whole);
+    tg_tensor rw = how == 2 ? *small : bf16_operand(buf, small);
     for (int64_t s0 = 0; s0 < total; s0 += step) {
         int64_t len = total - s0 < step ? total - s0 : step;
-        if (by_rows) { /* c's rows s0.. from op(a)'s rows: a's dim n-2, or n-1 when transposed */
-            tg_tensor as = narrowed(a, ta ? n - 1 : n - 2, s0, len), cs = narrowed(c, n - 2, s0, len);
+        if (how == 0) { /* c's rows s0.. from a's rows */
+            tg_tensor as = narrowed(a, n - 2, s0, len), cs = narrowed(c, n - 2, s0, len);
             tg_tensor ra = bf16_operand(buf + nw, &as);
             tg_k_gemm(TG_NUMERICS_FAST, &cs, &ra, ta, &rw, tb, alpha, beta);
-        } else { /* c's columns s0.. from op(b)'s columns: b's dim n-1, or n-2 when transposed */
-            tg_tensor bs = narrowed(b, tb ? n - 2 : n - 1, s0, len), cs = narrowed(c, n - 1, s0, len);
+        } else if (how == 1) { /* c's columns s0.. from b's rows (b stored transposed) */
+            tg_tensor bs = narrowed(b, n - 2, s0, len), cs = narrowed(c, n - 1, s0, len);
             tg_tensor rb = bf16_operand(buf + nw, &bs);
             tg_k_gemm(TG_NUMERICS_FAST, &cs, &rw, ta, &rb, tb, alpha, beta);
+        } else { /* inner indices s0..: both operands' slices, the products added into c */
+            tg_tensor as = narrowed(a, ta ? n - 2 : n - 1, s0, len), bs = narrowed(b, tb ? n - 1 : n - 2, s0, len);
+            tg_tensor rs = bf16_operand(buf, big_a ? &bs : &as), rbig = bf16_operand(buf + nw, big_a ? &as : &bs);
+            tg_k_gemm(TG_NUMERICS_FAST, c, big_a ? &rbig : &rs, ta, big_a ? &rs : &rbig, tb, alpha, s0 ? 1.0 : beta);
         }
     }
     free(buf);

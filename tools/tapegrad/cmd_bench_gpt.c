@@ -270,13 +270,20 @@ int tg_cmd_bench_gpt(int argc, char **argv)
                             (long long)cfg.context_length);
     if (tg_decoder_config_check(&cfg) != TG_OK) return tg_cli_lib_error(CMD, NULL);
     /* parameters, gradients, AdamW's two moments (the weights alone under
-     * LoRA), the logits with their gradient, and a generous bound on each
-     * block's activations; within the budget or 80% of the machine's memory */
+     * LoRA), the head's logits (whole with their gradient under EXACT; in
+     * chunks otherwise: the smaller of its gradient's and the weight's
+     * size), each block's activations (a bound: 16 rows of emb and 3 of
+     * the feed-forward per token, and the attention's scores under EXACT);
+     * with --recompute each block's input and one block's activations */
+    double rows = (double)a.batch * (double)a.tokens, emb = (double)cfg.emb_dim, vocab = (double)cfg.vocab_size;
+    double hid = (double)(cfg.hidden_dim ? cfg.hidden_dim : 4 * cfg.emb_dim);
+    bool exact = mo.numerics == TG_NUMERICS_EXACT;
     double per_param = a.lora_rank_seen ? 4.5 : 16.0;
-    double bytes = per_param * (double)tg_decoder_config_num_parameters(&cfg) +
-                   12.0 * (double)a.batch * (double)a.tokens * (double)cfg.vocab_size +
-                   4.0 * (double)cfg.n_layers * (double)a.batch * (double)a.tokens *
-                       (64.0 * (double)cfg.emb_dim + 12.0 * (double)cfg.n_heads * (double)a.tokens);
+    double head = exact ? 12.0 * rows * vocab : 4.0 * (rows < emb ? rows : emb) * vocab + (64 << 20);
+    double block = 4.0 * rows * (16.0 * emb + 3.0 * hid + (exact ? 3.0 * (double)cfg.n_heads * (double)a.tokens : 0.0));
+    double layers = (double)cfg.n_layers;
+    double bytes = per_param * (double)tg_decoder_config_num_parameters(&cfg) + head +
+                   (mo.recompute ? block + layers * 4.0 * rows * emb : layers * block);
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     double budget = pages > 0 && page > 0 ? 0.8 * (double)pages * (double)page : TG_CLI_MEMORY_BUDGET;
     if (budget < TG_CLI_MEMORY_BUDGET) budget = TG_CLI_MEMORY_BUDGET;
