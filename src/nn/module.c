@@ -182,9 +182,9 @@ int tg_module_register_parameter(tg_module *m, const char *name, tg_tensor *p)
 {
     int st = check_args("register_parameter", m, p);
     if (st) return st;
-    if (!tg__is_float(p->dtype))
-        return tg_error_status(TG_EINVAL, "%s: parameter '%s' must be float32 or float64, got %s", m->type->name,
-                               name ? name : "(null)", tg_dtype_name(p->dtype));
+    if (!tg__is_float(p->dtype) && p->dtype != TG_BF16)
+        return tg_error_status(TG_EINVAL, "%s: parameter '%s' must be float32 or float64 (or a frozen bfloat16), got %s",
+                               m->type->name, name ? name : "(null)", tg_dtype_name(p->dtype));
     if (p->grad_fn)
         return tg_error_status(TG_EINVAL, "%s: cannot register a non-leaf tensor as parameter '%s' (%s); "
                                "parameters must be created explicitly", m->type->name, name ? name : "(null)",
@@ -192,7 +192,7 @@ int tg_module_register_parameter(tg_module *m, const char *name, tg_tensor *p)
     st = put(m, 0, name, p, true);
     if (st == TG_OK && !p->is_param) {
         p->is_param = true;
-        p->requires_grad = true;
+        p->requires_grad = p->dtype != TG_BF16; /* a bf16 weight is frozen */
     }
     return st;
 }
@@ -692,11 +692,15 @@ int tg_module_to_dtype(tg_tape *tp, tg_module *m, tg_dtype dt)
 {
     if (!m) return tg_error_status(TG_EINVAL, "to_dtype: NULL module");
     if (!tp) return tg_error_status(TG_EINVAL, "to_dtype: NULL tape");
-    if (!tg__is_float(dt)) return tg_error_status(TG_EINVAL, "to_dtype: modules hold float32 or float64 only");
-    /* Every distinct float tensor of the tree (parameters and all buffers). */
+    bool bf16 = dt == TG_BF16;
+    if (!tg__is_float(dt) && !bf16)
+        return tg_error_status(TG_EINVAL, "to_dtype: modules hold float32 or float64 (and frozen bfloat16 weights), not %s",
+                               tg_dtype_name(dt));
+    /* Every distinct float tensor of the tree (parameters and all buffers;
+     * to bf16 the parameters only: buffers are inputs of float arithmetic). */
     tg_tape *scratch = tg_tape_new();
     if (!scratch) return TG_ENOMEM;
-    walker w = {.tp = scratch, .dedup = true, .params = true, .buffers = true, .all_buffers = true};
+    walker w = {.tp = scratch, .dedup = true, .params = true, .buffers = !bf16, .all_buffers = !bf16};
     tg_named_list all;
     int st = collect(&w, "to_dtype", m, &all);
     /* Convert everything first, then switch: a failure leaves the module as it was. */
@@ -709,7 +713,13 @@ int tg_module_to_dtype(tg_tape *tp, tg_module *m, tg_dtype dt)
     }
     for (int i = 0; st == TG_OK && i < all.n; i++) {
         tg_tensor *t = all.tensors[i];
-        if (!tg__is_float(t->dtype) || t->dtype == dt) continue;
+        if ((!tg__is_float(t->dtype) && t->dtype != TG_BF16) || t->dtype == dt) continue;
+        if (bf16 && t->requires_grad) {
+            st = tg_error_status(TG_EINVAL, "to_dtype: parameter '%s' requires grad: trainable parameters keep "
+                                 "float32 (freeze it with tg_module_requires_grad_ before converting to bfloat16)",
+                                 all.names[i]);
+            break;
+        }
         vals[i] = tg_to_dtype(tp, t, dt);
         if (t->grad) grads[i] = tg_to_dtype(tp, t->grad, dt);
         if (!vals[i] || (t->grad && !grads[i])) st = TG_ENOMEM;
