@@ -443,7 +443,7 @@ static void test_module_to_dtype(void **state)
     assert_int_equal(tg_module_requires_grad_(m, false), TG_OK);
     assert_int_equal(tg_module_to_dtype(tp, m, TG_BF16), TG_OK);
     assert_int_equal(w->dtype, TG_BF16); /* the same tensor, its storage in bf16 */
-    assert_int_equal(tg_module_get_parameter(m, "bias")->dtype, TG_BF16);
+    assert_int_equal(tg_module_get_parameter(m, "bias")->dtype, TG_F32); /* a vector: float32 arithmetic reads it */
     assert_same_bits(tg_to_dtype(tp, w, TG_F32), tg_to_dtype(tp, tg_to_dtype(tp, w0, TG_BF16), TG_F32), "rounded");
     tu_assert_status_error(tg_module_requires_grad_(m, true), "bfloat16");
     /* forward and the widened module's, bit for bit */
@@ -510,6 +510,166 @@ static void test_lora(void **state)
     tg_tape_free(mt);
 }
 
+/* ---- a decoder built and loaded with bf16 weights --------------------------------------------------- */
+
+static tg_decoder_config tiny_qwen3(void)
+{
+    return (tg_decoder_config){.vocab_size = 64, .context_length = 32, .emb_dim = 32, .n_heads = 4, .n_layers = 2,
+                               .family = TG_GPT_FAMILY_QWEN3, .hidden_dim = 48, .head_dim = 8, .n_kv_groups = 2,
+                               .qk_norm = true, .rope_base = 10000.0};
+}
+
+/* Logits of m on fixed ids under nm (eval, no recording). */
+static tg_tensor *logits_of(tg_tape *tp, tg_module *m, tg_numerics nm)
+{
+    int64_t ids[10] = {1, 5, 9, 63, 0, 2, 33, 7, 7, 40}, shape[2] = {1, 10};
+    tg_tape_set_numerics(tp, nm);
+    tg_module_train(m, false);
+    bool prev = tg_set_grad_enabled(false);
+    tg_tensor *y = tg_module_forward(tp, m, tg_from_data(tp, TG_I64, 2, shape, ids));
+    tg_set_grad_enabled(prev);
+    tu_assert_ok(y);
+    return y;
+}
+
+/* Every parameter of a (bf16 weights) equal to b's rounded, b float32. */
+static void assert_rounded_params(tg_tape *tp, const tg_module *a, const tg_module *b, int *n_bf16)
+{
+    tg_named_list pa, pb;
+    assert_int_equal(tg_module_named_parameters(tp, a, &pa), TG_OK);
+    assert_int_equal(tg_module_named_parameters(tp, b, &pb), TG_OK);
+    assert_int_equal(pa.n, pb.n);
+    *n_bf16 = 0;
+    for (int i = 0; i < pa.n; i++) {
+        assert_string_equal(pa.names[i], pb.names[i]);
+        const tg_tensor *x = pa.tensors[i];
+        if (x->dtype == TG_BF16) ++*n_bf16, assert_false(x->requires_grad);
+        tg_tensor *want = tg_to_dtype(tp, x->dtype == TG_BF16 ? tg_to_dtype(tp, pb.tensors[i], TG_BF16) : pb.tensors[i],
+                                      TG_F32);
+        assert_same_bits(tg_to_dtype(tp, x, TG_F32), want, pa.names[i]);
+    }
+}
+
+static void test_decoder_weights(void **state)
+{
+    (void)state;
+    tg_tape *mt = tg_tape_new(), *tp = tg_tape_new();
+    tg_decoder_config c32 = tiny_qwen3(), c16 = c32;
+    c16.weights = TG_BF16;
+    tg_manual_seed(7);
+    tg_module *m32 = tg_decoder_new(mt, &c32);
+    tg_manual_seed(7);
+    tg_module *m16 = tg_decoder_new(mt, &c16);
+    tu_assert_ok(m32);
+    tu_assert_ok(m16);
+    /* drawn as the float32 model draws, then rounded; the norms float32 */
+    int n_bf16;
+    assert_rounded_params(tp, m16, m32, &n_bf16);
+    assert_int_equal(n_bf16, 1 + 2 * 7 + 1); /* tok_emb, 7 Linear per block, out_head */
+    /* the float32 model with its weights rounded: the same logits, bit for bit, under EXACT and FAST */
+    assert_int_equal(tg_module_requires_grad_(m32, false), TG_OK);
+    assert_int_equal(tg_module_to_dtype(mt, m32, TG_BF16), TG_OK);
+    assert_int_equal(tg_module_to_dtype(mt, m32, TG_F32), TG_OK);
+    assert_same_bits(logits_of(tp, m16, TG_NUMERICS_EXACT), logits_of(tp, m32, TG_NUMERICS_EXACT), "EXACT logits");
+    assert_same_bits(logits_of(tp, m16, TG_NUMERICS_FAST), logits_of(tp, m32, TG_NUMERICS_FAST), "FAST logits");
+    /* greedy generation with the KV cache: the same ids */
+    int64_t prompt[3] = {4, 8, 15}, out16[12], out32[12], n16, n32;
+    tg_generate_options go = {.max_new_tokens = 8, .eos_id = -1};
+    assert_int_equal(tg_gpt_generate(m16, prompt, 3, &go, out16, &n16), TG_OK);
+    assert_int_equal(tg_gpt_generate(m32, prompt, 3, &go, out32, &n32), TG_OK);
+    assert_int_equal(n16, n32);
+    assert_memory_equal(out16, out32, sizeof(int64_t) * (size_t)n16);
+    /* LoRA over the bf16 base: the adapters' gradients are the widened model's */
+    tg_tensor *ga[2];
+    tg_module *ms[2] = {m16, m32};
+    for (int k = 0; k < 2; k++) {
+        tg_manual_seed(3);
+        assert_int_equal(tg_lora_replace_linear(mt, ms[k], 2, 4.0), TG_OK);
+        tg_tensor *b = tg_module_get_parameter(ms[k], "trf_blocks.1.ff.fc3.lora.B");
+        tu_assert_ok(b);
+        assert_int_equal(tg_normal_(b, 0.0, 0.1, tg_generator_new(1)), TG_OK);
+        tg_tape_reset(tp);
+        tg_tape_set_numerics(tp, TG_NUMERICS_EXACT);
+        tg_module_train(ms[k], true);
+        int64_t ids[6] = {1, 2, 3, 4, 5, 6}, tg[6] = {2, 3, 4, 5, 6, 7}, sh[2] = {1, 6}, n6 = 6;
+        tg_tensor *y = tg_module_forward(tp, ms[k], tg_from_data(tp, TG_I64, 2, sh, ids));
+        tg_tensor *loss = tg_cross_entropy(tp, tg_view(tp, y, 2, (int64_t[]){6, 64}), tg_from_data(tp, TG_I64, 1, &n6, tg),
+                                           TG_REDUCE_MEAN);
+        tu_assert_ok(loss);
+        assert_int_equal(tg_backward(loss, NULL, false), TG_OK);
+        ga[k] = tg_clone(mt, tg_module_get_parameter(ms[k], "trf_blocks.0.att.W_query.lora.A")->grad);
+    }
+    assert_same_bits(ga[0], ga[1], "LoRA dA over a bf16 base");
+    /* GPT-2 has no bf16 build: a clear error */
+    tg_decoder_config g = {.vocab_size = 64, .context_length = 16, .emb_dim = 32, .n_heads = 4, .n_layers = 1,
+                           .weights = TG_BF16};
+    tu_assert_status_error(tg_decoder_config_check(&g), "bfloat16 weights", "Qwen3 and Llama 3");
+    g.weights = TG_I64;
+    tu_assert_status_error(tg_decoder_config_check(&g), "weights must be float32 or bfloat16", "int64");
+    tg_tape_free(tp);
+    tg_tape_free(mt);
+}
+
+/* A BF16 Hugging Face folder into a bf16 model: the file's bits kept, and
+ * the logits of the same folder loaded into float32 weights. */
+static void test_decoder_load_hf(void **state)
+{
+    (void)state;
+    tg_tape *mt = tg_tape_new(), *tp = tg_tape_new();
+    char dir[4096];
+    tu_ref_path(dir, sizeof dir, "hf_qwen3_tiny");
+    tg_decoder_config c32, c16;
+    assert_int_equal(tg_decoder_config_from_hf(dir, &c32), TG_OK);
+    assert_int_equal(tg_decoder_hf_weights(dir, &c16.weights), TG_OK);
+    assert_int_equal(c16.weights, TG_BF16); /* its shards store BF16 */
+    tg_dtype wdt = c16.weights;
+    c16 = c32;
+    c16.weights = wdt;
+    tg_module *m32 = tg_decoder_new(mt, &c32), *m16 = tg_decoder_new(mt, &c16);
+    tu_assert_ok(m32);
+    tu_assert_ok(m16);
+    assert_int_equal(tg_decoder_load_hf(m32, dir), TG_OK);
+    assert_int_equal(tg_decoder_load_hf(m16, dir), TG_OK);
+    int n_bf16;
+    assert_rounded_params(tp, m16, m32, &n_bf16); /* rounding a widened bf16 is the identity */
+    assert_true(n_bf16 > 0);
+    assert_same_bits(logits_of(tp, m16, TG_NUMERICS_EXACT), logits_of(tp, m32, TG_NUMERICS_EXACT), "loaded, EXACT");
+    tu_assert_status_error(tg_decoder_hf_weights("/nonexistent-folder", &wdt), "/nonexistent-folder");
+    tg_tape_free(tp);
+    tg_tape_free(mt);
+}
+
+/* A GPT-2 converted to bf16 weights (frozen): the logits of its widened
+ * copy, through the fused FeedForward too (it runs the composed Linear
+ * layers on bf16 weights). */
+static void test_gpt2_converted(void **state)
+{
+    (void)state;
+    tg_tape *mt = tg_tape_new(), *tp = tg_tape_new();
+    tg_decoder_config c = {.vocab_size = 64, .context_length = 16, .emb_dim = 32, .n_heads = 4, .n_layers = 2,
+                           .qkv_bias = true};
+    tg_module *m[2];
+    for (int k = 0; k < 2; k++) {
+        tg_manual_seed(5);
+        m[k] = tg_decoder_new(mt, &c);
+        tu_assert_ok(m[k]);
+        assert_int_equal(tg_module_requires_grad_(m[k], false), TG_OK);
+        assert_int_equal(tg_module_to_dtype(mt, m[k], TG_BF16), TG_OK);
+    }
+    assert_int_equal(tg_module_to_dtype(mt, m[1], TG_F32), TG_OK);
+    assert_int_equal(tg_module_get_parameter(m[0], "trf_blocks.0.ff.layers.0.weight")->dtype, TG_BF16);
+    assert_same_bits(logits_of(tp, m[0], TG_NUMERICS_EXACT), logits_of(tp, m[1], TG_NUMERICS_EXACT), "GPT-2 EXACT");
+    tg_module_set_fused(m[0], false);
+    tg_module_set_fused(m[1], false);
+    assert_same_bits(logits_of(tp, m[0], TG_NUMERICS_FAST), logits_of(tp, m[1], TG_NUMERICS_FAST), "GPT-2 FAST");
+    tg_module_set_fused(m[0], true);
+    tg_module_set_fused(m[1], true);
+    tu_assert_close(logits_of(tp, m[0], TG_NUMERICS_FAST), logits_of(tp, m[1], TG_NUMERICS_FAST), 1e-4, 1e-4,
+                    "GPT-2 FAST fused");
+    tg_tape_free(tp);
+    tg_tape_free(mt);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -518,7 +678,8 @@ int main(void)
         cmocka_unit_test(test_safetensors), cmocka_unit_test(test_products_exact),
         cmocka_unit_test(test_products_fast), cmocka_unit_test(test_products_bf16),
         cmocka_unit_test(test_backward),   cmocka_unit_test(test_module_to_dtype),
-        cmocka_unit_test(test_lora),
+        cmocka_unit_test(test_lora),       cmocka_unit_test(test_decoder_weights),
+        cmocka_unit_test(test_decoder_load_hf), cmocka_unit_test(test_gpt2_converted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -559,6 +559,25 @@ static int apply_shard(folder *f, int s, slot *slots, int64_t n_layers, bool tie
     return st;
 }
 
+int tg_decoder_hf_weights(const char *dir, tg_dtype *out)
+{
+    if (!dir || !out) return tg_error_status(TG_EINVAL, "hf_weights: NULL argument");
+    tg_tape *tp = tg_tape_new();
+    if (!tp) return TG_ENOMEM;
+    folder f = {dir, tp, 0, NULL, NULL};
+    int st = list_shards(&f), n_bf16 = 0, n_other = 0;
+    for (int s = 0; st == TG_OK && s < f.n_shards; s++) {
+        int n;
+        tg__safetensors_entry *e;
+        st = tg__safetensors_header(tp, f.path[s], &n, &e);
+        for (int i = 0; st == TG_OK && i < n; i++)
+            if (!skipped(e[i].name)) strcmp(e[i].file_dtype, "BF16") == 0 ? n_bf16++ : n_other++;
+    }
+    if (st == TG_OK) *out = n_bf16 > 0 && n_other == 0 ? TG_BF16 : TG_F32;
+    tg_tape_free(tp);
+    return st;
+}
+
 int tg_decoder_load_hf(tg_module *model, const char *dir)
 {
     if (!model || !dir) return tg_error_status(TG_EINVAL, "load_hf: NULL argument");

@@ -19,6 +19,22 @@ tg_tensor *tg_parameter_new(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *s
     return p;
 }
 
+tg_tensor *tg__parameter_drawn(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape,
+                               int (*init)(tg_tensor *w, void *ctx), void *ctx)
+{
+    if (dt != TG_BF16) {
+        tg_tensor *p = tg_parameter_new(tp, dt, ndim, shape);
+        return p && init(p, ctx) == TG_OK ? p : NULL;
+    }
+    /* drawn in float32 in a tape of its own, freed once the bf16 copy is made */
+    tg_tape *scratch = tg_tape_new();
+    tg_tensor *f = scratch ? tg_empty(scratch, TG_F32, ndim, shape) : NULL;
+    tg_tensor *p = f && init(f, ctx) == TG_OK ? tg_to_dtype(tp, f, TG_BF16) : NULL;
+    tg_tape_free(scratch);
+    if (p) p->is_param = true; /* frozen: requires_grad stays false */
+    return p;
+}
+
 /* ---- checks shared by the built-in modules ----------------------------------------------------- */
 
 bool tg__check_size(const char *op, const char *what, int64_t v)
@@ -697,7 +713,8 @@ int tg_module_to_dtype(tg_tape *tp, tg_module *m, tg_dtype dt)
         return tg_error_status(TG_EINVAL, "to_dtype: modules hold float32 or float64 (and frozen bfloat16 weights), not %s",
                                tg_dtype_name(dt));
     /* Every distinct float tensor of the tree (parameters and all buffers;
-     * to bf16 the parameters only: buffers are inputs of float arithmetic). */
+     * to bf16 the weight matrices only: buffers, biases and norm scales are
+     * inputs of float arithmetic). */
     tg_tape *scratch = tg_tape_new();
     if (!scratch) return TG_ENOMEM;
     walker w = {.tp = scratch, .dedup = true, .params = true, .buffers = !bf16, .all_buffers = !bf16};
@@ -714,6 +731,7 @@ int tg_module_to_dtype(tg_tape *tp, tg_module *m, tg_dtype dt)
     for (int i = 0; st == TG_OK && i < all.n; i++) {
         tg_tensor *t = all.tensors[i];
         if ((!tg__is_float(t->dtype) && t->dtype != TG_BF16) || t->dtype == dt) continue;
+        if (bf16 && t->ndim < 2) continue; /* biases and norm scales: float32 arithmetic reads them */
         if (bf16 && t->requires_grad) {
             st = tg_error_status(TG_EINVAL, "to_dtype: parameter '%s' requires grad: trainable parameters keep "
                                  "float32 (freeze it with tg_module_requires_grad_ before converting to bfloat16)",
