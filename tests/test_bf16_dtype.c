@@ -369,6 +369,46 @@ static void test_products_bf16(void **state)
     check_products(TG_NUMERICS_BF16); /* on the hardware where it has bf16 */
 }
 
+/* A bf16 weight whose float32 widening would pass 64 MiB (4200 x 4096):
+ * under FAST and emulated BF16 its products run in blocks of columns, each
+ * widening its own rows of W only: the widened float32 weight's products
+ * to float32 rounding (bit for bit for a few rows, each element one dot
+ * product), under EXACT the one call of its widened whole, bit for bit. */
+static void test_products_blocked(void **state)
+{
+    (void)state;
+    tg_tape *mt = tg_tape_new(), *tp = tg_tape_new();
+    tg_generator *g = tg_generator_new(17);
+    int64_t ws[2] = {4200, 4096};
+    tg_tensor *w = tg_to_dtype(mt, randn(mt, 2, ws, g), TG_BF16), *wf = widened_param(mt, w);
+    tg_numerics_bf16_set_emulated(true);
+    tg_numerics nms[3] = {TG_NUMERICS_EXACT, TG_NUMERICS_FAST, TG_NUMERICS_BF16};
+    int64_t rows[3] = {1, 3, 40};
+    for (int k = 0; k < 3; k++)
+        for (int r = 0; r < 3; r++) {
+            tg_tape_reset(tp);
+            tg_tape_set_numerics(tp, nms[k]);
+            int64_t xs[2] = {rows[r], 4096}, gs[2] = {rows[r], 4200};
+            tg_tensor *x = randn(tp, 2, xs, g), *dy = randn(tp, 2, gs, g);
+            char what[64];
+            snprintf(what, sizeof what, "%s, %lld rows", tg_numerics_name(nms[k]), (long long)rows[r]);
+            tg_tensor *y[2] = {tg_linear(tp, x, w, NULL), tg_linear(tp, x, wf, NULL)};
+            /* dy @ W, as a Linear's backward reads it: W's columns in blocks */
+            tg_tensor *d[2] = {tg_matmul(tp, dy, w), tg_matmul(tp, dy, wf)};
+            if (nms[k] == TG_NUMERICS_EXACT || rows[r] < 16) { /* one call, or a dot product per element */
+                assert_same_bits(y[0], y[1], what);
+                assert_same_bits(d[0], d[1], what);
+            } else { /* sgemm's edge blocks at other columns: float32 rounding apart */
+                tu_assert_close(y[0], y[1], 1e-5, 1e-4, what);
+                tu_assert_close(d[0], d[1], 1e-5, 1e-4, what);
+            }
+        }
+    tg_numerics_bf16_set_emulated(false);
+    tg_generator_free(g);
+    tg_tape_free(tp);
+    tg_tape_free(mt);
+}
+
 /* dx through a frozen bf16 Linear (and matmul) equals dx through its
  * widened weight, and the weight gets no gradient. */
 static void check_backward(tg_numerics nm)
@@ -587,7 +627,9 @@ static void test_decoder_weights(void **state)
         assert_int_equal(tg_lora_replace_linear(mt, ms[k], 2, 4.0), TG_OK);
         tg_tensor *b = tg_module_get_parameter(ms[k], "trf_blocks.1.ff.fc3.lora.B");
         tu_assert_ok(b);
-        assert_int_equal(tg_normal_(b, 0.0, 0.1, tg_generator_new(1)), TG_OK);
+        tg_generator *gb = tg_generator_new(1);
+        assert_int_equal(tg_normal_(b, 0.0, 0.1, gb), TG_OK);
+        tg_generator_free(gb);
         tg_tape_reset(tp);
         tg_tape_set_numerics(tp, TG_NUMERICS_EXACT);
         tg_module_train(ms[k], true);
@@ -677,6 +719,7 @@ int main(void)
         cmocka_unit_test(test_views),      cmocka_unit_test(test_errors),
         cmocka_unit_test(test_safetensors), cmocka_unit_test(test_products_exact),
         cmocka_unit_test(test_products_fast), cmocka_unit_test(test_products_bf16),
+        cmocka_unit_test(test_products_blocked),
         cmocka_unit_test(test_backward),   cmocka_unit_test(test_module_to_dtype),
         cmocka_unit_test(test_lora),       cmocka_unit_test(test_decoder_weights),
         cmocka_unit_test(test_decoder_load_hf), cmocka_unit_test(test_gpt2_converted),

@@ -273,9 +273,19 @@ static bool widen_operand(const tg_tensor *x, tg_tensor *out, float **buf)
     out->storage = NULL;
     out->is_param = false;
     tg_tensor src = *x, dst = *out; /* each value once: broadcast dims as size 1 */
-    for (int d = 0; d < n; d++)
+    bool same = true; /* x laid out as out: one flat loop, on all threads */
+    for (int d = 0; d < n; d++) {
         if (out->stride[d] == 0) src.shape[d] = dst.shape[d] = 1;
-    tg_k_copy(&dst, &src);
+        same &= x->shape[d] == 1 || x->stride[d] == out->stride[d];
+    }
+    if (!same) {
+        tg_k_copy(&dst, &src);
+        return true;
+    }
+    enum { CHUNK = 1 << 16 };
+    const uint16_t *s = (const uint16_t *)x->data + x->offset;
+#pragma omp parallel for if (size > TG_PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < size; i += CHUNK) tg__bf16_to_f32_n(*buf + i, s + i, size - i < CHUNK ? size - i : CHUNK);
     return true;
 }
 
@@ -292,9 +302,40 @@ static void gemm_widened(tg_numerics nm, tg_tensor *c, const tg_tensor *a, bool 
     free(bb);
 }
 
+/* A bfloat16 weight widened whole for one product is float32's size of it
+ * (Qwen3-4B's output head: 1.5 GiB). Under FAST and emulated BF16 a product
+ * whose widened b would pass this many bytes runs in blocks of c's columns,
+ * each widening its own columns of op(b) only: every element of c is the
+ * same dot product over K. EXACT keeps PyTorch's one call (its bits). */
+#define WIDEN_BLOCK_BYTES ((int64_t)64 << 20)
+
+static bool gemm_in_blocks(tg_numerics nm, tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb,
+                           double alpha, double beta)
+{
+    int n = c->ndim;
+    int64_t N = c->shape[n - 1], bytes = (int64_t)sizeof(float) * tg_numel(b);
+    if (b->dtype != TG_BF16 || c->dtype != TG_F32 || nm == TG_NUMERICS_EXACT || bytes <= WIDEN_BLOCK_BYTES || N < 2 ||
+        (nm == TG_NUMERICS_BF16 && tg__bf16_native_now()))
+        return false;
+    int64_t nblocks = (bytes + WIDEN_BLOCK_BYTES - 1) / WIDEN_BLOCK_BYTES, jb = (N + nblocks - 1) / nblocks;
+    jb = (jb + 63) / 64 * 64;
+    int bd = tb ? n - 2 : n - 1; /* b's dim holding c's columns */
+    for (int64_t j0 = 0; j0 < N; j0 += jb) {
+        int64_t w = N - j0 < jb ? N - j0 : jb;
+        tg_tensor cb = *c, bb = *b;
+        cb.shape[n - 1] = w;
+        cb.offset += j0 * c->stride[n - 1];
+        bb.shape[bd] = w;
+        bb.offset += j0 * b->stride[bd];
+        tg_k_gemm(nm, &cb, a, ta, &bb, tb, alpha, beta);
+    }
+    return true;
+}
+
 void tg_k_gemm(tg_numerics nm, tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb,
                double alpha, double beta)
 {
+    if (gemm_in_blocks(nm, c, a, ta, b, tb, alpha, beta)) return;
     if ((a->dtype == TG_BF16 || b->dtype == TG_BF16) && (nm != TG_NUMERICS_BF16 || c->dtype != TG_F32)) {
         gemm_widened(nm, c, a, ta, b, tb, alpha, beta);
         return;

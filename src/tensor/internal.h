@@ -285,6 +285,16 @@ static inline float tg__bf16_to_f32(uint16_t b)
     memcpy(&y, &u, sizeof y);
     return y;
 }
+/* n contiguous values each way: bf16 to float32 exactly, float32 to bf16
+ * rounded (loops the compiler vectorises). */
+static inline void tg__bf16_to_f32_n(float *dst, const uint16_t *src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) dst[i] = tg__bf16_to_f32(src[i]);
+}
+static inline void tg__bf16_from_f32(uint16_t *dst, const float *src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) dst[i] = tg__bf16_bits(src[i]);
+}
 /* x rounded to the nearest bf16 (ties to even), as a float (NaN stays NaN). */
 static inline float tg__bf16_round(float x) { return tg__bf16_to_f32(tg__bf16_bits(x)); }
 /* The element of dtype dt at p as a double (exact for every dtype but
