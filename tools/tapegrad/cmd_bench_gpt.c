@@ -340,6 +340,7 @@ int tg_cmd_bench_gpt(int argc, char **argv)
             json_object_set_new(o, "blas", json_string(tg_blas_info()));
             json_object_set_new(o, "precision", json_string(tg_numerics_name(mo.numerics)));
             tg_cli_json_bf16(o, mo.numerics);
+            json_object_set_new(o, "weights", json_string(tg_dtype_name(cfg.weights)));
             json_object_set_new(o, "fwd_ms", json_real(fwd));
             json_object_set_new(o, "bwd_ms", json_real(bwd));
             json_object_set_new(o, "opt_ms", json_real(opt));
