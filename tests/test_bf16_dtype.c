@@ -544,6 +544,24 @@ static void test_lora(void **state)
         }
     }
     assert_same_bits(out[0], out[1], "LoRA forward");
+    /* a checkpoint of the LoRA run: the bf16 base saved as BF16 and loaded into bf16 */
+    tg_module *m = tg_linear_with_lora_new(mt, frozen_linear(mt, true), 4, 8.0);
+    tg_optimizer *opt = tg_adamw_new(mt, m, tg_adamw_defaults());
+    tg_tensor *b = tg_module_get_parameter(m, "lora.B"), *w = tg_module_get_parameter(m, "linear.weight");
+    assert_int_equal(tg_normal_(b, 0.0, 0.1, NULL), TG_OK);
+    tg_tensor *b0 = tg_clone(mt, b), *w0 = tg_clone(mt, w);
+    char path[] = "/tmp/tg_bf16_ckpt_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    tg_checkpoint ck = {.model = m, .optimizer = opt};
+    assert_int_equal(tg_checkpoint_save(&ck, path), TG_OK);
+    assert_int_equal(tg_init_zeros_(b), TG_OK);
+    assert_int_equal(tg_checkpoint_load(NULL, &ck, path), TG_OK);
+    assert_same_bits(b, b0, "LoRA B restored");
+    assert_int_equal(w->dtype, TG_BF16);
+    assert_int_equal(memcmp(tg_data_ptr(w), tg_data_ptr(w0), 2 * 40 * 24), 0);
+    unlink(path);
     assert_same_bits(ga[0], ga[1], "LoRA dA");
     assert_same_bits(gb[0], gb[1], "LoRA dB");
     tg_tape_free(tp);

@@ -38,7 +38,7 @@ typedef enum {
                  * the weight-reading ops (tg_embedding's weight, tg_matmul's
                  * and tg_linear's second operand); other arithmetic refuses
                  * it with an error naming the op, and it cannot require
-                 * grad (docs/numerics.md, "bf16 weights"). */
+                 * grad (README.md, "bf16 weights"). */
     TG_DTYPE_COUNT
 } tg_dtype;
 
