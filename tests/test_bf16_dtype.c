@@ -166,6 +166,35 @@ static void test_views(void **state)
     tg_tape_free(tp);
 }
 
+/* uniform_ and normal_ of a bf16 tensor: the float32 draw rounded, value for
+ * value, with the generator left where the float32 draw leaves it: below
+ * 16 elements, a ragged tail, across the fills' chunks of 4096. */
+static void test_random_fills(void **state)
+{
+    (void)state;
+    tg_tape *tp = tg_tape_new();
+    int64_t sizes[5] = {10, 16, 37, 4096, 2 * 4096 + 21};
+    for (int k = 0; k < 5; k++)
+        for (int normal = 0; normal < 2; normal++) {
+            tg_tensor *f = tg_empty(tp, TG_F32, 1, &sizes[k]), *b = tg_empty(tp, TG_BF16, 1, &sizes[k]);
+            tg_generator *gf = tg_generator_new(99), *gb = tg_generator_new(99);
+            if (normal) {
+                assert_int_equal(tg_normal_(f, 0.5, 2.0, gf), TG_OK);
+                assert_int_equal(tg_normal_(b, 0.5, 2.0, gb), TG_OK);
+            } else {
+                assert_int_equal(tg_uniform_(f, -0.3, 0.7, gf), TG_OK);
+                assert_int_equal(tg_uniform_(b, -0.3, 0.7, gb), TG_OK);
+            }
+            char what[64];
+            snprintf(what, sizeof what, "%s of %lld", normal ? "normal_" : "uniform_", (long long)sizes[k]);
+            assert_same_bits(tg_to_dtype(tp, b, TG_F32), tg_to_dtype(tp, tg_to_dtype(tp, f, TG_BF16), TG_F32), what);
+            assert_int_equal(tg_generator_random(gf), tg_generator_random(gb)); /* the same draws consumed */
+            tg_generator_free(gf);
+            tg_generator_free(gb);
+        }
+    tg_tape_free(tp);
+}
+
 /* ---- errors -------------------------------------------------------------------------------------- */
 
 static void test_errors(void **state)
@@ -190,7 +219,7 @@ static void test_errors(void **state)
     tu_assert_null_error(tg_layer_norm(tp, f, g, g, 1e-5), "layer_norm", "bfloat16");
     tu_assert_null_error(tg_rms_norm(tp, f, g, 1e-6), "rms_norm", "bfloat16");
     tu_assert_status_error(tg_add_(b, b, 1.0), "add_", "bfloat16");
-    tu_assert_status_error(tg_normal_(b, 0, 1, NULL), "normal_", "bfloat16");
+    tu_assert_status_error(tg_bernoulli_(b, 0.5, NULL), "bernoulli_", "bfloat16");
     tu_assert_null_error(tg_randn(tp, TG_BF16, 2, s, NULL), "randn", "bfloat16");
     /* a bf16 first operand, a bf16 input to linear, a float64 input with a bf16 weight */
     tu_assert_null_error(tg_matmul(tp, b, tg_ones(tp, TG_F32, 2, sw)), "matmul", "bfloat16");
@@ -735,6 +764,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conversion), cmocka_unit_test(test_elements_and_creation),
         cmocka_unit_test(test_views),      cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_random_fills),
         cmocka_unit_test(test_safetensors), cmocka_unit_test(test_products_exact),
         cmocka_unit_test(test_products_fast), cmocka_unit_test(test_products_bf16),
         cmocka_unit_test(test_products_blocked),

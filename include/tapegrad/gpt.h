@@ -58,10 +58,10 @@ typedef struct {
     double norm_eps;        /* 0: the family's (GPT-2 1e-5, Qwen3 1e-6, Llama 3 1e-5) */
     bool tie_head;          /* out_head's weight is tok_emb's (a checkpoint without lm_head) */
     tg_dtype weights;       /* the Linear and Embedding weights: TG_F32 (0, the default) or,
-                             * Qwen3 and Llama 3, TG_BF16: frozen, each drawn in float32
-                             * as the float32 model draws it (same generator order), then
-                             * rounded as it is made, so the model is never whole in
-                             * float32 (tensor.h, TG_BF16); the norms stay float32 */
+                             * Qwen3 and Llama 3, TG_BF16: frozen, each value drawn as the
+                             * float32 model draws it (same generator order) and rounded
+                             * as it is made, never a float32 copy (tensor.h, TG_BF16,
+                             * tg_uniform_); the norms stay float32 */
 } tg_decoder_config;
 
 /* "gpt2-small" (124M), "gpt2-medium" (355M), "gpt2-large" (774M),

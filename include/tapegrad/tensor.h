@@ -294,7 +294,9 @@ TG_API void tg_generator_batch_slice(const tg_generator *g, int64_t *index, int6
 TG_API int tg_randperm(tg_generator *g, int64_t n, int64_t *out);
 
 /* In-place fills drawing exactly as PyTorch's CPU kernels do (g NULL = default).
- * x must be contiguous f32 or f64. Return TG_OK or an error status. */
+ * x must be contiguous f32 or f64; uniform_ and normal_ also take bf16, drawn
+ * as a float32 tensor is and each value rounded (x.to(torch.bfloat16) of
+ * the float32 draw), with no float32 copy. Return TG_OK or an error status. */
 TG_API int tg_uniform_(tg_tensor *x, double from, double to, tg_generator *g);
 TG_API int tg_normal_(tg_tensor *x, double mean, double std, tg_generator *g);
 /* x.bernoulli_(p): 1 where a float64 uniform is < p, else 0. */
@@ -316,8 +318,9 @@ TG_API tg_tensor *tg_randn(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *sh
  * default generator) exactly as PyTorch 1.13's torch.nn.init does after the
  * same seed: each is one tg_uniform_ or tg_normal_ with the bound or standard
  * deviation init.py computes. Never recorded, allowed on tensors that require
- * grad (init runs under no_grad). The random ones take contiguous float32 or
- * float64 tensors; zeros_ and ones_ any tensor. Return TG_OK or an error
+ * grad (init runs under no_grad). The random ones take contiguous float32,
+ * float64 or bfloat16 tensors (bf16: the float32 draw rounded, as
+ * tg_uniform_); zeros_ and ones_ any tensor. Return TG_OK or an error
  * status with a message.
  *
  * Fans (_calculate_fan_in_and_fan_out; tensors of 2 dims or more):

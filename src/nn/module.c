@@ -26,12 +26,11 @@ tg_tensor *tg__parameter_drawn(tg_tape *tp, tg_dtype dt, int ndim, const int64_t
         tg_tensor *p = tg_parameter_new(tp, dt, ndim, shape);
         return p && init(p, ctx) == TG_OK ? p : NULL;
     }
-    /* drawn in float32 in a tape of its own, freed once the bf16 copy is made */
-    tg_tape *scratch = tg_tape_new();
-    tg_tensor *f = scratch ? tg_empty(scratch, TG_F32, ndim, shape) : NULL;
-    tg_tensor *p = f && init(f, ctx) == TG_OK ? tg_to_dtype(tp, f, TG_BF16) : NULL;
-    tg_tape_free(scratch);
-    if (p) p->is_param = true; /* frozen: requires_grad stays false */
+    /* the random fills draw a bf16 tensor as float32 and round each value
+     * as it is made (src/tensor/rng.c): no float32 copy */
+    tg_tensor *p = tg_empty(tp, TG_BF16, ndim, shape);
+    if (!p || init(p, ctx) != TG_OK) return NULL;
+    p->is_param = true; /* frozen: requires_grad stays false */
     return p;
 }
 
