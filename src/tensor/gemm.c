@@ -303,10 +303,11 @@ static void gemm_widened(tg_numerics nm, tg_tensor *c, const tg_tensor *a, bool 
 }
 
 /* A bfloat16 weight widened whole for one product is float32's size of it
- * (Qwen3-4B's output head: 1.5 GiB). Under FAST and emulated BF16 a product
- * whose widened b would pass this many bytes runs in blocks of c's columns,
- * each widening its own columns of op(b) only: every element of c is the
- * same dot product over K. EXACT keeps PyTorch's one call (its bits). */
+ * (Qwen3-4B's output head: 1.5 GiB). Under FAST a product whose widened b
+ * would pass this many bytes runs in blocks of c's columns, each widening
+ * its own columns of op(b) only: every element of c is the same dot product
+ * over K. EXACT keeps PyTorch's one call (its bits); emulated BF16 rounds
+ * its operands in blocks already (gemm_emulated). */
 #define WIDEN_BLOCK_BYTES ((int64_t)64 << 20)
 
 static bool gemm_in_blocks(tg_numerics nm, tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb,
@@ -314,8 +315,7 @@ static bool gemm_in_blocks(tg_numerics nm, tg_tensor *c, const tg_tensor *a, boo
 {
     int n = c->ndim;
     int64_t N = c->shape[n - 1], bytes = (int64_t)sizeof(float) * tg_numel(b);
-    if (b->dtype != TG_BF16 || c->dtype != TG_F32 || nm == TG_NUMERICS_EXACT || bytes <= WIDEN_BLOCK_BYTES || N < 2 ||
-        (nm == TG_NUMERICS_BF16 && tg__bf16_native_now()))
+    if (b->dtype != TG_BF16 || c->dtype != TG_F32 || nm != TG_NUMERICS_FAST || bytes <= WIDEN_BLOCK_BYTES || N < 2)
         return false;
     int64_t nblocks = (bytes + WIDEN_BLOCK_BYTES - 1) / WIDEN_BLOCK_BYTES, jb = (N + nblocks - 1) / nblocks;
     jb = (jb + 63) / 64 * 64;
