@@ -269,10 +269,12 @@ int tg_cmd_bench_gpt(int argc, char **argv)
         return tg_cli_error(CMD, "--tokens %lld exceeds the model's context length %lld", (long long)a.tokens,
                             (long long)cfg.context_length);
     if (tg_decoder_config_check(&cfg) != TG_OK) return tg_cli_lib_error(CMD, NULL);
-    /* parameters, gradients, AdamW's two moments (the weights alone under
-     * LoRA), the logits with their gradient, and a generous bound on each
-     * block's activations; within the budget or 80% of the machine's memory */
-    double per_param = a.lora_rank_seen ? 4.5 : 16.0;
+    /* parameters, gradients, AdamW's two moments (the weights alone, in
+     * their dtype, under LoRA or frozen in bf16), the logits with their
+     * gradient, and a generous bound on each block's activations; within the
+     * budget or 80% of the machine's memory */
+    bool frozen = a.lora_rank_seen || cfg.weights == TG_BF16;
+    double per_param = frozen ? (double)tg_dtype_size(cfg.weights) + 0.5 : 16.0;
     double bytes = per_param * (double)tg_decoder_config_num_parameters(&cfg) +
                    12.0 * (double)a.batch * (double)a.tokens * (double)cfg.vocab_size +
                    4.0 * (double)cfg.n_layers * (double)a.batch * (double)a.tokens *
