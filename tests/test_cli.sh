@@ -92,18 +92,23 @@ assert "<|im_start|>" not in g["text"] and len(g["ids"]) <= 2, g
 # a Hugging Face Qwen3 folder written by tools/reference/decoder.py (BF16
 # shards, a tied head, its tokenizer.json): the book's ids for its weights
 HFQ="$(dirname "$0")/ref/hf_qwen3_tiny"
+# (its BF16 weights kept in bf16 by default, or widened: the same ids)
+for weights in default f32; do
+wopt=""
+[ "$weights" = f32 ] && wopt="--weights f32"
 for mode in greedy greedy_cache sampled sampled_cache; do
     case $mode in
     greedy) extra="--no-kv-cache" ;; greedy_cache) extra="" ;;
     sampled) extra="--no-kv-cache --temperature 1 --top-k 50 --sample-seed 123" ;;
     sampled_cache) extra="--temperature 1 --top-k 50 --sample-seed 123" ;;
     esac
-    if "$TG" generate --hf "$HFQ" --prompt "Every effort moves you" --max-new-tokens 8 $extra --json >"$TMP/hf.json" 2>"$TMP/err" &&
+    if "$TG" generate --hf "$HFQ" --prompt "Every effort moves you" --max-new-tokens 8 $extra $wopt --json >"$TMP/hf.json" 2>"$TMP/err" &&
         $PY -c '
 import json, sys
 got, ref = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))["hf"]
 assert got["input_ids"] + got["ids"] == ref[sys.argv[3]], (got, ref[sys.argv[3]])
-' "$TMP/hf.json" "$(dirname "$0")/ref/decoder.json" $mode; then ok; else bad "generate --hf folder ($mode): $(head -1 "$TMP/err")"; fi
+' "$TMP/hf.json" "$(dirname "$0")/ref/decoder.json" $mode; then ok; else bad "generate --hf folder ($mode, weights $weights): $(head -1 "$TMP/err")"; fi
+done
 done
 
 HELLO="Hello, I am Featureiman Byeswickattribute argue logger Normandy Compton analogous"
@@ -111,7 +116,9 @@ expect_contains "generate greedy (KV cache)" "$HELLO" "$TG" generate --config gp
 expect_contains "generate greedy (no cache)" "$HELLO" "$TG" generate --config gpt2-small --seed 123 --prompt "Hello, I am" --max-new-tokens 10 --no-kv-cache
 # FAST numerics: float32 to rounding, so the same greedy ids here
 expect_contains "generate greedy (fast)" "$HELLO" "$TG" generate --config gpt2-small --seed 123 --prompt "Hello, I am" --max-new-tokens 10 --precision fast
-# bench --model gpt reports the policy it ran
+# bench --model gpt reports the policy it ran, and the weights' dtype
+if "$TG" bench --model gpt --config qwen3-0.6b --layers 1 --emb 16 --heads 2 --kv-groups 1 --head-dim 8 --hidden 32 --vocab 50 --tokens 8 --steps 1 --lora-rank 2 --weights bf16 --json >"$TMP/bw.json" 2>"$TMP/err" &&
+    $PY -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["weights"] == "bfloat16", d' "$TMP/bw.json"; then ok; else bad "bench --weights bf16: $(head -1 "$TMP/err")"; fi
 for p in exact fast bf16; do
     if "$TG" bench --model gpt --layers 1 --emb 16 --heads 2 --vocab 50 --tokens 8 --steps 1 --precision $p --json >"$TMP/bg.json" 2>"$TMP/err" &&
         $PY -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["precision"] == sys.argv[2], d; assert ("bf16" in d) == (sys.argv[2] == "bf16")' "$TMP/bg.json" $p; then ok; else bad "bench --model gpt --precision $p: $(head -1 "$TMP/err")"; fi
@@ -594,6 +601,8 @@ generate --hf $(dirname "$0")/ref/hf_qwen3_tiny --emb 32
 generate --hf $(dirname "$0")/ref
 generate --hf $(dirname "$0")/ref/hf_qwen3_tiny --no-qk-norm
 bench --model gpt --layers 1 --emb 8 --heads 2 --vocab 50 --tokens 4 --precision fp16
+bench --model gpt --layers 1 --emb 8 --heads 2 --vocab 50 --tokens 4 --weights bf16
+generate --hf $(dirname "$0")/ref/hf_qwen3_tiny --weights f16
 generate --precision EXACT
 pretrain --text data/the-verdict.txt --precision
 summary --dropout 1

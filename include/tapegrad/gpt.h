@@ -57,6 +57,11 @@ typedef struct {
     tg_rope_freq rope_freq; /* Llama 3's smoothing */
     double norm_eps;        /* 0: the family's (GPT-2 1e-5, Qwen3 1e-6, Llama 3 1e-5) */
     bool tie_head;          /* out_head's weight is tok_emb's (a checkpoint without lm_head) */
+    tg_dtype weights;       /* the Linear and Embedding weights: TG_F32 (0, the default) or,
+                             * Qwen3 and Llama 3, TG_BF16: frozen, each value drawn as the
+                             * float32 model draws it (same generator order) and rounded
+                             * as it is made, never a float32 copy (tensor.h, TG_BF16,
+                             * tg_uniform_); the norms stay float32 */
 } tg_decoder_config;
 
 /* "gpt2-small" (124M), "gpt2-medium" (355M), "gpt2-large" (774M),
@@ -225,8 +230,10 @@ TG_API int tg_decoder_config_from_hf(const char *dir, tg_decoder_config *out);
 /* Loads a Hugging Face Qwen3 or Llama 3 folder's weights into a Qwen3Model
  * or Llama3Model: dir/model.safetensors or, when there is none, the shards
  * named by dir/model.safetensors.index.json's weight_map (plain file names
- * in dir). Tensors are F32, F16 or BF16 (widened to float32; F64 is
- * rounded), named as the book's load_weights_into_qwen /
+ * in dir). Tensors are F32, F16 or BF16, copied into the model's dtype
+ * (tg_decoder_config's weights: BF16 kept into bf16 weights, widened into
+ * float32 ones; F16 widened, then rounded into bf16; F64 rounded), named
+ * as the book's load_weights_into_qwen /
  * load_weights_into_llama map them:
  * model.embed_tokens -> tok_emb, model.layers.N.self_attn.{q,k,v,o}_proj ->
  * trf_blocks.N.att.{W_query,W_key,W_value,out_proj}, self_attn.{q,k}_norm
@@ -242,10 +249,16 @@ TG_API int tg_decoder_config_from_hf(const char *dir, tg_decoder_config *out);
  * differ). Every shard's header is checked first: a missing, unexpected
  * or mis-shaped tensor, a truncated shard, a bad index is one line naming
  * it, and the model is unchanged; then shards are read one at a time (the
- * memory of the model and of one shard's float32 tensors). Only a shard
+ * memory of the model and of one shard's tensors, a BF16 shard at its own
+ * size). Only a shard
  * that changes between the check and its reading, or memory running out
  * then, can leave earlier shards' tensors written. */
 TG_API int tg_decoder_load_hf(tg_module *model, const char *dir);
+/* How a Hugging Face folder stores its weights: *out TG_BF16 when every
+ * tensor of its shards is BF16 (a model built with .weights = TG_BF16
+ * then holds them as they are, in half float32's memory), else TG_F32.
+ * Reads the shards' headers only; an error names a missing or broken one. */
+TG_API int tg_decoder_hf_weights(const char *dir, tg_dtype *out);
 
 /* ---- generation (chapter 5's generate()) ---------------------------------------- */
 

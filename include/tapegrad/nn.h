@@ -183,7 +183,14 @@ TG_API int tg_module_prepare_numerics(tg_module *m, tg_numerics numerics);
 /* Converts every float parameter and buffer (and existing gradients) to dt,
  * in place: the tensors keep their identity (an optimizer holding them keeps
  * working), their new storage lives in tp. Views taken earlier still see the
- * old storage. */
+ * old storage. TG_BF16 converts the weight matrices only (parameters of 2
+ * dims or more: Linear and Embedding weights; buffers, biases and norm
+ * scales stay), each rounded to nearest even, and only frozen ones: one
+ * that requires grad is an error naming it, nothing converted (trainable
+ * parameters keep float32 masters; freeze with tg_module_requires_grad_). Linear, Embedding
+ * and LoRA's wrapped Linear read bf16 weights (tensor.h, TG_BF16). The old
+ * storage stays in its tape until that tape is freed or reset. From bf16,
+ * TG_F32 or TG_F64 widens exactly. */
 TG_API int tg_module_to_dtype(tg_tape *tp, tg_module *m, tg_dtype dt);
 
 /* PyTorch's print(model): "Linear(in_features=3, out_features=2, bias=False)"

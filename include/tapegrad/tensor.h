@@ -31,6 +31,14 @@ typedef enum {
     TG_BOOL,    /* one byte per element, 0 or 1: masks */
     TG_U8,
     TG_I64,     /* class indices, argmax results */
+    TG_BF16,    /* bfloat16 (float32's top 16 bits): frozen weights' storage.
+                 * Stored, converted (tg_to_dtype: from float32 rounded to
+                 * nearest even, to float32 exactly), read and written by
+                 * element, printed, saved and loaded ("BF16"), and read by
+                 * the weight-reading ops (tg_embedding's weight, tg_matmul's
+                 * and tg_linear's second operand); other arithmetic refuses
+                 * it with an error naming the op, and it cannot require
+                 * grad (README.md, "bf16 weights"). */
     TG_DTYPE_COUNT
 } tg_dtype;
 
@@ -177,7 +185,7 @@ TG_API tg_numerics tg_tape_numerics(const tg_tape *tp);
 /* ---- dtypes ---------------------------------------------------------- */
 
 TG_API size_t tg_dtype_size(tg_dtype dt);
-TG_API const char *tg_dtype_name(tg_dtype dt); /* "float32", "float64", "bool", ... */
+TG_API const char *tg_dtype_name(tg_dtype dt); /* "float32", "float64", "bool", ..., "bfloat16" */
 
 /* ---- creation (results live in tp, contiguous) ------------------------ */
 
@@ -200,7 +208,10 @@ TG_API tg_tensor *tg_tril(tg_tape *tp, const tg_tensor *x, int64_t diagonal);
 /* Same shape and dtype as x, uninitialised / zeros. */
 TG_API tg_tensor *tg_empty_like(tg_tape *tp, const tg_tensor *x);
 TG_API tg_tensor *tg_zeros_like(tg_tape *tp, const tg_tensor *x);
-/* Contiguous copy with a new dtype (never recorded on the tape as an op). */
+/* Contiguous copy with a new dtype (never recorded on the tape as an op).
+ * To TG_BF16: each value rounded to the nearest bfloat16, ties to even (a
+ * NaN stays a quiet NaN, infinities and signed zeros kept; float64 rounds
+ * to float32 first, as PyTorch converts). From TG_BF16: exact. */
 TG_API tg_tensor *tg_to_dtype(tg_tape *tp, const tg_tensor *x, tg_dtype dt);
 
 /* ---- inspection ------------------------------------------------------ */
@@ -283,7 +294,9 @@ TG_API void tg_generator_batch_slice(const tg_generator *g, int64_t *index, int6
 TG_API int tg_randperm(tg_generator *g, int64_t n, int64_t *out);
 
 /* In-place fills drawing exactly as PyTorch's CPU kernels do (g NULL = default).
- * x must be contiguous f32 or f64. Return TG_OK or an error status. */
+ * x must be contiguous f32 or f64; uniform_ and normal_ also take bf16, drawn
+ * as a float32 tensor is and each value rounded (x.to(torch.bfloat16) of
+ * the float32 draw), with no float32 copy. Return TG_OK or an error status. */
 TG_API int tg_uniform_(tg_tensor *x, double from, double to, tg_generator *g);
 TG_API int tg_normal_(tg_tensor *x, double mean, double std, tg_generator *g);
 /* x.bernoulli_(p): 1 where a float64 uniform is < p, else 0. */
@@ -305,8 +318,9 @@ TG_API tg_tensor *tg_randn(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *sh
  * default generator) exactly as PyTorch 1.13's torch.nn.init does after the
  * same seed: each is one tg_uniform_ or tg_normal_ with the bound or standard
  * deviation init.py computes. Never recorded, allowed on tensors that require
- * grad (init runs under no_grad). The random ones take contiguous float32 or
- * float64 tensors; zeros_ and ones_ any tensor. Return TG_OK or an error
+ * grad (init runs under no_grad). The random ones take contiguous float32,
+ * float64 or bfloat16 tensors (bf16: the float32 draw rounded, as
+ * tg_uniform_); zeros_ and ones_ any tensor. Return TG_OK or an error
  * status with a message.
  *
  * Fans (_calculate_fan_in_and_fan_out; tensors of 2 dims or more):
@@ -361,7 +375,8 @@ typedef struct {
     const tg_tensor *tensor;
 } tg_named_tensor;
 
-/* Writes n tensors to path in the safetensors format (names must be unique).
+/* Writes n tensors to path in the safetensors format (names must be unique;
+ * TG_BF16 tensors as "BF16", the others under their own dtype).
  * Writes to a temporary file and renames it, so a failed save leaves no broken
  * file. Returns TG_OK or an error status with a message; TG_EIO, nothing
  * written, when path exists and is not a regular file (a directory, a device
@@ -381,10 +396,21 @@ typedef struct {
  * lengths). On success fills *out (memory in tp) and returns TG_OK; otherwise
  * an error status whose message names the problem. Dtypes BOOL, U8, F32,
  * F64 and I64 are read as they are; F16 and BF16 (Hugging Face checkpoints)
- * are widened to float32 tensors, exactly (tg_safetensors_save writes none).
- * Each tensor is read from the file into its own storage: the tape holds
- * the tensors (twice a 16-bit entry's bytes), not a copy of the file. */
+ * are widened to float32 tensors, exactly (tg_safetensors_save writes BF16
+ * from TG_BF16 tensors, F16 never). Each tensor is read from the file into
+ * its own storage: the tape holds the tensors (twice a 16-bit entry's
+ * bytes), not a copy of the file. */
 TG_API int tg_safetensors_load(tg_tape *tp, const char *path, tg_safetensors *out);
+/* How tg_safetensors_load_ex reads a file; zero (or NULL) is
+ * tg_safetensors_load's way. keep_bf16: BF16 entries become TG_BF16
+ * tensors holding the file's bits (half the memory of widening them; a
+ * copy into a float32 tensor, tg_copy_ or a state_dict load, widens them
+ * exactly then). */
+typedef struct {
+    bool keep_bf16;
+} tg_safetensors_options;
+TG_API int tg_safetensors_load_ex(tg_tape *tp, const char *path, const tg_safetensors_options *opt,
+                                  tg_safetensors *out);
 /* Same, from a memory buffer. */
 TG_API int tg_safetensors_parse(tg_tape *tp, const uint8_t *buf, size_t len, tg_safetensors *out);
 /* The tensor named name, or NULL. */

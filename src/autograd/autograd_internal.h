@@ -138,5 +138,10 @@ static inline void tg__set_dense(tg_tensor *t, int64_t k, double v)
 /* Argument checks shared by ops: set an error and return false. */
 bool tg__check_float(const char *op, const tg_tensor *x);
 bool tg__check_same_dtype(const char *op, const tg_tensor *a, const tg_tensor *b);
+/* w read as a weight by x (linear's W and bias, matmul's second operand):
+ * of x's float dtype, or bfloat16 with a float32 x (a frozen weight, read
+ * widened under EXACT and FAST, as it is under BF16). False with an error
+ * naming op otherwise. */
+bool tg__check_weight_dtype(const char *op, const tg_tensor *x, const tg_tensor *w);
 
 #endif

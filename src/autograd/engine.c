@@ -32,6 +32,9 @@ int tg_requires_grad_(tg_tensor *x, bool requires_grad)
     if (!x) return tg_error_status(TG_EINVAL, "requires_grad_: NULL tensor");
     if (x->grad_fn)
         return tg_error_status(TG_EINVAL, "requires_grad_: only leaf tensors can change requires_grad");
+    if (requires_grad && x->dtype == TG_BF16)
+        return tg_error_status(TG_EINVAL, "requires_grad_: a bfloat16 tensor cannot require gradients (bf16 "
+                                          "is the storage of frozen weights; train a float32 tensor)");
     if (requires_grad && !tg__is_float(x->dtype))
         return tg_error_status(TG_EINVAL, "requires_grad_: only floating point tensors can require "
                                           "gradients (got %s)", tg_dtype_name(x->dtype));
@@ -63,7 +66,19 @@ void tg_zero_grad(tg_tensor *x)
 bool tg__check_float(const char *op, const tg_tensor *x)
 {
     if (!tg__is_float(x->dtype)) {
-        tg_error("%s: expected a float32 or float64 tensor, got %s", op, tg_dtype_name(x->dtype));
+        tg_error("%s: expected a float32 or float64 tensor, got %s%s", op, tg_dtype_name(x->dtype),
+                 x->dtype == TG_BF16 ? " (bfloat16 weights are read by embedding, linear and matmul's second operand)"
+                                     : "");
+        return false;
+    }
+    return true;
+}
+
+bool tg__check_weight_dtype(const char *op, const tg_tensor *x, const tg_tensor *w)
+{
+    if (w->dtype != TG_BF16) return tg__check_same_dtype(op, x, w);
+    if (x->dtype != TG_F32) {
+        tg_error("%s: a bfloat16 weight multiplies float32 inputs, got %s", op, tg_dtype_name(x->dtype));
         return false;
     }
     return true;
@@ -449,6 +464,7 @@ static const char *torch_type(tg_dtype dt)
     case TG_BOOL: return "torch.BoolTensor";
     case TG_U8: return "torch.ByteTensor";
     case TG_I64: return "torch.LongTensor";
+    case TG_BF16: return "torch.BFloat16Tensor";
     default: return "torch.Tensor";
     }
 }

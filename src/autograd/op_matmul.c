@@ -58,7 +58,7 @@ static bool fold_rows(const tg_tensor *x, tg_tensor *out)
 static tg_tensor *product(tg_tape *tp, const char *op, tg_op_id id, tg_tensor *a, tg_tensor *b)
 {
     if (!a || !b) return tg__error_null_input(op);
-    if (!tg__check_same_dtype(op, a, b)) return NULL;
+    if (!tg__check_weight_dtype(op, a, b)) return NULL;
     char sa[64], sb[64];
     if (a->ndim == 0 || b->ndim == 0)
         return tg_error("%s: both arguments need at least 1 dimension, got %s and %s", op, tg_shape_str(a, sa, 64),
@@ -221,8 +221,8 @@ tg_tensor *tg_linear(tg_tape *tp, tg_tensor *x, tg_tensor *w, tg_tensor *b)
 {
     char sx[64], sw[64], sb[64];
     if (!x || !w) return tg__error_null_input("linear");
-    if (!tg__check_same_dtype("linear", x, w)) return NULL;
-    if (b && !tg__check_same_dtype("linear", x, b)) return NULL;
+    if (!tg__check_weight_dtype("linear", x, w)) return NULL;
+    if (b && !tg__check_weight_dtype("linear", x, b)) return NULL;
     if (w->ndim != 2) return tg_error("linear: weight must be 2-D, got %s", tg_shape_str(w, sw, 64));
     if (x->ndim < 1) return tg_error("linear: input must have at least 1 dim, got %s", tg_shape_str(x, sx, 64));
     int64_t in = w->shape[1], outf = w->shape[0];

@@ -282,7 +282,7 @@ tg_tensor *tg_embedding(tg_tape *tp, tg_tensor *weight, const tg_tensor *ids)
 {
     char sw[64];
     if (!weight || !ids) return tg__error_null_input("embedding");
-    if (!tg__check_float("embedding", weight)) return NULL;
+    if (weight->dtype != TG_BF16 && !tg__check_float("embedding", weight)) return NULL;
     if (weight->ndim != 2)
         return tg_error("embedding: weight must be (num_embeddings, embedding_dim), got %s",
                         tg_shape_str(weight, sw, sizeof sw));
@@ -302,13 +302,22 @@ tg_tensor *tg_embedding(tg_tape *tp, tg_tensor *weight, const tg_tensor *ids)
     int64_t shape[TG_MAX_DIMS];
     for (int d = 0; d < ids->ndim; d++) shape[d] = ids->shape[d];
     shape[ids->ndim] = dim;
-    tg_tensor *out = tg_empty(tp, weight->dtype, ids->ndim + 1, shape);
+    bool bf16 = weight->dtype == TG_BF16; /* a frozen bf16 table: rows widened to float32, exactly */
+    tg_tensor *out = tg_empty(tp, bf16 ? TG_F32 : weight->dtype, ids->ndim + 1, shape);
     const tg_tensor *w = out ? tg__dense(tp, weight) : NULL;
     if (!w) return NULL;
     size_t es = tg_dtype_size(weight->dtype), row = (size_t)dim * es;
     const char *src = tg__ptr(w, w->offset);
     char *dst = tg__ptr(out, out->offset);
-    for (int64_t i = 0; i < cnt; i++) memcpy(dst + (size_t)i * row, src + (size_t)id[i] * row, row);
+    for (int64_t i = 0; i < cnt; i++) {
+        if (!bf16) {
+            memcpy(dst + (size_t)i * row, src + (size_t)id[i] * row, row);
+            continue;
+        }
+        const uint16_t *r = (const uint16_t *)(const void *)src + id[i] * dim;
+        float *o = (float *)(void *)dst + i * dim;
+        for (int64_t k = 0; k < dim; k++) o[k] = tg__bf16_to_f32(r[k]);
+    }
     return tg__record(tp, TG_OP_EMBEDDING, out, 1, &weight, 1, &flat, NULL);
 }
 

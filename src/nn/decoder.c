@@ -108,12 +108,12 @@ static tg_tensor *swiglu_forward(tg_tape *tp, tg_module *self, int n, tg_tensor 
 
 static const tg_module_type swiglu_type = {.name = "FeedForward", .forward = swiglu_forward};
 
-static tg_module *swiglu_new(tg_tape *tp, int64_t d, int64_t hidden)
+static tg_module *swiglu_new(tg_tape *tp, int64_t d, int64_t hidden, tg_dtype dt)
 {
     tg_module *m = tg_module_new(tp, &swiglu_type, 0);
-    if (!m || tg_module_add_module(m, "fc1", tg_linear_new(tp, d, hidden, false)) != TG_OK ||
-        tg_module_add_module(m, "fc2", tg_linear_new(tp, d, hidden, false)) != TG_OK ||
-        tg_module_add_module(m, "fc3", tg_linear_new(tp, hidden, d, false)) != TG_OK)
+    if (!m || tg_module_add_module(m, "fc1", tg__linear_new_as(tp, d, hidden, false, dt)) != TG_OK ||
+        tg_module_add_module(m, "fc2", tg__linear_new_as(tp, d, hidden, false, dt)) != TG_OK ||
+        tg_module_add_module(m, "fc3", tg__linear_new_as(tp, hidden, d, false, dt)) != TG_OK)
         return NULL;
     return m;
 }
@@ -304,7 +304,7 @@ static tg_module *gqa_new(tg_tape *tp, const tg_decoder_config *cfg)
     for (int i = 0; i < 4; i++) {
         const char *name = is_llama ? llama[i].name : qwen[i].name;
         int64_t fi = is_llama ? llama[i].in : qwen[i].in, fo = is_llama ? llama[i].out : qwen[i].out;
-        if (tg_module_add_module(m, name, tg_linear_new(tp, fi, fo, false)) != TG_OK) return NULL;
+        if (tg_module_add_module(m, name, tg__linear_new_as(tp, fi, fo, false, cfg->weights)) != TG_OK) return NULL;
     }
     if (cfg->qk_norm && (tg_module_add_module(m, "q_norm", norm_new(tp, cfg, hd, tg__gpt_norm_eps(cfg))) != TG_OK ||
                          tg_module_add_module(m, "k_norm", norm_new(tp, cfg, hd, tg__gpt_norm_eps(cfg))) != TG_OK))
@@ -339,7 +339,7 @@ static tg_module *block_new(tg_tape *tp, const tg_decoder_config *cfg)
     int64_t d = cfg->emb_dim;
     double eps = tg__gpt_norm_eps(cfg);
     if (!m || tg_module_add_module(m, "att", gqa_new(tp, cfg)) != TG_OK ||
-        tg_module_add_module(m, "ff", swiglu_new(tp, d, tg__gpt_hidden_dim(cfg))) != TG_OK ||
+        tg_module_add_module(m, "ff", swiglu_new(tp, d, tg__gpt_hidden_dim(cfg), cfg->weights)) != TG_OK ||
         tg_module_add_module(m, "norm1", norm_new(tp, cfg, d, eps)) != TG_OK ||
         tg_module_add_module(m, "norm2", norm_new(tp, cfg, d, eps)) != TG_OK)
         return NULL;
@@ -351,13 +351,13 @@ static tg_module *block_new(tg_tape *tp, const tg_decoder_config *cfg)
 int tg__rope_decoder_build(tg_tape *tp, tg_module *m, const tg_decoder_config *cfg)
 {
     const int64_t d = cfg->emb_dim;
-    int st = tg_module_add_module(m, "tok_emb", tg_embedding_new(tp, cfg->vocab_size, d));
+    int st = tg_module_add_module(m, "tok_emb", tg__embedding_new_as(tp, cfg->vocab_size, d, cfg->weights));
     tg_module *blocks = st == TG_OK ? tg_module_list_new(tp, 0, NULL) : NULL;
     if (st != TG_OK || (st = tg_module_add_module(m, "trf_blocks", blocks)) != TG_OK) return st ? st : TG_ENOMEM;
     for (int64_t i = 0; i < cfg->n_layers; i++)
         if ((st = tg_module_append(blocks, block_new(tp, cfg))) != TG_OK) return st;
     if ((st = tg_module_add_module(m, "final_norm", norm_new(tp, cfg, d, tg__gpt_norm_eps(cfg)))) != TG_OK ||
-        (st = tg_module_add_module(m, "out_head", tg_linear_new(tp, d, cfg->vocab_size, false))) != TG_OK)
+        (st = tg_module_add_module(m, "out_head", tg__linear_new_as(tp, d, cfg->vocab_size, false, cfg->weights))) != TG_OK)
         return st;
     return TG_OK;
 }

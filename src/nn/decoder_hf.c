@@ -13,8 +13,10 @@
  *   model.norm.weight                    -> final_norm
  *   lm_head.weight                       -> out_head.weight; without it the
  *                                           head takes embed_tokens' values.
- * The files' weights are float32, float16 or bfloat16 (the safetensors
- * reader widens the 16-bit ones exactly; float64 is rounded). Every shard's header is checked
+ * The files' weights are float32, float16 or bfloat16 (bfloat16 read as it
+ * is and widened exactly into float32 parameters, kept into bfloat16 ones;
+ * float16 widened exactly, then rounded into bfloat16 parameters; float64
+ * is rounded). Every shard's header is checked
  * (names, dtypes, shapes, its layout against its size) before any parameter
  * is written; then one shard at a time is read into a tape of its own,
  * copied into the parameters and freed, so a model of several GB needs its
@@ -538,12 +540,13 @@ static int apply_shard(folder *f, int s, slot *slots, int64_t n_layers, bool tie
     tg_tape *tp = tg_tape_new();
     if (!tp) return TG_ENOMEM;
     tg_safetensors file;
-    int st = tg_safetensors_load(tp, f->path[s], &file);
+    int st = tg_safetensors_load_ex(tp, f->path[s], &(tg_safetensors_options){.keep_bf16 = true}, &file);
     for (int i = 0; st == TG_OK && i < file.n; i++) {
         int k = slot_of(file.names[i], n_layers, slots);
         const tg_tensor *src = file.tensors[i];
         if (k < 0 && skipped(file.names[i])) continue;
-        if (k < 0 || slots[k].shard != s || !tg_same_shape(src, slots[k].dst) || !tg__is_float(src->dtype)) {
+        bool is_float = tg__is_float(src->dtype) || src->dtype == TG_BF16; /* bf16 widens (or stays) as it is copied */
+        if (k < 0 || slots[k].shard != s || !tg_same_shape(src, slots[k].dst) || !is_float) {
             st = tg_error_status(TG_EIO, "load_hf %s: %s changed while it was read ('%s')", f->dir, f->file[s],
                                  file.names[i]);
             break;
@@ -552,6 +555,25 @@ static int apply_shard(folder *f, int s, slot *slots, int64_t n_layers, bool tie
         tg_k_copy(slots[k].dst, src);
         tg__bump(slots[k].dst);
     }
+    tg_tape_free(tp);
+    return st;
+}
+
+int tg_decoder_hf_weights(const char *dir, tg_dtype *out)
+{
+    if (!dir || !out) return tg_error_status(TG_EINVAL, "hf_weights: NULL argument");
+    tg_tape *tp = tg_tape_new();
+    if (!tp) return TG_ENOMEM;
+    folder f = {dir, tp, 0, NULL, NULL};
+    int st = list_shards(&f), n_bf16 = 0, n_other = 0;
+    for (int s = 0; st == TG_OK && s < f.n_shards; s++) {
+        int n;
+        tg__safetensors_entry *e;
+        st = tg__safetensors_header(tp, f.path[s], &n, &e);
+        for (int i = 0; st == TG_OK && i < n; i++)
+            if (!skipped(e[i].name)) strcmp(e[i].file_dtype, "BF16") == 0 ? n_bf16++ : n_other++;
+    }
+    if (st == TG_OK) *out = n_bf16 > 0 && n_other == 0 ? TG_BF16 : TG_F32;
     tg_tape_free(tp);
     return st;
 }

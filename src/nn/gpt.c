@@ -14,13 +14,13 @@
 /* ---- configuration ---------------------------------------------------------------------- */
 
 #define GPT2(emb, heads, layers) \
-    {50257, 1024, emb, heads, layers, 0.1, false, TG_GPT_FAMILY_GPT2, 0, 0, 0, false, 0, {0, 0, 0, 0}, 0, false}
+    {50257, 1024, emb, heads, layers, 0.1, false, TG_GPT_FAMILY_GPT2, 0, 0, 0, false, 0, {0, 0, 0, 0}, 0, false, TG_F32}
 #define QWEN3(emb, heads, layers, hidden)                                                                  \
     {151936, 40960, emb, heads, layers, 0.0, false, TG_GPT_FAMILY_QWEN3, hidden, 128, 8, true, 1e6, {0, 0, 0, 0}, \
-     0, false}
+     0, false, TG_F32}
 #define LLAMA32(emb, heads, layers)                                                                          \
     {128256, 131072, emb, heads, layers, 0.0, false, TG_GPT_FAMILY_LLAMA3, 8192, 0, 8, false, 500000.0,        \
-     {32.0, 1.0, 4.0, 8192}, 0, false}
+     {32.0, 1.0, 4.0, 8192}, 0, false, TG_F32}
 
 /* The book's configurations: GPT_CONFIG_124M and chapter 5's sizes; its
  * qwen3.py QWEN_CONFIG_06_B .. QWEN3_CONFIG_8B and llama3.py's
@@ -195,6 +195,12 @@ int tg_decoder_config_check(const tg_decoder_config *c)
                                    (long long)sizes[i].v);
     if ((unsigned)c->family > TG_GPT_FAMILY_LLAMA3)
         return tg_error_status(TG_EINVAL, "GPTModel: unknown family %d", (int)c->family);
+    if (c->weights != TG_F32 && c->weights != TG_BF16)
+        return tg_error_status(TG_EINVAL, "%s: weights must be float32 or bfloat16, got %s", tg__gpt_class_name(c),
+                               tg_dtype_name(c->weights));
+    if (c->weights == TG_BF16 && !has_rope(c))
+        return tg_error_status(TG_EINVAL, "GPTModel: bfloat16 weights are built for Qwen3 and Llama 3 (a GPT-2 "
+                                          "converts its frozen weights with tg_module_to_dtype)");
     if (!(c->drop_rate >= 0 && c->drop_rate < 1))
         return tg_error_status(TG_EINVAL, "GPTModel: drop_rate %g is outside [0, 1)", c->drop_rate);
     char why[160];
@@ -203,9 +209,9 @@ int tg_decoder_config_check(const tg_decoder_config *c)
     if (c->context_length > max_ctx)
         return tg_error_status(TG_EINVAL, "%s: context_length %lld is above %lld", tg__gpt_class_name(c),
                                (long long)c->context_length, (long long)max_ctx);
-    /* float32 weights and, for GPT-2, every block's (context, context) mask buffer */
+    /* the weights (float32 or bf16) and, for GPT-2, every block's (context, context) mask buffer */
     double masks = has_rope(c) ? 0 : (double)c->n_layers * (double)c->context_length * (double)c->context_length;
-    double bytes = 4.0 * params_of(c) + 4.0 * masks;
+    double bytes = (double)tg_dtype_size(c->weights) * params_of(c) + 4.0 * masks;
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     double mem = pages > 0 && page > 0 ? (double)pages * (double)page : 1e18;
     if (bytes > mem)
@@ -245,7 +251,15 @@ static int embedding_extra_repr(const tg_module *self, char *buf, size_t size)
 static const tg_module_type embedding_type = {.name = "Embedding", .forward = embedding_forward, .extra_repr = embedding_extra_repr};
 
 /* nn.Embedding.reset_parameters: init.normal_(self.weight) */
-tg_module *tg_embedding_new(tg_tape *tp, int64_t num, int64_t dim)
+static int embedding_init(tg_tensor *w, void *ctx)
+{
+    (void)ctx;
+    return tg_normal_(w, 0.0, 1.0, NULL);
+}
+
+tg_module *tg_embedding_new(tg_tape *tp, int64_t num, int64_t dim) { return tg__embedding_new_as(tp, num, dim, TG_F32); }
+
+tg_module *tg__embedding_new_as(tg_tape *tp, int64_t num, int64_t dim, tg_dtype dt)
 {
     if (!tg__check_size("Embedding", "num_embeddings", num) || !tg__check_size("Embedding", "embedding_dim", dim))
         return NULL;
@@ -253,9 +267,8 @@ tg_module *tg_embedding_new(tg_tape *tp, int64_t num, int64_t dim)
     if (!m) return NULL;
     *(embedding_state *)tg_module_state(m) = (embedding_state){num, dim};
     int64_t shape[2] = {num, dim};
-    tg_tensor *w = tg_parameter_new(tp, TG_F32, 2, shape);
-    if (!w || tg_normal_(w, 0.0, 1.0, NULL) != TG_OK || tg_module_register_parameter(m, "weight", w) != TG_OK)
-        return NULL;
+    tg_tensor *w = tg__parameter_drawn(tp, dt, 2, shape, embedding_init, NULL);
+    if (!w || tg_module_register_parameter(m, "weight", w) != TG_OK) return NULL;
     return m;
 }
 
@@ -715,7 +728,7 @@ static bool chunked_head(tg_tape *tp, tg_module *gpt, tg_tensor **w, tg_tensor *
 {
     tg_module *head = tg__entry_get(&gpt->children, "out_head");
     return head && tg_module_is_fused(gpt) && tg__module_policy(head, tp) != TG_NUMERICS_EXACT &&
-           tg__linear_weights(head, w, b);
+           tg__linear_weights(head, w, b) && (*w)->dtype == TG_F32; /* a bf16 (frozen) head: the two calls */
 }
 
 tg_tensor *tg_gpt_lm_loss(tg_tape *tp, tg_module *gpt, tg_tensor *ids, const tg_tensor *targets, int64_t ignore_index)

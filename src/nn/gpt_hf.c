@@ -36,7 +36,7 @@ static int map(hf_ctx *c, const char *hf_key, const char *our_key, bool transpos
     tg_tensor *dst = tg_module_get_parameter(c->gpt, our_key);
     if (!dst) return tg_error_status(TG_EINVAL, "load_hf: the model has no parameter '%s'", our_key);
     tg_tensor src = *c->file->tensors[idx];
-    if (!tg__is_float(src.dtype))
+    if (!tg__is_float(src.dtype) && src.dtype != TG_BF16) /* bf16 widens (or stays) as it is copied */
         return tg_error_status(TG_EFORMAT, "load_hf %s: '%s' has dtype %s, expected a float type", c->path, key,
                                tg_dtype_name(src.dtype));
     if (part >= 0) { /* q, k or v: a third of the last dim */
@@ -126,7 +126,7 @@ int tg_gpt_load_hf(tg_module *gpt, const char *path)
     tg_tape *tp = tg_tape_new();
     if (!tp) return TG_ENOMEM;
     tg_safetensors file;
-    st = tg_safetensors_load(tp, path, &file);
+    st = tg_safetensors_load_ex(tp, path, &(tg_safetensors_options){.keep_bf16 = true}, &file);
     bool *used = st == TG_OK ? tg_tape_alloc(tp, sizeof(bool) * (size_t)(file.n + 1), true) : NULL;
     if (st == TG_OK && !used) st = TG_ENOMEM;
     hf_ctx c = {path, "", &file, gpt, used, false};

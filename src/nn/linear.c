@@ -46,7 +46,18 @@ bool tg__linear_weights(const tg_module *m, tg_tensor **w, tg_tensor **b)
  * from uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)); the bound arithmetic is
  * torch/nn/init.py's, in double (src/tensor/init.c), so the bounds are
  * bit-identical. */
+static int weight_init(tg_tensor *w, void *ctx)
+{
+    (void)ctx;
+    return tg_init_kaiming_uniform_(w, sqrt(5.0), TG_FAN_IN, "leaky_relu", NULL);
+}
+
 tg_module *tg_linear_new(tg_tape *tp, int64_t in_features, int64_t out_features, bool bias)
+{
+    return tg__linear_new_as(tp, in_features, out_features, bias, TG_F32);
+}
+
+tg_module *tg__linear_new_as(tg_tape *tp, int64_t in_features, int64_t out_features, bool bias, tg_dtype dt)
 {
     if (!tg__check_size("Linear", "in_features", in_features) ||
         !tg__check_size("Linear", "out_features", out_features))
@@ -55,9 +66,8 @@ tg_module *tg_linear_new(tg_tape *tp, int64_t in_features, int64_t out_features,
     if (!m) return NULL;
     *(linear_state *)tg_module_state(m) = (linear_state){in_features, out_features, bias};
     int64_t ws[2] = {out_features, in_features}, bs[1] = {out_features};
-    tg_tensor *w = tg_parameter_new(tp, TG_F32, 2, ws);
+    tg_tensor *w = tg__parameter_drawn(tp, dt, 2, ws, weight_init, NULL);
     if (tg_module_register_parameter(m, "weight", w) != TG_OK) return NULL;
-    if (tg_init_kaiming_uniform_(w, sqrt(5.0), TG_FAN_IN, "leaky_relu", NULL) != TG_OK) return NULL;
     if (bias) {
         tg_tensor *b = tg_parameter_new(tp, TG_F32, 1, bs);
         if (tg_module_register_parameter(m, "bias", b) != TG_OK) return NULL;

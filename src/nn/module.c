@@ -19,6 +19,21 @@ tg_tensor *tg_parameter_new(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *s
     return p;
 }
 
+tg_tensor *tg__parameter_drawn(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape,
+                               int (*init)(tg_tensor *w, void *ctx), void *ctx)
+{
+    if (dt != TG_BF16) {
+        tg_tensor *p = tg_parameter_new(tp, dt, ndim, shape);
+        return p && init(p, ctx) == TG_OK ? p : NULL;
+    }
+    /* the random fills draw a bf16 tensor as float32 and round each value
+     * as it is made (src/tensor/rng.c): no float32 copy */
+    tg_tensor *p = tg_empty(tp, TG_BF16, ndim, shape);
+    if (!p || init(p, ctx) != TG_OK) return NULL;
+    p->is_param = true; /* frozen: requires_grad stays false */
+    return p;
+}
+
 /* ---- checks shared by the built-in modules ----------------------------------------------------- */
 
 bool tg__check_size(const char *op, const char *what, int64_t v)
@@ -182,9 +197,9 @@ int tg_module_register_parameter(tg_module *m, const char *name, tg_tensor *p)
 {
     int st = check_args("register_parameter", m, p);
     if (st) return st;
-    if (!tg__is_float(p->dtype))
-        return tg_error_status(TG_EINVAL, "%s: parameter '%s' must be float32 or float64, got %s", m->type->name,
-                               name ? name : "(null)", tg_dtype_name(p->dtype));
+    if (!tg__is_float(p->dtype) && p->dtype != TG_BF16)
+        return tg_error_status(TG_EINVAL, "%s: parameter '%s' must be float32 or float64 (or a frozen bfloat16), got %s",
+                               m->type->name, name ? name : "(null)", tg_dtype_name(p->dtype));
     if (p->grad_fn)
         return tg_error_status(TG_EINVAL, "%s: cannot register a non-leaf tensor as parameter '%s' (%s); "
                                "parameters must be created explicitly", m->type->name, name ? name : "(null)",
@@ -192,7 +207,7 @@ int tg_module_register_parameter(tg_module *m, const char *name, tg_tensor *p)
     st = put(m, 0, name, p, true);
     if (st == TG_OK && !p->is_param) {
         p->is_param = true;
-        p->requires_grad = true;
+        p->requires_grad = p->dtype != TG_BF16; /* a bf16 weight is frozen */
     }
     return st;
 }
@@ -692,11 +707,16 @@ int tg_module_to_dtype(tg_tape *tp, tg_module *m, tg_dtype dt)
 {
     if (!m) return tg_error_status(TG_EINVAL, "to_dtype: NULL module");
     if (!tp) return tg_error_status(TG_EINVAL, "to_dtype: NULL tape");
-    if (!tg__is_float(dt)) return tg_error_status(TG_EINVAL, "to_dtype: modules hold float32 or float64 only");
-    /* Every distinct float tensor of the tree (parameters and all buffers). */
+    bool bf16 = dt == TG_BF16;
+    if (!tg__is_float(dt) && !bf16)
+        return tg_error_status(TG_EINVAL, "to_dtype: modules hold float32 or float64 (and frozen bfloat16 weights), not %s",
+                               tg_dtype_name(dt));
+    /* Every distinct float tensor of the tree (parameters and all buffers;
+     * to bf16 the weight matrices only: buffers, biases and norm scales are
+     * inputs of float arithmetic). */
     tg_tape *scratch = tg_tape_new();
     if (!scratch) return TG_ENOMEM;
-    walker w = {.tp = scratch, .dedup = true, .params = true, .buffers = true, .all_buffers = true};
+    walker w = {.tp = scratch, .dedup = true, .params = true, .buffers = !bf16, .all_buffers = !bf16};
     tg_named_list all;
     int st = collect(&w, "to_dtype", m, &all);
     /* Convert everything first, then switch: a failure leaves the module as it was. */
@@ -709,7 +729,14 @@ int tg_module_to_dtype(tg_tape *tp, tg_module *m, tg_dtype dt)
     }
     for (int i = 0; st == TG_OK && i < all.n; i++) {
         tg_tensor *t = all.tensors[i];
-        if (!tg__is_float(t->dtype) || t->dtype == dt) continue;
+        if ((!tg__is_float(t->dtype) && t->dtype != TG_BF16) || t->dtype == dt) continue;
+        if (bf16 && t->ndim < 2) continue; /* biases and norm scales: float32 arithmetic reads them */
+        if (bf16 && t->requires_grad) {
+            st = tg_error_status(TG_EINVAL, "to_dtype: parameter '%s' requires grad: trainable parameters keep "
+                                 "float32 (freeze it with tg_module_requires_grad_ before converting to bfloat16)",
+                                 all.names[i]);
+            break;
+        }
         vals[i] = tg_to_dtype(tp, t, dt);
         if (t->grad) grads[i] = tg_to_dtype(tp, t->grad, dt);
         if (!vals[i] || (t->grad && !grads[i])) st = TG_ENOMEM;

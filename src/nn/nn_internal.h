@@ -133,6 +133,15 @@ int tg__rope_need(tg__rope *r, tg_tape *tp, int64_t rows);
  * its blocks run on x (b, T, d) at positions p0 .. p0+T-1. */
 int tg__rope_decoder_build(tg_tape *tp, tg_module *m, const tg_decoder_config *cfg);
 tg_tensor *tg__rope_decoder_blocks(tg_tape *tp, tg_module *m, tg__rope *r, tg_tensor *x, int64_t p0);
+/* A parameter made by init (a torch.nn.init fill) in dt: TG_F32 as
+ * tg_parameter_new then init; TG_BF16 frozen, filled in place (the random
+ * fills draw bf16 as float32 and round each value: the float32 draw's
+ * values rounded, never a float32 copy). NULL with an error. */
+tg_tensor *tg__parameter_drawn(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape,
+                               int (*init)(tg_tensor *w, void *ctx), void *ctx);
+/* tg_linear_new and tg_embedding_new with their weight in dt (the bias float32). */
+tg_module *tg__linear_new_as(tg_tape *tp, int64_t in_features, int64_t out_features, bool bias, tg_dtype dt);
+tg_module *tg__embedding_new_as(tg_tape *tp, int64_t num, int64_t dim, tg_dtype dt);
 /* v as Python's repr(float) writes it ("0.0", "0.1", "1e-05"). */
 void tg__py_float(char *buf, size_t size, double v);
 

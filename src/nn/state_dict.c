@@ -78,7 +78,7 @@ static int load_entries(tg_tape *tp, tg_module *m, const tg_named_list *file, co
             return tg_error_status(bad, "%s: size mismatch for '%s': %s has %s, module has %s", who, sd.names[i],
                                    bad == TG_EFORMAT ? "file" : "state_dict", tg_shape_str(src[i], a, 64),
                                    tg_shape_str(sd.tensors[i], b, 64));
-        if (!tg__is_float(src[i]->dtype))
+        if (!tg__is_float(src[i]->dtype) && src[i]->dtype != TG_BF16) /* bf16 widens or rounds as it is copied */
             return tg_error_status(bad, "%s: '%s' has dtype %s, expected a float type", who, sd.names[i],
                                    tg_dtype_name(src[i]->dtype));
     }
@@ -126,7 +126,7 @@ int tg_module_load_ex(tg_module *m, const char *path, bool strict, tg_tape *tp, 
     tg_tape *scratch = tg_tape_new();
     if (!scratch) return TG_ENOMEM;
     tg_safetensors file;
-    int st = tg_safetensors_load(scratch, path, &file);
+    int st = tg_safetensors_load_ex(scratch, path, &(tg_safetensors_options){.keep_bf16 = true}, &file);
     if (st == TG_OK) {
         size_t len = strlen(path) + 8;
         char *who = tg_tape_alloc(scratch, len, false);

@@ -220,7 +220,8 @@ static int part_error(int st, const char *path, const char *what)
  * they load. */
 static int check_all(tg_tape *scratch, tg_tape *tp, loaded *l, const tg_checkpoint *ck)
 {
-    int st = tg_safetensors_load(scratch, l->path, &l->f);
+    /* bf16 as it is: a model's frozen bf16 weights load into their own dtype */
+    int st = tg_safetensors_load_ex(scratch, l->path, &(tg_safetensors_options){.keep_bf16 = true}, &l->f);
     if (st != TG_OK) return st;
     const tg_tensor *progress = need(l, K_PROGRESS, TG_I64, 4);
     const tg_tensor *rng = progress && ck->generator ? need(l, K_RNG, TG_U8, TG_GENERATOR_STATE_BYTES) : NULL;

@@ -151,6 +151,7 @@ static bool convert(uint16_t *dst, const tg_tensor *x, bool *col_out)
             return false;
         }
         c = *x;
+        c.dtype = TG_F32; /* a bfloat16 x widened exactly: rounding it back is the identity */
         c.data = tmp;
         c.offset = 0;
         c.grad_fn = NULL;
@@ -169,8 +170,12 @@ static bool convert(uint16_t *dst, const tg_tensor *x, bool *col_out)
             off += (r % src->shape[d]) * src->stride[d];
             r /= src->shape[d];
         }
-        const float *s = (const float *)src->data + off + o * ld;
         uint16_t *q = dst + t * inner;
+        if (src->dtype == TG_BF16) { /* already bf16: its bits */
+            memcpy(q, (const uint16_t *)src->data + off + o * ld, sizeof *q * (size_t)inner);
+            continue;
+        }
+        const float *s = (const float *)src->data + off + o * ld;
         for (int64_t i = 0; i < inner; i++) q[i] = bf16_bits(s[i]);
     }
     free(tmp);
@@ -313,14 +318,7 @@ static const uint16_t *param_bf16(const tg_tensor *x, bool *col)
     return p->copy;
 }
 
-static inline float bf16_f32(uint16_t b)
-{
-    union {
-        uint32_t u;
-        float f;
-    } v = {.u = (uint32_t)b << 16};
-    return v.f;
-}
+#define bf16_f32 tg__bf16_to_f32
 
 int tg__bf16_prepare(const tg_tensor *w)
 {
@@ -412,8 +410,11 @@ int tg__bf16_row_emulated(tg_tensor *c, const tg_tensor *a, bool ta, const tg_te
                           double beta)
 {
     int n = c->ndim;
-    if (ta || !tb || !b->is_param || !b->storage || b->ndim != 2 || b->dtype != TG_F32 || a->dtype != TG_F32 ||
-        c->dtype != TG_F32 || a->ndim != n)
+    /* a float32 parameter through its bf16 copy, a bfloat16 matrix (a frozen
+     * weight) in place when it is stored row-major */
+    bool direct = b->dtype == TG_BF16 && b->ndim == 2 && tg_is_contiguous(b);
+    if (ta || !tb || !(direct || (b->is_param && b->storage && b->dtype == TG_F32)) || b->ndim != 2 ||
+        a->dtype != TG_F32 || c->dtype != TG_F32 || a->ndim != n)
         return 1;
     int64_t N = b->shape[0], K = b->shape[1], M = a->shape[n - 2];
     if (M < 1 || M > ROW_MAX_M || c->shape[n - 1] != N || a->shape[n - 1] != K || tg_numel(a) != M * K ||
@@ -434,7 +435,7 @@ int tg__bf16_row_emulated(tg_tensor *c, const tg_tensor *a, bool ta, const tg_te
     }
     pthread_mutex_lock(&lock);
     bool col = false;
-    const uint16_t *w = param_bf16(b, &col);
+    const uint16_t *w = direct ? (const uint16_t *)b->data + b->offset : param_bf16(b, &col);
     int st = !w ? -1 : col ? 1 : 0;
     if (st == 0) {
         float *y = (float *)c->data + c->offset, fa = (float)alpha, fb = (float)beta;
@@ -534,6 +535,22 @@ static const uint16_t *operand_bf16(const tg_tensor *x, int keep, int *used, boo
     *used = i;
     *col = o->col;
     return o->buf;
+}
+
+/* A bfloat16 x whose matrices are compact in one orientation, back to back
+ * (a frozen weight): its own data, read as a copy would be; NULL otherwise
+ * (the caller copies it). */
+static const uint16_t *bf16_in_place(const tg_tensor *x, bool *col)
+{
+    int n = x->ndim;
+    int64_t ld, R = x->shape[n - 2], C = x->shape[n - 1];
+    if (x->dtype != TG_BF16 || !tg__matrix_layout(x, col, &ld) || ld != (*col ? R : C)) return NULL;
+    int64_t s = R * C;
+    for (int d = n - 3; d >= 0; d--) {
+        if (x->shape[d] != 1 && x->stride[d] != s) return NULL;
+        s *= x->shape[d];
+    }
+    return (const uint16_t *)x->data + x->offset;
 }
 
 /* ---- primitives --------------------------------------------------------------------------------- */
@@ -717,14 +734,18 @@ int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b,
     bf16_mat ma = {0}, mb = {0};
     const uint16_t *pa = NULL, *pb = NULL;
     int ia = -1, ib = -1;
-    if (a->is_param && a->storage)
-        pa = param_bf16(a, &ma.col);
-    else
-        pa = operand_bf16(a, -1, &ia, &ma.col);
-    if (pa && b->is_param && b->storage)
-        pb = param_bf16(b, &mb.col);
-    else if (pa)
-        pb = operand_bf16(b, ia, &ib, &mb.col);
+    if ((pa = bf16_in_place(a, &ma.col)) == NULL) {
+        if (a->is_param && a->storage && a->dtype == TG_F32)
+            pa = param_bf16(a, &ma.col);
+        else
+            pa = operand_bf16(a, -1, &ia, &ma.col);
+    }
+    if (pa && (pb = bf16_in_place(b, &mb.col)) == NULL) {
+        if (b->is_param && b->storage && b->dtype == TG_F32)
+            pb = param_bf16(b, &mb.col);
+        else
+            pb = operand_bf16(b, ia, &ib, &mb.col);
+    }
     bool ok = pa && pb;
     if (ok) {
         fill_bstrides(&ma, a);

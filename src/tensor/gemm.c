@@ -172,6 +172,7 @@ int tg_numerics_parse(const char *s, tg_numerics *out)
 static tg_tensor bf16_operand(float *buf, const tg_tensor *x)
 {
     tg_tensor t = *x;
+    t.dtype = TG_F32; /* from a bfloat16 x: widened, its rounding below the identity */
     t.data = buf;
     t.offset = 0;
     t.grad_fn = NULL;
@@ -246,9 +247,114 @@ static void gemm_emulated(tg_tensor *c, const tg_tensor *a, bool ta, const tg_te
     free(buf);
 }
 
+/* x (TG_BF16) widened to float32, exactly, into a malloc'd buffer *buf
+ * (NULL for an operand of another dtype, x itself then) with x's layout:
+ * its matrices in x's orientation (row- or column-major: sgemm is then
+ * called with the flags and shapes x itself would get, so the product has
+ * the bits of the same product of a float32 tensor holding these values),
+ * a broadcast batch dim kept broadcast. false with an error if out of
+ * memory. */
+static bool widen_operand(const tg_tensor *x, tg_tensor *out, float **buf)
+{
+    *out = *x;
+    *buf = NULL;
+    if (x->dtype != TG_BF16) return true;
+    int n = x->ndim;
+    bool col = false;
+    int64_t ld;
+    if (n >= 2 && !tg__matrix_layout(x, &col, &ld)) col = false;
+    /* dims from the fastest: the matrix's inner one first */
+    int order[TG_MAX_DIMS], k = 0;
+    if (n >= 2) {
+        order[k++] = col ? n - 2 : n - 1;
+        order[k++] = col ? n - 1 : n - 2;
+    }
+    for (int d = (n >= 2 ? n - 3 : n - 1); d >= 0; d--) order[k++] = d;
+    int64_t size = 1;
+    for (int i = 0; i < n; i++) {
+        int d = order[i];
+        bool broadcast = d < n - 2 && x->stride[d] == 0;
+        out->stride[d] = broadcast ? 0 : size;
+        if (!broadcast) size *= x->shape[d] > 0 ? x->shape[d] : 1;
+    }
+    *buf = malloc(sizeof(float) * (size_t)size);
+    if (!*buf) {
+        tg_error("gemm: out of memory widening a bfloat16 operand (%lld elements)", (long long)size);
+        return false;
+    }
+    out->dtype = TG_F32;
+    out->data = *buf;
+    out->offset = 0;
+    out->storage = NULL;
+    out->is_param = false;
+    tg_tensor src = *x, dst = *out; /* each value once: broadcast dims as size 1 */
+    bool same = true; /* x laid out as out: one flat loop, on all threads */
+    for (int d = 0; d < n; d++) {
+        if (out->stride[d] == 0) src.shape[d] = dst.shape[d] = 1;
+        same &= x->shape[d] == 1 || x->stride[d] == out->stride[d];
+    }
+    if (!same) {
+        tg_k_copy(&dst, &src);
+        return true;
+    }
+    enum { CHUNK = 1 << 16 };
+    const uint16_t *s = (const uint16_t *)x->data + x->offset;
+#pragma omp parallel for if (size > TG_PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < size; i += CHUNK) tg__bf16_to_f32_n(*buf + i, s + i, size - i < CHUNK ? size - i : CHUNK);
+    return true;
+}
+
+/* A product with a bfloat16 operand (a frozen weight) under EXACT or FAST:
+ * the operand widened to float32 for this product only (a model's weights
+ * are never all widened at once) and float32's product of it. */
+static void gemm_widened(tg_numerics nm, tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb,
+                         double alpha, double beta)
+{
+    tg_tensor wa, wb;
+    float *ba = NULL, *bb = NULL;
+    if (widen_operand(a, &wa, &ba) && widen_operand(b, &wb, &bb)) tg_k_gemm(nm, c, &wa, ta, &wb, tb, alpha, beta);
+    free(ba);
+    free(bb);
+}
+
+/* A bfloat16 weight widened whole for one product is float32's size of it
+ * (Qwen3-4B's output head: 1.5 GiB). Under FAST a product whose widened b
+ * would pass this many bytes runs in blocks of c's columns, each widening
+ * its own columns of op(b) only: every element of c is the same dot product
+ * over K. EXACT keeps PyTorch's one call (its bits); emulated BF16 rounds
+ * its operands in blocks already (gemm_emulated). */
+#define WIDEN_BLOCK_BYTES ((int64_t)64 << 20)
+
+static bool gemm_in_blocks(tg_numerics nm, tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb,
+                           double alpha, double beta)
+{
+    int n = c->ndim;
+    int64_t N = c->shape[n - 1], bytes = (int64_t)sizeof(float) * tg_numel(b);
+    if (b->dtype != TG_BF16 || c->dtype != TG_F32 || nm != TG_NUMERICS_FAST || bytes <= WIDEN_BLOCK_BYTES || N < 2)
+        return false;
+    int64_t nblocks = (bytes + WIDEN_BLOCK_BYTES - 1) / WIDEN_BLOCK_BYTES, jb = (N + nblocks - 1) / nblocks;
+    jb = (jb + 63) / 64 * 64;
+    int bd = tb ? n - 2 : n - 1; /* b's dim holding c's columns */
+    for (int64_t j0 = 0; j0 < N; j0 += jb) {
+        int64_t w = N - j0 < jb ? N - j0 : jb;
+        tg_tensor cb = *c, bb = *b;
+        cb.shape[n - 1] = w;
+        cb.offset += j0 * c->stride[n - 1];
+        bb.shape[bd] = w;
+        bb.offset += j0 * b->stride[bd];
+        tg_k_gemm(nm, &cb, a, ta, &bb, tb, alpha, beta);
+    }
+    return true;
+}
+
 void tg_k_gemm(tg_numerics nm, tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb,
                double alpha, double beta)
 {
+    if (gemm_in_blocks(nm, c, a, ta, b, tb, alpha, beta)) return;
+    if ((a->dtype == TG_BF16 || b->dtype == TG_BF16) && (nm != TG_NUMERICS_BF16 || c->dtype != TG_F32)) {
+        gemm_widened(nm, c, a, ta, b, tb, alpha, beta);
+        return;
+    }
     if (nm == TG_NUMERICS_BF16 && c->dtype == TG_F32) {
         int n = c->ndim;
         int64_t K = ta ? a->shape[n - 2] : a->shape[n - 1];

@@ -11,8 +11,8 @@
 static int check_target(const char *op, const tg_tensor *x, bool random)
 {
     if (!x) return tg_error_status(TG_EINVAL, "%s: NULL tensor", op);
-    if (random && !tg__is_float(x->dtype))
-        return tg_error_status(TG_EINVAL, "%s: expected a float32 or float64 tensor, got %s", op,
+    if (random && !tg__is_float(x->dtype) && x->dtype != TG_BF16) /* bf16: drawn as float32, rounded (rng.c) */
+        return tg_error_status(TG_EINVAL, "%s: expected a float32, float64 or bfloat16 tensor, got %s", op,
                                tg_dtype_name(x->dtype));
     if (random && !tg_is_contiguous(x)) return tg_error_status(TG_EINVAL, "%s: tensor must be contiguous", op);
     return TG_OK;

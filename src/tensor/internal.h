@@ -277,13 +277,53 @@ static inline uint16_t tg__bf16_bits(float x)
     uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, q = (u >> 16) | 0x40u;
     return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? q : r);
 }
-/* x rounded to the nearest bf16 (ties to even), as a float (NaN stays NaN). */
-static inline float tg__bf16_round(float x)
+/* The float32 a bf16 value's 16 bits stand for (exact). */
+static inline float tg__bf16_to_f32(uint16_t b)
 {
-    uint32_t u = (uint32_t)tg__bf16_bits(x) << 16;
+    uint32_t u = (uint32_t)b << 16;
     float y;
     memcpy(&y, &u, sizeof y);
     return y;
+}
+/* n contiguous values each way: bf16 to float32 exactly, float32 to bf16
+ * rounded (loops the compiler vectorises). */
+static inline void tg__bf16_to_f32_n(float *dst, const uint16_t *src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) dst[i] = tg__bf16_to_f32(src[i]);
+}
+static inline void tg__bf16_from_f32(uint16_t *dst, const float *src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) dst[i] = tg__bf16_bits(src[i]);
+}
+/* x rounded to the nearest bf16 (ties to even), as a float (NaN stays NaN). */
+static inline float tg__bf16_round(float x) { return tg__bf16_to_f32(tg__bf16_bits(x)); }
+/* The element of dtype dt at p as a double (exact for every dtype but
+ * int64 beyond 2^53), and v stored there in dt: float32 and bf16 round
+ * (bf16 through float32, as PyTorch converts a double), bool is v != 0,
+ * the integers truncate (callers check the range). */
+static inline double tg__load_elem(tg_dtype dt, const void *p)
+{
+    switch (dt) {
+    case TG_F32: return *(const float *)p;
+    case TG_F64: return *(const double *)p;
+    case TG_I64: return (double)*(const int64_t *)p;
+    case TG_BF16: return tg__bf16_to_f32(*(const uint16_t *)p);
+    case TG_BOOL:
+    case TG_U8: return *(const uint8_t *)p;
+    default: return NAN;
+    }
+}
+static inline void tg__store_elem(tg_dtype dt, void *p, double v)
+{
+    switch (dt) {
+    case TG_F32: *(float *)p = (float)v; break;
+    case TG_F64: *(double *)p = v; break;
+    case TG_I64: *(int64_t *)p = (int64_t)v; break;
+    case TG_BF16: *(uint16_t *)p = tg__bf16_bits((float)v); break;
+    case TG_BOOL: *(uint8_t *)p = v != 0; break;
+    case TG_U8: *(uint8_t *)p = (uint8_t)v; break;
+    default: break;
+    }
 }
 /* Attention of the queries q (b, H, T, hd) of positions p0 .. p0+T-1 over
  * the keys and values k, v (b, G, p0 + T, hd) of a KV cache, each with a

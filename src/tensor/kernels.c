@@ -131,26 +131,8 @@ static void iter_apply(int nops, const tg_tensor *const *ops, tg_row_fn fn, void
 
 /* ---- scalar loads/stores for the generic (mixed dtype) rows ---------------------- */
 
-static inline double ld(tg_dtype dt, const char *p)
-{
-    switch (dt) {
-    case TG_F32: return *(const float *)p;
-    case TG_F64: return *(const double *)p;
-    case TG_I64: return (double)*(const int64_t *)p;
-    default: return *(const uint8_t *)p;
-    }
-}
-
-static inline void st(tg_dtype dt, char *p, double v)
-{
-    switch (dt) {
-    case TG_F32: *(float *)p = (float)v; break;
-    case TG_F64: *(double *)p = v; break;
-    case TG_I64: *(int64_t *)p = (int64_t)v; break;
-    case TG_BOOL: *(uint8_t *)p = v != 0; break;
-    default: *(uint8_t *)p = (uint8_t)v; break;
-    }
-}
+#define ld tg__load_elem
+#define st tg__store_elem
 
 /* ---- binary -------------------------------------------------------------------------- */
 
@@ -410,6 +392,8 @@ static void copy_row(void *vctx, int64_t n, char *const *p, const int64_t *s)
     if (c->dout == c->din) {
         if (s[0] == (int64_t)es && s[1] == (int64_t)es) {
             memcpy(p[0], p[1], (size_t)n * es);
+        } else if (es == 2) {
+            for (int64_t i = 0; i < n; i++) *(uint16_t *)(p[0] + i * s[0]) = *(const uint16_t *)(p[1] + i * s[1]);
         } else if (es == 4) {
             for (int64_t i = 0; i < n; i++) *(uint32_t *)(p[0] + i * s[0]) = *(const uint32_t *)(p[1] + i * s[1]);
         } else if (es == 8) {
@@ -417,6 +401,22 @@ static void copy_row(void *vctx, int64_t n, char *const *p, const int64_t *s)
         } else {
             for (int64_t i = 0; i < n; i++) p[0][i * s[0]] = p[1][i * s[1]];
         }
+        return;
+    }
+    if (c->dout == TG_BF16 && c->din == TG_F32) { /* rounding a weight: not through double */
+        if (s[0] == 2 && s[1] == 4) /* unit strides: a loop the compiler vectorises */
+            tg__bf16_from_f32((uint16_t *)(void *)p[0], (const float *)(const void *)p[1], n);
+        else
+            for (int64_t i = 0; i < n; i++)
+                *(uint16_t *)(p[0] + i * s[0]) = tg__bf16_bits(*(const float *)(p[1] + i * s[1]));
+        return;
+    }
+    if (c->dout == TG_F32 && c->din == TG_BF16) {
+        if (s[0] == 4 && s[1] == 2)
+            tg__bf16_to_f32_n((float *)(void *)p[0], (const uint16_t *)(const void *)p[1], n);
+        else
+            for (int64_t i = 0; i < n; i++)
+                *(float *)(p[0] + i * s[0]) = tg__bf16_to_f32(*(const uint16_t *)(p[1] + i * s[1]));
         return;
     }
     for (int64_t i = 0; i < n; i++) st(c->dout, p[0] + i * s[0], ld(c->din, p[1] + i * s[1]));

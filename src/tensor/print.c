@@ -13,17 +13,7 @@
 
 /* ---- element access --------------------------------------------------------------- */
 
-static double load(const tg_tensor *x, int64_t off)
-{
-    const void *p = tg__ptr(x, off);
-    switch (x->dtype) {
-    case TG_F32: return *(const float *)p;
-    case TG_F64: return *(const double *)p;
-    case TG_BOOL:
-    case TG_U8: return *(const uint8_t *)p;
-    default: return (double)*(const int64_t *)p;
-    }
-}
+static double load(const tg_tensor *x, int64_t off) { return tg__load_elem(x->dtype, tg__ptr(x, off)); }
 
 /* Visits the elements PyTorch's formatter looks at: all of them, or when
  * summarizing only the first and last P_EDGEITEMS along every dimension longer
@@ -103,7 +93,7 @@ static void width_floats(void *ctx, const tg_tensor *x, int64_t off)
 static void formatter_init(formatter *f, const tg_tensor *x, bool summarize)
 {
     memset(f, 0, sizeof *f);
-    f->floating = tg__is_float(x->dtype);
+    f->floating = tg__is_float(x->dtype) || x->dtype == TG_BF16;
     f->int_mode = true;
     f->max_width = 1;
     if (!f->floating) {

@@ -217,12 +217,17 @@ static double uniform_f64(tg_generator *g, double from, double range)
 
 static tg_generator *pick(tg_generator *g) { return g ? g : tg_default_generator(); }
 
-static int check_fill_target(const char *op, const tg_tensor *x)
+/* bf16: uniform_ and normal_ draw a bfloat16 tensor's values as they draw
+ * a float32 tensor's and round each (x.to(torch.bfloat16) of that tensor),
+ * through a buffer of this many floats: no float32 copy of a weight. */
+enum { BF16_CHUNK = 4096 /* a multiple of normal's 16 */ };
+
+static int check_fill_target(const char *op, const tg_tensor *x, bool bf16)
 {
     if (!x) return tg_error_status(TG_EINVAL, "%s: NULL tensor", op);
-    if (!tg__is_float(x->dtype))
-        return tg_error_status(TG_EINVAL, "%s: expected a float32 or float64 tensor, got %s", op,
-                               tg_dtype_name(x->dtype));
+    if (!tg__is_float(x->dtype) && !(bf16 && x->dtype == TG_BF16))
+        return tg_error_status(TG_EINVAL, "%s: expected a float32 or float64%s tensor, got %s", op,
+                               bf16 ? " (or bfloat16)" : "", tg_dtype_name(x->dtype));
     if (!tg_is_contiguous(x))
         return tg_error_status(TG_EINVAL, "%s: tensor must be contiguous", op);
     return TG_OK;
@@ -230,7 +235,7 @@ static int check_fill_target(const char *op, const tg_tensor *x)
 
 int tg_uniform_(tg_tensor *x, double from, double to, tg_generator *g)
 {
-    int st = check_fill_target("uniform_", x);
+    int st = check_fill_target("uniform_", x, true);
     if (st != TG_OK) return st;
     if (!(from <= to) || !isfinite(from) || !isfinite(to))
         return tg_error_status(TG_EINVAL, "uniform_: expects a finite range from <= to, got [%g, %g)",
@@ -238,14 +243,24 @@ int tg_uniform_(tg_tensor *x, double from, double to, tg_generator *g)
     tg__bump(x);
     g = pick(g);
     int64_t n = tg_numel(x);
-    if (x->dtype == TG_F32) {
+    if (x->dtype != TG_F64) {
         /* PyTorch casts the bounds to the tensor's type before subtracting. */
         float f = (float)from, t = (float)to;
         float range = t - f;
         if (!isfinite(range))
             return tg_error_status(TG_EINVAL, "uniform_: range [%g, %g) overflows float32", from, to);
-        float *d = tg_data_ptr(x);
-        for (int64_t i = 0; i < n; i++) d[i] = uniform_f32(g, f, range);
+        if (x->dtype == TG_F32) {
+            float *d = tg_data_ptr(x);
+            for (int64_t i = 0; i < n; i++) d[i] = uniform_f32(g, f, range);
+            return TG_OK;
+        }
+        float buf[BF16_CHUNK];
+        uint16_t *o = tg_data_ptr(x);
+        for (int64_t i0 = 0; i0 < n; i0 += BF16_CHUNK) {
+            int64_t m = n - i0 < BF16_CHUNK ? n - i0 : BF16_CHUNK;
+            for (int64_t j = 0; j < m; j++) buf[j] = uniform_f32(g, f, range);
+            tg__bf16_from_f32(o + i0, buf, m);
+        }
     } else {
         double range = to - from;
         if (!isfinite(range))
@@ -402,9 +417,36 @@ static void normal_fill_16_f64(double *d, double mean, double std)
     }
 }
 
+/* normal_ of a float32 tensor as below, each value rounded to bf16 as it
+ * is made: the uniforms of a chunk, its whole blocks of 16 transformed; the
+ * values past the last whole block, kept as uniforms in the first pass, are
+ * overwritten by the ragged tail's fresh 16, as in float32. */
+static int normal_bf16(tg_tensor *x, double mean, double std, tg_generator *g)
+{
+    int64_t n = tg_numel(x), whole = n / 16 * 16;
+    uint16_t *o = tg_data_ptr(x);
+    float m = (float)mean, s = (float)std, buf[BF16_CHUNK];
+    if (n < 16) {
+        for (int64_t i = 0; i < n; i++) o[i] = tg__bf16_bits((float)normal_scalar(g, mean, std));
+        return TG_OK;
+    }
+    for (int64_t i0 = 0; i0 < n; i0 += BF16_CHUNK) {
+        int64_t c = n - i0 < BF16_CHUNK ? n - i0 : BF16_CHUNK;
+        for (int64_t j = 0; j < c; j++) buf[j] = uniform_f32(g, 0.0f, 1.0f);
+        for (int64_t j = 0; j + 16 <= c && i0 + j + 16 <= whole; j += 16) normal_fill_16_f32(buf + j, m, s);
+        tg__bf16_from_f32(o + i0, buf, c);
+    }
+    if (n % 16 != 0) {
+        for (int i = 0; i < 16; i++) buf[i] = uniform_f32(g, 0.0f, 1.0f);
+        normal_fill_16_f32(buf, m, s);
+        tg__bf16_from_f32(o + n - 16, buf, 16);
+    }
+    return TG_OK;
+}
+
 int tg_normal_(tg_tensor *x, double mean, double std, tg_generator *g)
 {
-    int st = check_fill_target("normal_", x);
+    int st = check_fill_target("normal_", x, true);
     if (st != TG_OK) return st;
     if (!(std >= 0.0) || !isfinite(std) || !isfinite(mean))
         return tg_error_status(TG_EINVAL, "normal_: expects finite mean and std >= 0, got mean %g std %g",
@@ -412,6 +454,7 @@ int tg_normal_(tg_tensor *x, double mean, double std, tg_generator *g)
     tg__bump(x);
     g = pick(g);
     int64_t n = tg_numel(x);
+    if (x->dtype == TG_BF16) return normal_bf16(x, mean, std, g);
     if (n < 16) {
         /* Below 16 elements PyTorch draws one value at a time in double. */
         if (x->dtype == TG_F32) {
@@ -477,7 +520,7 @@ tg_tensor *tg_randn(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape, tg
  * uniform (random64, 53 bits) per element: 1 when u < p. */
 int tg_bernoulli_(tg_tensor *x, double p, tg_generator *g)
 {
-    int st = check_fill_target("bernoulli_", x);
+    int st = check_fill_target("bernoulli_", x, false);
     if (st != TG_OK) return st;
     if (!(p >= 0 && p <= 1)) return tg_error_status(TG_EINVAL, "bernoulli_: p must be in [0, 1], got %g", p);
     tg__bump(x);

@@ -9,8 +9,11 @@
  * descending dtype (the reference's alignment order) then by name, compact
  * JSON, header padded with spaces to a multiple of 8. Reading is as strict as
  * the reference's validation and then some: every rule names what is wrong.
- * F16 and BF16 entries (Hugging Face checkpoints) are read only, widened to
- * float32 exactly; there is no 16-bit dtype to write them from.
+ * BF16 entries are TG_BF16 tensors both ways (tg_safetensors_load widens
+ * them to float32 exactly unless asked to keep them, tg_safetensors_load_ex);
+ * F16 entries (Hugging Face checkpoints) are read only, widened to float32
+ * exactly: a float16 checkpoint loaded into bf16 weights is widened, then
+ * rounded to bf16 by the copy (tg_to_dtype's rounding).
  */
 #include "internal.h"
 
@@ -35,10 +38,22 @@ static const struct {
     st_widen widen;  /* ST_NATIVE: stored as dt; else 2 bytes in the file, read as float32 */
 } st_dtypes[] = {
     {"BOOL", TG_BOOL, 0, ST_NATIVE}, {"U8", TG_U8, 1, ST_NATIVE},        {"F16", TG_F32, 7, ST_WIDEN_F16},
-    {"BF16", TG_F32, 8, ST_WIDEN_BF16}, {"F32", TG_F32, 11, ST_NATIVE}, {"F64", TG_F64, 12, ST_NATIVE},
+    {"BF16", TG_BF16, 8, ST_NATIVE}, {"F32", TG_F32, 11, ST_NATIVE},    {"F64", TG_F64, 12, ST_NATIVE},
     {"I64", TG_I64, 13, ST_NATIVE},
 };
 #define ST_NDTYPES (sizeof st_dtypes / sizeof st_dtypes[0])
+
+/* How entry di is loaded: its dtype and widening, BF16 widened to float32
+ * unless kept (keep_bf16). */
+static tg_dtype loaded_dtype(int di, bool keep_bf16, st_widen *how)
+{
+    *how = st_dtypes[di].widen;
+    if (st_dtypes[di].dt == TG_BF16 && !keep_bf16) {
+        *how = ST_WIDEN_BF16;
+        return TG_F32;
+    }
+    return st_dtypes[di].dt;
+}
 
 /* The table's entry written for dt (never a widened one); -1 for none. */
 static int dtype_index(tg_dtype dt)
@@ -311,7 +326,7 @@ static bool read_all(FILE *f, void *p, size_t n) { return n == 0 || fread(p, 1, 
  * buffer) or, when mem is NULL, read from f in order (f at the data's start:
  * the entries cover it back to back). path names f in a read error. */
 static int fill_tensors(tg_tape *tp, const char *who, const char *path, const st_header *h, const uint8_t *mem,
-                        FILE *f, tg_safetensors *out)
+                        FILE *f, bool keep_bf16, tg_safetensors *out)
 {
     size_t ne = h->n;
     char **names = tg_tape_alloc(tp, (ne ? ne : 1) * sizeof *names, true);
@@ -320,9 +335,10 @@ static int fill_tensors(tg_tape *tp, const char *who, const char *path, const st
     for (size_t i = 0; i < ne; i++) {
         const st_entry *e = &h->entries[i];
         size_t nbytes = (size_t)(e->end - e->begin), nlen = strlen(e->name) + 1;
-        st_widen how = st_dtypes[e->di].widen;
+        st_widen how;
+        tg_dtype dt = loaded_dtype(e->di, keep_bf16, &how);
         names[i] = tg_tape_alloc(tp, nlen, false);
-        tensors[i] = tg_empty(tp, st_dtypes[e->di].dt, e->ndim, e->shape);
+        tensors[i] = tg_empty(tp, dt, e->ndim, e->shape);
         if (!names[i] || !tensors[i]) return TG_ENOMEM;
         memcpy(names[i], e->name, nlen);
         uint8_t *dst = tg_data_ptr(tensors[i]);
@@ -361,7 +377,7 @@ static int parse(tg_tape *tp, const uint8_t *buf, size_t len, tg_safetensors *ou
     st_header h;
     st = parse_header(who, buf + 8, n, (uint64_t)len - 8 - n, &h);
     if (st != TG_OK) return st;
-    st = fill_tensors(tp, who, NULL, &h, buf + 8 + n, NULL, out);
+    st = fill_tensors(tp, who, NULL, &h, buf + 8 + n, NULL, false, out);
     header_free(&h);
     return st;
 }
@@ -412,6 +428,11 @@ static int open_file(const char *path, char *who, size_t who_size, FILE **fp, st
 
 int tg_safetensors_load(tg_tape *tp, const char *path, tg_safetensors *out)
 {
+    return tg_safetensors_load_ex(tp, path, NULL, out);
+}
+
+int tg_safetensors_load_ex(tg_tape *tp, const char *path, const tg_safetensors_options *opt, tg_safetensors *out)
+{
     if (!path) return tg_error_status(TG_EINVAL, "safetensors_load: NULL path");
     if (!tp || !out) return tg_error_status(TG_EINVAL, "safetensors_load: NULL argument");
     memset(out, 0, sizeof *out);
@@ -421,7 +442,7 @@ int tg_safetensors_load(tg_tape *tp, const char *path, tg_safetensors *out)
     int st = open_file(path, who, sizeof who, &f, &h);
     if (st != TG_OK) return st;
     /* each tensor read straight into its storage: no copy of the whole file */
-    st = fill_tensors(tp, who, path, &h, NULL, f, out);
+    st = fill_tensors(tp, who, path, &h, NULL, f, opt && opt->keep_bf16, out);
     if (st == TG_OK && fgetc(f) != EOF) /* grown since fstat */
         st = tg_error_status(TG_EIO, "safetensors_load: '%s' changed while it was read", path);
     if (st != TG_OK) memset(out, 0, sizeof *out);
@@ -453,7 +474,8 @@ int tg__safetensors_header(tg_tape *tp, const char *path, int *n, tg__safetensor
         memcpy(name, e->name, nlen);
         out[i].name = name;
         out[i].file_dtype = st_dtypes[e->di].name;
-        out[i].dtype = st_dtypes[e->di].dt;
+        st_widen how;
+        out[i].dtype = loaded_dtype(e->di, false, &how);
         out[i].ndim = e->ndim;
         memcpy(out[i].shape, e->shape, sizeof out[i].shape);
     }

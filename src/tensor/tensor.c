@@ -9,7 +9,7 @@ static const struct {
     const char *name;
 } dtype_info[TG_DTYPE_COUNT] = {
     [TG_F32] = {4, "float32"}, [TG_F64] = {8, "float64"}, [TG_BOOL] = {1, "bool"},
-    [TG_U8] = {1, "uint8"},    [TG_I64] = {8, "int64"},
+    [TG_U8] = {1, "uint8"},    [TG_I64] = {8, "int64"},  [TG_BF16] = {2, "bfloat16"},
 };
 
 size_t tg_dtype_size(tg_dtype dt) { return (unsigned)dt < TG_DTYPE_COUNT ? dtype_info[dt].size : 0; }
@@ -378,31 +378,9 @@ char *tg_shape_str(const tg_tensor *x, char *buf, size_t n)
     return buf;
 }
 
-static double load(const tg_tensor *x, int64_t off)
-{
-    const void *p = tg__ptr(x, off);
-    switch (x->dtype) {
-    case TG_F32: return *(const float *)p;
-    case TG_F64: return *(const double *)p;
-    case TG_BOOL:
-    case TG_U8: return *(const uint8_t *)p;
-    case TG_I64: return (double)*(const int64_t *)p;
-    default: return NAN;
-    }
-}
+static double load(const tg_tensor *x, int64_t off) { return tg__load_elem(x->dtype, tg__ptr(x, off)); }
 
-static void store(tg_tensor *x, int64_t off, double v)
-{
-    void *p = tg__ptr(x, off);
-    switch (x->dtype) {
-    case TG_F32: *(float *)p = (float)v; break;
-    case TG_F64: *(double *)p = v; break;
-    case TG_BOOL: *(uint8_t *)p = v != 0; break;
-    case TG_U8: *(uint8_t *)p = (uint8_t)v; break;
-    case TG_I64: *(int64_t *)p = (int64_t)v; break;
-    default: break;
-    }
-}
+static void store(tg_tensor *x, int64_t off, double v) { tg__store_elem(x->dtype, tg__ptr(x, off), v); }
 
 /* Checks that x (any known dtype) and idx name an element; its offset in *off.
  * False with an error naming op, the index and the shape otherwise. */

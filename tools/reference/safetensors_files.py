@@ -22,6 +22,8 @@ import torch
 DTYPES = {
     torch.bool: ("BOOL", 0),
     torch.uint8: ("U8", 1),
+    torch.float16: ("F16", 7),
+    torch.bfloat16: ("BF16", 8),
     torch.float32: ("F32", 11),
     torch.float64: ("F64", 12),
     torch.int64: ("I64", 13),
@@ -46,7 +48,9 @@ def encode(tensors, metadata=None, order="reference"):
     blobs = []
     offset = 0
     for name, t in items:
-        data = t.detach().contiguous().numpy().tobytes()
+        t = t.detach().contiguous()
+        raw = t.view(torch.int16) if t.dtype in (torch.float16, torch.bfloat16) else t  # numpy has no bfloat16
+        data = raw.numpy().tobytes()
         header[name] = {"dtype": DTYPES[t.dtype][0], "shape": list(t.shape),
                         "data_offsets": [offset, offset + len(data)]}
         offset += len(data)

@@ -109,6 +109,9 @@ typedef struct {
     uint64_t seed;
     const char *precision; /* --precision: exact (default), fast, bf16 */
     const char *const *hf; /* the command's --hf: a Hugging Face folder builds the model (NULL: none) */
+    const char *weights;   /* --weights: bf16 or f32 (NULL: f32, or what follow_hf says) */
+    const bool *follow_hf; /* the command's: when true (generate; a LoRA run), the weights
+                            * default to bf16 for a --hf folder storing BF16 (NULL: never) */
     tg_numerics numerics;  /* what it names, set by tg_cli_model_parse */
 } tg_cli_model;
 /* gpt2-small, seed 123; context 0 keeps the preset's (pretrain passes 256). */
@@ -138,7 +141,10 @@ bool tg_cli_model_parse(const tg_cli_command *c, int argc, char **argv, tg_cli_m
     "                  accumulation; emulated on sgemm) (README.md, \"Numerics\")\n"     \
     "  --recompute     training: each transformer block's activations recomputed in\n"     \
     "                  backward (torch.utils.checkpoint), same dropout masks and\n"       \
-    "                  numbers, less memory (docs/training.md, \"Memory\")\n"
+    "                  numbers, less memory (docs/training.md, \"Memory\")\n"                   \
+    "  --weights W     (Qwen3, Llama 3) bf16 or f32: the frozen weights' storage;\n"      \
+    "                  bf16 draws each weight rounded, half the memory (default f32;\n"   \
+    "                  bf16 for generate and LoRA from a --hf folder storing BF16)\n"
 
 /* tg_manual_seed(seed), then the GPTModel, under --precision's numerics. */
 tg_module *tg_cli_model_build(tg_tape *tp, const tg_cli_model *m, const tg_decoder_config *cfg);

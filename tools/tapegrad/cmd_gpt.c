@@ -271,6 +271,8 @@ int tg_cmd_generate(int argc, char **argv)
      * folder is a Qwen3 or Llama 3 model whose config.json builds it */
     m.qkv_bias = tg_cli_hf_gpt2_file(argc, argv);
     m.hf = &a.hf;
+    static const bool follow = true; /* a BF16 folder generates from bf16 weights */
+    m.follow_hf = &follow;
     int rc;
     tg_cli_command c = {.name = cmd, .help = generate_help, .opts = own, .nopts = TG_CLI_NOPTS(own)};
     if (!tg_cli_model_parse(&c, argc, argv, &m, &cfg, &rc)) return rc;

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define MODEL_NOPTS 17
+#define MODEL_NOPTS 18
 
 void tg_cli_model_defaults(tg_cli_model *m, int64_t context)
 {
@@ -35,9 +35,23 @@ static int model_opts(tg_cli_model *m, tg_opt *opts)
         {.name = "--seed", .type = TG_OPT_U64, .dest = &m->seed},
         {.name = "--precision", .type = TG_OPT_STRING, .dest = &m->precision},
         {.name = "--recompute", .type = TG_OPT_FLAG, .dest = &m->recompute},
+        {.name = "--weights", .type = TG_OPT_STRING, .dest = &m->weights},
     };
     memcpy(opts, o, sizeof o);
     return MODEL_NOPTS;
+}
+
+/* --weights into cfg: as named, else bf16 for a folder storing BF16 when
+ * the command follows it, else float32. */
+static int model_weights(const char *cmd, const tg_cli_model *m, const char *hf, tg_decoder_config *cfg)
+{
+    cfg->weights = TG_F32;
+    if (m->weights && strcmp(m->weights, "bf16") != 0 && strcmp(m->weights, "f32") != 0)
+        return tg_cli_error(cmd, "--weights: '%.40s' is not one of bf16, f32", m->weights);
+    if (m->weights) cfg->weights = strcmp(m->weights, "bf16") == 0 ? TG_BF16 : TG_F32;
+    else if (hf && m->follow_hf && *m->follow_hf && tg_decoder_hf_weights(hf, &cfg->weights) != TG_OK)
+        return tg_cli_error(cmd, "--hf: %s", tg_last_error());
+    return TG_CLI_OK;
 }
 
 /* The configuration the options ask for, checked: TG_CLI_OK, or the error
@@ -47,6 +61,7 @@ static int model_config(const char *cmd, tg_cli_model *m, tg_decoder_config *cfg
     if (tg_numerics_parse(m->precision, &m->numerics) != TG_OK)
         return tg_cli_error(cmd, "--precision: %s", tg_last_error());
     const char *hf = m->hf && tg_cli_is_dir(*m->hf) ? *m->hf : NULL;
+    int st;
     if (hf) { /* a Hugging Face folder: its config.json is the model's; only --context may change it */
         const char *fixed = m->config_seen ? "--config" : m->vocab ? "--vocab" : m->emb ? "--emb" : m->heads ? "--heads" : m->layers ? "--layers"
                             : m->hidden ? "--hidden" : m->head_dim ? "--head-dim" : m->kv_groups ? "--kv-groups"
@@ -55,6 +70,7 @@ static int model_config(const char *cmd, tg_cli_model *m, tg_decoder_config *cfg
         if (fixed) return tg_cli_error(cmd, "%s: the model's configuration comes from %s/config.json", fixed, hf);
         if (tg_decoder_config_from_hf(hf, cfg) != TG_OK) return tg_cli_error(cmd, "--hf: %s", tg_last_error());
         if (m->context) cfg->context_length = m->context;
+        if ((st = model_weights(cmd, m, hf, cfg)) != TG_CLI_OK) return st;
         if (tg_decoder_config_check(cfg) != TG_OK) return tg_cli_error(cmd, "--hf: %s", tg_last_error());
         return TG_CLI_OK;
     }
@@ -76,6 +92,7 @@ static int model_config(const char *cmd, tg_cli_model *m, tg_decoder_config *cfg
     if (m->kv_groups) cfg->n_kv_groups = m->kv_groups;
     if (m->rope_base_seen) cfg->rope_base = m->rope_base;
     if (m->qk_norm || m->no_qk_norm) cfg->qk_norm = m->qk_norm;
+    if ((st = model_weights(cmd, m, NULL, cfg)) != TG_CLI_OK) return st;
     if (tg_decoder_config_check(cfg) != TG_OK) return tg_cli_error(cmd, "%s", tg_last_error());
     return TG_CLI_OK;
 }
