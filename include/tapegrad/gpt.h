@@ -153,7 +153,7 @@ TG_API int tg_gpt_get_config(const tg_module *gpt, tg_gpt_config *out);
 TG_API tg_module *tg_decoder_new(tg_tape *tp, const tg_decoder_config *cfg);
 TG_API int tg_decoder_get_config(const tg_module *model, tg_decoder_config *out);
 
-/* Activation recomputation for the decoder's blocks (SPEC.md, "Memory"):
+/* Activation recomputation for the decoder's blocks (README.md, "Memory"):
  * tg_module_set_recompute (nn.h) on each of trf_blocks' TransformerBlocks,
  * so a training step keeps each block's input and one block's activations
  * at a time; and tg_gpt_lm_loss's head in chunks (FAST, BF16) keeps each
