@@ -493,6 +493,81 @@ static void test_linear_cross_entropy_modes(void **state)
         }
 }
 
+/* ---- the decoder's loss: the head in chunks against the two calls ------------------------------- */
+
+typedef struct {
+    double loss;
+    float *g; /* every parameter's gradient, in named_parameters order */
+    size_t n;
+} lm_run;
+
+/* One tg_gpt_lm_loss and its gradients for a small Qwen3 (24 rows, one
+ * ignored; more rows than features) with or without LoRA on every
+ * Linear (B drawn, so the adapters' gradients are not zero), its modules
+ * fused (the head in chunks under FAST) or not (the two calls). */
+static void lm_run_once(bool lora, bool fused, bool recompute, tg_numerics nm, lm_run *r)
+{
+    tg_decoder_config c = {.vocab_size = 300, .context_length = 16, .emb_dim = 32, .n_heads = 4, .n_layers = 1,
+                           .family = TG_GPT_FAMILY_QWEN3, .hidden_dim = 48, .head_dim = 8, .n_kv_groups = 2,
+                           .qk_norm = true, .rope_base = 10000.0};
+    tg_tape *mt = tg_tape_new(), *tp = tg_tape_new();
+    tg_manual_seed(5);
+    tg_module *m = tg_decoder_new(mt, &c);
+    tu_assert_ok(m);
+    if (lora) {
+        assert_int_equal(tg_lora_replace_linear(mt, m, 4, 8.0), TG_OK);
+        assert_int_equal(tg_normal_(tg_module_get_parameter(m, "out_head.lora.B"), 0.0, 0.5, NULL), TG_OK);
+    }
+    assert_int_equal(tg_module_set_fused(m, fused), TG_OK);
+    assert_int_equal(tg_gpt_set_recompute(m, recompute), TG_OK);
+    assert_int_equal(tg_tape_set_numerics(tp, nm), TG_OK);
+    int64_t shape[2] = {2, 12}, ids[24], tg[24];
+    for (int i = 0; i < 24; i++) ids[i] = (i * 37 + 11) % 300, tg[i] = i == 5 ? TG_IGNORE_INDEX : (i * 53 + 7) % 300;
+    tg_tensor *x = tg_from_data(tp, TG_I64, 2, shape, ids), *t = tg_from_data(tp, TG_I64, 2, shape, tg);
+    tg_tensor *loss = tg_gpt_lm_loss(tp, m, x, t, TG_IGNORE_INDEX);
+    tu_assert_ok(loss);
+    r->loss = tg_item(loss);
+    assert_int_equal(tg_backward(tg_mul_scalar(tp, loss, 0.5), NULL, false), TG_OK);
+    tg_named_list ps;
+    assert_int_equal(tg_module_named_parameters(mt, m, &ps), TG_OK);
+    r->n = 0;
+    for (int i = 0; i < ps.n; i++) r->n += (size_t)tg_numel(ps.tensors[i]);
+    r->g = calloc(r->n, sizeof *r->g);
+    assert_non_null(r->g);
+    float *dst = r->g;
+    for (int i = 0; i < ps.n; i++) {
+        if (ps.tensors[i]->grad) assert_int_equal(tg_copy_to_f32(ps.tensors[i]->grad, dst), TG_OK);
+        dst += tg_numel(ps.tensors[i]);
+    }
+    tg_tape_free(tp);
+    tg_tape_free(mt);
+}
+
+/* tg_gpt_lm_loss under FAST: the head in chunks (a plain Linear, and a
+ * LoRA-wrapped one: the node adds (alpha / rank) (x A) B) within 2e-5 of the
+ * unfused model's two calls, loss and every gradient (an incoming 0.5); with
+ * --recompute's replay the same bits as without. */
+static void test_lm_loss_heads(void **state)
+{
+    (void)state;
+    for (int lora = 0; lora < 2; lora++) {
+        lm_run comp, chunk, re;
+        lm_run_once(lora, false, false, TG_NUMERICS_FAST, &comp);
+        lm_run_once(lora, true, false, TG_NUMERICS_FAST, &chunk);
+        lm_run_once(lora, true, true, TG_NUMERICS_FAST, &re);
+        assert_int_equal(comp.n, chunk.n);
+        double worst = fabs(comp.loss - chunk.loss);
+        for (size_t i = 0; i < comp.n; i++) {
+            double e = fabs((double)comp.g[i] - chunk.g[i]) / (1.0 + fabs(comp.g[i]));
+            if (!(e <= worst)) worst = e;
+        }
+        if (!(worst <= 2e-5)) fail_msg("lm loss%s: the head in chunks %g from the two calls", lora ? " (LoRA)" : "", worst);
+        assert_true(memcmp(&chunk.loss, &re.loss, sizeof re.loss) == 0);
+        assert_true(memcmp(chunk.g, re.g, chunk.n * sizeof *re.g) == 0);
+        free(comp.g), free(chunk.g), free(re.g);
+    }
+}
+
 static void test_linear_cross_entropy_errors(void **state)
 {
     (void)state;
@@ -570,6 +645,7 @@ int main(void)
         cmocka_unit_test(test_attention_modules),
         cmocka_unit_test(test_linear_cross_entropy_modes),
         cmocka_unit_test(test_linear_cross_entropy_errors),
+        cmocka_unit_test(test_lm_loss_heads),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

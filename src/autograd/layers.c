@@ -225,8 +225,8 @@ static tg_tensor *head_loss_composed(tg_tape *tp, int n, tg_tensor *const *in, c
 static tg_tensor *head_loss_chunked(tg_tape *tp, int n, tg_tensor *const *in, const tg_layer_args *a)
 {
     (void)n;
-    return tg__linear_cross_entropy(tp, in[0], in[1], NULL, in[2], TG_REDUCE_MEAN, TG_IGNORE_INDEX, a->chunk_rows,
-                                    false);
+    return tg__linear_cross_entropy(tp, in[0], in[1], NULL, NULL, NULL, in[2], TG_REDUCE_MEAN, TG_IGNORE_INDEX,
+                                    a->chunk_rows, false);
 }
 
 /* the logits a chunk of rows at a time, their gradient made in forward */

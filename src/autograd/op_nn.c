@@ -602,7 +602,9 @@ typedef struct {
     tg_tensor *stats;           /* (chunk, 2), or (N, 2) kept for a replay */
     void *elem;                 /* per-row losses (N), or NULL */
     bool grad;                  /* make the gradients (for an incoming 1) */
+    const tg_tensor *u, *bm;    /* a low-rank term u (N, r) @ bm (r, V) added to the logits, or NULL */
     tg_tensor *dh, *dw, *db;    /* x's (N, d), W's (V, d) when accumulated per chunk, b's (V); or NULL */
+    tg_tensor *du, *dbm;        /* u's (N, r), bm's (r, V); or NULL */
     tg_tensor *wgrad;           /* W's gradient buffer, accumulated per chunk with alpha wscale, or NULL */
     double wscale;
     bool wfresh;                /* wgrad holds garbage until the first chunk */
@@ -620,8 +622,10 @@ static bool head_run_pass(tg_tape *tp, head_pass *h)
         int64_t n = N - r0 < h->chunk ? N - r0 : h->chunk;
         tg_tensor xc = rows_of(h->x, r0, n), lc = rows_of(h->L, h->keep ? r0 : 0, n);
         tg_tensor sc = rows_of(h->stats, h->stats->shape[0] == N ? r0 : 0, n);
+        tg_tensor uc = h->u ? rows_of(h->u, r0, n) : lc;
         if (h->b) tg_k_copy(&lc, h->b);
         tg_k_gemm(h->nm, &lc, &xc, false, h->w, true, 1.0, h->b ? 1.0 : 0.0);
+        if (h->u) tg_k_gemm(h->nm, &lc, &uc, false, h->bm, false, 1.0, 1.0);
         if (h->elem) tg_k_log_softmax_stats(&sc, &lc);
         head_rows(&lc, &sc, h->tv + r0, h->elem ? (char *)h->elem + (size_t)r0 * es : NULL, h->grad, h->scale);
         if (!h->grad) continue;
@@ -630,6 +634,11 @@ static bool head_run_pass(tg_tape *tp, head_pass *h)
             tg_k_gemm(h->nm, &hc, &lc, false, h->w, false, 1.0, 0.0);
         }
         if (h->dw) tg_k_gemm(h->nm, h->dw, &lc, true, &xc, false, 1.0, 1.0);
+        if (h->du) {
+            tg_tensor dc = rows_of(h->du, r0, n);
+            tg_k_gemm(h->nm, &dc, &lc, false, h->bm, true, 1.0, 0.0);
+        }
+        if (h->dbm) tg_k_gemm(h->nm, h->dbm, &uc, true, &lc, false, 1.0, 1.0);
         if (h->wgrad) {
             tg_k_gemm(h->nm, h->wgrad, &lc, true, &xc, false, h->wscale, h->wfresh ? 0.0 : 1.0);
             h->wfresh = false;
@@ -646,30 +655,48 @@ static bool head_run_pass(tg_tape *tp, head_pass *h)
     return true;
 }
 
-/* The fused head: per chunk of rows, logits = x W^T (+ b), the rows'
- * losses, and (with grad) the logits' gradient in their place, from which
- * x's gradient is made at once (dh); W's gradient is either accumulated
- * chunk by chunk (dW, (V, d)) or, with fewer rows than features, the
- * logits' gradient is kept whole for backward (dl, (N, V)): the smaller of
- * the two. Everything is for an incoming gradient of 1; backward scales by
- * it. replay: nothing but each row's (max, lse) is kept, and backward
- * computes the logits again, chunk by chunk, with the same products in the
- * same order (the same bits as without replay). */
-static tg_tensor *linear_cross_entropy_chunked(tg_tape *tp, tg_tensor *x, tg_tensor *w, tg_tensor *b, tg_tensor *t,
-                                               int64_t counted, tg_reduction r, int64_t chunk, bool replay)
+/* The node's inputs in order: x, W, then b, u and bm where given; their
+ * positions in iarg[3] (b), iarg[4] (u), -1 when absent. */
+static int head_inputs(tg_tensor *const *v, tg_tensor **ins, int64_t *pos_b, int64_t *pos_u)
 {
-    int64_t N = x->shape[0], d = x->shape[1], V = w->shape[0];
-    tg_tensor *ins[3] = {x, w, b};
-    bool grad = tg__will_record(b ? 3 : 2, ins);
-    bool gx = tg__needs_grad(x), gw = tg__needs_grad(w), gb = tg__needs_grad(b);
+    int n = 2;
+    ins[0] = v[0], ins[1] = v[1];
+    *pos_b = v[2] ? n : -1;
+    if (v[2]) ins[n++] = v[2];
+    *pos_u = v[3] ? n : -1;
+    if (v[3]) ins[n++] = v[3], ins[n++] = v[4];
+    return n;
+}
+
+/* The fused head: per chunk of rows, logits = x W^T (+ b) (+ u bm), the
+ * rows' losses, and (with grad) the logits' gradient in their place, from
+ * which x's (and u's) gradient is made at once (dh, du); W's gradient is
+ * either accumulated chunk by chunk (dW, (V, d)) or, with fewer rows than
+ * features, the logits' gradient is kept whole for backward (dl, (N, V)):
+ * the smaller of the two; b's and bm's are accumulated per chunk.
+ * Everything is for an incoming gradient of 1; backward scales by it.
+ * replay: nothing but each row's (max, lse) is kept, and backward computes
+ * the logits again, chunk by chunk, with the same products in the same
+ * order (the same bits as without replay). */
+static tg_tensor *linear_cross_entropy_chunked(tg_tape *tp, tg_tensor *const *v, tg_tensor *t, int64_t counted,
+                                               tg_reduction r, int64_t chunk, bool replay)
+{
+    tg_tensor *x = v[0], *w = v[1], *b = v[2], *u = v[3], *bm = v[4];
+    int64_t N = x->shape[0], d = x->shape[1], V = w->shape[0], pos_b, pos_u;
+    tg_tensor *ins[5];
+    int nin = head_inputs(v, ins, &pos_b, &pos_u);
+    bool grad = tg__will_record(nin, ins);
+    bool gx = tg__needs_grad(x), gw = tg__needs_grad(w), gb = tg__needs_grad(b), gu = tg__needs_grad(u),
+         gbm = tg__needs_grad(bm);
     tg_dtype dt = x->dtype;
     replay &= grad;
     head_pass h = {.nm = tg_tape_numerics(tp), .x = tg__dense(tp, x), .w = tg__dense(tp, w), .b = b, .tv = t->data,
+                   .u = u ? tg__dense(tp, u) : NULL, .bm = bm ? tg__dense(tp, bm) : NULL,
                    .chunk = chunk > 0 ? (chunk < N ? chunk : N) : head_chunk_rows(V, tg_dtype_size(dt), N),
                    .keep = grad && !replay && gw && N <= d, .grad = grad && !replay};
     h.scale = r == TG_REDUCE_MEAN ? (dt == TG_F32 ? (double)(1.0f / (float)counted) : 1.0 / (double)counted) : 1.0;
     int64_t sh_l[2] = {h.keep ? N : h.chunk, V}, sh_dh[2] = {N, d}, sh_st[2] = {replay ? N : h.chunk, 2};
-    h.L = h.x && h.w ? tg_empty(tp, dt, 2, sh_l) : NULL;
+    h.L = h.x && h.w && (!u || (h.u && h.bm)) ? tg_empty(tp, dt, 2, sh_l) : NULL;
     h.stats = h.L ? tg_empty(tp, dt, 2, sh_st) : NULL;
     tg_tensor *elem = h.stats ? tg_empty(tp, dt, 1, &N) : NULL;
     if (!elem) return NULL;
@@ -678,21 +705,25 @@ static tg_tensor *linear_cross_entropy_chunked(tg_tape *tp, tg_tensor *x, tg_ten
         h.dh = gx ? tg_empty(tp, dt, 2, sh_dh) : NULL;
         h.dw = gw && !h.keep ? tg_zeros(tp, dt, 2, w->shape) : NULL;
         h.db = gb ? tg_zeros(tp, dt, 1, &V) : NULL;
-        if ((gx && !h.dh) || (gw && !h.keep && !h.dw) || (gb && !h.db)) return NULL;
+        h.du = gu ? tg_empty(tp, dt, 2, u->shape) : NULL;
+        h.dbm = gbm ? tg_zeros(tp, dt, 2, bm->shape) : NULL;
+        if ((gx && !h.dh) || (gw && !h.keep && !h.dw) || (gb && !h.db) || (gu && !h.du) || (gbm && !h.dbm))
+            return NULL;
     }
     if (!head_run_pass(tp, &h)) return NULL;
     tg_tensor *out = nll_reduce(tp, elem, t->data, r, counted);
-    /* saved: (dh, dW or dl, x when dl is kept, db), or for a replay (x, W,
-     * b, the targets, the rows' stats); none but x, W, b a tensor anyone
-     * else writes */
-    tg_tensor *saved[5] = {h.dh, h.keep ? h.L : h.dw, h.keep ? (tg_tensor *)h.x : NULL, h.db, NULL};
+    /* saved: (dh, dW or dl, x when dl is kept, db, -, du, dbm), or for a
+     * replay (x, W, b, the targets, the rows' stats, u, bm); none but x, W,
+     * b, u and bm a tensor anyone else writes */
+    tg_tensor *saved[7] = {h.dh, h.keep ? h.L : h.dw, h.keep ? (tg_tensor *)h.x : NULL, h.db, NULL, h.du, h.dbm};
     if (replay) {
         saved[0] = (tg_tensor *)h.x, saved[1] = (tg_tensor *)h.w, saved[2] = b, saved[3] = t, saved[4] = h.stats;
+        saved[5] = (tg_tensor *)h.u, saved[6] = (tg_tensor *)h.bm;
     }
     tg_node *nd;
-    out = tg__record(tp, TG_OP_LINEAR_CROSS_ENTROPY, out, b ? 3 : 2, ins, 5, saved, &nd);
+    out = tg__record(tp, TG_OP_LINEAR_CROSS_ENTROPY, out, nin, ins, 7, saved, &nd);
     if (nd) {
-        nd->iarg[0] = h.keep, nd->iarg[1] = replay, nd->iarg[2] = h.chunk;
+        nd->iarg[0] = h.keep, nd->iarg[1] = replay, nd->iarg[2] = h.chunk, nd->iarg[3] = pos_b, nd->iarg[4] = pos_u;
         nd->darg[0] = h.scale;
     }
     return out;
@@ -713,17 +744,24 @@ static int add_scaled(tg_tensor *t, const tg_tensor *src, double g)
     return TG_OK;
 }
 
+/* The gradients a replay or forward made, for an incoming 1 */
+typedef struct {
+    tg_tensor *dh, *dw, *db, *du, *dbm;
+} head_grads;
+
 /* The head's pass again in backward (a replay): the gradients for an
  * incoming 1 into fresh buffers of the node's tape, as forward would have
  * made them (W's per chunk when forward would have kept the logits'
  * gradient: then straight into W's gradient with alpha g). */
-static int head_replay(tg_node *n, double g, tg_tensor **dh, tg_tensor **dw, tg_tensor **db, bool *w_done)
+static int head_replay(tg_node *n, double g, head_grads *out, bool *w_done)
 {
     tg_tape *tp = tg__btape(n);
     tg_tensor *x = n->saved[0], *w = n->saved[1], *b = n->saved[2], *t = n->saved[3], *stats = n->saved[4];
+    tg_tensor *u = n->saved[5], *bm = n->saved[6];
     int64_t N = x->shape[0], d = x->shape[1], V = w->shape[0], sh_dh[2] = {N, d};
+    int64_t pb = n->iarg[3], pu = n->iarg[4];
     bool gw = tg__needs_grad(n->in[1]);
-    head_pass h = {.nm = n->numerics, .x = x, .w = w, .b = b, .tv = t->data, .chunk = n->iarg[2],
+    head_pass h = {.nm = n->numerics, .x = x, .w = w, .b = b, .u = u, .bm = bm, .tv = t->data, .chunk = n->iarg[2],
                    .scale = n->darg[0], .stats = stats, .grad = true};
     int64_t sh_l[2] = {h.chunk, V};
     h.L = tg_empty(tp, x->dtype, 2, sh_l);
@@ -737,10 +775,24 @@ static int head_replay(tg_node *n, double g, tg_tensor **dh, tg_tensor **dw, tg_
     } else if (gw && !(h.dw = tg_zeros(tp, x->dtype, 2, w->shape))) {
         return TG_ENOMEM;
     }
-    if (b && tg__needs_grad(n->in[2]) && !(h.db = tg_zeros(tp, x->dtype, 1, &V))) return TG_ENOMEM;
+    if (pb >= 0 && tg__needs_grad(n->in[pb]) && !(h.db = tg_zeros(tp, x->dtype, 1, &V))) return TG_ENOMEM;
+    if (pu >= 0 && tg__needs_grad(n->in[pu]) && !(h.du = tg_empty(tp, x->dtype, 2, u->shape))) return TG_ENOMEM;
+    if (pu >= 0 && tg__needs_grad(n->in[pu + 1]) && !(h.dbm = tg_zeros(tp, x->dtype, 2, bm->shape))) return TG_ENOMEM;
     if (!head_run_pass(tp, &h)) return TG_ENOMEM;
-    *dh = h.dh, *dw = h.dw, *db = h.db;
+    *out = (head_grads){h.dh, h.dw, h.db, h.du, h.dbm};
     return TG_OK;
+}
+
+/* g * dv into t's gradient, dv owned (scaled in place) */
+static int accum_scaled(tg_node *n, tg_tensor *t, tg_tensor *dv, double g)
+{
+    if (!dv || !tg__needs_grad(t)) return TG_OK;
+    tg_tensor v = *dv;
+    v.ndim = t->ndim;
+    for (int k = 0; k < t->ndim; k++) v.shape[k] = t->shape[k];
+    tg__contiguous_strides(v.ndim, v.shape, v.stride);
+    if (g != 1.0) tg_k_binary_scalar(&v, &v, g, TG_BIN_MUL, false);
+    return tg__accum_owned(n, t, &v);
 }
 
 /* forward (per chunk): l = reduce(cross_entropy(x W^T + b, t)); the
@@ -750,69 +802,79 @@ static int head_replay(tg_node *n, double g, tg_tensor **dh, tg_tensor **dw, tg_
 int tg__linear_cross_entropy_backward(tg_node *n)
 {
     double g = tg_item(n->grad);
-    tg_tensor *x = n->in[0], *w = n->in[1], *b = n->nin > 2 ? n->in[2] : NULL;
-    tg_tensor *dh = n->saved[0], *dwl = n->saved[1], *db = n->saved[3];
+    tg_tensor *x = n->in[0], *w = n->in[1];
+    tg_tensor *b = n->iarg[3] >= 0 ? n->in[n->iarg[3]] : NULL, *u = n->iarg[4] >= 0 ? n->in[n->iarg[4]] : NULL;
+    tg_tensor *bm = u ? n->in[n->iarg[4] + 1] : NULL;
+    head_grads hg = {n->saved[0], n->saved[1], n->saved[3], n->saved[5], n->saved[6]};
     bool w_done = false;
     if (n->iarg[1]) {
-        int st = head_replay(n, g, &dh, &dwl, &db, &w_done);
+        int st = head_replay(n, g, &hg, &w_done);
         if (st) return st;
     }
-    if (dh && tg__needs_grad(x)) {
-        tg_tensor v = *dh;
-        v.ndim = x->ndim;
-        for (int k = 0; k < x->ndim; k++) v.shape[k] = x->shape[k];
-        tg__contiguous_strides(v.ndim, v.shape, v.stride);
-        if (g != 1.0) tg_k_binary_scalar(&v, &v, g, TG_BIN_MUL, false);
-        int st = tg__accum_owned(n, x, &v);
-        if (st) return st;
-    }
-    if (dwl && tg__needs_grad(w) && !w_done) {
-        int st;
+    int st = accum_scaled(n, x, hg.dh, g);
+    if (!st) st = accum_scaled(n, u, hg.du, g);
+    if (st) return st;
+    if (hg.dw && tg__needs_grad(w) && !w_done) {
         if (n->iarg[0]) { /* the logits' gradient kept: W's per chunk, as a replay makes it */
-            head_pass h = {.nm = n->numerics, .x = n->saved[2], .chunk = n->iarg[2], .wscale = g};
-            if (!(h.wgrad = tg__grad_buf(w, &h.wfresh, false))) return TG_ENOMEM;
-            for (int64_t r0 = 0; r0 < dwl->shape[0]; r0 += h.chunk) {
-                int64_t m = dwl->shape[0] - r0 < h.chunk ? dwl->shape[0] - r0 : h.chunk;
-                tg_tensor xc = rows_of(h.x, r0, m), lc = rows_of(dwl, r0, m);
-                tg_k_gemm(h.nm, h.wgrad, &lc, true, &xc, false, g, h.wfresh ? 0.0 : 1.0);
-                h.wfresh = false;
+            const tg_tensor *dl = hg.dw, *xs = n->saved[2];
+            int64_t chunk = n->iarg[2];
+            bool fresh;
+            tg_tensor *wg = tg__grad_buf(w, &fresh, false);
+            if (!wg) return TG_ENOMEM;
+            for (int64_t r0 = 0; r0 < dl->shape[0]; r0 += chunk) {
+                int64_t m = dl->shape[0] - r0 < chunk ? dl->shape[0] - r0 : chunk;
+                tg_tensor xc = rows_of(xs, r0, m), lc = rows_of(dl, r0, m);
+                tg_k_gemm(n->numerics, wg, &lc, true, &xc, false, g, fresh ? 0.0 : 1.0);
+                fresh = false;
             }
-            st = TG_OK;
-        } else {
-            st = add_scaled(w, dwl, g);
+        } else if ((st = add_scaled(w, hg.dw, g)) != TG_OK) {
+            return st;
         }
-        if (st) return st;
     }
-    if (db && b && tg__needs_grad(b)) return add_scaled(b, db, g);
+    if (hg.db && b && tg__needs_grad(b) && (st = add_scaled(b, hg.db, g)) != TG_OK) return st;
+    if (hg.dbm && bm && tg__needs_grad(bm)) return add_scaled(bm, hg.dbm, g);
     return TG_OK;
 }
 
-tg_tensor *tg__linear_cross_entropy(tg_tape *tp, tg_tensor *x, tg_tensor *w, tg_tensor *b, const tg_tensor *target,
-                                    tg_reduction r, int64_t ignore_index, int64_t chunk_rows, bool replay)
+tg_tensor *tg__linear_cross_entropy(tg_tape *tp, tg_tensor *x, tg_tensor *w, tg_tensor *b, tg_tensor *u, tg_tensor *bm,
+                                    const tg_tensor *target, tg_reduction r, int64_t ignore_index, int64_t chunk_rows,
+                                    bool replay)
 {
     char sx[64], sw[64];
     static const char op[] = "linear_cross_entropy";
     if (!tp) return tg_error("%s: NULL tape", op);
-    if (!x || !w || !target) return tg__error_null_input(op);
-    if (!tg__check_float(op, x) || !tg__check_same_dtype(op, x, w) || (b && !tg__check_same_dtype(op, x, b)))
+    if (!x || !w || !target || (!u) != (!bm)) return tg__error_null_input(op);
+    /* a bf16 weight: a frozen one, read as the products read it */
+    bool frozen_bf16 = w->dtype == TG_BF16 && !tg__needs_grad(w) && x->dtype == TG_F32;
+    if (!tg__check_float(op, x) || (!frozen_bf16 && !tg__check_same_dtype(op, x, w)) ||
+        (b && !tg__check_same_dtype(op, x, b)) || (u && (!tg__check_same_dtype(op, x, u) || !tg__check_same_dtype(op, x, bm))))
         return NULL;
     if (x->ndim != 2 || w->ndim != 2 || x->shape[1] != w->shape[1])
         return tg_error("%s: input %s and weight %s must be (N, d) and (V, d)", op, tg_shape_str(x, sx, 64),
                         tg_shape_str(w, sw, 64));
     if (b && (b->ndim != 1 || b->shape[0] != w->shape[0]))
         return tg_error("%s: bias %s does not match %lld classes", op, tg_shape_str(b, sx, 64), (long long)w->shape[0]);
-    if (tg_tape_numerics(tp) == TG_NUMERICS_EXACT || r == TG_REDUCE_NONE || x->shape[0] == 0)
-        return tg_cross_entropy_ignore(tp, tg_linear(tp, x, w, b), target, r, ignore_index);
+    if (u && (u->ndim != 2 || bm->ndim != 2 || u->shape[0] != x->shape[0] || bm->shape[0] != u->shape[1] ||
+              bm->shape[1] != w->shape[0]))
+        return tg_error("%s: low-rank term %s @ %s does not match %lld rows and %lld classes", op,
+                        tg_shape_str(u, sx, 64), tg_shape_str(bm, sw, 64), (long long)x->shape[0],
+                        (long long)w->shape[0]);
+    if (tg_tape_numerics(tp) == TG_NUMERICS_EXACT || r == TG_REDUCE_NONE || x->shape[0] == 0) {
+        tg_tensor *logits = tg_linear(tp, x, w, b);
+        if (u) logits = tg_add(tp, logits, tg_matmul(tp, u, bm));
+        return tg_cross_entropy_ignore(tp, logits, target, r, ignore_index);
+    }
     /* the targets against the classes, as cross_entropy checks them */
     tg_tensor head = *x;
     head.shape[1] = w->shape[0];
     int64_t counted = 0;
     tg_tensor *t = class_targets(tp, op, &head, target, r, ignore_index, &counted);
-    return t ? linear_cross_entropy_chunked(tp, x, w, b, t, counted, r, chunk_rows, replay) : NULL;
+    tg_tensor *v[5] = {x, w, b, u, bm};
+    return t ? linear_cross_entropy_chunked(tp, v, t, counted, r, chunk_rows, replay) : NULL;
 }
 
 tg_tensor *tg_linear_cross_entropy(tg_tape *tp, tg_tensor *x, tg_tensor *w, tg_tensor *b, const tg_tensor *target,
                                    tg_reduction r, int64_t ignore_index)
 {
-    return tg__linear_cross_entropy(tp, x, w, b, target, r, ignore_index, 0, false);
+    return tg__linear_cross_entropy(tp, x, w, b, NULL, NULL, target, r, ignore_index, 0, false);
 }

@@ -723,12 +723,21 @@ tg_tensor *tg_gpt_forward_last(tg_tape *tp, tg_module *gpt, tg_tensor *ids)
 bool tg_gpt_is_decoder(const tg_module *m) { return is_decoder(m); }
 
 /* The fused head's operands when the loss can take them: numerics other
- * than EXACT, the model's modules fused, out_head the built-in Linear. */
-static bool chunked_head(tg_tape *tp, tg_module *gpt, tg_tensor **w, tg_tensor **b)
+ * than EXACT, the model's modules fused, out_head the built-in Linear (its
+ * weight float32, or bf16 and frozen) or a LinearWithLoRA over one (its A,
+ * B and alpha / rank in *a, *bm, *scale; else NULL). */
+typedef struct {
+    tg_tensor *w, *b, *a, *bm;
+    double scale;
+} head_parts;
+
+static bool chunked_head(tg_tape *tp, tg_module *gpt, head_parts *h)
 {
-    tg_module *head = tg__entry_get(&gpt->children, "out_head");
-    return head && tg_module_is_fused(gpt) && tg__module_policy(head, tp) != TG_NUMERICS_EXACT &&
-           tg__linear_weights(head, w, b) && (*w)->dtype == TG_F32; /* a bf16 (frozen) head: the two calls */
+    tg_module *head = tg__entry_get(&gpt->children, "out_head"), *lin = head;
+    if (!head || !tg_module_is_fused(gpt) || tg__module_policy(head, tp) == TG_NUMERICS_EXACT) return false;
+    if (!tg__lora_parts(head, &lin, &h->a, &h->bm, &h->scale)) h->a = h->bm = NULL;
+    return tg__linear_weights(lin, &h->w, &h->b) &&
+           (h->w->dtype == TG_F32 || (h->w->dtype == TG_BF16 && !h->w->requires_grad));
 }
 
 tg_tensor *tg_gpt_lm_loss(tg_tape *tp, tg_module *gpt, tg_tensor *ids, const tg_tensor *targets, int64_t ignore_index)
@@ -737,8 +746,8 @@ tg_tensor *tg_gpt_lm_loss(tg_tape *tp, tg_module *gpt, tg_tensor *ids, const tg_
     if (!tp) return tg_error("gpt_lm_loss: NULL tape");
     if (!ids || !targets) return tg__error_null_input("gpt_lm_loss");
     gpt_state *s = tg_module_state(gpt);
-    tg_tensor *w = NULL, *b = NULL;
-    bool chunked = chunked_head(tp, gpt, &w, &b);
+    head_parts h = {0};
+    bool chunked = chunked_head(tp, gpt, &h);
     bool prev = s->hidden_only;
     s->hidden_only = chunked;
     tg_tensor *y = tg_module_forward(tp, gpt, ids);
@@ -749,7 +758,11 @@ tg_tensor *tg_gpt_lm_loss(tg_tape *tp, tg_module *gpt, tg_tensor *ids, const tg_
     if (!chunked) return tg_cross_entropy_ignore(tp, rows, t, TG_REDUCE_MEAN, ignore_index);
     tg_module *head = tg_module_get_submodule(gpt, "out_head");
     tg_numerics was = tg__module_enter(tp, head);
-    tg_tensor *loss = tg__linear_cross_entropy(tp, rows, w, b, t, TG_REDUCE_MEAN, ignore_index, 0, s->recompute_head);
+    /* LoRA: (alpha / rank) * (x @ A), which the node multiplies by B chunk by chunk */
+    tg_tensor *u = h.a ? tg_mul_scalar(tp, tg_matmul(tp, rows, h.a), h.scale) : NULL;
+    tg_tensor *loss = h.a && !u ? NULL
+                                : tg__linear_cross_entropy(tp, rows, h.w, h.b, u, h.bm, t, TG_REDUCE_MEAN, ignore_index, 0,
+                                                           s->recompute_head);
     tg__tape_leave(tp, was);
     return loss;
 }

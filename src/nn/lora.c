@@ -57,6 +57,19 @@ static tg_tensor *linear_lora_forward(tg_tape *tp, tg_module *self, int n, tg_te
 
 static const tg_module_type linear_lora_type = {.name = "LinearWithLoRA", .forward = linear_lora_forward};
 
+bool tg__lora_parts(const tg_module *m, tg_module **linear, tg_tensor **a, tg_tensor **b, double *scale)
+{
+    if (!m || m->type != &linear_lora_type) return false;
+    tg_module *lin = tg__entry_get(&m->children, "linear"), *lo = tg__entry_get(&m->children, "lora");
+    if (!lin || !lo || lo->type != &lora_type) return false;
+    const lora_state *s = tg_module_state_const(lo);
+    *linear = lin;
+    *a = tg__entry_get(&lo->params, "A");
+    *b = tg__entry_get(&lo->params, "B");
+    *scale = s->alpha / (double)s->rank;
+    return *a && *b;
+}
+
 tg_module *tg_linear_with_lora_new(tg_tape *tp, tg_module *linear, int64_t rank, double alpha)
 {
     if (!linear) return tg_error("LinearWithLoRA: NULL linear");

@@ -73,6 +73,9 @@ bool tg__check_ninputs(const tg_module *m, int n, int want);
  * these keep for backward). */
 bool tg__is_dropout(const tg_module *m);
 bool tg__is_linear(const tg_module *m);
+/* A LinearWithLoRA's parts: its Linear, its LoRALayer's A and B and
+ * alpha / rank; false for any other module (src/nn/lora.c). */
+bool tg__lora_parts(const tg_module *m, tg_module **linear, tg_tensor **a, tg_tensor **b, double *scale);
 /* A built-in Linear's weight and bias (NULL without one); false for any other module. */
 bool tg__linear_weights(const tg_module *m, tg_tensor **w, tg_tensor **b);
 /* Whether m is the built-in MultiHeadAttention with the built-in Linear as

@@ -68,11 +68,15 @@ tg_tensor *tg__attention(tg_tape *tp, tg_tensor *q, tg_tensor *kT, tg_tensor *v,
  * one node with the three modules' bits that keeps x and the first layer's
  * output only (src/autograd/op_feed_forward.c); x contiguous. */
 tg_tensor *tg__feed_forward(tg_tape *tp, tg_tensor *x, tg_tensor *w1, tg_tensor *b1, tg_tensor *w2, tg_tensor *b2);
-/* tg_linear_cross_entropy with chunk_rows rows per chunk (0: the
- * library's choice) and, with replay, nothing but the rows' log-sum-exp
- * kept: backward computes the logits again (src/autograd/op_nn.c). */
-tg_tensor *tg__linear_cross_entropy(tg_tape *tp, tg_tensor *x, tg_tensor *w, tg_tensor *b, const tg_tensor *target,
-                                    tg_reduction r, int64_t ignore_index, int64_t chunk_rows, bool replay);
+/* tg_linear_cross_entropy with a low-rank term added to the logits (u (N,
+ * r) @ bm (r, V): a LoRA-wrapped head's (alpha / rank) * (x A) and B; both
+ * NULL for none), chunk_rows rows per chunk (0: the library's choice) and,
+ * with replay, nothing but the rows' log-sum-exp kept: backward computes
+ * the logits again (src/autograd/op_nn.c). A frozen bf16 weight is read as
+ * the products read it. */
+tg_tensor *tg__linear_cross_entropy(tg_tape *tp, tg_tensor *x, tg_tensor *w, tg_tensor *b, tg_tensor *u, tg_tensor *bm,
+                                    const tg_tensor *target, tg_reduction r, int64_t ignore_index, int64_t chunk_rows,
+                                    bool replay);
 /* tg_dropout, with PyTorch's stream on a contiguous x written over x (its
  * backward keeps the mask only): for a tensor nothing else reads, as a
  * Linear layer's fresh output; otherwise tg_dropout. Same draws and bits. */
