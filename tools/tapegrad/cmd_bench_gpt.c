@@ -269,17 +269,21 @@ int tg_cmd_bench_gpt(int argc, char **argv)
         return tg_cli_error(CMD, "--tokens %lld exceeds the model's context length %lld", (long long)a.tokens,
                             (long long)cfg.context_length);
     if (tg_decoder_config_check(&cfg) != TG_OK) return tg_cli_lib_error(CMD, NULL);
-    /* parameters, gradients, AdamW's two moments (the weights alone, in
-     * their dtype, under LoRA or frozen in bf16), the head's logits (whole with their gradient under EXACT; in
-     * chunks otherwise: the smaller of its gradient's and the weight's
-     * size), each block's activations (a bound: 16 rows of emb and 3 of
-     * the feed-forward per token, and the attention's scores under EXACT);
-     * with --recompute each block's input and one block's activations */
+    /* parameters, gradients, AdamW's two moments (under LoRA or frozen in
+     * bf16 the weights alone, in their dtype, and the adapters': rank *
+     * (in + out) of each Linear's in * out, about 2 * rank / emb of them,
+     * 16 bytes each), the head's logits (whole with their gradient under
+     * EXACT; in chunks otherwise: the smaller of its gradient's and the
+     * weight's size), each block's activations (a bound: 16 rows of emb
+     * and 3 of the feed-forward per token, and the attention's scores
+     * under EXACT); with --recompute each block's input and one block's
+     * activations */
     double rows = (double)a.batch * (double)a.tokens, emb = (double)cfg.emb_dim, vocab = (double)cfg.vocab_size;
     double hid = (double)(cfg.hidden_dim ? cfg.hidden_dim : 4 * cfg.emb_dim);
     bool exact = mo.numerics == TG_NUMERICS_EXACT;
     bool frozen = a.lora_rank_seen || cfg.weights == TG_BF16;
-    double per_param = frozen ? (double)tg_dtype_size(cfg.weights) + 0.5 : 16.0;
+    double adapters = a.lora_rank_seen ? 2.0 * (double)a.lora_rank / emb : 0.0;
+    double per_param = frozen ? (double)tg_dtype_size(cfg.weights) + 16.0 * (adapters < 1.0 ? adapters : 1.0) : 16.0;
     double head = exact ? 12.0 * rows * vocab : 4.0 * (rows < emb ? rows : emb) * vocab + (64 << 20);
     double block = 4.0 * rows * (16.0 * emb + 3.0 * hid + (exact ? 3.0 * (double)cfg.n_heads * (double)a.tokens : 0.0));
     double layers = (double)cfg.n_layers;
