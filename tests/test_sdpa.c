@@ -75,7 +75,18 @@ static tg_tensor *make_input(tg_tape *tp, tg_tensor *x, layout_t lay, int64_t h)
 
 /* Fused and composed agree on the output and on every leaf gradient for a
  * random upstream gradient. */
+static void compare_paths_grad(int nd, const int64_t *shape, layout_t lay, int64_t h, bool causal, const char *what,
+                               bool grad_as_out);
+
 static void compare_paths(int nd, const int64_t *shape, layout_t lay, int64_t h, bool causal, const char *what)
+{
+    compare_paths_grad(nd, shape, lay, h, causal, what, false);
+}
+
+/* ... with the upstream gradient laid out as the output (as the model's
+ * transpose and view hand it back) when grad_as_out, else contiguous */
+static void compare_paths_grad(int nd, const int64_t *shape, layout_t lay, int64_t h, bool causal, const char *what,
+                               bool grad_as_out)
 {
     tg_tape *tp = tg_tape_new();
     tg_generator *g = tg_generator_new(1234);
@@ -89,14 +100,27 @@ static void compare_paths(int nd, const int64_t *shape, layout_t lay, int64_t h,
     tg_tensor *fused = tg_scaled_dot_product_attention(tp, a[0], a[1], a[2], causal, 0.0, NULL);
     tu_assert_ok(fused);
     assert_string_equal(tg_grad_fn_name(fused), "ScaledDotProductAttentionBackward0");
-    assert_true(tg_is_contiguous(fused));
+    /* laid out as q: the heads' output transposes back to a contiguous (b, T, h, hd) */
+    if (lay == LAYOUT_HEADS) {
+        assert_false(tg_is_contiguous(fused));
+        for (int d = 0; d < fused->ndim; d++) assert_int_equal(fused->stride[d], a[0]->stride[d]);
+        assert_true(tg_is_contiguous(tg_transpose(tp, fused, 1, 2)));
+    } else {
+        assert_true(tg_is_contiguous(fused));
+    }
     tg_tensor *ref = composed(tp, b[0], b[1], b[2], causal, NULL);
     tu_assert_close(fused, ref, 1e-5, 1e-5, what);
 
     tg_tensor *gout = tg_empty(tp, TG_F32, ref->ndim, ref->shape);
     tu_assert_ok(gout);
     assert_int_equal(tg_uniform_(gout, -1.0, 1.0, g), TG_OK);
-    assert_int_equal(tg_backward(fused, gout, false), TG_OK);
+    tg_tensor *gf = gout;
+    if (grad_as_out) {
+        gf = tg_transpose(tp, tg_contiguous(tp, tg_transpose(tp, gout, 1, 2)), 1, 2);
+        tu_assert_ok(gf);
+        for (int d = 0; d < gf->ndim; d++) assert_int_equal(gf->stride[d], fused->stride[d]);
+    }
+    assert_int_equal(tg_backward(fused, gf, false), TG_OK);
     assert_int_equal(tg_backward(ref, gout, false), TG_OK);
     const char *names[3] = {"dq", "dk", "dv"};
     for (int i = 0; i < 3; i++) {
@@ -132,6 +156,8 @@ static void test_matches_composed_heads(void **state)
         bool causal = c == 1;
         compare_paths(3, book, LAYOUT_HEADS, 2, causal, causal ? "heads (2,2,6,2) causal" : "heads (2,2,6,2)");
         compare_paths(3, mid, LAYOUT_HEADS, 3, causal, causal ? "heads (2,3,70,8) causal" : "heads (2,3,70,8)");
+        compare_paths_grad(3, mid, LAYOUT_HEADS, 3, causal, causal ? "heads, strided grad, causal" : "heads, strided grad",
+                           true);
         compare_paths(4, tr, LAYOUT_TRANSPOSED, 1, causal, causal ? "transposed causal" : "transposed");
     }
 }
@@ -401,7 +427,11 @@ static void test_dropout_matches_composed(void **state)
         tg_tensor *gout = tg_empty(tp, TG_F32, ref->ndim, ref->shape);
         tu_assert_ok(gout);
         assert_int_equal(tg_uniform_(gout, -1.0, 1.0, g), TG_OK);
-        assert_int_equal(tg_backward(fused, gout, false), TG_OK);
+        /* the upstream gradient laid out as the output, as the model hands it back */
+        tg_tensor *gf = tg_transpose(tp, tg_contiguous(tp, tg_transpose(tp, gout, 1, 2)), 1, 2);
+        tu_assert_ok(gf);
+        for (int d = 0; d < gf->ndim; d++) assert_int_equal(gf->stride[d], fused->stride[d]);
+        assert_int_equal(tg_backward(fused, gf, false), TG_OK);
         assert_int_equal(tg_backward(ref, gout, false), TG_OK);
         for (int i = 0; i < 3; i++) tu_assert_close(x[i]->grad, y[i]->grad, 1e-5, 1e-5, "dropout grad");
         tg_generator_free(g);

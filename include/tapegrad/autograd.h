@@ -260,7 +260,10 @@ TG_API tg_tensor *tg_dropout(tg_tape *tp, tg_tensor *x, double p, tg_generator *
  * one node (ScaledDotProductAttentionBackward0) that keeps only the per-row
  * log-sum-exp. q, k, v: (..., T, hd) of the same shape. The FAST numerics'
  * attention (tg_layer "attention"): float32 products under every policy,
- * its own summation order (not PyTorch's bits). */
+ * its own summation order (not PyTorch's bits). The output is laid out as q
+ * when q's elements are dense with hd innermost (as PyTorch's flash kernel
+ * does: for q = x.view(b, T, h, hd).transpose(1, 2) the output's
+ * transpose(1, 2) is contiguous), else contiguous. */
 TG_API tg_tensor *tg_scaled_dot_product_attention(tg_tape *tp, tg_tensor *q, tg_tensor *k, tg_tensor *v,
                                            bool causal, double dropout_p, tg_generator *g);
 

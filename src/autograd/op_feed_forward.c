@@ -6,9 +6,9 @@
  * Linear layers make (src/autograd/op_matmul.c) and GELU rounds as the fused
  * GELU op, so the output and every gradient equal the three modules' bit for
  * bit. What differs is memory: the node keeps x and h; a, the size of h,
- * lives in a scratch buffer during the forward and is computed again in
- * backward, where the composed graph keeps it for the second layer's weight
- * gradient. */
+ * lives in the tape's scratch buffer during the forward and is computed
+ * again there in backward, where the composed graph keeps it for the second
+ * layer's weight gradient; a's gradient becomes h's in place. */
 #include "autograd_internal.h"
 
 #include <string.h>
@@ -66,12 +66,20 @@ int tg__feed_forward_backward(tg_node *n)
     tg_tensor *x = n->in[0], *w1 = n->in[1], *b1 = n->in[2], *w2 = n->in[3], *b2 = n->in[4];
     tg_tape *bt = tg__btape(n);
     tg_tensor x2 = rows_of(n->saved[0]), h2 = rows_of(n->saved[1]), g2 = rows_of(n->grad);
-    tg_tensor *a = tg__new_like(bt, &h2), *da = a ? tg__new_like(bt, &h2) : NULL;
+    /* a in the tape's scratch, as in forward; da becomes dh in place */
+    void *buf = tg__tape_scratch(bt, (size_t)tg_numel(&h2) * tg_dtype_size(h2.dtype));
+    tg_tensor *da = buf ? tg__new_like(bt, &h2) : NULL;
     if (!da) return TG_ENOMEM;
-    tg_k_unary(n->numerics, a, &h2, TG_UN_GELU);
+    tg_tensor a = tg__over(buf, &h2, 2, h2.shape);
+    tg_k_unary(n->numerics, &a, &h2, TG_UN_GELU);
     bool first = tg__needs_grad(x) || tg__needs_grad(w1) || tg__needs_grad(b1);
-    int st = tg__linear_grads(n, NULL, a, w2, b2, &g2, first ? da : NULL);
+    int st = tg__linear_grads(n, NULL, &a, w2, b2, &g2, first ? da : NULL);
     if (st || !first) return st;
-    tg_tensor *dh = tg__gelu_grad(bt, n->numerics, &h2, da);
+    tg_tensor *dh = da;
+    if (h2.dtype == TG_F32)
+        tg_k_gelu_backward_f32(n->numerics, tg__ptr(da, da->offset), tg__ptr(&h2, h2.offset), tg__ptr(da, da->offset),
+                               tg_numel(da));
+    else
+        dh = tg__gelu_grad(bt, n->numerics, &h2, da);
     return dh ? tg__linear_grads(n, x, &x2, w1, b1, dh, NULL) : TG_ENOMEM;
 }

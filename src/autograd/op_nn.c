@@ -599,6 +599,7 @@ typedef struct {
     double scale;               /* 1 / counted for the mean, else 1 */
     tg_tensor *L;               /* logits: chunk rows, or (N, V) when kept */
     bool keep;                  /* L holds every row (the logits' gradient kept for W's) */
+    tg_tensor *lchunk;          /* with a bf16 L: a chunk's float32 logits (rounded into L once made), else NULL */
     tg_tensor *stats;           /* (chunk, 2), or (N, 2) kept for a replay */
     void *elem;                 /* per-row losses (N), or NULL */
     bool grad;                  /* make the gradients (for an incoming 1) */
@@ -620,7 +621,7 @@ static bool head_run_pass(tg_tape *tp, head_pass *h)
     size_t es = tg_dtype_size(h->x->dtype);
     for (int64_t r0 = 0; r0 < N; r0 += h->chunk) {
         int64_t n = N - r0 < h->chunk ? N - r0 : h->chunk;
-        tg_tensor xc = rows_of(h->x, r0, n), lc = rows_of(h->L, h->keep ? r0 : 0, n);
+        tg_tensor xc = rows_of(h->x, r0, n), lc = rows_of(h->lchunk ? h->lchunk : h->L, h->keep && !h->lchunk ? r0 : 0, n);
         tg_tensor sc = rows_of(h->stats, h->stats->shape[0] == N ? r0 : 0, n);
         tg_tensor uc = h->u ? rows_of(h->u, r0, n) : lc;
         if (h->b) tg_k_copy(&lc, h->b);
@@ -639,6 +640,10 @@ static bool head_run_pass(tg_tape *tp, head_pass *h)
             tg_k_gemm(h->nm, &dc, &lc, false, h->bm, true, 1.0, 0.0);
         }
         if (h->dbm) tg_k_gemm(h->nm, h->dbm, &uc, true, &lc, false, 1.0, 1.0);
+        if (h->lchunk) {
+            tg_tensor kept = rows_of(h->L, r0, n);
+            tg_k_copy(&kept, &lc);
+        }
         if (h->wgrad) {
             tg_k_gemm(h->nm, h->wgrad, &lc, true, &xc, false, h->wscale, h->wfresh ? 0.0 : 1.0);
             h->wfresh = false;
@@ -674,6 +679,9 @@ static int head_inputs(tg_tensor *const *v, tg_tensor **ins, int64_t *pos_b, int
  * either accumulated chunk by chunk (dW, (V, d)) or, with fewer rows than
  * features, the logits' gradient is kept whole for backward (dl, (N, V)):
  * the smaller of the two; b's and bm's are accumulated per chunk.
+ * Under BF16 the kept logits' gradient is held in bf16, each chunk made in
+ * float32 scratch and rounded into it: W's gradient is a bf16 product, which
+ * rounds that operand to the same values (the same bits, half the memory).
  * Everything is for an incoming gradient of 1; backward scales by it.
  * replay: nothing but each row's (max, lse) is kept, and backward computes
  * the logits again, chunk by chunk, with the same products in the same
@@ -696,7 +704,17 @@ static tg_tensor *linear_cross_entropy_chunked(tg_tape *tp, tg_tensor *const *v,
                    .keep = grad && !replay && gw && N <= d, .grad = grad && !replay};
     h.scale = r == TG_REDUCE_MEAN ? (dt == TG_F32 ? (double)(1.0f / (float)counted) : 1.0 / (double)counted) : 1.0;
     int64_t sh_l[2] = {h.keep ? N : h.chunk, V}, sh_dh[2] = {N, d}, sh_st[2] = {replay ? N : h.chunk, 2};
-    h.L = h.x && h.w && (!u || (h.u && h.bm)) ? tg_empty(tp, dt, 2, sh_l) : NULL;
+    bool keep16 = h.keep && h.nm == TG_NUMERICS_BF16 && dt == TG_F32;
+    h.L = h.x && h.w && (!u || (h.u && h.bm)) ? tg_empty(tp, keep16 ? TG_BF16 : dt, 2, sh_l) : NULL;
+    tg_tensor lchunk;
+    if (h.L && keep16) {
+        int64_t sh_c[2] = {h.chunk, V};
+        void *buf = tg__tape_scratch(tp, sizeof(float) * (size_t)(h.chunk * V));
+        if (!buf) return NULL;
+        lchunk = tg__over(buf, h.L, 2, sh_c);
+        lchunk.dtype = TG_F32;
+        h.lchunk = &lchunk;
+    }
     h.stats = h.L ? tg_empty(tp, dt, 2, sh_st) : NULL;
     tg_tensor *elem = h.stats ? tg_empty(tp, dt, 1, &N) : NULL;
     if (!elem) return NULL;

@@ -138,7 +138,8 @@ static inline double exp_f64(double x) { return exp(x); }
     }                                                                                                  \
                                                                                                        \
     static void bwd_rows_##SUF(T *S, T *dP, int64_t br, int64_t kmax, int64_t r0, bool causal,       \
-                               const T *lse, const T *dO, const T *O, int64_t hd, const dropout_t *d,  \
+                               const T *lse, const T *dO, int64_t ldo_g, const T *O, int64_t ldo,    \
+                               int64_t hd, const dropout_t *d,                                          \
                                int64_t bh, int64_t Tlen, T *z)                                         \
     {                                                                                                  \
         for (int64_t i = 0; i < br; i++) {                                                             \
@@ -148,7 +149,7 @@ static inline double exp_f64(double x) { return exp(x); }
             if (d->on) mask_##SUF(z, nv, d, bh, Tlen, r0 + i);                             \
             if (dp) {                                                                                  \
                 T D = 0;                                                                               \
-                const T *go = dO + i * hd, *o = O + i * hd;                                            \
+                const T *go = dO + i * ldo_g, *o = O + i * ldo;                                        \
                 _Pragma("omp simd reduction(+ : D)") for (int64_t c = 0; c < hd; c++) D += go[c] * o[c]; \
                 if (d->on) {                                                                           \
                     _Pragma("omp simd") for (int64_t j = 0; j < nv; j++)                               \
@@ -313,7 +314,7 @@ static int64_t bf16_operand_size(tg_numerics nm, const tg_tensor *q, int64_t T, 
 
 /* ---- forward ----------------------------------------------------------------------------- */
 
-/* out (BH x T x hd, contiguous), lse (BH x T) from q, k, v; scratch from tp.
+/* out (BH x T x hd, rows unit-strided), lse (BH x T) from q, k, v; scratch from tp.
  * False if out of memory. */
 static bool sdpa_forward(tg_tape *tp, tg_tensor *out, tg_tensor *lse, const tg_tensor *q, const tg_tensor *k,
                          const tg_tensor *v, bool causal, const dropout_t *d)
@@ -324,16 +325,16 @@ static bool sdpa_forward(tg_tape *tp, tg_tensor *out, tg_tensor *lse, const tg_t
     bool f64 = q->dtype == TG_F64;
     size_t es = tg_dtype_size(q->dtype);
     double scale = 1.0 / sqrt((double)hd);
-    mats_t mq = describe(q), mk = describe(k), mv = describe(v);
+    mats_t mq = describe(q), mk = describe(k), mv = describe(v), mo = describe(out);
     int64_t nblk = (T + BR - 1) / BR;
     /* per thread: S_blk (BR x T) and a mask row (T); under BF16 two
      * operands' bf16 copies (rbn each) */
     int64_t rbn = bf16_operand_size(tg_tape_numerics(tp), q, T, hd), per = BR * T + T + 2 * rbn;
     int nth = threads_for(BH * nblk, BH * T * T * hd);
-    /* From the tape, not malloc: after a tape reset a training step reuses it. */
-    char *scratch = tg_tape_alloc(tp, (size_t)nth * (size_t)per * es, false);
+    /* the tape's scratch: one buffer for every node of a step, kept across steps */
+    char *scratch = tg__tape_scratch(tp, (size_t)nth * (size_t)per * es);
     if (!scratch) return false;
-    char *obase = out->data, *lbase = lse->data;
+    char *lbase = lse->data;
 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nth) if (nth > 1)
     for (int64_t it = 0; it < BH * nblk; it++) {
@@ -347,7 +348,7 @@ static bool sdpa_forward(tg_tape *tp, tg_tensor *out, tg_tensor *lse, const tg_t
         const bf16_bufs *rb = rbn ? &rbt : NULL;
         const char *qb = mat_at(&mq, bh) + (size_t)(r0 * mq.ld) * es;
         const char *kb = mat_at(&mk, bh), *vb = mat_at(&mv, bh);
-        char *ob = obase + (size_t)((bh * T + r0) * hd) * es;
+        char *ob = mat_at(&mo, bh) + (size_t)(r0 * mo.ld) * es;
         char *lb = lbase + (size_t)(bh * T + r0) * es;
         /* S (br x kmax) = scale Q_blk (br x hd) K[:kmax]^T (hd x kmax) */
         gemm(f64, rb, false, true, br, kmax, hd, scale, qb, mq.ld, kb, mk.ld, 0.0, S, kmax);
@@ -356,9 +357,39 @@ static bool sdpa_forward(tg_tape *tp, tg_tensor *out, tg_tensor *lse, const tg_t
         else
             fwd_rows_f32((float *)S, br, kmax, r0, causal, (float *)lb, d, bh, T, (float *)z);
         /* O_blk (br x hd) = (P o Z) (br x kmax) V[:kmax] (kmax x hd) */
-        gemm(f64, rb, false, false, br, hd, kmax, 1.0, S, kmax, vb, mv.ld, 0.0, ob, hd);
+        gemm(f64, rb, false, false, br, hd, kmax, 1.0, S, kmax, vb, mv.ld, 0.0, ob, mo.ld);
     }
     return true;
+}
+
+/* The output, laid out as q when q's elements are dense in some order of its
+ * dims with head_dim innermost (as PyTorch's flash kernel lays its output
+ * out): the book's q, a (b, T, h, hd) tensor seen as (b, h, T, hd), gives
+ * an output whose transpose back is contiguous, so the heads' context
+ * reaches out_proj without a copy. Otherwise contiguous. */
+static tg_tensor *out_like(tg_tape *tp, const tg_tensor *q)
+{
+    tg_tensor *out = tg__new_like(tp, q);
+    int nd = q->ndim, order[TG_MAX_DIMS];
+    if (!out || nd < 3 || tg_is_contiguous(q)) return out;
+    for (int i = 0; i < nd; i++) {
+        if (q->shape[i] < 2) return out; /* a size-1 dim's stride says nothing */
+        order[i] = i;
+    }
+    /* dims from the outermost, by stride (insertion sort: a few dims) */
+    for (int i = 1; i < nd; i++)
+        for (int j = i; j > 0 && q->stride[order[j]] > q->stride[order[j - 1]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1], order[j - 1] = t;
+        }
+    if (order[nd - 1] != nd - 1) return out;
+    int64_t size = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        if (q->stride[order[i]] != size) return out;
+        size *= q->shape[order[i]];
+    }
+    for (int i = 0; i < nd; i++) out->stride[i] = q->stride[i];
+    return out;
 }
 
 static void shapes_str(const tg_tensor *q, const tg_tensor *k, const tg_tensor *v, char *buf, size_t n)
@@ -410,7 +441,7 @@ tg_tensor *tg_scaled_dot_product_attention(tg_tape *tp, tg_tensor *q, tg_tensor 
     }
     dropout_t d = make_dropout(dropout_p, seed, bits ? bits->data : NULL);
 
-    tg_tensor *out = tg__new_like(tp, q);
+    tg_tensor *out = out_like(tp, q);
     tg_tensor *lse = tg_empty(tp, q->dtype, nd - 1, q->shape);
     if (!out || !lse) return NULL;
     tg_tensor *qq = q, *kk = k, *vv = v;
@@ -501,22 +532,21 @@ int tg__sdpa_backward(tg_node *n)
         /* nothing to compute; the gradients exist, empty */
         return TG_OK;
     }
-    go = tg__dense(tg__btape(n), go);
-    if (!go) return TG_ENOMEM;
+    if (!blas_ready(go) && !(go = tg__dense(tg__btape(n), go))) return TG_ENOMEM;
     int64_t BH = numel / (T * hd);
     bool f64 = q->dtype == TG_F64;
     size_t es = tg_dtype_size(q->dtype);
     double scale = 1.0 / sqrt((double)hd);
-    mats_t mq = describe(q), mk = describe(k), mv = describe(v);
+    mats_t mq = describe(q), mk = describe(k), mv = describe(v), mo = describe(o), mg = describe(go);
     int64_t nblk = (T + BR - 1) / BR;
     bool need_ds = gq.buf || gk.buf;
     /* per thread: S_blk, dP_blk (BR x T each) and a mask row (T); under
      * BF16 two operands' bf16 copies (rbn each) */
     int64_t rbn = bf16_operand_size(n->numerics, q, T, hd), per = 2 * BR * T + T + 2 * rbn;
     int nth = threads_for(BH, BH * T * T * hd);
-    char *scratch = tg_tape_alloc(tg__btape(n), (size_t)nth * (size_t)per * es, false);
+    char *scratch = tg__tape_scratch(tg__btape(n), (size_t)nth * (size_t)per * es);
     if (!scratch) return TG_ENOMEM; /* the tape's message says how much */
-    const char *obase = o->data, *gobase = go->data, *lbase = lse->data;
+    const char *lbase = lse->data;
     char *dqb = gq.buf ? gq.buf->data : NULL, *dkb = gk.buf ? gk.buf->data : NULL;
     char *dvb = gv.buf ? gv.buf->data : NULL;
     size_t mat = (size_t)(T * hd) * es;
@@ -530,6 +560,7 @@ int tg__sdpa_backward(tg_node *n)
         bf16_bufs rbt = {(float *)(void *)(z + (size_t)T * es), (float *)(void *)(z + (size_t)(T + rbn) * es)};
         const bf16_bufs *rb = rbn ? &rbt : NULL;
         const char *qm = mat_at(&mq, bh), *km = mat_at(&mk, bh), *vm = mat_at(&mv, bh);
+        const char *om = mat_at(&mo, bh), *gom = mat_at(&mg, bh);
         char *dq = dqb ? dqb + bh * mat : NULL, *dk = dkb ? dkb + bh * mat : NULL;
         char *dv = dvb ? dvb + bh * mat : NULL;
         /* The last block reaches every key (kmax = T), so going backwards the
@@ -539,20 +570,19 @@ int tg__sdpa_backward(tg_node *n)
             int64_t r0 = blk * BR, br = T - r0 < BR ? T - r0 : BR;
             int64_t kmax = causal ? r0 + br : T;
             const char *qb = qm + (size_t)(r0 * mq.ld) * es;
-            const char *gob = gobase + (size_t)((bh * T + r0) * hd) * es;
-            const char *ob = obase + (size_t)((bh * T + r0) * hd) * es;
+            const char *gob = gom + (size_t)(r0 * mg.ld) * es, *ob = om + (size_t)(r0 * mo.ld) * es;
             const char *lb = lbase + (size_t)(bh * T + r0) * es;
             /* S (br x kmax) = scale Q_blk K[:kmax]^T; dP (br x kmax) = dO_blk V[:kmax]^T */
             gemm(f64, rb, false, true, br, kmax, hd, scale, qb, mq.ld, km, mk.ld, 0.0, S, kmax);
-            if (need_ds) gemm(f64, rb, false, true, br, kmax, hd, 1.0, gob, hd, vm, mv.ld, 0.0, dP, kmax);
+            if (need_ds) gemm(f64, rb, false, true, br, kmax, hd, 1.0, gob, mg.ld, vm, mv.ld, 0.0, dP, kmax);
             if (f64)
                 bwd_rows_f64((double *)S, need_ds ? (double *)dP : NULL, br, kmax, r0, causal, (const double *)lb,
-                             (const double *)gob, (const double *)ob, hd, &d, bh, T, (double *)z);
+                             (const double *)gob, mg.ld, (const double *)ob, mo.ld, hd, &d, bh, T, (double *)z);
             else
                 bwd_rows_f32((float *)S, need_ds ? (float *)dP : NULL, br, kmax, r0, causal, (const float *)lb,
-                             (const float *)gob, (const float *)ob, hd, &d, bh, T, (float *)z);
+                             (const float *)gob, mg.ld, (const float *)ob, mo.ld, hd, &d, bh, T, (float *)z);
             /* dV[:kmax] (kmax x hd) += (P o Z)^T (kmax x br) dO_blk (br x hd) */
-            if (dv) gemm(f64, rb, true, false, kmax, hd, br, 1.0, S, kmax, gob, hd, bv, dv, hd);
+            if (dv) gemm(f64, rb, true, false, kmax, hd, br, 1.0, S, kmax, gob, mg.ld, bv, dv, hd);
             /* dQ_blk (br x hd) = scale dS (br x kmax) K[:kmax] (kmax x hd) */
             if (dq)
                 gemm(f64, rb, false, false, br, hd, kmax, scale, dP, kmax, km, mk.ld, gq.beta, dq + (size_t)(r0 * hd) * es,
