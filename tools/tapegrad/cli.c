@@ -293,7 +293,10 @@ char *tg_cli_read_file(const char *cmd, const char *opt, const char *path, bool 
 }
 
 /* Can path be written: created, or replaced as an atomic save replaces it
- * (nothing is changed)? errno says why not. */
+ * (nothing is changed)? errno says why not. A new path is probed as the
+ * save makes it, with a temporary file beside it: path itself never appears
+ * (something waiting for the file would otherwise see an empty one come and
+ * go). */
 static bool writable(const char *path)
 {
     if (access(path, F_OK) == 0) {
@@ -302,11 +305,18 @@ static bool writable(const char *path)
         fclose(f);
         return true;
     }
-    FILE *f = fopen(path, "wb");
-    if (!f) return false;
-    fclose(f);
-    remove(path);
-    return true;
+    size_t n = strlen(path);
+    char *tmp = malloc(n + sizeof ".tmp.XXXXXX");
+    if (!tmp) return errno = ENOMEM, false;
+    memcpy(tmp, path, n);
+    memcpy(tmp + n, ".tmp.XXXXXX", sizeof ".tmp.XXXXXX");
+    int fd = mkstemp(tmp);
+    if (fd >= 0) {
+        close(fd);
+        unlink(tmp);
+    }
+    free(tmp);
+    return fd >= 0;
 }
 
 int tg_cli_check_output(const char *cmd, const char *opt, const char *path)
