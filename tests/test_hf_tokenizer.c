@@ -160,7 +160,9 @@ static void test_white_space(void **state)
     }
 }
 
-/* The figures SPEC.md quotes, and what each tokenizer says of itself. */
+/* Each tokenizer's vocabulary size, end-of-text id, chat format and the ids
+ * of "Hello world" (as the models' own tokenizers give them), and what each
+ * tokenizer says of itself. */
 static void test_basics(void **state)
 {
     (void)state;
