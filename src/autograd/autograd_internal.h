@@ -59,8 +59,10 @@ void tg__linear_rows(tg_numerics nm, tg_tensor *y2, const tg_tensor *x2, const t
 int tg__linear_grads(tg_node *n, tg_tensor *x, const tg_tensor *x2, tg_tensor *w, tg_tensor *b, const tg_tensor *g2,
                      tg_tensor *dx2);
 /* GELU's (tanh) input gradient for input a and output gradient dy, in tp,
- * under policy nm (src/autograd/op_elementwise.c). NULL if out of memory. */
-tg_tensor *tg__gelu_grad(tg_tape *tp, tg_numerics nm, const tg_tensor *a, const tg_tensor *dy);
+ * under policy nm (src/autograd/op_elementwise.c): into dy itself when
+ * in_place (dy a dense buffer the caller owns), else a new tensor. NULL if
+ * out of memory. */
+tg_tensor *tg__gelu_grad(tg_tape *tp, tg_numerics nm, const tg_tensor *a, tg_tensor *dy, bool in_place);
 
 /* A contiguous tensor of `shape` over `data` (scratch memory, not a
  * tape's), with like's dtype, outside the graph. */

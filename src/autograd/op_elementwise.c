@@ -287,9 +287,9 @@ int tg__relu_backward(tg_node *n)
 
 /* forward: y = a/2 (1 + tanh(k (a + c a^3))), k = sqrt(2/pi), c = 0.044715;
  * so da = dy (1/2 (1 + t) + a/2 (1 - t^2) k (1 + 3 c a^2)), t = tanh(...) */
-tg_tensor *tg__gelu_grad(tg_tape *tp, tg_numerics nm, const tg_tensor *a, const tg_tensor *dy)
+tg_tensor *tg__gelu_grad(tg_tape *tp, tg_numerics nm, const tg_tensor *a, tg_tensor *dy, bool in_place)
 {
-    tg_tensor *r = tg__new_like(tp, dy);
+    tg_tensor *r = in_place ? dy : tg__new_like(tp, dy);
     if (!r) return NULL;
     if (a->dtype == TG_F32) { /* rounded as the book's composed GELU's graph (kernels.c) */
         const tg_tensor *gd = tg__dense(tp, dy), *ad = tg__dense(tp, a);
@@ -315,7 +315,7 @@ tg_tensor *tg__gelu_grad(tg_tape *tp, tg_numerics nm, const tg_tensor *a, const 
 
 int tg__gelu_backward(tg_node *n)
 {
-    tg_tensor *r = tg__gelu_grad(tg__btape(n), n->numerics, n->saved[0], n->grad);
+    tg_tensor *r = tg__gelu_grad(tg__btape(n), n->numerics, n->saved[0], n->grad, false);
     return r ? tg__accum_owned(n, n->in[0], r) : TG_ENOMEM;
 }
 

@@ -75,11 +75,6 @@ int tg__feed_forward_backward(tg_node *n)
     bool first = tg__needs_grad(x) || tg__needs_grad(w1) || tg__needs_grad(b1);
     int st = tg__linear_grads(n, NULL, &a, w2, b2, &g2, first ? da : NULL);
     if (st || !first) return st;
-    tg_tensor *dh = da;
-    if (h2.dtype == TG_F32)
-        tg_k_gelu_backward_f32(n->numerics, tg__ptr(da, da->offset), tg__ptr(&h2, h2.offset), tg__ptr(da, da->offset),
-                               tg_numel(da));
-    else
-        dh = tg__gelu_grad(bt, n->numerics, &h2, da);
+    tg_tensor *dh = tg__gelu_grad(bt, n->numerics, &h2, da, true);
     return dh ? tg__linear_grads(n, x, &x2, w1, b1, dh, NULL) : TG_ENOMEM;
 }

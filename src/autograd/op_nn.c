@@ -711,8 +711,7 @@ static tg_tensor *linear_cross_entropy_chunked(tg_tape *tp, tg_tensor *const *v,
         int64_t sh_c[2] = {h.chunk, V};
         void *buf = tg__tape_scratch(tp, sizeof(float) * (size_t)(h.chunk * V));
         if (!buf) return NULL;
-        lchunk = tg__over(buf, h.L, 2, sh_c);
-        lchunk.dtype = TG_F32;
+        lchunk = tg__over(buf, h.x, 2, sh_c);
         h.lchunk = &lchunk;
     }
     h.stats = h.L ? tg_empty(tp, dt, 2, sh_st) : NULL;
