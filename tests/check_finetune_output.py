@@ -186,6 +186,7 @@ def check_tol(prog, args, run, tol):
 
 def main():
     argv = sys.argv[1:]
+    print(decoder_run_args.blas_kernels())
     tol = None
     cli = False
     while argv[:1] in (["--tol"], ["--cli"]):

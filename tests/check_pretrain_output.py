@@ -72,6 +72,7 @@ def check_tol(prog, args, run, tol):
 
 def main():
     argv = sys.argv[1:]
+    print(decoder_run_args.blas_kernels())
     tol = None
     if argv[:1] == ["--tol"]:
         tol = float(argv[1])

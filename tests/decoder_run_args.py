@@ -36,3 +36,12 @@ def model_args(run, root):
             a += ["--head-dim", c["head_dim"]]
         a.append("--qk-norm" if c["qk_norm"] else "--no-qk-norm")
     return [str(x) for x in a]
+
+
+def blas_kernels():
+    """Which OpenBLAS kernels the checked program runs: the references'
+    (OPENBLAS_CORETYPE, set by tests/meson.build for the runs compared with
+    PyTorch's printed lines) or the ones OpenBLAS picks for this CPU."""
+    core = os.environ.get("OPENBLAS_CORETYPE")
+    return ("OpenBLAS kernels: %s (OPENBLAS_CORETYPE)" % core) if core else \
+        "OpenBLAS kernels: as OpenBLAS picks them for this CPU"

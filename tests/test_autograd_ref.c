@@ -247,7 +247,10 @@ static int teardown(void **state) {
     return 0;
 }
 
-int main(void) {
+int main(int argc, char **argv)
+{
+    (void)argc;
+    tu_reference_kernels(argv);
     static char names[MAX_CHAINS][96];
     struct CMUnitTest tests[MAX_CHAINS];
     memset(tests, 0, sizeof tests);

@@ -9,9 +9,9 @@
  * The references hold on machines like the one that made them: exp, log and
  * tanh need AVX2 and FMA (PyTorch's vector kernels; elsewhere both sides
  * use the C library, whose results vary), and the GPT step the same OpenBLAS
- * kernel family (the file's blas_core). Elsewhere those cases are skipped,
- * saying why. */
-#include <dlfcn.h>
+ * kernel family (the file's blas_core), which main() pins where the CPU can
+ * run it (tu_reference_kernels). Elsewhere those cases are skipped, saying
+ * why. */
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -32,15 +32,6 @@ static bool vector_math(void)
 #else
     return false;
 #endif
-}
-
-/* OpenBLAS's kernel family here, or NULL for another BLAS. */
-static const char *blas_core(void)
-{
-    void *self = dlopen(NULL, RTLD_NOW);
-    char *(*corename)(void) = NULL;
-    if (self) *(void **)(&corename) = dlsym(self, "openblas_get_corename");
-    return corename ? corename() : NULL;
 }
 
 static void require_vector_math(void)
@@ -123,7 +114,7 @@ static void test_cross_entropy(void **state)
 static void gpt_step(bool fused)
 {
     require_vector_math();
-    const char *want = json_string_value(json_object_get(g_ref, "blas_core")), *have = blas_core();
+    const char *want = json_string_value(json_object_get(g_ref, "blas_core")), *have = tu_blas_kernels();
     if (!want || !have || strcmp(want, have) != 0) {
         print_message("skipped: OpenBLAS runs %s kernels here, the references' GEMMs ran %s\n", have ? have : "(not OpenBLAS)",
                       want ? want : "(unknown)");
@@ -179,8 +170,10 @@ static void test_gpt_fused(void **state)
     gpt_step(true);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    (void)argc;
+    tu_reference_kernels(argv);
 #ifdef _OPENMP
     omp_set_num_threads(1);
 #endif

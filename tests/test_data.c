@@ -998,8 +998,10 @@ static int teardown(void **state)
     return 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    (void)argc;
+    tu_reference_kernels(argv);
     static const struct CMUnitTest fixed[] = {
         cmocka_unit_test(test_randperm),          cmocka_unit_test(test_loader_generator),
         cmocka_unit_test(test_loader_errors),     cmocka_unit_test(test_concurrent_passes),

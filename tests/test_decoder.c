@@ -492,8 +492,10 @@ static void test_prepare_numerics(void **state)
     tg_tape_free(mt);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    (void)argc;
+    tu_reference_kernels(argv);
     g_ref = tu_load_ref("decoder.json");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_digest),       cmocka_unit_test(test_rope_tables),  cmocka_unit_test(test_presets),

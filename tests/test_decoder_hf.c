@@ -808,8 +808,10 @@ static void test_errors(void **state)
     tg_tape_free(mt);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    (void)argc;
+    tu_reference_kernels(argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config),           cmocka_unit_test(test_config_presets),
         cmocka_unit_test(test_config_errors),    cmocka_unit_test(test_digest_check),

@@ -571,8 +571,10 @@ static void test_retain_grad_misc(void **state)
     tg_tape_free(tp);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    (void)argc;
+    tu_reference_kernels(argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gather_ref),
         cmocka_unit_test(test_index_select_ref),

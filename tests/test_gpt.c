@@ -778,8 +778,10 @@ static void test_dropout_forward(void **state)
     json_decref(ref);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    (void)argc;
+    tu_reference_kernels(argv);
     g_ref = tu_load_ref("gpt.json");
     g_book = tu_load_ref("gpt_book.json");
     const struct CMUnitTest tests[] = {

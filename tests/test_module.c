@@ -773,8 +773,10 @@ static void test_gradcheck_module(void **state)
     tg_tape_free(tp);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    (void)argc;
+    tu_reference_kernels(argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_repr_reference),
         cmocka_unit_test(test_repr_buffer),

@@ -1015,7 +1015,10 @@ static int teardown(void **state) {
     return 0;
 }
 
-int main(void) {
+int main(int argc, char **argv)
+{
+    (void)argc;
+    tu_reference_kernels(argv);
     static const struct CMUnitTest fixed[] = {
         cmocka_unit_test(test_gradcheck_linear),
         cmocka_unit_test(test_gradcheck_sa_v1),

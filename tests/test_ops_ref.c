@@ -542,7 +542,10 @@ static int teardown(void **state) {
     return 0;
 }
 
-int main(void) {
+int main(int argc, char **argv)
+{
+    (void)argc;
+    tu_reference_kernels(argv);
     struct CMUnitTest tests[N_OPS + 1];
     memset(tests, 0, sizeof tests);
     tests[0].name = "all_ops_known";

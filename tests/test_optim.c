@@ -1473,8 +1473,10 @@ static size_t add_cases(struct CMUnitTest *tests, char (*names)[128], size_t k, 
     return k;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    (void)argc;
+    tu_reference_kernels(argv);
     static const struct CMUnitTest fixed[] = {
         cmocka_unit_test(test_state_round_trip),   cmocka_unit_test(test_state_load_errors),
         cmocka_unit_test(test_state_partial),      cmocka_unit_test(test_state_duplicate_key),

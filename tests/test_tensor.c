@@ -1207,8 +1207,10 @@ static void test_sum_bits_equal_pytorch(void **state)
     json_decref(ref);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    (void)argc;
+    tu_reference_kernels(argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sum_bits_equal_pytorch),
         cmocka_unit_test(test_creation),

@@ -2,15 +2,66 @@
  * report the caller's file and line and the worst element. */
 #include "testutil.h"
 
+#include <dlfcn.h>
+#include <errno.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifndef TG_REF_DIR
 #error "TG_REF_DIR must be defined by the build (the tests/ref directory, as a string)"
 #endif
+
+#ifndef TG_REF_BLAS
+#error "TG_REF_BLAS must be defined by the build (the OpenBLAS kernels the references were made on)"
+#endif
+
+const char *tu_blas_kernels(void) {
+    void *self = dlopen(NULL, RTLD_NOW);
+    char *(*corename)(void) = NULL;
+    if (self) {
+        *(void **)(&corename) = dlsym(self, "openblas_get_corename");
+        dlclose(self);
+    }
+    return corename ? corename() : NULL;
+}
+
+static bool cpu_runs_reference_kernels(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return false;
+#endif
+}
+
+void tu_reference_kernels(char **argv) {
+    const char *have = tu_blas_kernels();
+    if (!have) {
+        printf("BLAS: not OpenBLAS; the references hold OpenBLAS's %s kernels' bits\n", TG_REF_BLAS);
+        return;
+    }
+    if (strcmp(have, TG_REF_BLAS) != 0) {
+        const char *set = getenv("OPENBLAS_CORETYPE");
+        if (cpu_runs_reference_kernels() && !(set && strcmp(set, TG_REF_BLAS) == 0)) {
+            fflush(NULL);
+            /* TU_BLAS_PICKED: what OpenBLAS chose, for the line below */
+            if (setenv("TU_BLAS_PICKED", have, 1) == 0 && setenv("OPENBLAS_CORETYPE", TG_REF_BLAS, 1) == 0)
+                execv("/proc/self/exe", argv);
+            fprintf(stderr, "cannot run again on OpenBLAS's %s kernels: %s\n", TG_REF_BLAS, strerror(errno));
+        }
+        printf("BLAS: OpenBLAS runs %s kernels here and cannot run the references' (%s): products may round "
+               "differently\n",
+               have, TG_REF_BLAS);
+        return;
+    }
+    const char *picked = getenv("TU_BLAS_PICKED");
+    printf("BLAS: bit-for-bit comparisons on OpenBLAS's %s kernels, the references'%s%s%s\n", have,
+           picked ? " (OpenBLAS picked " : "", picked ? picked : "", picked ? " for this CPU)" : "");
+}
 
 json_t *tu_load_ref(const char *file) {
     char path[4096];

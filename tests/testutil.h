@@ -15,6 +15,18 @@
 /* Parses tests/ref/<file> (directory from the TG_REF_DIR compile definition);
  * fails the test if it cannot. Caller json_decref()s. */
 json_t *tu_load_ref(const char *file);
+/* The OpenBLAS kernels this process runs (openblas_get_corename: "Haswell",
+ * "SkylakeX", ...), or NULL under another BLAS. */
+const char *tu_blas_kernels(void);
+/* Called first in main() by every test that compares against committed
+ * PyTorch outputs bit for bit. OpenBLAS picks its kernels by CPU (AVX2's
+ * Haswell family, or AVX-512's SkylakeX family, which rounds its sums
+ * differently), and the references hold the bits of one family: TG_REF_BLAS
+ * (tests/meson.build). Where OpenBLAS chose another family and the CPU can
+ * run the references' (AVX2 and FMA), the test runs itself again with
+ * OPENBLAS_CORETYPE set to it (OpenBLAS reads it when it loads, before
+ * main). It then prints the kernels it compares on. */
+void tu_reference_kernels(char **argv);
 /* The path of tests/ref/<file> in buf. */
 const char *tu_ref_path(char *buf, size_t size, const char *file);
 

@@ -109,9 +109,11 @@ JOBS=${FUZZ_JOBS:-$(nproc)}
 SEED=${FUZZ_SEED:-1}
 WORK=$ROOT/$BUILD/fuzz-work
 
-echo "=== fuzz: build ($BUILD, clang, ASan+UBSan+libFuzzer) ==="
+# Optimized (-O2 -g), as libFuzzer's documentation builds its targets: the
+# executions run several times faster than at -O0.
+echo "=== fuzz: build ($BUILD, clang, ASan+UBSan+libFuzzer, debugoptimized) ==="
 if [ ! -f "$BUILD/build.ninja" ]; then
-  CC=clang tools/meson-setup.sh "$BUILD" -Dfuzz=true -Db_sanitize=address,undefined -Dbuildtype=debug \
+  CC=clang tools/meson-setup.sh "$BUILD" -Dfuzz=true -Db_sanitize=address,undefined -Dbuildtype=debugoptimized \
     -Dnative=false -Db_lundef=false || exit 2
 fi
 ninja -C "$BUILD" "${TARGETS[@]/#/tests/fuzz/}" || exit 2
