@@ -2,8 +2,9 @@
  * windows of 256 ids, GPT_CONFIG_124M (context 256), AdamW, ten epochs of
  * train_model_simple. Prints the book's loss table and samples, equal to
  * PyTorch's for seed 123 (tapegrad pretrain is the same run with options).
- *   pretrain DATA_DIR [small]   (DATA_DIR holds the-verdict.txt and gpt2/;
- *                                small: a 2-layer model for 2 epochs)
+ *   pretrain DATA_DIR [small [EPOCHS]]   (DATA_DIR holds the-verdict.txt and
+ *                                         gpt2/; small: a 2-layer model for 2
+ *                                         epochs, or EPOCHS)
  * Data parallel, the same table: mpirun -np 2 pretrain DATA_DIR. Every rank
  * runs this program; tg_dist_ddp averages the gradients of the ranks'
  * slices of each batch, rank 0 prints (include/tapegrad/dist.h). */
@@ -56,6 +57,14 @@ int main(int argc, char **argv)
     const char *dir = argc > 1 ? argv[1] : "data";
     int small = argc > 2 && strcmp(argv[2], "small") == 0;
     int64_t epochs = small ? 2 : 10, batch = 2;
+    if (small && argc > 3) {
+        char *end;
+        epochs = strtoll(argv[3], &end, 10);
+        if (*end || epochs < 1) {
+            fprintf(stderr, "pretrain: EPOCHS must be a positive integer, not '%s'\n", argv[3]);
+            return 2;
+        }
+    }
     sample_tokens = small ? 20 : 50;
     tg_gpt_config cfg;
     tg_gpt_config_preset("gpt2-small", &cfg);

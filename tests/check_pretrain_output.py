@@ -15,6 +15,12 @@ compares numbers instead of lines (a policy that is not PyTorch's bits,
 --precision fast or bf16): the run's --json rows, every train and val loss
 within X of PyTorch's, the same steps and tokens seen, and "precision" in
 the JSON as EXTRA asks.
+
+--first-epoch (first, the instrumented build's quick form): the run's first
+epoch only (--epochs 1 with --cli; a PROGRAM is given the same by its
+ARGS), checked against PyTorch's lines or rows up to the end of that epoch
+(its sample included). A run with a constant learning rate, as these are,
+trains its first epoch the same whatever --epochs says.
 """
 import json
 import os
@@ -70,9 +76,19 @@ def check_tol(prog, args, run, tol):
     return 1 if bad else 0
 
 
+def first_epoch(run):
+    """The run cut to its first epoch: rows, lines (to the first sample) and epochs."""
+    lines = run["lines"]
+    end = next((i + 1 for i, x in enumerate(lines) if not x.startswith("Ep ")), len(lines))
+    return dict(run, epochs=1, rows=[r for r in run["rows"] if r["epoch"] == 1], lines=lines[:end])
+
+
 def main():
     argv = sys.argv[1:]
     print(decoder_run_args.blas_kernels())
+    first = argv[:1] == ["--first-epoch"]
+    if first:
+        argv = argv[1:]
     tol = None
     if argv[:1] == ["--tol"]:
         tol = float(argv[1])
@@ -84,7 +100,7 @@ def main():
     with open(ref, encoding="utf-8") as f:
         data = json.load(f)
     runs = {r["name"]: r for key in ("runs", "pretrain") for r in data.get(key, [])}
-    run = runs[name]
+    run = first_epoch(runs[name]) if first else runs[name]
     if cli:
         try:
             args = cli_args(run, argv[3]) + argv[4:]

@@ -17,6 +17,12 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+# The references hold the bits of OpenBLAS's Haswell kernels, whatever the
+# CPU (docs/numerics.md; the tests pin the same family: tests/meson.build,
+# ref_blas). OpenBLAS reads this when torch loads it, so before any import
+# of torch.
+os.environ["OPENBLAS_CORETYPE"] = "Haswell"
+
 import reference  # noqa: E402
 
 
