@@ -4,9 +4,16 @@
 # --json, --gradcheck, --save/--load, train, bench, and a table of bad
 # arguments that must each give exit status 2 and exactly one line on stderr.
 #
-#   tests/test_cli.sh build/tools/tapegrad
+#   tests/test_cli.sh [--quick] build/tools/tapegrad
+#
+# --quick (the instrumented build's quick form, tests/meson.build): without
+# the four generations of the random GPT-2 124M (the book's chapter-4
+# figures); examples/gpt_generate.c runs that model's generation there, with
+# and without the KV cache.
 set -u
-TG=${1:?usage: test_cli.sh path/to/tapegrad}
+QUICK=0
+if [ "${1:-}" = --quick ]; then QUICK=1; shift; fi
+TG=${1:?usage: test_cli.sh [--quick] path/to/tapegrad}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/tapegrad-cli.XXXXXX") || exit 1
 trap 'rm -rf "$TMP"' EXIT INT TERM
 PY=${PYTHON:-python3}
@@ -25,6 +32,39 @@ expect_contains() {
         *"$needle"*) ok ;;
         *) bad "$desc: output lacks '$needle'"; printf '%s\n' "$out" | head -5 ;;
         esac
+    else
+        bad "$desc: exit status $? ($(head -1 "$TMP/err"))"
+    fi
+}
+
+# expect_all "description" N needle1 ... needleN command...: one run of the
+# command, every needle in its output
+expect_all() {
+    desc=$1 n=$2
+    shift 2
+    needles=""
+    i=0
+    while [ "$i" -lt "$n" ]; do
+        needles="$needles$1
+"
+        shift
+        i=$((i + 1))
+    done
+    if out=$("$@" 2>"$TMP/err"); then
+        printf '%s' "$needles" | {
+            missing=0
+            while IFS= read -r needle; do
+                case $out in
+                *"$needle"*) ;;
+                *) echo "FAIL: $desc: output lacks '$needle'"; missing=$((missing + 1)) ;;
+                esac
+            done
+            exit "$missing"
+        }
+        m=$?
+        pass=$((pass + n - m))
+        fail=$((fail + m))
+        if [ "$m" -gt 0 ]; then printf '%s\n' "$out" | head -5; fi
     else
         bad "$desc: exit status $? ($(head -1 "$TMP/err"))"
     fi
@@ -52,24 +92,19 @@ expect_contains "seed 2^64-1 as torch.manual_seed" "tensor([[1.0934, 0.4304]," "
 expect_contains "--context > tokens" "torch.Size([2, 6, 2])" "$TG" attention --module mha --context 10
 
 # ---- GPT: summary and generate (the book's chapter 4 figures) --------------------
-expect_contains "summary print(model)" "(out_head): Linear(in_features=768, out_features=50257, bias=False)" "$TG" summary
-expect_contains "summary parameters" "Total number of parameters: 163,009,536" "$TG" summary
-expect_contains "summary tied" "Number of trainable parameters considering weight tying: 124,412,160" "$TG" summary
-expect_contains "summary size" "Total size of the model: 621.83 MB" "$TG" summary
+expect_all "summary (GPT-2 124M)" 4 "(out_head): Linear(in_features=768, out_features=50257, bias=False)" \
+    "Total number of parameters: 163,009,536" "Number of trainable parameters considering weight tying: 124,412,160" \
+    "Total size of the model: 621.83 MB" "$TG" summary
 expect_contains "summary small" "(trf_blocks): Sequential(" "$TG" summary --vocab 100 --context 16 --emb 32 --heads 4 --layers 2
 # Qwen3 and Llama 3.2: the book's classes and its notebooks' figures (a
 # smaller vocabulary and one layer keep the build quick)
 QW="--config qwen3-0.6b --vocab 1000 --layers 1"
-expect_contains "summary qwen3 class" "Qwen3Model(" "$TG" summary $QW
-expect_contains "summary qwen3 qk-norm" "(q_norm): RMSNorm()" "$TG" summary $QW
-expect_contains "summary qwen3 parameters" "Total number of parameters: 17,779,968" "$TG" summary $QW
-expect_contains "summary qwen3 unique" "Total number of unique parameters: 16,755,968" "$TG" summary $QW
-expect_contains "summary qwen3 memory" "float32 (PyTorch default): 0.17 GB" "$TG" summary $QW
-expect_contains "summary qwen3 bf16 memory" "bfloat16: 0.09 GB" "$TG" summary $QW
+expect_all "summary qwen3" 6 "Qwen3Model(" "(q_norm): RMSNorm()" "Total number of parameters: 17,779,968" \
+    "Total number of unique parameters: 16,755,968" "float32 (PyTorch default): 0.17 GB" "bfloat16: 0.09 GB" \
+    "$TG" summary $QW
 LL="--config llama3.2-1b --vocab 1000 --layers 1 --emb 64 --heads 4 --hidden 128 --kv-groups 2"
-expect_contains "summary llama3 class" "Llama3Model(" "$TG" summary $LL
-expect_contains "summary llama3 norm" "(norm1): RMSNorm((64,), eps=1e-05, elementwise_affine=True)" "$TG" summary $LL
-expect_contains "summary llama3 kv groups" "(W_key): Linear(in_features=64, out_features=32, bias=False)" "$TG" summary $LL
+expect_all "summary llama3" 3 "Llama3Model(" "(norm1): RMSNorm((64,), eps=1e-05, elementwise_affine=True)" \
+    "(W_key): Linear(in_features=64, out_features=32, bias=False)" "$TG" summary $LL
 # a small Qwen3 with Qwen3's own tokenizer (the default for the family):
 # the KV cache gives the same ids, and a chat prompt stops at the end of a turn
 QS="--config qwen3-0.6b --emb 32 --heads 4 --head-dim 32 --kv-groups 2 --layers 1 --hidden 64"
@@ -111,11 +146,13 @@ assert got["input_ids"] + got["ids"] == ref[sys.argv[3]], (got, ref[sys.argv[3]]
 done
 done
 
+if [ "$QUICK" = 0 ]; then
 HELLO="Hello, I am Featureiman Byeswickattribute argue logger Normandy Compton analogous"
 expect_contains "generate greedy (KV cache)" "$HELLO" "$TG" generate --config gpt2-small --seed 123 --prompt "Hello, I am" --max-new-tokens 10
 expect_contains "generate greedy (no cache)" "$HELLO" "$TG" generate --config gpt2-small --seed 123 --prompt "Hello, I am" --max-new-tokens 10 --no-kv-cache
 # FAST numerics: float32 to rounding, so the same greedy ids here
 expect_contains "generate greedy (fast)" "$HELLO" "$TG" generate --config gpt2-small --seed 123 --prompt "Hello, I am" --max-new-tokens 10 --precision fast
+fi
 # bench --model gpt reports the policy it ran, and the weights' dtype
 if "$TG" bench --model gpt --config qwen3-0.6b --layers 1 --emb 16 --heads 2 --kv-groups 1 --head-dim 8 --hidden 32 --vocab 50 --tokens 8 --steps 1 --lora-rank 2 --weights bf16 --json >"$TMP/bw.json" 2>"$TMP/err" &&
     $PY -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["weights"] == "bfloat16", d' "$TMP/bw.json"; then ok; else bad "bench --weights bf16: $(head -1 "$TMP/err")"; fi
@@ -123,6 +160,7 @@ for p in exact fast bf16; do
     if "$TG" bench --model gpt --layers 1 --emb 16 --heads 2 --vocab 50 --tokens 8 --steps 1 --precision $p --json >"$TMP/bg.json" 2>"$TMP/err" &&
         $PY -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["precision"] == sys.argv[2], d; assert ("bf16" in d) == (sys.argv[2] == "bf16")' "$TMP/bg.json" $p; then ok; else bad "bench --model gpt --precision $p: $(head -1 "$TMP/err")"; fi
 done
+if [ "$QUICK" = 0 ]; then
 if "$TG" generate --max-new-tokens 3 --temperature 1 --top-k 50 --json >"$TMP/gen.json" 2>"$TMP/err" &&
     $PY -c '
 import json, sys
@@ -133,6 +171,7 @@ assert d["ids"] == [49223, 49856, 45229], d["ids"]
 assert d["text"].startswith("Hello, I am"), d["text"]
 assert d["tokens_per_s"] > 0
 ' "$TMP/gen.json"; then ok; else bad "generate --json: $(head -1 "$TMP/err")"; fi
+fi
 
 # ---- tokenize (GPT-2's tokenizer; the ids are tiktoken's, tests/ref/tokenizer.json) ----
 DATA=$(cd "$(dirname "$0")/../data" && pwd)

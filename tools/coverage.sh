@@ -23,23 +23,29 @@
 # counts with it. -fprofile-update=single: with -fopenmp GCC makes every
 # counter increment atomic, which ran the suite 3 to 5 times slower (the
 # OpenMP loops' threads contend for the counters' cache lines). A count two
-# threads race on may come out low, never zero once a line ran, and the
-# report only asks whether a line, function or branch ran.
+# threads race on may come out low, and gcov derives the counts of the arcs
+# it does not count from those it does, so a few derived branch counts in
+# the threaded loops come out below zero: gcovr skips those lines
+# (--gcov-ignore-parse-errors; they are listed in the build's
+# gcovr-parse-errors.txt) and the totals can move by a few hundredths of a
+# point from one run to the next, far inside the floors' margin.
 #
 # Environment:
 #   COVERAGE_BUILD     build directory (build-inst)
 #   COVERAGE_MIN_LINES, COVERAGE_MIN_FUNCTIONS, COVERAGE_MIN_BRANCHES
-#                      the floors, percent of src/ (below). They sit a point
-#                      under the lowest of the CPUs CI runs on: an AVX2-only
-#                      CPU, where src/tensor/bf16.c's oneDNN path never runs
-#                      (docs/robustness.md).
+#                      the floors, percent of src/ (below): a point under
+#                      what CI measured on a CPU without bf16 hardware, where
+#                      src/tensor/bf16.c's oneDNN path never runs (it runs
+#                      where the CPU has AVX512_BF16 or AMX, and coverage is
+#                      higher there: docs/robustness.md). Branches count the
+#                      sanitizers' own checks too, which never fire.
 #   MESON_TEST_ARGS    extra arguments for meson test (a --suite, say)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${COVERAGE_BUILD:-build-inst}
 MIN_LINES=${COVERAGE_MIN_LINES:-94.0}
 MIN_FUNCTIONS=${COVERAGE_MIN_FUNCTIONS:-97.5}
-MIN_BRANCHES=${COVERAGE_MIN_BRANCHES:-77.0}
+MIN_BRANCHES=${COVERAGE_MIN_BRANCHES:-74.5}
 
 build() {
   echo "=== instrumented build ($BUILD: gcc, ASan + UBSan + --coverage, debugoptimized) ==="
@@ -62,7 +68,9 @@ run_tests() {
 report() {
   echo "=== coverage: src/ per file, least covered first ==="
   local json=$BUILD/coverage-src.json
-  gcovr -r . "$BUILD" --filter 'src/' --json "$json" --exclude-unreachable-branches
+  gcovr -r . "$BUILD" --filter 'src/' --json "$json" --exclude-unreachable-branches --gcov-ignore-parse-errors \
+    2>"$BUILD/gcovr-parse-errors.txt" || { cat "$BUILD/gcovr-parse-errors.txt"; return 1; }
+  echo "(gcov lines gcovr could not read: $(grep -c 'UnknownLineType\|unknown line\|Ignoring' "$BUILD/gcovr-parse-errors.txt" || true); see $BUILD/gcovr-parse-errors.txt)"
   python3 - "$json" "$MIN_LINES" "$MIN_FUNCTIONS" "$MIN_BRANCHES" <<'EOF'
 import json, sys
 data = json.load(open(sys.argv[1]))
