@@ -16,7 +16,7 @@
 
     check_train_cli.py [--quick] TAPEGRAD FINETUNE_REF_DIR TEXT
 
---quick (the sanitizer and coverage builds, several times slower): dropout 0.1 only on 2
+--quick (the instrumented build, several times slower): dropout 0.1 only on 2
 ranks, the resume with a checkpoint every step only, and the classifier's
 accumulation only. The parts under mpirun say they were skipped when mpirun
 is not installed.
