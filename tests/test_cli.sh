@@ -7,9 +7,12 @@
 #   tests/test_cli.sh [--quick] build/tools/tapegrad
 #
 # --quick (the instrumented build's quick form, tests/meson.build): without
-# the four generations of the random GPT-2 124M (the book's chapter-4
-# figures); examples/gpt_generate.c runs that model's generation there, with
-# and without the KV cache.
+# the random GPT-2 124M's summary and four generations (the book's chapter-4
+# figures; examples/gpt_generate.c runs that model's generation there, with
+# and without the KV cache), without the Qwen3 folder's generations with
+# widened weights (test_decoder_hf loads them there), and without
+# pretraining and chat fine-tuning with Qwen3's tokenizer (the
+# pretrain_qwen3_* and finetune_qwen3_* checks run them there).
 set -u
 QUICK=0
 if [ "${1:-}" = --quick ]; then QUICK=1; shift; fi
@@ -92,9 +95,11 @@ expect_contains "seed 2^64-1 as torch.manual_seed" "tensor([[1.0934, 0.4304]," "
 expect_contains "--context > tokens" "torch.Size([2, 6, 2])" "$TG" attention --module mha --context 10
 
 # ---- GPT: summary and generate (the book's chapter 4 figures) --------------------
+if [ "$QUICK" = 0 ]; then
 expect_all "summary (GPT-2 124M)" 4 "(out_head): Linear(in_features=768, out_features=50257, bias=False)" \
     "Total number of parameters: 163,009,536" "Number of trainable parameters considering weight tying: 124,412,160" \
     "Total size of the model: 621.83 MB" "$TG" summary
+fi
 expect_contains "summary small" "(trf_blocks): Sequential(" "$TG" summary --vocab 100 --context 16 --emb 32 --heads 4 --layers 2
 # Qwen3 and Llama 3.2: the book's classes and its notebooks' figures (a
 # smaller vocabulary and one layer keep the build quick)
@@ -128,7 +133,7 @@ assert "<|im_start|>" not in g["text"] and len(g["ids"]) <= 2, g
 # shards, a tied head, its tokenizer.json): the book's ids for its weights
 HFQ="$(dirname "$0")/ref/hf_qwen3_tiny"
 # (its BF16 weights kept in bf16 by default, or widened: the same ids)
-for weights in default f32; do
+for weights in default $([ "$QUICK" = 0 ] && echo f32); do
 wopt=""
 [ "$weights" = f32 ] && wopt="--weights f32"
 for mode in greedy greedy_cache sampled sampled_cache; do
@@ -234,12 +239,14 @@ expect_contains "tokenize --messages" "151644 872 198 13048 151645 198 151644 77
 expect_contains "tokenize qwen3 --decode" "<|im_start|>user" "$TG" tokenize --tokenizer "$QWEN" --decode "151644 872"
 expect_contains "generate --chat qwen3" '"input_ids":[151644,872,198,13048,151645,198,151644,77091,198,' "$TG" generate \
     --tokenizer "$QWEN" --chat --prompt Hi --vocab 151669 --context 64 --emb 16 --heads 2 --layers 1 --max-new-tokens 2 --json
+if [ "$QUICK" = 0 ]; then
 expect_contains "finetune instruct --format chat" "Model response:" "$TG" finetune instruct --tokenizer "$QWEN" \
     --format chat --data "$(dirname "$0")/ref/finetune/instruction-40.json" --vocab 151669 --context 128 --emb 8 \
     --heads 2 --layers 1 --threads 1 --epochs 1 --max-new-tokens 2 --batch 4
 expect_contains "pretrain --tokenizer qwen3" "Ep 1 (Step 000000)" "$TG" pretrain --tokenizer "$QWEN" \
     --text "$DATA/the-verdict.txt" --context 32 --emb 16 --heads 2 --layers 1 --train-ratio 0.2 --epochs 1 \
     --eval-freq 5 --eval-iter 1 --sample-tokens 2 --threads 1
+fi
 
 # ---- --json ---------------------------------------------------------------------
 for m in sa-v1 sa-v2 causal mha-wrapper mha; do
