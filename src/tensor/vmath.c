@@ -54,6 +54,31 @@ float tg__expf(float x) { return tg__vec_math() ? Sleef_expf1_u10purecfma(x) : e
 VEC_MAP(tg__vexpf, Sleef_expf8_u10avx2, Sleef_expf1_u10purecfma)
 VEC_MAP(tg__vlogf, Sleef_logf8_u10avx2, Sleef_logf1_u10purecfma)
 VEC_MAP(tg__vtanhf, Sleef_tanhf8_u10avx2, Sleef_tanhf1_u10purecfma)
+#elif defined(__x86_64__) && defined(__GNUC__)
+/* A portable build (no -march=native): the same eight-lane functions on a
+ * CPU with AVX2 and FMA, chosen at run time, with the same one-lane tail, so
+ * the same bits as the native build's; the C library's elsewhere. */
+#include <immintrin.h>
+__attribute__((target("avx2,fma"))) __m256 Sleef_expf8_u10avx2(__m256);
+__attribute__((target("avx2,fma"))) __m256 Sleef_logf8_u10avx2(__m256);
+__attribute__((target("avx2,fma"))) __m256 Sleef_tanhf8_u10avx2(__m256);
+#define VEC_MAP(NAME, V8, S1, LIBM)                                                          \
+    __attribute__((target("avx2,fma"))) static void NAME##_avx2(float *y, const float *x, int64_t n) \
+    {                                                                                        \
+        int64_t i = 0;                                                                       \
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, V8(_mm256_loadu_ps(x + i)));      \
+        for (; i < n; i++) y[i] = S1(x[i]);                                                  \
+    }                                                                                        \
+    void NAME(float *y, const float *x, int64_t n)                                           \
+    {                                                                                        \
+        if (tg__vec_math())                                                                  \
+            NAME##_avx2(y, x, n);                                                            \
+        else                                                                                 \
+            for (int64_t i = 0; i < n; i++) y[i] = LIBM(x[i]);                               \
+    }
+VEC_MAP(tg__vexpf, Sleef_expf8_u10avx2, Sleef_expf1_u10purecfma, expf)
+VEC_MAP(tg__vlogf, Sleef_logf8_u10avx2, Sleef_logf1_u10purecfma, logf)
+VEC_MAP(tg__vtanhf, Sleef_tanhf8_u10avx2, Sleef_tanhf1_u10purecfma, tanhf)
 #else
 #define VEC_MAP(NAME, S1, LIBM)                                                          \
     void NAME(float *y, const float *x, int64_t n)                                       \
