@@ -23,20 +23,9 @@
 
 static json_t *g_ref;
 
-/* The CPU runs PyTorch's AVX2 kernels (SLEEF's exp, log, tanh). */
-static bool vector_math(void)
-{
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-    return false;
-#endif
-}
-
 static void require_vector_math(void)
 {
-    if (!vector_math()) {
+    if (!tu_cpu_avx2_fma()) {
         print_message("skipped: this CPU lacks AVX2 + FMA, where PyTorch's references used them\n");
         skip();
     }

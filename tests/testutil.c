@@ -29,7 +29,7 @@ const char *tu_blas_kernels(void) {
     return corename ? corename() : NULL;
 }
 
-static bool cpu_runs_reference_kernels(void) {
+bool tu_cpu_avx2_fma(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -46,7 +46,7 @@ void tu_reference_kernels(char **argv) {
     }
     if (strcmp(have, TG_REF_BLAS) != 0) {
         const char *set = getenv("OPENBLAS_CORETYPE");
-        if (cpu_runs_reference_kernels() && !(set && strcmp(set, TG_REF_BLAS) == 0)) {
+        if (tu_cpu_avx2_fma() && !(set && strcmp(set, TG_REF_BLAS) == 0)) {
             fflush(NULL);
             /* TU_BLAS_PICKED: what OpenBLAS chose, for the line below */
             if (setenv("TU_BLAS_PICKED", have, 1) == 0 && setenv("OPENBLAS_CORETYPE", TG_REF_BLAS, 1) == 0)

@@ -18,6 +18,9 @@ json_t *tu_load_ref(const char *file);
 /* The OpenBLAS kernels this process runs (openblas_get_corename: "Haswell",
  * "SkylakeX", ...), or NULL under another BLAS. */
 const char *tu_blas_kernels(void);
+/* The CPU has AVX2 and FMA: it runs OpenBLAS's Haswell kernels and
+ * PyTorch's vectorised exp, log and tanh (SLEEF's AVX2 functions). */
+bool tu_cpu_avx2_fma(void);
 /* Called first in main() by every test that compares against committed
  * PyTorch outputs bit for bit. OpenBLAS picks its kernels by CPU (AVX2's
  * Haswell family, or AVX-512's SkylakeX family, which rounds its sums
