@@ -356,6 +356,15 @@ TINY="--text $TMP/verdict-82.txt --context 32 --emb 16 --heads 2 --layers 1 --tr
 if "$TG" pretrain $TINY --epochs 2 >"$TMP/full.txt" 2>"$TMP/err"; then ok; else bad "pretrain tiny: $(head -1 "$TMP/err")"; fi
 if [ "$(grep -c '^Ep ' "$TMP/full.txt")" -ge 4 ] && [ "$(grep -c '^Every effort moves you' "$TMP/full.txt")" -eq 2 ]; then ok; else
     bad "pretrain tiny: expected the table and two samples"; head -3 "$TMP/full.txt"; fi
+# OMP_THREAD_LIMIT below --threads (and below the cores, the default): one
+# thread, the same table. OpenBLAS alone would wait forever for the threads
+# it asked for (tg__blas_threads, src/tensor/gemm.c).
+for n in 2 0; do
+    # shellcheck disable=SC2086
+    if OMP_THREAD_LIMIT=1 timeout 120 "$TG" pretrain ${TINY% --threads 1} --epochs 2 $([ $n -gt 0 ] && echo --threads $n) \
+        >"$TMP/limit.txt" 2>"$TMP/err" && cmp -s "$TMP/full.txt" "$TMP/limit.txt"; then ok; else
+        bad "pretrain under OMP_THREAD_LIMIT=1 (--threads $n): exit or table differs ($(head -1 "$TMP/err"))"; fi
+done
 # shellcheck disable=SC2086
 if "$TG" pretrain $TINY --epochs 1 --checkpoint "$TMP/ck1" >/dev/null 2>"$TMP/err" &&
     "$TG" pretrain $TINY --epochs 2 --resume "$TMP/ck1" --checkpoint "$TMP/ck2" >"$TMP/resumed.txt" 2>"$TMP/err" &&

@@ -560,11 +560,10 @@ static void head_rows(tg_tensor *L, const tg_tensor *stats, const int64_t *tv, v
                 memset(x, 0, sizeof(float) * (size_t)V);
                 continue;
             }
-            for (int64_t j = 0; j < V; j++) x[j] = (x[j] - m) - lse;
+            tg__vsub2f(x, x, m, lse, V);
             tg__vexpf(x, x, V);
             x[tv[i]] -= 1.0f;
-            float s = (float)scale;
-            for (int64_t j = 0; j < V; j++) x[j] *= s;
+            tg__vscalef(x, (float)scale, V);
         } else {
             double *x = (double *)L->data + L->offset + i * V, m = ((const double *)stats->data)[2 * i],
                    lse = ((const double *)stats->data)[2 * i + 1];

@@ -204,6 +204,7 @@ static void gemm(bool f64, const bf16_bufs *rb, bool ta, bool tb, int64_t M, int
                  const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc)
 {
     if (M == 0 || N == 0) return;
+    tg__blas_threads();
     enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
     if (rb && !f64) {
         int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;

@@ -347,9 +347,21 @@ static bool gemm_in_blocks(tg_numerics nm, tg_tensor *c, const tg_tensor *a, boo
     return true;
 }
 
+/* OpenBLAS's OpenMP build (and oneDNN's) starts as many threads as
+ * omp_get_max_threads() says and waits for every one of them; under
+ * OMP_THREAD_LIMIT below that count the team is smaller and OpenBLAS waits
+ * forever. Keep the calling thread's count within the limit: nothing else
+ * changes, since the limit caps every team anyway. */
+void tg__blas_threads(void)
+{
+    int limit = omp_get_thread_limit();
+    if (!omp_in_parallel() && omp_get_max_threads() > limit) omp_set_num_threads(limit);
+}
+
 void tg_k_gemm(tg_numerics nm, tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb,
                double alpha, double beta)
 {
+    tg__blas_threads();
     if (gemm_in_blocks(nm, c, a, ta, b, tb, alpha, beta)) return;
     if ((a->dtype == TG_BF16 || b->dtype == TG_BF16) && (nm != TG_NUMERICS_BF16 || c->dtype != TG_F32)) {
         gemm_widened(nm, c, a, ta, b, tb, alpha, beta);

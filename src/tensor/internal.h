@@ -176,6 +176,17 @@ void tg__torch_sum_rows_f32(float *out, const float *x, int64_t rows, int64_t co
  * the C library's elsewhere. tg__vec_math() tells which. The array forms
  * map n contiguous floats (y may be x); tg__logf is one element. */
 bool tg__vec_math(void);
+/* Before a BLAS or oneDNN call: OpenMP's thread count kept within
+ * OMP_THREAD_LIMIT, which OpenBLAS does not read (gemm.c). */
+void tg__blas_threads(void);
+/* A portable x86-64 build (no -march with AVX2 and FMA): a hot loop is
+ * compiled a second time for AVX2 + FMA (TG_AVX2_FN) and called where
+ * tg__vec_math() says the CPU has both. The bits are the same: contraction
+ * is off (meson.build), so every fused multiply-add is an explicit fmaf. */
+#if defined(__x86_64__) && defined(__GNUC__) && !(defined(__AVX2__) && defined(__FMA__))
+#define TG_AVX2_DISPATCH 1
+#define TG_AVX2_FN __attribute__((target("avx2,fma")))
+#endif
 float tg__logf(float x);
 float tg__expf(float x);
 void tg__vexpf(float *y, const float *x, int64_t n);
@@ -184,6 +195,10 @@ void tg__vtanhf(float *y, const float *x, int64_t n);
 void tg__vcosf(float *y, const float *x, int64_t n);
 void tg__vsinf(float *y, const float *x, int64_t n);
 void tg__vrpowf(float *y, float base, const float *e, int64_t n);
+/* y[i] = (x[i] - a) - b (y may be x) and x[i] *= s, eight at a time where
+ * the CPU has AVX2 (a portable build's hot loops; the same bits) */
+void tg__vsub2f(float *y, const float *x, float a, float b, int64_t n);
+void tg__vscalef(float *x, float s, int64_t n);
 /* softmax of n contiguous floats as tg_k_softmax computes a float32 row
  * (PyTorch's _vec_softmax_lastdim; y may be x) */
 void tg__softmax_row_f32(float *y, const float *x, int64_t n);

@@ -801,9 +801,43 @@ SOFTMAX_ROW(double, softmax_row_f64, exp, log)
  * exp(x - max) * (1 / sum) for softmax. */
 enum { SM_CHUNK = 256 };
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_ROW8 1
+/* The max of n >= 8 contiguous floats in eight lanes, where it must equal
+ * row_max_f32's loop: false (run that loop) when a NaN is present (the loop
+ * keeps the last one) or the max is zero (the loop keeps the first of -0 and
+ * +0); any other max has one representation, whichever order finds it. */
+__attribute__((target("avx2,fma"))) static bool row_max8(const float *x, int64_t n, float *out)
+{
+    __m256 m = _mm256_loadu_ps(x), nan = _mm256_cmp_ps(m, m, _CMP_UNORD_Q);
+    int64_t i = 8;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        m = _mm256_max_ps(m, v);
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    }
+    if (_mm256_movemask_ps(nan)) return false;
+    float l[8], r;
+    _mm256_storeu_ps(l, m);
+    r = l[0];
+    for (int k = 1; k < 8; k++) r = l[k] > r ? l[k] : r;
+    for (; i < n; i++) {
+        if (x[i] != x[i]) return false;
+        r = x[i] > r ? x[i] : r;
+    }
+    if (r == 0.0f) return false;
+    *out = r;
+    return true;
+}
+#endif
+
 static float row_max_f32(const float *x, int64_t sx, int64_t n)
 {
     float m = -INFINITY;
+#if defined(HAVE_ROW8)
+    if (sx == 1 && n >= 8 && tg__vec_math() && row_max8(x, n, &m)) return m;
+#endif
     for (int64_t i = 0; i < n; i++) m = x[i * sx] > m ? x[i * sx] : m;
     for (int64_t i = 0; i < n; i++)
         if (x[i * sx] != x[i * sx]) m = x[i * sx];
@@ -845,7 +879,7 @@ static float row_lse_f32(const float *x, int64_t n, float m)
     tg__sum8 acc = {{0}, 0};
     for (int64_t i0 = 0; i0 < n; i0 += SM_CHUNK) {
         int64_t c = n - i0 < SM_CHUNK ? n - i0 : SM_CHUNK;
-        for (int64_t i = 0; i < c; i++) e[i] = x[i0 + i] - m;
+        tg__vsub2f(e, x + i0, m, 0.0f, c);
         tg__vexpf(e, e, c);
         tg__sum8_add(&acc, e, c);
     }

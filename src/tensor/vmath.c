@@ -165,13 +165,76 @@ void tg__vrpowf(float *y, float base, const float *e, int64_t n)
 TRIG(tg__vcosf, cos8_map, cosf)
 TRIG(tg__vsinf, sin8_map, sinf)
 
+#if defined(HAVE_AVX2_MAP)
+AVX2_TARGET static void sub2_8(float *y, const float *x, float a, float b, int64_t n)
+{
+    __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+    for (int64_t i = 0; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), va), vb));
+}
+AVX2_TARGET static void scale8(float *x, float s, int64_t n)
+{
+    __m256 vs = _mm256_set1_ps(s);
+    for (int64_t i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vs));
+}
+#endif
+
+void tg__vsub2f(float *y, const float *x, float a, float b, int64_t n)
+{
+    int64_t i = 0;
+#if defined(HAVE_AVX2_MAP)
+    if (tg__vec_math()) {
+        i = n - n % 8;
+        sub2_8(y, x, a, b, i);
+    }
+#endif
+    for (; i < n; i++) y[i] = (x[i] - a) - b;
+}
+
+void tg__vscalef(float *x, float s, int64_t n)
+{
+    int64_t i = 0;
+#if defined(HAVE_AVX2_MAP)
+    if (tg__vec_math()) {
+        i = n - n % 8;
+        scale8(x, s, i);
+    }
+#endif
+    for (; i < n; i++) x[i] *= s;
+}
+
 /* The lanes of PyTorch's vec::reduce_all (internal.h). PyTorch's build fuses
  * the multiply-add of map2_reduce_all (acc + x * y); so does tg__sum8_fma. */
+#if defined(HAVE_AVX2_MAP)
+/* the whole groups of 8 in one register: the same lane-wise adds and fused
+ * multiply-adds */
+AVX2_TARGET static void lanes_add8(float *a, const float *x, int64_t groups)
+{
+    __m256 acc = _mm256_loadu_ps(a);
+    for (int64_t g = 0; g < groups; g++) acc = _mm256_add_ps(acc, _mm256_loadu_ps(x + 8 * g));
+    _mm256_storeu_ps(a, acc);
+}
+AVX2_TARGET static void lanes_fma8(float *a, const float *x, const float *y, int64_t groups)
+{
+    __m256 acc = _mm256_loadu_ps(a);
+    for (int64_t g = 0; g < groups; g++)
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(x + 8 * g), _mm256_loadu_ps(y + 8 * g), acc);
+    _mm256_storeu_ps(a, acc);
+}
+#endif
+
 void tg__sum8_add(tg__sum8 *s, const float *x, int64_t n)
 {
     int64_t i = 0;
     for (; i < n && s->n < 8; i++) s->a[s->n++] = x[i];
     for (int l = (int)(s->n & 7); i < n && l != 0; i++, l = (l + 1) & 7, s->n++) s->a[l] += x[i];
+#if defined(HAVE_AVX2_MAP)
+    if (tg__vec_math() && n - i >= 8) {
+        int64_t groups = (n - i) / 8;
+        lanes_add8(s->a, x + i, groups);
+        i += 8 * groups, s->n += 8 * groups;
+    }
+#endif
     for (; i + 8 <= n; i += 8, s->n += 8)
         for (int l = 0; l < 8; l++) s->a[l] += x[i + l];
     for (int l = 0; i < n; i++, l++, s->n++) s->a[l] += x[i];
@@ -182,6 +245,13 @@ void tg__sum8_fma(tg__sum8 *s, const float *x, const float *y, int64_t n)
     int64_t i = 0;
     for (; i < n && s->n < 8; i++) s->a[s->n++] = x[i] * y[i];
     for (int l = (int)(s->n & 7); i < n && l != 0; i++, l = (l + 1) & 7, s->n++) s->a[l] = fmaf(x[i], y[i], s->a[l]);
+#if defined(HAVE_AVX2_MAP)
+    if (tg__vec_math() && n - i >= 8) {
+        int64_t groups = (n - i) / 8;
+        lanes_fma8(s->a, x + i, y + i, groups);
+        i += 8 * groups, s->n += 8 * groups;
+    }
+#endif
     for (; i + 8 <= n; i += 8, s->n += 8)
         for (int l = 0; l < 8; l++) s->a[l] = fmaf(x[i + l], y[i + l], s->a[l]);
     for (int l = 0; i < n; i++, l++, s->n++) s->a[l] = fmaf(x[i], y[i], s->a[l]);
