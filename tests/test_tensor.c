@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- helpers -------------------------------------------------------------------- */
@@ -930,6 +931,68 @@ static void test_softmax_extremes(void **state)
     tg_tape_free(tp);
 }
 
+/* Float rows along a contiguous dim (the max found eight lanes at a time
+ * where the CPU has AVX2, src/tensor/kernels.c) against the same rows along a
+ * strided dim (one element at a time), bit for bit: NaN (of both signs, so
+ * that which NaN is the max shows), -inf and +inf rows,
+ * a zero max given as -0 then +0 and as +0 then -0, the max in the first
+ * lanes, the middle and the tail. The fused cross-entropy's rows equal
+ * -log_softmax at the target, bit for bit. */
+static void test_softmax_rows_vector_scalar(void **state)
+{
+    (void)state;
+    tg_tape *tp = tg_tape_new();
+    tg_generator *g = tg_generator_new(11);
+    static const int64_t sizes[] = {8, 19, 37};
+    for (int k = 0; k < 3; k++) {
+        const int64_t n = sizes[k];
+        enum { R = 9 };
+        float *v = malloc(sizeof(float) * (size_t)(R * n));
+        assert_non_null(v);
+        tg_tensor *r = tg_randn(tp, TG_F32, 2, SH(R, n), g);
+        memcpy(v, tg_data_ptr(r), sizeof(float) * (size_t)(R * n));
+        v[1 * n + n - 1] = 9.0f;                    /* max in the tail */
+        v[2 * n + 0] = 9.0f;                        /* max in lane 0 */
+        v[3 * n + 1] = -NAN, v[3 * n + n / 2] = NAN; /* NaNs of both signs: the last one is the max */
+        for (int64_t j = 0; j < n; j++) v[4 * n + j] = -INFINITY;
+        for (int64_t j = 0; j < n; j++) v[5 * n + j] = -fabsf(v[5 * n + j]) - 1.0f;
+        v[5 * n + 2] = -0.0f, v[5 * n + n - 3] = 0.0f; /* zero max: -0 first */
+        for (int64_t j = 0; j < n; j++) v[6 * n + j] = -fabsf(v[6 * n + j]) - 1.0f;
+        v[6 * n + 2] = 0.0f, v[6 * n + n - 3] = -0.0f; /* zero max: +0 first */
+        v[7 * n + 5] = INFINITY;                    /* +inf */
+        v[8 * n + 3] = 7.0f, v[8 * n + n - 2] = 7.0f; /* the max twice */
+        tg_tensor *x = tg_from_f32(tp, 2, SH(R, n), v);
+        tg_tensor *xt = tg_contiguous(tp, tg_transpose(tp, x, 0, 1)); /* (n, R): rows strided */
+        assert_non_null(xt);
+        for (int lg = 0; lg < 2; lg++) {
+            tg_tensor *a = lg ? tg_log_softmax(tp, x, 1) : tg_softmax(tp, x, 1);
+            tg_tensor *b = lg ? tg_log_softmax(tp, xt, 0) : tg_softmax(tp, xt, 0);
+            tg_tensor *bt = tg_contiguous(tp, tg_transpose(tp, b, 0, 1));
+            assert_non_null(a);
+            assert_non_null(bt);
+            const float *pa = tg_data_ptr(a), *pb = tg_data_ptr(bt);
+            for (int64_t i = 0; i < R * n; i++)
+                if (memcmp(&pa[i], &pb[i], sizeof(float)) != 0)
+                    fail_msg("%s n=%lld row %lld col %lld: contiguous %a, strided %a", lg ? "log_softmax" : "softmax",
+                             (long long)n, (long long)(i / n), (long long)(i % n), (double)pa[i], (double)pb[i]);
+        }
+        int64_t t[R];
+        for (int i = 0; i < R; i++) t[i] = (i * 5 + 1) % n;
+        tg_tensor *tgt = tg_from_data(tp, TG_I64, 1, SH(R), t);
+        tg_tensor *ce = tg_cross_entropy(tp, x, tgt, TG_REDUCE_NONE), *ls = tg_log_softmax(tp, x, 1);
+        assert_non_null(ce);
+        assert_non_null(ls);
+        for (int i = 0; i < R; i++) {
+            float want = -(float)tg_get(ls, SH(i, t[i])), got = (float)tg_get(ce, SH(i));
+            if (memcmp(&want, &got, sizeof want) != 0 && !(isnan(want) && isnan(got)))
+                fail_msg("cross_entropy n=%lld row %d: %a, -log_softmax %a", (long long)n, i, (double)got, (double)want);
+        }
+        free(v);
+    }
+    tg_generator_free(g);
+    tg_tape_free(tp);
+}
+
 /* ---- the OpenMP paths against serial loops --------------------------------------------------- */
 
 static void test_parallel_paths(void **state)
@@ -1225,6 +1288,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_error_chain),
         cmocka_unit_test(test_edges),
         cmocka_unit_test(test_softmax_extremes),
+        cmocka_unit_test(test_softmax_rows_vector_scalar),
         cmocka_unit_test(test_parallel_paths),
         cmocka_unit_test(test_tape_limit),
         cmocka_unit_test(test_element_access_checks),
