@@ -290,7 +290,7 @@ static void test_presets(void **state)
     assert_int_equal(tg_decoder_config_num_parameters(&c), 1498482688);
     int n = 0;
     while (tg_decoder_config_preset_name(n)) n++;
-    assert_int_equal(n, 10);
+    assert_int_equal(n, 11);
     tg_gpt_config g;
     tu_assert_status_error(tg_gpt_config_preset("qwen3-0.6b", &g), "not a GPT-2 configuration");
     tu_assert_status_error(tg_decoder_config_preset("qwen4", &c), "unknown model configuration 'qwen4'");
@@ -311,16 +311,26 @@ static void test_bad_configs(void **state)
     tu_assert_null_error(tg_decoder_new(mt, &c), "even head_dim");
     c = ok, c.drop_rate = 0.1;
     tu_assert_null_error(tg_decoder_new(mt, &c), "no dropout");
+    /* features mix across families: a qkv bias with RoPE, Llama 3 with a
+     * free head_dim and QK-norm (test_mixing checks what they compute) */
     c = ok, c.qkv_bias = true;
-    tu_assert_null_error(tg_decoder_new(mt, &c), "no qkv bias");
+    tu_assert_ok(tg_decoder_new(mt, &c));
     c = ok, c.family = TG_GPT_FAMILY_LLAMA3;
-    tu_assert_null_error(tg_decoder_new(mt, &c), "Llama3Model", "head_dim is emb_dim / n_heads = 4, got 8");
-    c.head_dim = 0;
-    tu_assert_null_error(tg_decoder_new(mt, &c), "Llama 3 has no QK-norm");
-    c.qk_norm = false, c.rope_freq = (tg_rope_freq){32, 4, 1, 8192};
+    tu_assert_ok(tg_decoder_new(mt, &c));
+    c.rope_freq = (tg_rope_freq){32, 4, 1, 8192};
     tu_assert_null_error(tg_decoder_new(mt, &c), "low_freq_factor < high_freq_factor");
-    c = ok, c.family = TG_GPT_FAMILY_GPT2, c.head_dim = 0, c.qk_norm = false, c.n_kv_groups = 0;
-    tu_assert_null_error(tg_decoder_new(mt, &c), "GPT-2 has learned positions");
+    c = ok, c.family = TG_GPT_FAMILY_GPT2, c.positions = TG_POSITIONS_LEARNED;
+    tu_assert_null_error(tg_decoder_new(mt, &c), "learned positions take no RoPE settings");
+    c = ok, c.sliding_window = 0, c.layer_types[0] = TG_LAYER_SLIDING;
+    tu_assert_null_error(tg_decoder_new(mt, &c), "layer 0 is a sliding layer and sliding_window is 0");
+    c.layer_types[0] = 2;
+    tu_assert_null_error(tg_decoder_new(mt, &c), "layer_types[0] is 2");
+    c = ok, c.norm_offset = 1, c.norm = TG_NORM_LAYER;
+    tu_assert_null_error(tg_decoder_new(mt, &c), "norm_offset (1) is RMSNorm's");
+    c = ok, c.query_pre_attn_scalar = -1;
+    tu_assert_null_error(tg_decoder_new(mt, &c), "query_pre_attn_scalar must be > 0");
+    c = ok, c.mlp = (tg_mlp_kind)9;
+    tu_assert_null_error(tg_decoder_new(mt, &c), "unknown norm 0, positions 0 or mlp 9");
     c = ok, c.family = (tg_gpt_family)7;
     tu_assert_null_error(tg_decoder_new(mt, &c), "unknown family 7");
     c = ok, c.context_length = (1 << 24) + 1;
@@ -384,8 +394,92 @@ static void test_gradcheck_layers(void **state)
         if (!rm.passed) fail_msg("%s model gradcheck: %s", fam ? "Llama 3" : "Qwen3", rm.message);
         tg_tape_free(mt);
     }
+    /* a Gemma 3 model: a sliding layer (its local table) and a full one,
+     * four norms x * (1 + w), QK-norm, the query scale, GeGLU, the
+     * embeddings' scale; its sliding block on its own */
+    tg_tape *mt = tg_tape_new();
+    tg_decoder_config c = {.vocab_size = 11, .context_length = 8, .emb_dim = 8, .n_heads = 2, .n_layers = 2,
+                           .family = TG_GPT_FAMILY_GEMMA3, .hidden_dim = 6, .head_dim = 4, .n_kv_groups = 1,
+                           .qk_norm = true, .rope_base = 1e6, .norm_offset = 1, .post_norms = true,
+                           .rope_local_base = 1e4, .query_pre_attn_scalar = 3, .sliding_window = 2,
+                           .layer_types = {1, 0}, .emb_scale = true};
+    tg_manual_seed(3);
+    tg_module *m = tg_decoder_new(mt, &c);
+    tu_assert_ok(m);
+    assert_int_equal(tg_module_to_dtype(mt, m, TG_F64), TG_OK);
+    tg_named_list ps; /* norms away from their zero start */
+    assert_int_equal(tg_module_named_parameters(tp, m, &ps), TG_OK);
+    for (int i = 0; i < ps.n; i++)
+        if (ps.tensors[i]->ndim == 1) assert_int_equal(tg_uniform_(ps.tensors[i], -0.5, 0.5, NULL), TG_OK);
+    tg_tensor *cos = NULL, *sin = NULL;
+    assert_int_equal(tg_rope_params(tp, 4, 1e4, 8, NULL, &cos, &sin), TG_OK);
+    int64_t bs[3] = {2, 5, 8};
+    tg_tensor *bin[3] = {tg_randn(tp, TG_F64, 3, bs, g), tg_to_dtype(tp, tg_narrow(tp, cos, 0, 0, 5), TG_F64),
+                         tg_to_dtype(tp, tg_narrow(tp, sin, 0, 0, 5), TG_F64)};
+    assert_int_equal(tg_requires_grad_(bin[0], true), TG_OK);
+    tg_gradcheck_result rb;
+    assert_int_equal(tg_gradcheck_module_call(tg_module_get_submodule(m, "blocks.0"), 3, bin, NULL, &rb), TG_OK);
+    if (!rb.passed) fail_msg("Gemma 3 sliding block gradcheck: %s", rb.message);
+    int64_t is[2] = {1, 5}, idv[5] = {1, 5, 10, 2, 7};
+    tg_tensor *ids = tg_from_data(tp, TG_I64, 2, is, idv);
+    tg_gradcheck_result rm;
+    assert_int_equal(tg_gradcheck_module_call(m, 1, &ids, NULL, &rm), TG_OK);
+    if (!rm.passed) fail_msg("Gemma 3 model gradcheck: %s", rm.message);
+    tg_tape_free(mt);
     tg_generator_free(g);
     tg_tape_free(tp);
+}
+
+/* ---- features mixed across families ------------------------------------------------------------- */
+
+/* What no family of the book has, built from the same features: RoPE with
+ * a qkv bias (Qwen2.5's block), QK-norm on a Llama-shaped block, GeGLU in a
+ * Qwen3-shaped block, a GPT-2 with RMSNorm and SwiGLU. Each has the modules
+ * its features name, the parameter count tg_decoder_config_num_parameters
+ * predicts, float64 gradients that pass gradcheck, and its KV cache gives
+ * the logits of the whole sequence. */
+static void test_mixing(void **state)
+{
+    (void)state;
+    tg_decoder_config q = {.vocab_size = 13, .context_length = 8, .emb_dim = 8, .n_heads = 2, .n_layers = 2,
+                           .family = TG_GPT_FAMILY_QWEN3, .hidden_dim = 6, .head_dim = 4, .n_kv_groups = 1,
+                           .qk_norm = true, .rope_base = 1e4};
+    tg_decoder_config l = q;
+    l.family = TG_GPT_FAMILY_LLAMA3, l.head_dim = 0, l.qk_norm = false;
+    tg_decoder_config mixes[4] = {q, l, q, {.vocab_size = 13, .context_length = 8, .emb_dim = 8, .n_heads = 2, .n_layers = 2}};
+    mixes[0].qkv_bias = true;
+    mixes[1].qk_norm = true;
+    mixes[2].mlp = TG_MLP_GEGLU;
+    mixes[3].norm = TG_NORM_RMS, mixes[3].mlp = TG_MLP_SWIGLU;
+    const char *names[4] = {"qkv bias with RoPE", "QK-norm on Llama 3", "GeGLU in Qwen3", "GPT-2 with RMSNorm, SwiGLU"};
+    const char *keys[4] = {"trf_blocks.1.att.W_value.bias", "trf_blocks.0.att.k_norm.weight", "trf_blocks.1.ff.fc3.weight",
+                           "trf_blocks.0.ff.fc2.weight"};
+    for (int i = 0; i < 4; i++) {
+        tg_tape *mt = tg_tape_new(), *tp = tg_tape_new();
+        tg_module *m = build(mt, &mixes[i], 11);
+        if (!tg_module_get_parameter(m, keys[i])) fail_msg("%s: no parameter %s", names[i], keys[i]);
+        assert_int_equal(tg_module_num_parameters(m), tg_decoder_config_num_parameters(&mixes[i]));
+        tg_module_train(m, false);
+        bool grad = tg_set_grad_enabled(false);
+        int64_t all[2] = {1, 6}, one[2] = {1, 1};
+        const int64_t idv[6] = {1, 5, 12, 2, 7, 3};
+        tg_tensor *full = tg_module_forward(tp, m, tg_from_data(tp, TG_I64, 2, all, idv));
+        tu_assert_ok(full);
+        assert_int_equal(tg_module_set_kv_cache(m, true), TG_OK);
+        for (int64_t j = 0; j < 6; j++) {
+            tg_tensor *y = tg_module_forward(tp, m, tg_from_data(tp, TG_I64, 2, one, idv + j));
+            tu_assert_close(y, tg_narrow(tp, full, 1, j, 1), 2e-6, 2e-6, names[i]);
+        }
+        assert_int_equal(tg_module_set_kv_cache(m, false), TG_OK);
+        tg_set_grad_enabled(grad);
+        assert_int_equal(tg_module_to_dtype(mt, m, TG_F64), TG_OK);
+        tg_tensor *ids = tg_from_data(tp, TG_I64, 2, all, idv);
+        tg_gradcheck_result r;
+        assert_int_equal(tg_gradcheck_module_call(m, 1, &ids, NULL, &r), TG_OK);
+        if (!r.passed) fail_msg("%s: gradcheck: %s", names[i], r.message);
+        tg_tape_free(tp);
+        tg_tape_free(mt);
+    }
 }
 
 /* ---- the KV cache read in place under FAST and BF16 --------------------------------------------- */
@@ -404,7 +498,7 @@ static void test_gradcheck_layers(void **state)
 static void test_kv_cache_policies(void **state)
 {
     (void)state;
-    const tg_decoder_config cfgs[4] = {
+    const tg_decoder_config cfgs[5] = {
         {.vocab_size = 61, .context_length = 16, .emb_dim = 36, .n_heads = 4, .n_layers = 2, .drop_rate = 0.1,
          .qkv_bias = true},
         {.vocab_size = 61, .context_length = 16, .emb_dim = 32, .n_heads = 4, .n_layers = 2,
@@ -414,13 +508,19 @@ static void test_kv_cache_policies(void **state)
          .family = TG_GPT_FAMILY_LLAMA3, .hidden_dim = 48, .n_kv_groups = 1, .rope_base = 5e5},
         {.vocab_size = 61, .context_length = 16, .emb_dim = 32, .n_heads = 20, .n_layers = 1,
          .family = TG_GPT_FAMILY_QWEN3, .hidden_dim = 40, .head_dim = 6, .n_kv_groups = 2, .rope_base = 1e6},
+        /* Gemma 3: sliding layers of window 3 (the cache keeps their last
+         * positions only) around a full one, the query scale */
+        {.vocab_size = 61, .context_length = 16, .emb_dim = 32, .n_heads = 4, .n_layers = 3,
+         .family = TG_GPT_FAMILY_GEMMA3, .hidden_dim = 40, .head_dim = 16, .n_kv_groups = 2, .qk_norm = true,
+         .rope_base = 1e6, .norm_offset = 1, .post_norms = true, .rope_local_base = 1e4, .query_pre_attn_scalar = 12,
+         .sliding_window = 3, .layer_types = {1, 0, 1}, .emb_scale = true},
     };
-    const tg_numerics pol[2] = {TG_NUMERICS_FAST, TG_NUMERICS_BF16};
-    const double tol[2] = {5e-5, 2e-3};
+    const tg_numerics pol[3] = {TG_NUMERICS_FAST, TG_NUMERICS_BF16, TG_NUMERICS_EXACT};
+    const double tol[3] = {5e-5, 2e-3, 5e-5};
     const int64_t ids[12] = {5, 17, 2, 40, 33, 8, 8, 51, 0, 26, 60, 3}, cuts[5] = {0, 4, 5, 11, 12}, all[2] = {1, 12};
     bool grad = tg_set_grad_enabled(false);
-    for (int ci = 0; ci < 4; ci++)
-        for (int pi = 0; pi < 2; pi++) {
+    for (int ci = 0; ci < 5; ci++)
+        for (int pi = 0; pi < (ci == 4 ? 3 : 2); pi++) { /* Gemma 3's composed cached ops too */
             tg_tape *mt = tg_tape_new(), *tp = tg_tape_new();
             tg_module *m = build(mt, &cfgs[ci], 7 + (uint64_t)ci);
             /* weights of the size a trained model's have, so that attention is far from uniform */
@@ -501,7 +601,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_digest),       cmocka_unit_test(test_rope_tables),  cmocka_unit_test(test_presets),
         cmocka_unit_test(test_bad_configs),  cmocka_unit_test(test_gradcheck_layers), cmocka_unit_test(test_cases),
         cmocka_unit_test(test_generate),     cmocka_unit_test(test_kv_cache_policies),
-        cmocka_unit_test(test_prepare_numerics),
+        cmocka_unit_test(test_prepare_numerics), cmocka_unit_test(test_mixing),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     json_decref(g_ref);

@@ -616,7 +616,7 @@ static void test_llama_round_trip(void **state)
     tg_module *gpt = tg_gpt_new(tp, &g);
     assert_one_line_error(tg_decoder_load_hf(gpt, dir), "GPTModel", "tg_gpt_load_hf");
     assert_one_line_error(tg_decoder_load_hf(tg_module_get_submodule(b, "trf_blocks"), dir),
-                          "not a Qwen3Model or Llama3Model");
+                          "not a Qwen3Model, Llama3Model or Gemma3Model");
 
     free(list);
     free(names);

@@ -279,6 +279,8 @@ TG_API tg_tensor *tg_scaled_dot_product_attention(tg_tape *tp, tg_tensor *q, tg_
 typedef struct {
     double dropout;   /* attention: dropout on the weights (0 in eval) */
     double scale;     /* attention: the scores' divisor (the book's keys.shape[-1] ** 0.5) */
+    bool no_divide;   /* attention: the scores are not divided (Gemma 3 scales the queries) */
+    int64_t window;   /* attention: > 0 when the mask is causal with a sliding window (i - j >= window masked) */
     double eps;       /* LayerNorm, RMSNorm */
     tg_generator *gen; /* the dropout's generator (NULL: the default) */
     bool heads_inner; /* attention: the exact op may write (..., T, h, hd) storage viewed as (..., h, T, hd) */
@@ -286,7 +288,7 @@ typedef struct {
 } tg_layer_args;
 typedef tg_tensor *(*tg_layer_fn)(tg_tape *tp, int n, tg_tensor *const *in, const tg_layer_args *a);
 typedef struct {
-    const char *name;    /* "attention", "layer_norm", "gelu", "feed_forward", "rms_norm", "silu" */
+    const char *name;    /* "attention", "layer_norm", "gelu", "feed_forward", "rms_norm", "silu", ... */
     const char *inputs;  /* what in[] holds, e.g. "q, k, v (..., T, hd), mask (T, T) bool" */
     int nin;
     tg_layer_fn composed; /* the oracle */

@@ -13,18 +13,37 @@
 extern "C" {
 #endif
 
-/* The decoder's families: which modules a configuration builds.
+/* The decoder's families. A family is a name table and a preset: its class
+ * names, state_dict keys, construction order, Hugging Face names, chat
+ * format and tokenizer (src/nn/families.c), and the features its
+ * configuration turns on by default. What a model computes is read from
+ * tg_decoder_config's feature fields alone, so features mix across
+ * families (a qkv bias with RoPE, QK-norm in a Llama-shaped block, GeGLU in
+ * a Qwen3-shaped one).
  *   GPT2   the book's GPTModel (chapter 4): learned positions, LayerNorm,
- *          MultiHeadAttention, GELU FeedForward, dropout, optional qkv bias;
+ *          MultiHeadAttention, GELU MLP with biases, dropout;
  *   QWEN3  the book's Qwen3Model (pkg/llms_from_scratch/qwen3.py): RoPE,
- *          its RMSNorm (parameter "scale"), GroupedQueryAttention with
- *          optional QK-norm and a free head_dim, SwiGLU FeedForward;
- *   LLAMA3 the book's Llama3Model (llama3.py): RoPE with Llama 3's
- *          frequency smoothing, nn.RMSNorm (parameter "weight"),
- *          GroupedQueryAttention (head_dim = emb_dim / n_heads), SwiGLU.
- * One decoder (one forward) serves all three; the family picks its parts,
- * their names (state_dict keys, print(model)) and construction order. */
-typedef enum { TG_GPT_FAMILY_GPT2 = 0, TG_GPT_FAMILY_QWEN3 = 1, TG_GPT_FAMILY_LLAMA3 = 2 } tg_gpt_family;
+ *          its RMSNorm (parameter "scale"), GroupedQueryAttention, SwiGLU;
+ *   LLAMA3 the book's Llama3Model (llama3.py): nn.RMSNorm (parameter
+ *          "weight"), Llama 3's RoPE smoothing, GroupedQueryAttention, SwiGLU;
+ *   GEMMA3 the book's Gemma3Model (ch05/12_gemma3): RMSNorm x * (1 + w),
+ *          four norms per block, sliding-window layers with a local RoPE
+ *          base, the query scale, GeGLU, embeddings times sqrt(emb_dim). */
+typedef enum {
+    TG_GPT_FAMILY_GPT2 = 0,
+    TG_GPT_FAMILY_QWEN3 = 1,
+    TG_GPT_FAMILY_LLAMA3 = 2,
+    TG_GPT_FAMILY_GEMMA3 = 3
+} tg_gpt_family;
+
+/* The decoder's feature choices; DEFAULT (0) takes the family's. */
+typedef enum { TG_NORM_DEFAULT = 0, TG_NORM_LAYER = 1, TG_NORM_RMS = 2 } tg_norm_kind;
+typedef enum { TG_POSITIONS_DEFAULT = 0, TG_POSITIONS_LEARNED = 1, TG_POSITIONS_ROPE = 2 } tg_positions_kind;
+typedef enum { TG_MLP_DEFAULT = 0, TG_MLP_GELU = 1, TG_MLP_SWIGLU = 2, TG_MLP_GEGLU = 3 } tg_mlp_kind;
+/* A layer's attention: over the whole causal context, or its last
+ * sliding_window positions (a key j is masked for query i when i - j >= window). */
+enum { TG_LAYER_FULL = 0, TG_LAYER_SLIDING = 1 };
+#define TG_DECODER_MAX_LAYER_TYPES 256
 
 /* Llama 3's RoPE frequency smoothing (the book's "rope_freq"); factor 0: none. */
 typedef struct {
@@ -40,29 +59,50 @@ typedef struct {
     bool qkv_bias;
 } tg_gpt_config;
 
-/* The decoder's configuration: tg_gpt_config's fields, then the choices of
- * the other families (the book's names). Zero means the default where one
- * is named, so {.vocab_size = 50257, ..., .qkv_bias = false} with nothing
- * else set is GPT-2's configuration. */
+/* The decoder's configuration: tg_gpt_config's fields, then the features
+ * (the book's names). Zero means the default where one is named, so
+ * {.vocab_size = 50257, ..., .qkv_bias = false} with nothing else set is
+ * GPT-2's configuration. */
 typedef struct {
     int64_t vocab_size, context_length, emb_dim, n_heads, n_layers;
-    double drop_rate;
-    bool qkv_bias;
-    tg_gpt_family family;
+    double drop_rate;       /* dropout (families with Dropout modules: GPT-2) */
+    bool qkv_bias;          /* biases on W_query, W_key, W_value */
+    tg_gpt_family family;   /* the names and the defaults below */
     int64_t hidden_dim;     /* feed-forward width; 0: 4 * emb_dim */
-    int64_t head_dim;       /* 0: emb_dim / n_heads (Qwen3's may differ) */
+    int64_t head_dim;       /* 0: emb_dim / n_heads */
     int64_t n_kv_groups;    /* key-value groups; 0: n_heads (one per head) */
-    bool qk_norm;           /* RMSNorm over head_dim of queries and keys (Qwen3) */
-    double rope_base;       /* RoPE's theta base; 0: 10000 */
+    bool qk_norm;           /* RMSNorm over head_dim of queries and keys, before RoPE */
+    double rope_base;       /* RoPE's theta base (full layers); 0: 10000 */
     tg_rope_freq rope_freq; /* Llama 3's smoothing */
-    double norm_eps;        /* 0: the family's (GPT-2 1e-5, Qwen3 1e-6, Llama 3 1e-5) */
+    double norm_eps;        /* 0: the family's (GPT-2 1e-5, Qwen3 1e-6, Llama 3 1e-5, Gemma 3 1e-6) */
     bool tie_head;          /* out_head's weight is tok_emb's (a checkpoint without lm_head) */
     tg_dtype weights;       /* the Linear and Embedding weights: TG_F32 (0, the default) or,
-                             * Qwen3 and Llama 3, TG_BF16: frozen, each value drawn as the
+                             * with RMSNorm, TG_BF16: frozen, each value drawn as the
                              * float32 model draws it (same generator order) and rounded
                              * as it is made, never a float32 copy (tensor.h, TG_BF16,
                              * tg_uniform_); the norms stay float32 */
+    /* ---- features (0: the family's) ---- */
+    tg_norm_kind norm;           /* LayerNorm (scale, shift) or RMSNorm, computed in float32 */
+    double norm_offset;          /* RMSNorm: x_norm * (norm_offset + w); 0 (x * w, weights start
+                                  * at one) or 1 (Gemma 3's x * (1 + w), weights start at zero) */
+    bool post_norms;             /* norms after the attention and the feed-forward too, before
+                                  * each residual add (Gemma 3's four norms) */
+    tg_positions_kind positions; /* learned (pos_emb) or RoPE */
+    double rope_local_base;      /* sliding layers' RoPE base; 0: rope_base */
+    tg_mlp_kind mlp;             /* GELU MLP, SwiGLU or GeGLU (tanh GELU) */
+    double query_pre_attn_scalar; /* > 0: queries times its ** -0.5 after RoPE and the scores not
+                                   * divided (Gemma 3); 0: scores / sqrt(head_dim) */
+    int64_t sliding_window;      /* the window of TG_LAYER_SLIDING layers; 0: none */
+    unsigned char layer_types[TG_DECODER_MAX_LAYER_TYPES]; /* TG_LAYER_FULL (0) or _SLIDING per layer;
+                                  * layers past the array are full */
+    bool emb_scale;              /* token embeddings times sqrt(emb_dim) (Gemma 3) */
 } tg_decoder_config;
+
+/* The family's name ("GPT-2", "Qwen3", "Llama 3", "Gemma 3") and the
+ * folder its tokenizer lives in under the data directory ("gpt2", "qwen3",
+ * "llama3", "gemma3"); NULL for an unknown family. */
+TG_API const char *tg_decoder_family_name(tg_gpt_family family);
+TG_API const char *tg_decoder_family_tokenizer(tg_gpt_family family);
 
 /* "gpt2-small" (124M), "gpt2-medium" (355M), "gpt2-large" (774M),
  * "gpt2-xl" (1558M): the sizes of the book's chapter 5, drop_rate 0.1,
@@ -96,6 +136,14 @@ TG_API tg_decoder_config tg_decoder_config_from_gpt(const tg_gpt_config *cfg);
  * 2^24 with RoPE, or a model whose parameters alone need more memory than
  * the machine has. */
 TG_API int tg_decoder_config_check(const tg_decoder_config *cfg);
+/* cfg checked, with every default applied in *out: the family's norm,
+ * positions and feed-forward, head_dim, n_kv_groups, hidden_dim, norm_eps,
+ * the RoPE bases (rope_local_base: rope_base's when 0). */
+TG_API int tg_decoder_config_resolve(const tg_decoder_config *cfg, tg_decoder_config *out);
+/* Sets cfg->layer_types to the book's Gemma 3 pattern: every full_every-th
+ * layer (counting from 1) full, the others sliding (full_every 0: all
+ * sliding). TG_EINVAL for a NULL cfg or a negative full_every. */
+TG_API int tg_decoder_config_layer_pattern(tg_decoder_config *cfg, int64_t full_every);
 /* Parameters of a model of this configuration (out_head included, a tied
  * one once), without building it; -1 on a bad configuration. */
 TG_API int64_t tg_decoder_config_num_parameters(const tg_decoder_config *cfg);

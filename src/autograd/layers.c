@@ -22,14 +22,14 @@
 /* ---- attention: q, k, v (..., T, hd), mask (T, T) bool ------------------------------------------- */
 
 /* s = q @ k.transpose(-2, -1); s.masked_fill_(mask, -inf);
- * w = softmax(s / scale, dim=-1); w = dropout(w); return w @ v */
+ * w = softmax(s / scale, dim=-1) (no_divide: softmax(s)); w = dropout(w); return w @ v */
 static tg_tensor *attention_composed(tg_tape *tp, int n, tg_tensor *const *in, const tg_layer_args *a)
 {
     (void)n;
     int nd = in[1]->ndim;
     tg_tensor *s = tg_matmul(tp, in[0], tg_transpose(tp, in[1], nd - 2, nd - 1));
     s = tg_masked_fill(tp, s, in[3], -INFINITY);
-    tg_tensor *w = tg_softmax(tp, tg_div_scalar(tp, s, a->scale), -1);
+    tg_tensor *w = tg_softmax(tp, a->no_divide ? s : tg_div_scalar(tp, s, a->scale), -1);
     if (a->dropout > 0) w = tg_dropout(tp, w, a->dropout, a->gen);
     return tg_matmul(tp, w, in[2]);
 }
@@ -40,20 +40,22 @@ static tg_tensor *attention_exact(tg_tape *tp, int n, tg_tensor *const *in, cons
     int nd = in[1]->ndim;
     if (nd < 3) return attention_composed(tp, n, in, a);
     tg_tensor *kT = tg_transpose(tp, in[1], nd - 2, nd - 1);
-    return tg__attention(tp, in[0], kT, in[2], in[3], a->scale, a->dropout, a->gen, a->heads_inner);
+    /* x / 1 is x, in forward and backward: the undivided scores' bits */
+    return tg__attention(tp, in[0], kT, in[2], in[3], a->no_divide ? 1.0 : a->scale, a->dropout, a->gen,
+                         a->heads_inner);
 }
 
 /* the flash-style kernel: all heads in one threaded node, no (T, T) tensor
- * kept; it takes the causal mask and the book's scale only */
+ * kept; it takes the causal mask, with or without a sliding window */
 static tg_tensor *attention_fast(tg_tape *tp, int n, tg_tensor *const *in, const tg_layer_args *a)
 {
     const tg_tensor *q = in[0], *mask = in[3];
     bool ok = q && mask && mask->dtype == TG_BOOL && mask->ndim == 2 && q->ndim >= 2 && in[1] && in[2] &&
               tg_same_shape(q, in[1]) && tg_same_shape(q, in[2]) && mask->shape[0] == q->shape[q->ndim - 2] &&
-              mask->shape[1] == mask->shape[0] && a->scale == sqrt((double)q->shape[q->ndim - 1]) &&
-              tg__mask_is_causal(mask);
+              mask->shape[1] == mask->shape[0] && (a->no_divide || a->scale > 0) && a->window >= 0 &&
+              tg__mask_is_causal(mask, a->window);
     if (!ok) return attention_exact(tp, n, in, a);
-    return tg_scaled_dot_product_attention(tp, in[0], in[1], in[2], true, a->dropout, a->gen);
+    return tg__sdpa(tp, in[0], in[1], in[2], true, a->window, a->no_divide ? 1.0 : 1.0 / a->scale, a->dropout, a->gen);
 }
 
 /* ---- LayerNorm: x (..., D), scale (D), shift (D) -------------------------------------------------- */
@@ -212,6 +214,34 @@ static tg_tensor *swiglu_composed(tg_tape *tp, int n, tg_tensor *const *in, cons
     return h2 ? tg_linear(tp, tg_mul(tp, tg_silu(tp, h1), h2), in[3], NULL) : NULL;
 }
 
+/* ---- GeGLU: x (..., d), W1 (h, d), W2 (h, d), W3 (d, h) -------------------------------------------- */
+
+/* Gemma 3's FeedForward (the book's notebook; no biases):
+ *   x = nn.functional.gelu(self.fc1(x), approximate="tanh") * self.fc2(x); return self.fc3(x)
+ * F.gelu is one PyTorch op (GeluBackward0), tg_gelu here, with PyTorch's
+ * tanh (EXACT) or the polynomial one (FAST). */
+static tg_tensor *geglu_ops(tg_tape *tp, tg_tensor *const *in, tg_numerics gelu_nm)
+{
+    tg_tensor *h1 = tg_linear(tp, in[0], in[1], NULL), *h2 = h1 ? tg_linear(tp, in[0], in[2], NULL) : NULL;
+    tg_numerics prev = tg__tape_enter(tp, gelu_nm);
+    tg_tensor *g = h2 ? tg_gelu(tp, h1) : NULL;
+    tg__tape_leave(tp, prev);
+    return g ? tg_linear(tp, tg_mul(tp, g, h2), in[3], NULL) : NULL;
+}
+
+static tg_tensor *geglu_composed(tg_tape *tp, int n, tg_tensor *const *in, const tg_layer_args *a)
+{
+    (void)n, (void)a;
+    return geglu_ops(tp, in, TG_NUMERICS_EXACT);
+}
+
+/* the same ops, GELU's tanh the polynomial one */
+static tg_tensor *geglu_fast(tg_tape *tp, int n, tg_tensor *const *in, const tg_layer_args *a)
+{
+    (void)n, (void)a;
+    return geglu_ops(tp, in, TG_NUMERICS_FAST);
+}
+
 /* ---- the output head with its loss: x (N, d), W (V, d), target (N) int64 ------------------------------- */
 
 /* F.cross_entropy(x @ W.T, target) as the book's calc_loss_batch (on the
@@ -249,6 +279,7 @@ static const tg_layer layers[] = {
     {"silu", "x", 1, silu_composed, silu_exact, NULL, NULL, 2e-6, false},
     {"rope", "x (..., T, hd), cos (T, hd), sin (T, hd)", 3, rope_composed, rope_exact, NULL, NULL, 0, true},
     {"swiglu", "x (..., d), W1 (h, d), W2 (h, d), W3 (d, h)", 4, swiglu_composed, NULL, NULL, NULL, 0, true},
+    {"geglu", "x (..., d), W1 (h, d), W2 (h, d), W3 (d, h)", 4, geglu_composed, NULL, geglu_fast, NULL, 1e-6, true},
     {"linear_cross_entropy", "x (N, d), W (V, d), target (N) int64", 3, head_loss_composed, NULL, head_loss_fast,
      NULL, 2e-6, true},
 };

@@ -52,14 +52,15 @@ static void weights_shape(const tg_tensor *q, int64_t *shape)
     shape[n - 1] = q->shape[n - 2];
 }
 
-/* mask[i, j] == (j > i): the book's causal mask */
-bool tg__mask_is_causal(const tg_tensor *mask)
+/* mask[i, j] == (j > i || (window > 0 && i - j >= window)): the book's
+ * causal mask, with Gemma 3's sliding window */
+bool tg__mask_is_causal(const tg_tensor *mask, int64_t window)
 {
     int64_t T = mask->shape[0], s0 = mask->stride[0], s1 = mask->stride[1];
     const uint8_t *m = (const uint8_t *)mask->data + mask->offset;
     for (int64_t i = 0; i < T; i++)
         for (int64_t j = 0; j < T; j++)
-            if ((m[i * s0 + j * s1] != 0) != (j > i)) return false;
+            if ((m[i * s0 + j * s1] != 0) != (j > i || (window > 0 && i - j >= window))) return false;
     return true;
 }
 
@@ -111,7 +112,7 @@ tg_tensor *tg__attention(tg_tape *tp, tg_tensor *q, tg_tensor *kT, tg_tensor *v,
     int64_t nbytes = (cnt + 7) / 8;
     tg_tensor *in[3] = {q, kT, v};
     bool record = tg__will_record(3, in);
-    bool packed = record && cnt > 0 && tg__mask_is_causal(mask), wscratch = packed || !record;
+    bool packed = record && cnt > 0 && tg__mask_is_causal(mask, 0), wscratch = packed || !record;
     size_t wbytes = (size_t)cnt * tg_dtype_size(q->dtype), need = (wscratch ? wbytes : 0) + (p > 0 ? wbytes : 0);
     char *buf = need ? tg__tape_scratch(tp, need) : NULL;
     if (need && !buf) return NULL;

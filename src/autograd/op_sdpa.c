@@ -111,16 +111,17 @@ static inline double exp_f64(double x) { return exp(x); }
         if (n & 1) z[n - 1] = (uint32_t)tg__mix64(key + TG__GOLDEN * (uint64_t)(half + 1)) >= th ? ks : (T)0; \
     }                                                                                                  \
                                                                                                        \
-    static void fwd_rows_##SUF(T *S, int64_t br, int64_t kmax, int64_t r0, bool causal, T *lse,      \
+    static void fwd_rows_##SUF(T *S, int64_t br, int64_t kmax, int64_t r0, bool causal, int64_t win, T *lse, \
                                const dropout_t *d, int64_t bh, int64_t Tlen, T *z)                   \
     {                                                                                                  \
         for (int64_t i = 0; i < br; i++) {                                                             \
             T *s = S + i * kmax;                                                                       \
-            int64_t nv = causal ? r0 + i + 1 : kmax;                                                   \
-            T m = s[0];                                                                                \
-            _Pragma("omp simd reduction(max : m)") for (int64_t j = 1; j < nv; j++) m = s[j] > m ? s[j] : m; \
+            int64_t nv = causal ? r0 + i + 1 : kmax, lo = win > 0 && r0 + i - win + 1 > 0 ? r0 + i - win + 1 : 0; \
+            T m = s[lo];                                                                               \
+            _Pragma("omp simd reduction(max : m)") for (int64_t j = lo + 1; j < nv; j++) m = s[j] > m ? s[j] : m; \
             T sum = 0;                                                                                 \
-            _Pragma("omp simd reduction(+ : sum)") for (int64_t j = 0; j < nv; j++)                    \
+            for (int64_t j = 0; j < lo; j++) s[j] = 0;                                                 \
+            _Pragma("omp simd reduction(+ : sum)") for (int64_t j = lo; j < nv; j++)                   \
             {                                                                                          \
                 s[j] = EXP(s[j] - m);                                                                  \
                 sum += s[j];                                                                           \
@@ -129,22 +130,25 @@ static inline double exp_f64(double x) { return exp(x); }
             T f = (T)1 / sum;                                                                          \
             if (d->on) {                                                                               \
                 mask_##SUF(z, nv, d, bh, Tlen, r0 + i);                                    \
-                _Pragma("omp simd") for (int64_t j = 0; j < nv; j++) s[j] = s[j] * f * z[j];                 \
+                _Pragma("omp simd") for (int64_t j = lo; j < nv; j++) s[j] = s[j] * f * z[j];                 \
             } else {                                                                                   \
-                _Pragma("omp simd") for (int64_t j = 0; j < nv; j++) s[j] *= f;                        \
+                _Pragma("omp simd") for (int64_t j = lo; j < nv; j++) s[j] *= f;                        \
             }                                                                                          \
             for (int64_t j = nv; j < kmax; j++) s[j] = 0;                                              \
         }                                                                                              \
     }                                                                                                  \
                                                                                                        \
-    static void bwd_rows_##SUF(T *S, T *dP, int64_t br, int64_t kmax, int64_t r0, bool causal,       \
+    static void bwd_rows_##SUF(T *S, T *dP, int64_t br, int64_t kmax, int64_t r0, bool causal, int64_t win, \
                                const T *lse, const T *dO, int64_t ldo_g, const T *O, int64_t ldo,    \
                                int64_t hd, const dropout_t *d,                                          \
                                int64_t bh, int64_t Tlen, T *z)                                         \
     {                                                                                                  \
         for (int64_t i = 0; i < br; i++) {                                                             \
             T *s = S + i * kmax, *dp = dP ? dP + i * kmax : NULL;                                      \
-            int64_t nv = causal ? r0 + i + 1 : kmax;                                                   \
+            int64_t nv = causal ? r0 + i + 1 : kmax, lo = win > 0 && r0 + i - win + 1 > 0 ? r0 + i - win + 1 : 0; \
+            for (int64_t j = 0; j < lo; j++) s[j] = 0;                                                 \
+            if (dp)                                                                                    \
+                for (int64_t j = 0; j < lo; j++) dp[j] = 0;                                            \
             T l = lse[i];                                                                              \
             if (d->on) mask_##SUF(z, nv, d, bh, Tlen, r0 + i);                             \
             if (dp) {                                                                                  \
@@ -152,14 +156,14 @@ static inline double exp_f64(double x) { return exp(x); }
                 const T *go = dO + i * ldo_g, *o = O + i * ldo;                                        \
                 _Pragma("omp simd reduction(+ : D)") for (int64_t c = 0; c < hd; c++) D += go[c] * o[c]; \
                 if (d->on) {                                                                           \
-                    _Pragma("omp simd") for (int64_t j = 0; j < nv; j++)                               \
+                    _Pragma("omp simd") for (int64_t j = lo; j < nv; j++)                               \
                     {                                                                                  \
                         T p = EXP(s[j] - l);                                                           \
                         dp[j] = p * (dp[j] * z[j] - D);                                                \
                         s[j] = p * z[j];                                                               \
                     }                                                                                  \
                 } else {                                                                               \
-                    _Pragma("omp simd") for (int64_t j = 0; j < nv; j++)                               \
+                    _Pragma("omp simd") for (int64_t j = lo; j < nv; j++)                               \
                     {                                                                                  \
                         T p = EXP(s[j] - l);                                                           \
                         dp[j] = p * (dp[j] - D);                                                       \
@@ -168,9 +172,9 @@ static inline double exp_f64(double x) { return exp(x); }
                 }                                                                                      \
                 for (int64_t j = nv; j < kmax; j++) dp[j] = 0;                                         \
             } else if (d->on) {                                                                        \
-                _Pragma("omp simd") for (int64_t j = 0; j < nv; j++) s[j] = EXP(s[j] - l) * z[j];      \
+                _Pragma("omp simd") for (int64_t j = lo; j < nv; j++) s[j] = EXP(s[j] - l) * z[j];      \
             } else {                                                                                   \
-                _Pragma("omp simd") for (int64_t j = 0; j < nv; j++) s[j] = EXP(s[j] - l);             \
+                _Pragma("omp simd") for (int64_t j = lo; j < nv; j++) s[j] = EXP(s[j] - l);             \
             }                                                                                          \
             for (int64_t j = nv; j < kmax; j++) s[j] = 0;                                              \
         }                                                                                              \
@@ -318,14 +322,13 @@ static int64_t bf16_operand_size(tg_numerics nm, const tg_tensor *q, int64_t T, 
 /* out (BH x T x hd, rows unit-strided), lse (BH x T) from q, k, v; scratch from tp.
  * False if out of memory. */
 static bool sdpa_forward(tg_tape *tp, tg_tensor *out, tg_tensor *lse, const tg_tensor *q, const tg_tensor *k,
-                         const tg_tensor *v, bool causal, const dropout_t *d)
+                         const tg_tensor *v, bool causal, int64_t win, double scale, const dropout_t *d)
 {
     int n = q->ndim;
     int64_t T = q->shape[n - 2], hd = q->shape[n - 1];
     int64_t BH = tg_numel(q) / (T * hd);
     bool f64 = q->dtype == TG_F64;
     size_t es = tg_dtype_size(q->dtype);
-    double scale = 1.0 / sqrt((double)hd);
     mats_t mq = describe(q), mk = describe(k), mv = describe(v), mo = describe(out);
     int64_t nblk = (T + BR - 1) / BR;
     /* per thread: S_blk (BR x T) and a mask row (T); under BF16 two
@@ -354,9 +357,9 @@ static bool sdpa_forward(tg_tape *tp, tg_tensor *out, tg_tensor *lse, const tg_t
         /* S (br x kmax) = scale Q_blk (br x hd) K[:kmax]^T (hd x kmax) */
         gemm(f64, rb, false, true, br, kmax, hd, scale, qb, mq.ld, kb, mk.ld, 0.0, S, kmax);
         if (f64)
-            fwd_rows_f64((double *)S, br, kmax, r0, causal, (double *)lb, d, bh, T, (double *)z);
+            fwd_rows_f64((double *)S, br, kmax, r0, causal, win, (double *)lb, d, bh, T, (double *)z);
         else
-            fwd_rows_f32((float *)S, br, kmax, r0, causal, (float *)lb, d, bh, T, (float *)z);
+            fwd_rows_f32((float *)S, br, kmax, r0, causal, win, (float *)lb, d, bh, T, (float *)z);
         /* O_blk (br x hd) = (P o Z) (br x kmax) V[:kmax] (kmax x hd) */
         gemm(f64, rb, false, false, br, hd, kmax, 1.0, S, kmax, vb, mv.ld, 0.0, ob, mo.ld);
     }
@@ -401,6 +404,13 @@ static void shapes_str(const tg_tensor *q, const tg_tensor *k, const tg_tensor *
 
 tg_tensor *tg_scaled_dot_product_attention(tg_tape *tp, tg_tensor *q, tg_tensor *k, tg_tensor *v, bool causal,
                                            double dropout_p, tg_generator *g)
+{
+    int64_t hd = q && q->ndim >= 1 ? q->shape[q->ndim - 1] : 1;
+    return tg__sdpa(tp, q, k, v, causal, 0, 1.0 / sqrt((double)(hd > 0 ? hd : 1)), dropout_p, g);
+}
+
+tg_tensor *tg__sdpa(tg_tape *tp, tg_tensor *q, tg_tensor *k, tg_tensor *v, bool causal, int64_t window, double scale,
+                    double dropout_p, tg_generator *g)
 {
     if (!tp) return tg_error(OP ": NULL tape");
     if (!q || !k || !v) return tg__error_null_input(OP);
@@ -451,7 +461,8 @@ tg_tensor *tg_scaled_dot_product_attention(tg_tape *tp, tg_tensor *q, tg_tensor 
         kk = k == q ? qq : blas_operand(tp, k);
         vv = v == q ? qq : v == k ? kk : blas_operand(tp, v);
         if (!qq || !kk || !vv) return NULL;
-        if (!sdpa_forward(tp, out, lse, qq, kk, vv, causal, &d)) return tg_error(OP ": out of memory");
+        if (!sdpa_forward(tp, out, lse, qq, kk, vv, causal, causal ? window : 0, scale, &d))
+            return tg_error(OP ": out of memory");
     }
     /* the output itself is n->out */
     tg_tensor *in[3] = {q, k, v}, *saved[5] = {qq, kk, vv, lse, bits};
@@ -460,7 +471,9 @@ tg_tensor *tg_scaled_dot_product_attention(tg_tape *tp, tg_tensor *q, tg_tensor 
     if (n) {
         n->iarg[0] = causal;
         memcpy(&n->iarg[1], &seed, sizeof seed);
+        n->iarg[2] = causal ? window : 0;
         n->darg[0] = dropout_p;
+        n->darg[1] = scale;
     }
     return out;
 }
@@ -537,7 +550,8 @@ int tg__sdpa_backward(tg_node *n)
     int64_t BH = numel / (T * hd);
     bool f64 = q->dtype == TG_F64;
     size_t es = tg_dtype_size(q->dtype);
-    double scale = 1.0 / sqrt((double)hd);
+    double scale = n->darg[1];
+    int64_t win = n->iarg[2];
     mats_t mq = describe(q), mk = describe(k), mv = describe(v), mo = describe(o), mg = describe(go);
     int64_t nblk = (T + BR - 1) / BR;
     bool need_ds = gq.buf || gk.buf;
@@ -577,10 +591,10 @@ int tg__sdpa_backward(tg_node *n)
             gemm(f64, rb, false, true, br, kmax, hd, scale, qb, mq.ld, km, mk.ld, 0.0, S, kmax);
             if (need_ds) gemm(f64, rb, false, true, br, kmax, hd, 1.0, gob, mg.ld, vm, mv.ld, 0.0, dP, kmax);
             if (f64)
-                bwd_rows_f64((double *)S, need_ds ? (double *)dP : NULL, br, kmax, r0, causal, (const double *)lb,
+                bwd_rows_f64((double *)S, need_ds ? (double *)dP : NULL, br, kmax, r0, causal, win, (const double *)lb,
                              (const double *)gob, mg.ld, (const double *)ob, mo.ld, hd, &d, bh, T, (double *)z);
             else
-                bwd_rows_f32((float *)S, need_ds ? (float *)dP : NULL, br, kmax, r0, causal, (const float *)lb,
+                bwd_rows_f32((float *)S, need_ds ? (float *)dP : NULL, br, kmax, r0, causal, win, (const float *)lb,
                              (const float *)gob, mg.ld, (const float *)ob, mo.ld, hd, &d, bh, T, (float *)z);
             /* dV[:kmax] (kmax x hd) += (P o Z)^T (kmax x br) dO_blk (br x hd) */
             if (dv) gemm(f64, rb, true, false, kmax, hd, br, 1.0, S, kmax, gob, mg.ld, bv, dv, hd);

@@ -1,423 +1,779 @@
-/* The decoder's RoPE families, Qwen3 and Llama 3.2, as the book's bonus code
- * builds them (pkg/llms_from_scratch/qwen3.py and llama3.py in the book's
- * repository; tools/reference/decoder.py runs them): RoPE tables, RMSNorm,
- * GroupedQueryAttention with optional QK-norm, the SwiGLU FeedForward and
- * the block that joins them. The model around them (tok_emb, trf_blocks,
- * final_norm, out_head, the KV cache's position) is GPTModel's, in gpt.c:
- * one decoder whose configuration picks these parts or GPT-2's. */
+/* The decoder: one configuration of features, one FeedForward, one
+ * TransformerBlock and one model for every family (GPT-2, Qwen3, Llama 3,
+ * Gemma 3), each built with the public module API in the book's order, so
+ * after tg_manual_seed(s) every weight equals the book's model after
+ * torch.manual_seed(s). The attention is src/nn/attention.c's, the norms and
+ * embeddings src/nn/layers.c's, the RoPE tables src/nn/rope.c's; a family's
+ * names and defaults are src/nn/families.c's. Nothing here asks which family
+ * a model is: every choice is a feature of the configuration or a name of
+ * its family's table. */
 #include "nn_internal.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tapegrad/gpt.h"
 
-/* ---- RoPE tables ---------------------------------------------------------------------------- */
+/* ---- configuration ---------------------------------------------------------------------------- */
 
-/* The book's compute_rope_params, every step a float32 tensor op as PyTorch
- * computes it:
- *   inv_freq = 1.0 / (theta_base ** (arange(0, hd, 2).float() / hd))
- *   (Llama 3) wavelen = 2 * pi / inv_freq; inv_freq / factor where the
- *             wavelength exceeds the low-frequency one, the smoothed blend
- *             (1 - s) * (inv_freq / factor) + s * inv_freq in between,
- *             s = (orig_ctx / wavelen - low) / (high - low)
- *   angles = positions[:, None] * inv_freq[None, :], cat([angles, angles])
- *   cos, sin = torch.cos(angles), torch.sin(angles)
- * Python's `a / t` on a tensor is t.reciprocal() * a; scalars are rounded
- * to float32 first. Rows are computed as positions ask for them (each row
- * depends on its position only), so a 131,072-position context costs
- * nothing until it is used. */
-static void inv_freq_of(const tg__rope *r, float *inv)
+#define LEARNED_MAX_CONTEXT 65536
+#define ROPE_MAX_CONTEXT (1 << 24)
+
+/* The family's table (the configuration is checked first: a known family). */
+static const tg__family *family_of(const tg_decoder_config *c)
 {
-    int64_t h2 = r->head_dim / 2;
-    for (int64_t i = 0; i < h2; i++) inv[i] = (float)(2 * i) / (float)r->head_dim;
-    tg__vrpowf(inv, (float)r->base, inv, h2);
-    for (int64_t i = 0; i < h2; i++) inv[i] = 1.0f / inv[i];
-    const tg_rope_freq *f = &r->freq;
-    if (!(f->factor > 0)) return;
-    const float low_wl = (float)((double)f->original_context_length / f->low_freq_factor);
-    const float high_wl = (float)((double)f->original_context_length / f->high_freq_factor);
-    const float two_pi = (float)(2 * 3.14159265358979323846), orig = (float)f->original_context_length;
-    const float low = (float)f->low_freq_factor, span = (float)(f->high_freq_factor - f->low_freq_factor);
-    const float factor = (float)f->factor;
-    for (int64_t i = 0; i < h2; i++) {
-        float wl = (1.0f / inv[i]) * two_pi;
-        float scaled = inv[i] / factor;
-        float s = ((1.0f / wl) * orig - low) / span;
-        float smoothed = (1.0f - s) * scaled + s * inv[i];
-        if (wl <= low_wl && wl >= high_wl)
-            inv[i] = smoothed;
-        else if (wl > low_wl)
-            inv[i] = scaled;
-    }
+    const tg__family *f = tg__family_get(c->family);
+    return f ? f : tg__family_get(TG_GPT_FAMILY_GPT2);
 }
 
-int tg__rope_need(tg__rope *r, tg_tape *tp, int64_t rows)
+const char *tg__decoder_class_name(const tg_decoder_config *c) { return family_of(c)->model_class; }
+
+/* c with every default applied (c checked). */
+static tg_decoder_config resolve(const tg_decoder_config *c)
 {
-    if (rows <= r->rows) return TG_OK;
-    if (rows > r->context_length)
-        return tg_error_status(TG_EINVAL, "RoPE: position %lld is beyond context_length %lld", (long long)rows - 1,
-                               (long long)r->context_length);
-    int64_t n = r->rows * 2 > rows ? r->rows * 2 : rows;
-    if (n < 64) n = 64;
-    if (n > r->context_length) n = r->context_length;
-    int64_t hd = r->head_dim, h2 = hd / 2, shape[2] = {n, hd};
-    tg_tensor *c = tg_empty(tp, TG_F32, 2, shape), *s = c ? tg_empty(tp, TG_F32, 2, shape) : NULL;
-    float *inv = tg_tape_alloc(tp, sizeof *inv * (size_t)h2, false);
-    if (!c || !s || !inv) return TG_ENOMEM;
-    inv_freq_of(r, inv);
-    float *cd = tg_data_ptr(c), *sd = tg_data_ptr(s);
-#pragma omp parallel for if (n * hd > (1 << 16)) schedule(static)
-    for (int64_t p = 0; p < n; p++) {
-        float *cr = cd + p * hd, *sr = sd + p * hd;
-        for (int64_t i = 0; i < h2; i++) cr[i] = (float)p * inv[i];
-        tg__vsinf(sr, cr, h2);
-        tg__vcosf(cr, cr, h2);
-        memcpy(cr + h2, cr, sizeof *cr * (size_t)h2);
-        memcpy(sr + h2, sr, sizeof *sr * (size_t)h2);
+    const tg__family *f = family_of(c);
+    tg_decoder_config r = *c;
+    if (!r.norm) r.norm = f->norm;
+    if (!r.positions) r.positions = f->positions;
+    if (!r.mlp) r.mlp = f->mlp;
+    if (!r.head_dim) r.head_dim = c->emb_dim / c->n_heads;
+    if (!r.n_kv_groups) r.n_kv_groups = c->n_heads;
+    if (!r.hidden_dim) r.hidden_dim = 4 * c->emb_dim;
+    if (!(r.norm_eps > 0)) r.norm_eps = f->norm_eps;
+    if (r.positions == TG_POSITIONS_ROPE) {
+        if (!(r.rope_base > 0)) r.rope_base = 10000.0;
+        if (!(r.rope_local_base > 0)) r.rope_local_base = r.rope_base;
     }
-    r->cos = c, r->sin = s, r->rows = n;
+    return r;
+}
+
+static bool is_sliding(const tg_decoder_config *c, int64_t layer)
+{
+    return layer < TG_DECODER_MAX_LAYER_TYPES && c->layer_types[layer] == TG_LAYER_SLIDING;
+}
+
+/* Counted in double: a configuration too large for int64 must still be
+ * refused with a message, not overflow. A tied head counts once. */
+static double params_of(const tg_decoder_config *c)
+{
+    const tg__family *f = family_of(c);
+    tg_decoder_config r = resolve(c);
+    double V = (double)r.vocab_size, C = (double)r.context_length, d = (double)r.emb_dim, h = (double)r.hidden_dim;
+    double hd = (double)r.head_dim, q = (double)r.n_heads * hd, kv = (double)r.n_kv_groups * hd;
+    double att = d * q + 2 * d * kv + q * d + (r.qkv_bias ? q + 2 * kv : 0) + (f->bias ? d : 0) + (r.qk_norm ? 2 * hd : 0);
+    double ff = r.mlp == TG_MLP_GELU ? 2 * d * h + (f->bias ? h + d : 0) : 3 * d * h;
+    double norm = r.norm == TG_NORM_LAYER ? 2 * d : d;
+    double block = att + ff + (r.post_norms ? 4 : 2) * norm;
+    return V * d + (r.positions == TG_POSITIONS_LEARNED ? C * d : 0) + (double)r.n_layers * block + norm +
+           (r.tie_head ? 0 : V * d);
+}
+
+/* What is inconsistent in c (its sizes positive, its family known); NULL
+ * when nothing. */
+static const char *mismatch(const tg_decoder_config *c, char *buf, size_t size)
+{
+    const tg__family *f = family_of(c);
+    tg_decoder_config r = resolve(c);
+    bool rope = r.positions == TG_POSITIONS_ROPE;
+    if (c->head_dim == 0 && c->emb_dim % c->n_heads != 0)
+        snprintf(buf, size, "emb_dim (%lld) must be divisible by n_heads (%lld)", (long long)c->emb_dim,
+                 (long long)c->n_heads);
+    else if (c->head_dim < 0 || c->n_kv_groups < 0 || c->hidden_dim < 0 || c->sliding_window < 0)
+        snprintf(buf, size, "head_dim, n_kv_groups, hidden_dim and sliding_window must be >= 0 (0: the default)");
+    else if (c->n_heads % r.n_kv_groups != 0)
+        snprintf(buf, size, "n_heads (%lld) must be divisible by n_kv_groups (%lld)", (long long)c->n_heads,
+                 (long long)r.n_kv_groups);
+    else if (!(c->norm_eps >= 0 && isfinite(c->norm_eps)))
+        snprintf(buf, size, "norm_eps must be >= 0 (0: the family's), got %g", c->norm_eps);
+    else if ((unsigned)c->norm > TG_NORM_RMS || (unsigned)c->positions > TG_POSITIONS_ROPE || (unsigned)c->mlp > TG_MLP_GEGLU)
+        snprintf(buf, size, "unknown norm %d, positions %d or mlp %d", (int)c->norm, (int)c->positions, (int)c->mlp);
+    else if (!isfinite(c->norm_offset) || (c->norm_offset != 0 && r.norm != TG_NORM_RMS))
+        snprintf(buf, size, "norm_offset (%g) is RMSNorm's and must be finite", c->norm_offset);
+    else if (c->drop_rate != 0 && !f->dropout)
+        snprintf(buf, size, "%s has no dropout (drop_rate must be 0, got %g)", f->name, c->drop_rate);
+    else if (!rope && (c->rope_base != 0 || c->rope_local_base != 0 || c->rope_freq.factor != 0))
+        snprintf(buf, size, "learned positions take no RoPE settings (rope_base, rope_local_base and rope_freq must be 0)");
+    else if (rope && r.head_dim % 2 != 0)
+        snprintf(buf, size, "RoPE needs an even head_dim, got %lld", (long long)r.head_dim);
+    else if (rope && !(c->rope_base >= 0 && isfinite(c->rope_base) && c->rope_local_base >= 0 && isfinite(c->rope_local_base)))
+        snprintf(buf, size, "rope_base and rope_local_base must be > 0 (0: the default), got %g and %g", c->rope_base,
+                 c->rope_local_base);
+    else if (c->rope_freq.factor != 0 &&
+             !(c->rope_freq.factor > 0 && c->rope_freq.low_freq_factor > 0 &&
+               c->rope_freq.high_freq_factor > c->rope_freq.low_freq_factor &&
+               c->rope_freq.original_context_length > 0 && isfinite(c->rope_freq.factor) &&
+               isfinite(c->rope_freq.high_freq_factor)))
+        snprintf(buf, size, "rope_freq needs factor > 0, 0 < low_freq_factor < high_freq_factor and "
+                            "original_context_length > 0");
+    else if (!(c->query_pre_attn_scalar >= 0 && isfinite(c->query_pre_attn_scalar)))
+        snprintf(buf, size, "query_pre_attn_scalar must be > 0 (0: none), got %g", c->query_pre_attn_scalar);
+    else {
+        for (int64_t i = 0; i < TG_DECODER_MAX_LAYER_TYPES; i++) {
+            if (c->layer_types[i] > TG_LAYER_SLIDING) {
+                snprintf(buf, size, "layer_types[%lld] is %d (0 full, 1 sliding)", (long long)i, (int)c->layer_types[i]);
+                return buf;
+            }
+            if (i < c->n_layers && c->layer_types[i] == TG_LAYER_SLIDING && c->sliding_window == 0) {
+                snprintf(buf, size, "layer %lld is a sliding layer and sliding_window is 0", (long long)i);
+                return buf;
+            }
+        }
+        return NULL;
+    }
+    return buf;
+}
+
+int tg_gpt_config_preset(const char *name, tg_gpt_config *out)
+{
+    tg_decoder_config c;
+    if (!name || !out) return tg_error_status(TG_EINVAL, "gpt_config_preset: NULL argument");
+    if (tg_decoder_config_preset(name, &c) != TG_OK) return TG_EINVAL;
+    if (c.family != TG_GPT_FAMILY_GPT2)
+        return tg_error_status(TG_EINVAL, "'%s' is not a GPT-2 configuration (tg_decoder_config_preset builds it)", name);
+    *out = (tg_gpt_config){c.vocab_size, c.context_length, c.emb_dim, c.n_heads, c.n_layers, c.drop_rate, c.qkv_bias};
     return TG_OK;
 }
 
-/* ---- the SwiGLU FeedForward ------------------------------------------------------------------ */
+tg_decoder_config tg_decoder_config_from_gpt(const tg_gpt_config *g)
+{
+    tg_decoder_config c = {0};
+    if (g)
+        c.vocab_size = g->vocab_size, c.context_length = g->context_length, c.emb_dim = g->emb_dim,
+        c.n_heads = g->n_heads, c.n_layers = g->n_layers, c.drop_rate = g->drop_rate, c.qkv_bias = g->qkv_bias;
+    return c;
+}
+
+int tg_gpt_config_check(const tg_gpt_config *g)
+{
+    if (!g) return tg_error_status(TG_EINVAL, "GPTModel: NULL configuration");
+    tg_decoder_config c = tg_decoder_config_from_gpt(g);
+    return tg_decoder_config_check(&c);
+}
+
+int64_t tg_gpt_config_num_parameters(const tg_gpt_config *g)
+{
+    tg_decoder_config c = tg_decoder_config_from_gpt(g);
+    return g ? tg_decoder_config_num_parameters(&c) : -1;
+}
+
+int tg_decoder_config_check(const tg_decoder_config *c)
+{
+    if (!c) return tg_error_status(TG_EINVAL, "GPTModel: NULL configuration");
+    if (!tg__family_get(c->family)) return tg_error_status(TG_EINVAL, "GPTModel: unknown family %d", (int)c->family);
+    const char *cls = tg__decoder_class_name(c);
+    const struct {
+        const char *name;
+        int64_t v;
+    } sizes[] = {{"vocab_size", c->vocab_size}, {"context_length", c->context_length}, {"emb_dim", c->emb_dim},
+                 {"n_heads", c->n_heads},       {"n_layers", c->n_layers}};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (sizes[i].v <= 0)
+            return tg_error_status(TG_EINVAL, "%s: %s must be positive, got %lld", cls, sizes[i].name,
+                                   (long long)sizes[i].v);
+    if (c->weights != TG_F32 && c->weights != TG_BF16)
+        return tg_error_status(TG_EINVAL, "%s: weights must be float32 or bfloat16, got %s", cls,
+                               tg_dtype_name(c->weights));
+    if (!(c->drop_rate >= 0 && c->drop_rate < 1))
+        return tg_error_status(TG_EINVAL, "%s: drop_rate %g is outside [0, 1)", cls, c->drop_rate);
+    char why[200];
+    if (mismatch(c, why, sizeof why)) return tg_error_status(TG_EINVAL, "%s: %s", cls, why);
+    tg_decoder_config r = resolve(c);
+    bool learned = r.positions == TG_POSITIONS_LEARNED;
+    if (c->weights == TG_BF16 && learned)
+        return tg_error_status(TG_EINVAL, "%s: bfloat16 weights are built for RoPE models (a model with learned "
+                                          "positions converts its frozen weights with tg_module_to_dtype)", cls);
+    int64_t max_ctx = learned ? LEARNED_MAX_CONTEXT : ROPE_MAX_CONTEXT;
+    if (c->context_length > max_ctx)
+        return tg_error_status(TG_EINVAL, "%s: context_length %lld is above %lld", cls, (long long)c->context_length,
+                               (long long)max_ctx);
+    /* the weights (float32 or bf16) and the (context, context) mask buffers */
+    double masks = family_of(c)->dropout ? (double)c->n_layers * (double)c->context_length * (double)c->context_length : 0;
+    double bytes = (double)tg_dtype_size(c->weights) * params_of(c) + 4.0 * masks;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    double mem = pages > 0 && page > 0 ? (double)pages * (double)page : 1e18;
+    if (bytes > mem)
+        return tg_error_status(TG_EINVAL, "%s: the weights alone need %.1f GiB, more than this machine's %.1f GiB", cls,
+                               bytes / (1 << 30), mem / (1 << 30));
+    if (c->vocab_size > INT32_MAX || c->emb_dim > INT32_MAX || c->n_layers > INT32_MAX || r.hidden_dim > INT32_MAX ||
+        r.head_dim > INT32_MAX || c->n_heads > 65536)
+        return tg_error_status(TG_EINVAL, "%s: sizes above 2^31 (or 65536 heads) are not supported", cls);
+    return TG_OK;
+}
+
+int tg_decoder_config_resolve(const tg_decoder_config *c, tg_decoder_config *out)
+{
+    if (!out) return tg_error_status(TG_EINVAL, "decoder_config_resolve: NULL argument");
+    int st = tg_decoder_config_check(c);
+    if (st == TG_OK) *out = resolve(c);
+    return st;
+}
+
+int64_t tg_decoder_config_num_parameters(const tg_decoder_config *c)
+{
+    if (tg_decoder_config_check(c) != TG_OK) return -1;
+    return (int64_t)params_of(c);
+}
+
+/* ---- FeedForward -------------------------------------------------------------------------------- */
+
+/* The MLP of each kind (tg_mlp_kind):
+ *   GELU    layers = Sequential(Linear(d, h), GELU(), Linear(h, d))  (GPT-2)
+ *   SwiGLU  fc3(silu(fc1(x)) * fc2(x))                            (Qwen3, Llama 3)
+ *   GeGLU   fc3(gelu(fc1(x), approximate="tanh") * fc2(x))        (Gemma 3) */
+typedef struct {
+    tg_mlp_kind kind;
+} ff_state;
 
 static tg_module *child(tg_module *m, const char *name) { return tg_module_get_submodule(m, name); }
 
-/* forward: x_fc1 = self.fc1(x); x_fc2 = self.fc2(x)
- *          x = nn.functional.silu(x_fc1) * x_fc2; return self.fc3(x)
- * through the layer table's "swiglu" when fc1, fc2, fc3 are the built-in
- * Linear layers (LoRA wraps them: then each child's own forward). */
-static tg_tensor *swiglu_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *const *in)
+/* The GELU MLP's tensors when its layers are the built-in Linear (with
+ * bias), GELU, Linear, else false. */
+static bool standard_layers(const tg_module *layers, tg_tensor *t[4])
+{
+    if (!layers || layers->children.n != 3) return false;
+    const tg_module *up = layers->children.items[0].ptr, *down = layers->children.items[2].ptr;
+    if (!tg__is_linear(up) || !tg__is_linear(down) || strcmp(tg_module_type_name(layers->children.items[1].ptr), "GELU"))
+        return false;
+    t[0] = tg__entry_get(&up->params, "weight"), t[1] = tg__entry_get(&up->params, "bias");
+    t[2] = tg__entry_get(&down->params, "weight"), t[3] = tg__entry_get(&down->params, "bias");
+    return t[0] && t[1] && t[2] && t[3];
+}
+
+/* The gated MLP's weights when fc1, fc2, fc3 are built-in Linear layers
+ * without bias (LoRA wraps them: then each child's own forward). */
+static bool gated_layers(tg_module *self, tg_tensor *w[3])
+{
+    static const char *const names[3] = {"fc1", "fc2", "fc3"};
+    for (int i = 0; i < 3; i++) {
+        tg_module *f = tg__entry_get(&self->children, names[i]);
+        if (!tg__is_linear(f) || tg__entry_get(&f->params, "bias")) return false;
+        w[i] = tg__entry_get(&f->params, "weight");
+    }
+    return true;
+}
+
+static tg_tensor *feed_forward_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *const *in)
 {
     if (!tg__check_ninputs(self, n, 1)) return NULL;
-    tg_module *f1 = child(self, "fc1"), *f2 = child(self, "fc2"), *f3 = child(self, "fc3");
-    const tg_layer *layer = tg_layer_find("swiglu");
-    if (layer && tg__is_linear(f1) && tg__is_linear(f2) && tg__is_linear(f3) && !tg__entry_get(&f1->params, "bias") &&
-        !tg__entry_get(&f2->params, "bias") && !tg__entry_get(&f3->params, "bias")) {
-        tg_tensor *in4[4] = {in[0], tg__entry_get(&f1->params, "weight"), tg__entry_get(&f2->params, "weight"),
-                             tg__entry_get(&f3->params, "weight")};
+    const ff_state *s = tg_module_state(self);
+    tg_tensor *x = in[0], *t[4];
+    if (s->kind == TG_MLP_GELU) {
+        /* fused, with the built-in layers: one node that computes the GELU
+         * output again in backward instead of keeping it */
+        tg_module *layers = child(self, "layers");
+        const tg_layer *layer = tg_layer_find("feed_forward");
+        if (layer && tg_module_is_fused(self) && x && tg_is_contiguous(x) && standard_layers(layers, t)) {
+            tg_tensor *in5[5] = {x, t[0], t[1], t[2], t[3]};
+            tg_layer_args a = {0};
+            return tg_layer_apply(tp, layer, true, tg_tape_numerics(tp), 5, in5, &a);
+        }
+        return tg_module_forward(tp, layers, x);
+    }
+    bool swiglu = s->kind == TG_MLP_SWIGLU;
+    const tg_layer *layer = tg_layer_find(swiglu ? "swiglu" : "geglu");
+    if (layer && gated_layers(self, t)) {
+        tg_tensor *in4[4] = {x, t[0], t[1], t[2]};
         tg_layer_args a = {0};
         return tg_layer_apply(tp, layer, tg_module_is_fused(self), tg_tape_numerics(tp), 4, in4, &a);
     }
-    tg_tensor *a = tg_module_forward(tp, f1, in[0]);
-    tg_tensor *b = a ? tg_module_forward(tp, f2, in[0]) : NULL;
-    return b ? tg_module_forward(tp, f3, tg_mul(tp, tg_silu(tp, a), b)) : NULL;
+    tg_tensor *a = tg_module_forward(tp, child(self, "fc1"), x);
+    tg_tensor *b = a ? tg_module_forward(tp, child(self, "fc2"), x) : NULL;
+    tg_tensor *act = !b ? NULL : swiglu ? tg_silu(tp, a) : tg_gelu(tp, a);
+    return act ? tg_module_forward(tp, child(self, "fc3"), tg_mul(tp, act, b)) : NULL;
 }
 
-static const tg_module_type swiglu_type = {.name = "FeedForward", .forward = swiglu_forward};
+static const tg_module_type feed_forward_type = {.name = "FeedForward", .forward = feed_forward_forward};
 
-static tg_module *swiglu_new(tg_tape *tp, int64_t d, int64_t hidden, tg_dtype dt)
+static tg_module *feed_forward_new(tg_tape *tp, const tg_decoder_config *r, const tg__family *f)
 {
-    tg_module *m = tg_module_new(tp, &swiglu_type, 0);
-    if (!m || tg_module_add_module(m, "fc1", tg__linear_new_as(tp, d, hidden, false, dt)) != TG_OK ||
-        tg_module_add_module(m, "fc2", tg__linear_new_as(tp, d, hidden, false, dt)) != TG_OK ||
-        tg_module_add_module(m, "fc3", tg__linear_new_as(tp, hidden, d, false, dt)) != TG_OK)
+    int64_t d = r->emb_dim, h = r->hidden_dim;
+    tg_module *m = tg_module_new(tp, &feed_forward_type, sizeof(ff_state));
+    if (!m) return NULL;
+    ((ff_state *)tg_module_state(m))->kind = r->mlp;
+    if (r->mlp == TG_MLP_GELU) {
+        tg_module *up = tg__linear_new_as(tp, d, h, f->bias, r->weights);
+        tg_module *act = up ? tg_gelu_new(tp) : NULL;
+        tg_module *down = act ? tg__linear_new_as(tp, h, d, f->bias, r->weights) : NULL;
+        if (!down) return NULL;
+        tg_module *layers[3] = {up, act, down};
+        return tg_module_add_module(m, "layers", tg_sequential_new(tp, 3, layers)) == TG_OK ? m : NULL;
+    }
+    if (tg_module_add_module(m, "fc1", tg__linear_new_as(tp, d, h, false, r->weights)) != TG_OK ||
+        tg_module_add_module(m, "fc2", tg__linear_new_as(tp, d, h, false, r->weights)) != TG_OK ||
+        tg_module_add_module(m, "fc3", tg__linear_new_as(tp, h, d, false, r->weights)) != TG_OK)
         return NULL;
     return m;
 }
 
-/* ---- GroupedQueryAttention ------------------------------------------------------------------- */
+/* ---- TransformerBlock --------------------------------------------------------------------------- */
 
-/* Sizes, and the KV cache: keys and values after RoPE of the positions seen
- * so far, (b, n_kv_groups, cap, head_dim): the groups, not the repeated
- * heads; grown by doubling up to context_length. */
+/* Its family's norm names and whether its layer slides (which RoPE table
+ * the model passes). */
 typedef struct {
-    int64_t d_in, num_heads, num_kv_groups, head_dim, context_length;
-    tg_tensor *cache_k, *cache_v;
-    int64_t pos;
-} gqa_state;
+    const tg__family *family;
+    bool rope, sliding; /* forward(x, cos, sin); cos and sin of the local table */
+} block_state;
 
-/* (b, T, n * hd) -> (b, n, T, hd): .view(b, T, n, hd).transpose(1, 2) */
-static tg_tensor *split_heads(tg_tape *tp, tg_tensor *t, int64_t n, int64_t hd)
-{
-    if (!t) return NULL;
-    int64_t split[4] = {t->shape[0], t->shape[1], n, hd};
-    return tg_transpose(tp, tg_view(tp, t, 4, split), 1, 2);
-}
+static bool is_feed_forward(const tg_module *m) { return m && m->type == &feed_forward_type; }
 
-/* x.repeat_interleave(g, dim=1) of (b, G, P, hd): head h reads group h / g */
-static tg_tensor *repeat_groups(tg_tape *tp, tg_tensor *x, int64_t g)
+/* Whether branch (the last module before a residual) is built-in and
+ * returns a fresh tensor nothing else reads: the attention's out_proj
+ * output, the FeedForward's (its fused node or its last Linear), a norm's. */
+static bool owns_output(tg_module *branch)
 {
-    if (!x || g == 1) return x;
-    int64_t b = x->shape[0], G = x->shape[1], P = x->shape[2], hd = x->shape[3];
-    int64_t e5[5] = {b, G, g, P, hd}, out[4] = {b, G * g, P, hd};
-    tg_tensor *u = tg_unsqueeze(tp, x, 2);
-    return tg_reshape(tp, tg_expand(tp, u, 5, e5), 4, out);
-}
-
-/* The causal mask's rows p0 .. p0+T-1 over P positions: true above the
- * diagonal, torch.triu(ones(P, P), diagonal=1)[p0:p0 + T, :P]. */
-static tg_tensor *causal_rows(tg_tape *tp, int64_t p0, int64_t T, int64_t P)
-{
-    int64_t shape[2] = {T, P};
-    tg_tensor *m = tg_empty(tp, TG_BOOL, 2, shape);
-    if (!m) return NULL;
-    uint8_t *d = tg_data_ptr(m);
-    for (int64_t i = 0; i < T; i++)
-        for (int64_t j = 0; j < P; j++) d[i * P + j] = j > p0 + i;
-    return m;
-}
-
-/* apply_rope(x, cos, sin): x (b, n, T, hd), cos and sin (T, hd) the rows of
- * x's positions; x * cos + cat(-x2, x1) * sin through the layer table. */
-static tg_tensor *rope(tg_tape *tp, tg_module *m, tg_tensor *x, tg_tensor *cos, tg_tensor *sin)
-{
-    const tg_layer *layer = tg_layer_find("rope");
-    tg_tensor *in[3] = {x, cos, sin};
-    tg_layer_args a = {0};
-    return layer && x ? tg_layer_apply(tp, layer, tg_module_is_fused(m), tg_tape_numerics(tp), 3, in, &a) : NULL;
-}
-
-/* The cache after the new keys and values (b, G, T, hd) at position pos:
- * the first pos + T positions of each, or NULL with an error. */
-static bool cache_append(tg_module *m, tg_tape *tp, tg_tensor *k, tg_tensor *v, tg_tensor **keys, tg_tensor **values)
-{
-    gqa_state *c = tg_module_state(m);
-    const char *name = tg_module_type_name(m);
-    int64_t b = k->shape[0], T = k->shape[2], p0 = c->pos, P = p0 + T;
-    if (tg_is_grad_enabled() && (k->requires_grad || v->requires_grad)) {
-        tg_error("%s: the KV cache keeps values, not graph: run it with grad recording off", name);
-        return false;
+    tg_tensor *t[4];
+    if (is_feed_forward(branch)) {
+        const ff_state *s = tg_module_state(branch);
+        return s->kind == TG_MLP_GELU ? standard_layers(child(branch, "layers"), t) : gated_layers(branch, t);
     }
-    if (P > c->context_length) {
-        tg_error("%s: %lld cached and %lld new positions exceed context_length %lld (reset the KV cache)", name,
-                 (long long)p0, (long long)T, (long long)c->context_length);
-        return false;
-    }
-    tg_tensor *ck = c->cache_k;
-    if (ck && (ck->shape[0] != b || ck->dtype != k->dtype)) {
-        if (p0 > 0) {
-            tg_error("%s: the KV cache holds %lld positions of batch %lld, got batch %lld", name, (long long)p0,
-                     (long long)ck->shape[0], (long long)b);
-            return false;
-        }
-        c->cache_k = c->cache_v = ck = NULL;
-    }
-    if (!ck || ck->shape[2] < P) { /* grow: double, at least 64, at most the context */
-        int64_t cap = ck ? ck->shape[2] * 2 : 64;
-        if (cap < P) cap = P;
-        if (cap > c->context_length) cap = c->context_length;
-        int64_t shape[4] = {b, c->num_kv_groups, cap, c->head_dim};
-        tg_tensor *nk = tg_empty(m->tape, k->dtype, 4, shape), *nv = nk ? tg_empty(m->tape, k->dtype, 4, shape) : NULL;
-        if (!nv) return false;
-        if (p0 > 0 && (tg_copy_(tg_narrow(tp, nk, 2, 0, p0), tg_narrow(tp, c->cache_k, 2, 0, p0)) != TG_OK ||
-                       tg_copy_(tg_narrow(tp, nv, 2, 0, p0), tg_narrow(tp, c->cache_v, 2, 0, p0)) != TG_OK))
-            return false;
-        c->cache_k = nk, c->cache_v = nv;
-    }
-    if (tg_copy_(tg_narrow(tp, c->cache_k, 2, p0, T), k) != TG_OK ||
-        tg_copy_(tg_narrow(tp, c->cache_v, 2, p0, T), v) != TG_OK)
-        return false;
-    *keys = tg_narrow(tp, c->cache_k, 2, 0, P);
-    *values = tg_narrow(tp, c->cache_v, 2, 0, P);
-    return *keys && *values;
+    return tg__attention_owns_output(branch) || tg__is_norm(branch);
 }
 
-/* forward(x, cos, sin): the book's GroupedQueryAttention.forward, cos and
- * sin the table rows of x's positions. */
-static tg_tensor *gqa_forward(tg_tape *tp, tg_module *m, int n, tg_tensor *const *in)
+/* drop(y) + shortcut, y = branch(...). Fused, the sum is written over y
+ * when the branch owns it, or (with the built-in Dropout in training, p >
+ * 0) over the dropout's output, and the dropout's product over y: backward
+ * keeps the mask only and nothing else reads either, so one (B, T, d)
+ * tensor per residual instead of three. Same bits either way. */
+static tg_tensor *residual(tg_tape *tp, tg_module *self, tg_module *drop, tg_module *branch, tg_tensor *y,
+                           tg_tensor *shortcut)
 {
-    if (!tg__check_ninputs(m, n, 3)) return NULL;
-    gqa_state *c = tg_module_state(m);
+    bool fused = tg_module_is_fused(self) && (!drop || tg__is_dropout(drop));
+    bool owned = fused && owns_output(branch);
+    tg_tensor *d = !y ? NULL : !drop ? y : owned ? tg__dropout_forward_over(tp, drop, y) : tg_module_forward(tp, drop, y);
+    if (d && shortcut && fused && (d != y || owned) && tg_is_contiguous(d) && tg_same_shape(d, shortcut) &&
+        d->dtype == shortcut->dtype)
+        return tg__add_into(tp, d, shortcut);
+    return tg_add(tp, d, shortcut); /* x = x + shortcut */
+}
+
+/* forward(x) or, with RoPE, forward(x, cos, sin); last_only: its last
+ * position only, (b, 1, d): the attention's keys and values still see every
+ * position of x (b, T, d), the query, the residuals, the norms and the
+ * feed-forward only the last (last_position_block says when that applies).
+ *   shortcut = x; x = norm1(x); x = att(x[, cos, sin]); [x = post_att_norm(x)]
+ *   x = drop_shortcut(x) + shortcut
+ *   shortcut = x; x = norm2(x); x = ff(x); [x = post_ff_norm(x)]
+ *   x = drop_shortcut(x) + shortcut */
+static tg_tensor *block_run(tg_tape *tp, tg_module *self, int n, tg_tensor *const *in, bool last_only)
+{
+    const block_state *s = tg_module_state(self);
+    const char *const *names = s->family->norm_names;
+    tg_module *att = child(self, "att"), *ff = child(self, "ff"), *drop = tg__entry_get(&self->children, "drop_shortcut");
+    tg_module *post_att = tg__entry_get(&self->children, names[1]), *post_ff = tg__entry_get(&self->children, names[3]);
     tg_tensor *x = in[0];
-    char sh[64];
-    if (x->ndim != 3 || x->shape[2] != c->d_in || !tg__is_float(x->dtype))
-        return tg_error("%s: input must be float (batch, tokens, d_in=%lld), got %s %s", tg_module_type_name(m),
-                        (long long)c->d_in, tg_dtype_name(x->dtype), tg_shape_str(x, sh, sizeof sh));
-    int64_t b = x->shape[0], T = x->shape[1], H = c->num_heads, G = c->num_kv_groups, hd = c->head_dim;
-    if (in[1]->ndim != 2 || in[1]->shape[0] != T || in[1]->shape[1] != hd || !tg_same_shape(in[1], in[2]))
-        return tg_error("%s: cos and sin must be (%lld, %lld), got %s", tg_module_type_name(m), (long long)T,
-                        (long long)hd, tg_shape_str(in[1], sh, sizeof sh));
-    tg_tensor *q = split_heads(tp, tg_module_forward(tp, child(m, "W_query"), x), H, hd);
-    tg_tensor *k = split_heads(tp, tg_module_forward(tp, child(m, "W_key"), x), G, hd);
-    tg_tensor *v = split_heads(tp, tg_module_forward(tp, child(m, "W_value"), x), G, hd);
-    tg_module *qn = tg__entry_get(&m->children, "q_norm"), *kn = tg__entry_get(&m->children, "k_norm");
-    if (qn && q) q = tg_module_forward(tp, qn, q);
-    if (kn && k) k = tg_module_forward(tp, kn, k);
-    q = rope(tp, m, q, in[1], in[2]);
-    k = rope(tp, m, k, in[1], in[2]);
-    if (!q || !k || !v) return NULL;
-    int64_t p0 = 0;
-    tg_tensor *keys = k, *values = v;
-    bool cached = tg_module_kv_cache_enabled(m);
-    if (cached) {
-        p0 = c->pos;
-        if (!cache_append(m, tp, k, v, &keys, &values)) return NULL;
-    }
-    int64_t P = p0 + T, merged[3] = {b, T, H * hd};
-    const tg_layer *layer = tg_layer_find("attention");
-    tg_tensor *ctx = NULL;
-    bool done = false;
-    if (cached) ctx = tg__attend_cache_in_place(tp, q, keys, values, p0, &done); /* the groups read in place */
-    if (!done) {
-        keys = repeat_groups(tp, keys, H / G);
-        values = repeat_groups(tp, values, H / G);
-        if (!cached && layer) {
-            tg_layer_args a = {.scale = pow((double)hd, 0.5), .gen = tg_module_generator(m), .heads_inner = true};
-            tg_tensor *in4[4] = {q, keys, values, causal_rows(tp, 0, T, T)};
-            ctx = tg_layer_apply(tp, layer, tg_module_is_fused(m), tg_tape_numerics(tp), 4, in4, &a);
-        } else {
-            /* attn_scores = queries @ keys.transpose(2, 3); masked_fill(mask, -inf)
-             * softmax(attn_scores / self.head_dim**0.5, dim=-1) @ values */
-            tg_tensor *s = tg_matmul(tp, q, tg_transpose(tp, keys, 2, 3));
-            if (T > 1) s = tg_masked_fill(tp, s, causal_rows(tp, p0, T, P), -INFINITY);
-            ctx = tg_matmul(tp, tg_softmax(tp, tg_div_scalar(tp, s, pow((double)hd, 0.5)), -1), values);
-        }
-    }
-    if (!ctx) return NULL;
-    if (cached) c->pos = P;
-    /* context = (attn_weights @ values).transpose(1, 2).reshape(b, num_tokens, self.d_out) */
-    ctx = tg_reshape(tp, tg_transpose(tp, ctx, 1, 2), 3, merged);
-    return tg_module_forward(tp, child(m, "out_proj"), ctx);
+    tg_tensor *shortcut = last_only ? tg_narrow(tp, x, 1, x->shape[1] - 1, 1) : x;
+    tg_tensor *att_in[3] = {tg_module_forward(tp, child(self, names[0]), x), n == 3 ? in[1] : NULL, n == 3 ? in[2] : NULL};
+    x = !att_in[0] ? NULL : last_only ? tg__attention_last_position(tp, att, n, att_in) : tg_module_call(tp, att, n, att_in);
+    tg_module *branch = att;
+    if (post_att && x) x = tg_module_forward(tp, post_att, x), branch = post_att;
+    x = residual(tp, self, drop, branch, x, shortcut);
+    shortcut = x;
+    x = x ? tg_module_forward(tp, child(self, names[2]), x) : NULL;
+    x = x ? tg_module_forward(tp, ff, x) : NULL;
+    branch = ff;
+    if (post_ff && x) x = tg_module_forward(tp, post_ff, x), branch = post_ff;
+    return residual(tp, self, drop, branch, x, shortcut);
 }
 
-static int gqa_reset_cache(tg_module *m)
-{
-    ((gqa_state *)tg_module_state(m))->pos = 0;
-    return TG_OK;
-}
-
-static const tg_module_type gqa_type = {.name = "GroupedQueryAttention", .forward = gqa_forward, .reset_cache = gqa_reset_cache};
-
-/* The norm of the family: Qwen3's book RMSNorm ("scale") or Llama's nn.RMSNorm ("weight"). */
-static tg_module *norm_new(tg_tape *tp, const tg_decoder_config *cfg, int64_t dim, double eps)
-{
-    return cfg->family == TG_GPT_FAMILY_QWEN3 ? tg__rms_norm_scale_new(tp, dim, eps) : tg_rms_norm_new(tp, dim, eps);
-}
-
-/* Construction order as the book's __init__: Qwen3 W_query, W_key, W_value,
- * out_proj, q_norm, k_norm; Llama 3 W_key, W_value, W_query, out_proj. */
-static tg_module *gqa_new(tg_tape *tp, const tg_decoder_config *cfg)
-{
-    int64_t d = cfg->emb_dim, H = cfg->n_heads, hd = tg__gpt_head_dim(cfg), G = tg__gpt_kv_groups(cfg);
-    tg_module *m = tg_module_new(tp, &gqa_type, sizeof(gqa_state));
-    if (!m) return NULL;
-    *(gqa_state *)tg_module_state(m) = (gqa_state){d, H, G, hd, cfg->context_length, NULL, NULL, 0};
-    struct {
-        const char *name;
-        int64_t in, out;
-    } qwen[4] = {{"W_query", d, H * hd}, {"W_key", d, G * hd}, {"W_value", d, G * hd}, {"out_proj", H * hd, d}},
-      llama[4] = {{"W_key", d, G * hd}, {"W_value", d, G * hd}, {"W_query", d, H * hd}, {"out_proj", H * hd, d}};
-    bool is_llama = cfg->family == TG_GPT_FAMILY_LLAMA3;
-    for (int i = 0; i < 4; i++) {
-        const char *name = is_llama ? llama[i].name : qwen[i].name;
-        int64_t fi = is_llama ? llama[i].in : qwen[i].in, fo = is_llama ? llama[i].out : qwen[i].out;
-        if (tg_module_add_module(m, name, tg__linear_new_as(tp, fi, fo, false, cfg->weights)) != TG_OK) return NULL;
-    }
-    if (cfg->qk_norm && (tg_module_add_module(m, "q_norm", norm_new(tp, cfg, hd, tg__gpt_norm_eps(cfg))) != TG_OK ||
-                         tg_module_add_module(m, "k_norm", norm_new(tp, cfg, hd, tg__gpt_norm_eps(cfg))) != TG_OK))
-        return NULL;
-    return m;
-}
-
-/* ---- TransformerBlock ------------------------------------------------------------------------ */
-
-/* forward(x, cos, sin):
- *   shortcut = x; x = self.norm1(x); x = self.att(x, mask, cos, sin); x = x + shortcut
- *   shortcut = x; x = self.norm2(x); x = self.ff(x); x = x + shortcut */
 static tg_tensor *block_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *const *in)
 {
-    if (!tg__check_ninputs(self, n, 3)) return NULL;
-    tg_tensor *shortcut = in[0];
-    tg_tensor *x = tg_module_forward(tp, child(self, "norm1"), in[0]);
-    tg_tensor *att_in[3] = {x, in[1], in[2]};
-    x = x ? tg_module_call(tp, child(self, "att"), 3, att_in) : NULL;
-    x = tg_add(tp, x, shortcut);
-    shortcut = x;
-    x = x ? tg_module_forward(tp, child(self, "norm2"), x) : NULL;
-    x = x ? tg_module_forward(tp, child(self, "ff"), x) : NULL;
-    return tg_add(tp, x, shortcut);
+    const block_state *s = tg_module_state(self);
+    return tg__check_ninputs(self, n, s->rope ? 3 : 1) ? block_run(tp, self, n, in, false) : NULL;
 }
 
 static const tg_module_type block_type = {.name = "TransformerBlock", .forward = block_forward};
 
-static tg_module *block_new(tg_tape *tp, const tg_decoder_config *cfg)
+static tg_module *norm_new(tg_tape *tp, const tg_decoder_config *r, const tg__family *f, int64_t dim)
 {
-    tg_module *m = tg_module_new(tp, &block_type, 0);
-    int64_t d = cfg->emb_dim;
-    double eps = tg__gpt_norm_eps(cfg);
-    if (!m || tg_module_add_module(m, "att", gqa_new(tp, cfg)) != TG_OK ||
-        tg_module_add_module(m, "ff", swiglu_new(tp, d, tg__gpt_hidden_dim(cfg), cfg->weights)) != TG_OK ||
-        tg_module_add_module(m, "norm1", norm_new(tp, cfg, d, eps)) != TG_OK ||
-        tg_module_add_module(m, "norm2", norm_new(tp, cfg, d, eps)) != TG_OK)
+    return r->norm == TG_NORM_LAYER ? tg__layer_norm_new_eps(tp, dim, r->norm_eps)
+                                    : tg__rms_norm_new_ex(tp, dim, r->norm_eps, r->norm_offset, f->norm_book);
+}
+
+/* The attention of layer i as the configuration describes it. */
+static tg__attention_spec attention_spec(const tg_decoder_config *r, const tg__family *f, int64_t layer)
+{
+    return (tg__attention_spec){.class_name = f->attention_class,
+                                .d_in = r->emb_dim,
+                                .d_out = r->emb_dim,
+                                .context_length = r->context_length,
+                                .num_heads = r->n_heads,
+                                .num_kv_groups = r->n_kv_groups,
+                                .head_dim = r->head_dim,
+                                .dropout = r->drop_rate,
+                                .qkv_bias = r->qkv_bias,
+                                .out_bias = f->bias,
+                                .qk_norm = r->qk_norm,
+                                .norm_eps = r->norm_eps,
+                                .norm_offset = r->norm_offset,
+                                .norm_book = f->norm_book,
+                                .rope = r->positions == TG_POSITIONS_ROPE,
+                                .q_scale = r->query_pre_attn_scalar > 0 ? pow(r->query_pre_attn_scalar, -0.5) : 0.0,
+                                .window = is_sliding(r, layer) ? r->sliding_window : 0,
+                                .mask_buffer = f->dropout,
+                                .kvq_init = f->kvq_init,
+                                .keys_first = f->keys_first,
+                                .merge_view = f->merge_view};
+}
+
+/* __init__'s order: att, ff, the norms, drop_shortcut */
+static tg_module *block_new(tg_tape *tp, const tg_decoder_config *r, int64_t layer)
+{
+    const tg__family *f = family_of(r);
+    tg_module *m = tg_module_new(tp, &block_type, sizeof(block_state));
+    if (!m) return NULL;
+    *(block_state *)tg_module_state(m) = (block_state){f, r->positions == TG_POSITIONS_ROPE, is_sliding(r, layer)};
+    tg__attention_spec spec = attention_spec(r, f, layer);
+    if (tg_module_add_module(m, "att", tg__attention_new(tp, &spec, r->weights)) != TG_OK ||
+        tg_module_add_module(m, "ff", feed_forward_new(tp, r, f)) != TG_OK)
         return NULL;
+    for (int k = 0; k < 4; k++)
+        if ((k % 2 == 0 || r->post_norms) &&
+            tg_module_add_module(m, f->norm_names[k], norm_new(tp, r, f, r->emb_dim)) != TG_OK)
+            return NULL;
+    if (f->dropout && tg_module_add_module(m, "drop_shortcut", tg_dropout_new(tp, r->drop_rate)) != TG_OK) return NULL;
     return m;
 }
 
-/* ---- the model's parts ----------------------------------------------------------------------- */
-
-int tg__rope_decoder_build(tg_tape *tp, tg_module *m, const tg_decoder_config *cfg)
+tg_module *tg_feed_forward_new(tg_tape *tp, const tg_gpt_config *gpt)
 {
-    const int64_t d = cfg->emb_dim;
-    int st = tg_module_add_module(m, "tok_emb", tg__embedding_new_as(tp, cfg->vocab_size, d, cfg->weights));
-    tg_module *blocks = st == TG_OK ? tg_module_list_new(tp, 0, NULL) : NULL;
-    if (st != TG_OK || (st = tg_module_add_module(m, "trf_blocks", blocks)) != TG_OK) return st ? st : TG_ENOMEM;
-    for (int64_t i = 0; i < cfg->n_layers; i++)
-        if ((st = tg_module_append(blocks, block_new(tp, cfg))) != TG_OK) return st;
-    if ((st = tg_module_add_module(m, "final_norm", norm_new(tp, cfg, d, tg__gpt_norm_eps(cfg)))) != TG_OK ||
-        (st = tg_module_add_module(m, "out_head", tg__linear_new_as(tp, d, cfg->vocab_size, false, cfg->weights))) != TG_OK)
-        return st;
+    tg_decoder_config cfg = tg_decoder_config_from_gpt(gpt);
+    if (!gpt || tg_decoder_config_check(&cfg) != TG_OK) return NULL;
+    tg_decoder_config r = resolve(&cfg);
+    return feed_forward_new(tp, &r, family_of(&r));
+}
+
+tg_module *tg_transformer_block_new(tg_tape *tp, const tg_gpt_config *gpt)
+{
+    tg_decoder_config cfg = tg_decoder_config_from_gpt(gpt);
+    if (!gpt || tg_decoder_config_check(&cfg) != TG_OK) return NULL;
+    tg_decoder_config r = resolve(&cfg);
+    return block_new(tp, &r, 0);
+}
+
+/* ---- the model -------------------------------------------------------------------------------- */
+
+/* The model's state: its configuration as given and resolved, the KV
+ * cache's position (the book's current_pos), the RoPE tables (full layers',
+ * sliding layers') and the settings of tg_gpt_generate, tg_gpt_forward_last
+ * and tg_gpt_lm_loss. */
+typedef struct {
+    tg_decoder_config cfg, r;
+    int64_t current_pos;
+    bool last_logits_only; /* final_norm and out_head see the last position alone
+                            * (under FAST and BF16 the last block too, last_position_block) */
+    bool hidden_only;      /* the output stops before out_head */
+    bool recompute_head;   /* the chunked head's logits computed again in backward */
+    tg__rope rope, rope_local;
+} decoder_state;
+
+static tg_tensor *decoder_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *const *in);
+
+static int decoder_reset_cache(tg_module *self)
+{
+    ((decoder_state *)tg_module_state(self))->current_pos = 0;
     return TG_OK;
 }
 
-tg_tensor *tg__rope_decoder_blocks(tg_tape *tp, tg_module *m, tg__rope *r, tg_tensor *x, int64_t p0)
+static const tg_module_type decoder_type = {.name = "GPTModel", .forward = decoder_forward, .reset_cache = decoder_reset_cache};
+
+static bool is_decoder(const tg_module *m) { return m && m->type == &decoder_type; }
+
+static tg_module *blocks_of(tg_module *m)
 {
-    int64_t T = x->shape[1];
-    if (tg__rope_need(r, m->tape, p0 + T) != TG_OK) return NULL;
-    tg_tensor *cos = tg_narrow(tp, r->cos, 0, p0, T), *sin = tg_narrow(tp, r->sin, 0, p0, T);
-    if (x->dtype != TG_F32) /* a model converted to float64: the float32 tables widened, as .to() converts buffers */
-        cos = tg_to_dtype(tp, cos, x->dtype), sin = tg_to_dtype(tp, sin, x->dtype);
-    tg_module *blocks = child(m, "trf_blocks");
+    const decoder_state *s = tg_module_state(m);
+    return tg__entry_get(&m->children, family_of(&s->cfg)->blocks);
+}
+
+/* The last of the model's blocks when only the last position's logits are
+ * wanted and the block can compute that position alone: numerics other than
+ * EXACT (whose bits are the full forward's), the built-in blocks, the last
+ * with the built-in norms, FeedForward and attention (no KV cache) and no
+ * dropout to draw (the draws would not be the full forward's). Else NULL. */
+static tg_module *last_position_block(tg_tape *tp, tg_module *model)
+{
+    tg_numerics nm = tg__module_policy(model, tp);
+    if (nm == TG_NUMERICS_EXACT) return NULL;
+    tg_module *blocks = blocks_of(model);
     int nb = blocks ? tg_module_num_children(blocks) : 0;
-    for (int i = 0; x && i < nb; i++) {
-        tg_tensor *in[3] = {x, cos, sin};
-        x = tg_module_call(tp, tg_module_child(blocks, i), 3, in);
+    tg_module *b = nb > 0 ? tg_module_child(blocks, nb - 1) : NULL;
+    if (!b || b->type != &block_type || tg__module_pin_or(b, nm) == TG_NUMERICS_EXACT) return NULL;
+    const block_state *s = b->state;
+    for (int k = 0; k < 4; k++) {
+        const tg_module *norm = tg__entry_get(&b->children, s->family->norm_names[k]);
+        if (norm ? !tg__is_norm(norm) : k % 2 == 0) return NULL;
     }
+    const tg_module *drop = tg__entry_get(&b->children, "drop_shortcut");
+    bool ok = is_feed_forward(tg__entry_get(&b->children, "ff")) && (!drop || (tg__is_dropout(drop) && !tg__dropout_draws(drop))) &&
+              tg__attention_last_position_ok(tg__entry_get(&b->children, "att"), tg__module_pin_or(b, nm));
+    return ok ? b : NULL;
+}
+
+/* The rows p0 .. p0+T-1 of table r in dtype dt (a model converted to
+ * float64 widens the float32 tables, as .to() converts buffers). */
+static bool rope_rows(tg_tape *tp, tg_module *self, tg__rope *r, int64_t p0, int64_t T, tg_dtype dt, tg_tensor **cos,
+                      tg_tensor **sin)
+{
+    if (tg__rope_need(r, self->tape, p0 + T) != TG_OK) return false;
+    *cos = tg_narrow(tp, r->cos, 0, p0, T), *sin = tg_narrow(tp, r->sin, 0, p0, T);
+    if (dt != TG_F32) *cos = tg_to_dtype(tp, *cos, dt), *sin = tg_to_dtype(tp, *sin, dt);
+    return *cos && *sin;
+}
+
+/* tok_emb [* sqrt(emb_dim)] [+ pos_emb] [drop_emb], the blocks (a sliding
+ * layer with the local RoPE table), final_norm, out_head. */
+static tg_tensor *decoder_forward(tg_tape *tp, tg_module *self, int n, tg_tensor *const *in)
+{
+    if (!tg__check_ninputs(self, n, 1)) return NULL;
+    decoder_state *s = tg_module_state(self);
+    const tg_decoder_config *c = &s->r;
+    const char *cls = tg_module_type_name(self);
+    const tg_tensor *ids = in[0];
+    char sh[64];
+    if (ids->ndim != 2 || ids->dtype != TG_I64)
+        return tg_error("%s: input must be int64 ids of shape (batch, tokens), got %s %s", cls, tg_dtype_name(ids->dtype),
+                        tg_shape_str(ids, sh, sizeof sh));
+    int64_t T = ids->shape[1];
+    if (T == 0 || ids->shape[0] == 0) return tg_error("%s: input %s has no tokens", cls, tg_shape_str(ids, sh, sizeof sh));
+    /* pos_ids = torch.arange(self.current_pos, self.current_pos + seq_len) with the cache */
+    int64_t p0 = tg_module_kv_cache_enabled(self) ? s->current_pos : 0;
+    if (p0 + T > c->context_length) {
+        if (p0 > 0)
+            return tg_error("%s: %lld cached and %lld new tokens exceed context_length %lld (reset the KV cache)", cls,
+                            (long long)p0, (long long)T, (long long)c->context_length);
+        return tg_error("%s: %lld tokens exceed context_length %lld", cls, (long long)T, (long long)c->context_length);
+    }
+    tg_tensor *x = tg_module_forward(tp, child(self, "tok_emb"), in[0]);
+    if (x && c->emb_scale) x = tg_mul_scalar(tp, x, pow((double)c->emb_dim, 0.5)); /* * (emb_dim ** 0.5) */
+    tg_module *pos_emb = tg__entry_get(&self->children, "pos_emb"), *drop = tg__entry_get(&self->children, "drop_emb");
+    if (x && pos_emb) /* x = tok_embeds + pos_embeds */
+        x = tg_add(tp, x, tg_module_forward(tp, pos_emb, tg_arange(tp, TG_I64, (double)p0, (double)(p0 + T), 1)));
+    if (x && drop) x = tg_module_forward(tp, drop, x);
+    if (!x) return NULL;
+    tg_tensor *cos = NULL, *sin = NULL, *cos_l = NULL, *sin_l = NULL;
+    bool rope = c->positions == TG_POSITIONS_ROPE;
+    if (rope && (!rope_rows(tp, self, &s->rope, p0, T, x->dtype, &cos, &sin) ||
+                 (s->rope_local.head_dim && !rope_rows(tp, self, &s->rope_local, p0, T, x->dtype, &cos_l, &sin_l))))
+        return NULL;
+    tg_module *blocks = blocks_of(self);
+    if (!blocks) return tg_error("%s: the model has no %s", cls, family_of(c)->blocks);
+    tg_module *last_block = s->last_logits_only ? last_position_block(tp, self) : NULL;
+    int nb = blocks ? tg_module_num_children(blocks) : 0;
+    tg_numerics was = tg__module_enter(tp, blocks);
+    for (int j = 0; x && j < nb; j++) {
+        tg_module *b = tg_module_child(blocks, j);
+        bool local = b && b->type == &block_type && ((const block_state *)b->state)->sliding && cos_l;
+        tg_tensor *bin[3] = {x, local ? cos_l : cos, local ? sin_l : sin};
+        if (b == last_block) {
+            tg_numerics prev = tg__module_enter(tp, b); /* as tg_module_call would */
+            x = block_run(tp, b, rope ? 3 : 1, bin, true);
+            tg__tape_leave(tp, prev);
+        } else
+            x = tg_module_call(tp, b, rope ? 3 : 1, bin);
+    }
+    tg__tape_leave(tp, was);
+    if (x && s->last_logits_only && !last_block) x = tg_narrow(tp, x, 1, T - 1, 1);
+    x = x ? tg_module_forward(tp, child(self, "final_norm"), x) : NULL;
+    if (!s->hidden_only) x = x ? tg_module_forward(tp, child(self, "out_head"), x) : NULL;
+    if (x && tg_module_kv_cache_enabled(self)) s->current_pos = p0 + T;
     return x;
 }
 
-/* ---- the public RoPE functions --------------------------------------------------------------- */
-
-int tg_rope_params(tg_tape *tp, int64_t head_dim, double theta_base, int64_t context_length, const tg_rope_freq *freq,
-                   tg_tensor **cos, tg_tensor **sin)
+/* out_head.weight = tok_emb.weight, as a checkpoint without lm_head ties them */
+static int tie_head(tg_module *m)
 {
-    if (!tp || !cos || !sin) return tg_error_status(TG_EINVAL, "rope_params: NULL argument");
-    *cos = *sin = NULL;
-    tg_rope_freq f = freq ? *freq : (tg_rope_freq){0};
-    if (head_dim <= 0 || head_dim % 2 != 0 || head_dim > INT32_MAX)
-        return tg_error_status(TG_EINVAL, "rope_params: head_dim must be even and positive, got %lld", (long long)head_dim);
-    if (!(theta_base > 0 && isfinite(theta_base)))
-        return tg_error_status(TG_EINVAL, "rope_params: theta_base must be > 0, got %g", theta_base);
-    if (context_length < 1 || context_length > (1 << 24))
-        return tg_error_status(TG_EINVAL, "rope_params: context_length must be in [1, 2^24], got %lld",
-                               (long long)context_length);
-    if (f.factor != 0 && !(f.factor > 0 && f.low_freq_factor > 0 && f.high_freq_factor > f.low_freq_factor &&
-                           f.original_context_length > 0 && isfinite(f.factor) && isfinite(f.high_freq_factor)))
-        return tg_error_status(TG_EINVAL, "rope_params: freq needs factor > 0, 0 < low_freq_factor < "
-                                          "high_freq_factor and original_context_length > 0");
-    tg__rope r = {.head_dim = head_dim, .context_length = context_length, .base = theta_base, .freq = f};
-    int st = tg__rope_need(&r, tp, context_length);
-    if (st != TG_OK) return st;
-    *cos = r.cos, *sin = r.sin;
+    tg_module *head = tg_module_get_submodule(m, "out_head");
+    tg_tensor *w = tg_module_get_parameter(tg_module_get_submodule(m, "tok_emb"), "weight");
+    return head && w ? tg_module_register_parameter(head, "weight", w) : TG_ENOMEM;
+}
+
+tg_module *tg_gpt_new(tg_tape *tp, const tg_gpt_config *gpt)
+{
+    if (!gpt) return tg_error("GPTModel: NULL configuration");
+    tg_decoder_config cfg = tg_decoder_config_from_gpt(gpt);
+    return tg_decoder_new(tp, &cfg);
+}
+
+/* __init__'s order: tok_emb, pos_emb, drop_emb, the blocks, final_norm, out_head */
+tg_module *tg_decoder_new(tg_tape *tp, const tg_decoder_config *cfg)
+{
+    if (tg_decoder_config_check(cfg) != TG_OK) return NULL;
+    const tg__family *f = family_of(cfg);
+    tg_decoder_config r = resolve(cfg);
+    tg_module *m = tg_module_new(tp, &decoder_type, sizeof(decoder_state));
+    if (!m) return NULL;
+    tg__module_set_class(m, f->model_class);
+    decoder_state *s = tg_module_state(m);
+    s->cfg = *cfg, s->r = r;
+    const int64_t d = r.emb_dim;
+    if (tg_module_add_module(m, "tok_emb", tg__embedding_new_as(tp, r.vocab_size, d, r.weights)) != TG_OK) return NULL;
+    if (r.positions == TG_POSITIONS_LEARNED &&
+        tg_module_add_module(m, "pos_emb", tg__embedding_new_as(tp, r.context_length, d, r.weights)) != TG_OK)
+        return NULL;
+    if (f->dropout && tg_module_add_module(m, "drop_emb", tg_dropout_new(tp, r.drop_rate)) != TG_OK) return NULL;
+    tg_module *blocks = f->blocks_sequential ? tg_sequential_new(tp, 0, NULL) : tg_module_list_new(tp, 0, NULL);
+    if (tg_module_add_module(m, f->blocks, blocks) != TG_OK) return NULL;
+    bool any_sliding = false;
+    for (int64_t i = 0; i < r.n_layers; i++) {
+        if (tg_module_append(blocks, block_new(tp, &r, i)) != TG_OK) return NULL;
+        any_sliding |= is_sliding(&r, i);
+    }
+    if (tg_module_add_module(m, "final_norm", norm_new(tp, &r, f, d)) != TG_OK ||
+        tg_module_add_module(m, "out_head", tg__linear_new_as(tp, d, r.vocab_size, false, r.weights)) != TG_OK)
+        return NULL;
+    if (r.positions == TG_POSITIONS_ROPE) {
+        s->rope = (tg__rope){.head_dim = r.head_dim, .context_length = r.context_length, .base = r.rope_base,
+                             .freq = r.rope_freq};
+        if (any_sliding && r.rope_local_base != r.rope_base)
+            s->rope_local = (tg__rope){.head_dim = r.head_dim, .context_length = r.context_length,
+                                       .base = r.rope_local_base, .freq = r.rope_freq};
+    }
+    return r.tie_head && tie_head(m) != TG_OK ? NULL : m;
+}
+
+int tg_gpt_set_recompute(tg_module *model, bool on)
+{
+    tg_decoder_config cfg;
+    int st = tg_decoder_get_config(model, &cfg);
+    tg_module *blocks = st == TG_OK ? blocks_of(model) : NULL;
+    if (st == TG_OK && !blocks) st = tg_error_status(TG_EINVAL, "gpt_set_recompute: the model has no blocks");
+    for (int i = 0; st == TG_OK && i < tg_module_num_children(blocks); i++)
+        st = tg_module_set_recompute(tg_module_child(blocks, i), on);
+    if (st == TG_OK) ((decoder_state *)tg_module_state(model))->recompute_head = on;
+    return st;
+}
+
+bool tg__gpt_set_last_logits_only(tg_module *gpt, bool on)
+{
+    decoder_state *s = tg_module_state(gpt);
+    bool prev = s->last_logits_only;
+    s->last_logits_only = on;
+    return prev;
+}
+
+tg_tensor *tg_gpt_forward_last(tg_tape *tp, tg_module *gpt, tg_tensor *ids)
+{
+    tg_gpt_config c;
+    if (tg_gpt_get_config(gpt, &c) != TG_OK) return NULL;
+    if (!ids) return tg__error_null_input("gpt_forward_last");
+    bool exact = tg__module_policy(gpt, tp) == TG_NUMERICS_EXACT;
+    /* under EXACT the book's model(ids)[:, -1, :], so the bits are PyTorch's;
+     * otherwise final_norm and out_head see the last position only */
+    bool prev = exact ? false : tg__gpt_set_last_logits_only(gpt, true);
+    tg_tensor *logits = tg_module_forward(tp, gpt, ids);
+    if (!exact) tg__gpt_set_last_logits_only(gpt, prev);
+    return logits ? tg_select(tp, logits, 1, logits->shape[1] - 1) : NULL;
+}
+
+bool tg_gpt_is_decoder(const tg_module *m) { return is_decoder(m); }
+
+/* The fused head's operands when the loss can take them: numerics other
+ * than EXACT, the model's modules fused, out_head the built-in Linear (its
+ * weight float32, or bf16 and frozen) or a LinearWithLoRA over one (its A,
+ * B and alpha / rank in *a, *bm, *scale; else NULL). */
+typedef struct {
+    tg_tensor *w, *b, *a, *bm;
+    double scale;
+} head_parts;
+
+static bool chunked_head(tg_tape *tp, tg_module *gpt, head_parts *h)
+{
+    tg_module *head = tg__entry_get(&gpt->children, "out_head"), *lin = head;
+    if (!head || !tg_module_is_fused(gpt) || tg__module_policy(head, tp) == TG_NUMERICS_EXACT) return false;
+    if (!tg__lora_parts(head, &lin, &h->a, &h->bm, &h->scale)) h->a = h->bm = NULL;
+    return tg__linear_weights(lin, &h->w, &h->b) &&
+           (h->w->dtype == TG_F32 || (h->w->dtype == TG_BF16 && !h->w->requires_grad));
+}
+
+tg_tensor *tg_gpt_lm_loss(tg_tape *tp, tg_module *gpt, tg_tensor *ids, const tg_tensor *targets, int64_t ignore_index)
+{
+    if (!is_decoder(gpt)) return tg_error("gpt_lm_loss: the model is not a decoder (tg_decoder_new)");
+    if (!tp) return tg_error("gpt_lm_loss: NULL tape");
+    if (!ids || !targets) return tg__error_null_input("gpt_lm_loss");
+    decoder_state *s = tg_module_state(gpt);
+    head_parts h = {0};
+    bool chunked = chunked_head(tp, gpt, &h);
+    bool prev = s->hidden_only;
+    s->hidden_only = chunked;
+    tg_tensor *y = tg_module_forward(tp, gpt, ids);
+    s->hidden_only = prev;
+    if (!y) return NULL;
+    int64_t flat[2] = {-1, y->shape[y->ndim - 1]}, n = -1;
+    tg_tensor *rows = tg_view(tp, y, 2, flat), *t = tg_view(tp, (tg_tensor *)targets, 1, &n);
+    if (!chunked) return tg_cross_entropy_ignore(tp, rows, t, TG_REDUCE_MEAN, ignore_index);
+    tg_module *head = tg_module_get_submodule(gpt, "out_head");
+    tg_numerics was = tg__module_enter(tp, head);
+    /* LoRA: (alpha / rank) * (x @ A), which the node multiplies by B chunk by chunk */
+    tg_tensor *u = h.a ? tg_mul_scalar(tp, tg_matmul(tp, rows, h.a), h.scale) : NULL;
+    tg_tensor *loss = h.a && !u ? NULL
+                                : tg__linear_cross_entropy(tp, rows, h.w, h.b, u, h.bm, t, TG_REDUCE_MEAN, ignore_index, 0,
+                                                           s->recompute_head);
+    tg__tape_leave(tp, was);
+    return loss;
+}
+
+int64_t tg_gpt_out_features(const tg_module *gpt)
+{
+    tg_gpt_config c;
+    if (tg_gpt_get_config(gpt, &c) != TG_OK) return -1;
+    const tg_module *head = tg__entry_get(&gpt->children, "out_head");
+    const tg_tensor *w = head ? tg__entry_get(&head->params, "weight") : NULL;
+    if (!w && head) { /* a wrapped head (LinearWithLoRA): its inner Linear */
+        const tg_module *inner = tg__entry_get(&head->children, "linear");
+        w = inner ? tg__entry_get(&inner->params, "weight") : NULL;
+    }
+    if (!w || w->ndim != 2) {
+        tg_error("%s: out_head has no 2-D weight to tell its output size", tg_module_type_name(gpt));
+        return -1;
+    }
+    return w->shape[0];
+}
+
+int tg_gpt_get_config(const tg_module *gpt, tg_gpt_config *out)
+{
+    tg_decoder_config c;
+    int st = out ? tg_decoder_get_config(gpt, &c) : tg_error_status(TG_EINVAL, "gpt_get_config: NULL argument");
+    if (st == TG_OK)
+        *out = (tg_gpt_config){c.vocab_size, c.context_length, c.emb_dim, c.n_heads, c.n_layers, c.drop_rate, c.qkv_bias};
+    return st;
+}
+
+int tg_decoder_get_config(const tg_module *gpt, tg_decoder_config *out)
+{
+    if (!gpt || !out) return tg_error_status(TG_EINVAL, "gpt_get_config: NULL argument");
+    if (!is_decoder(gpt))
+        return tg_error_status(TG_EINVAL,
+                               "gpt_get_config: module is a %s, not a GPTModel, Qwen3Model, Llama3Model or Gemma3Model",
+                               tg_module_type_name(gpt));
+    *out = ((const decoder_state *)tg_module_state_const(gpt))->cfg;
     return TG_OK;
 }
 
-tg_tensor *tg_apply_rope(tg_tape *tp, tg_tensor *x, tg_tensor *cos, tg_tensor *sin)
+int tg_gpt_prepare_finetune(tg_tape *tp, tg_module *gpt, int64_t num_classes, uint64_t seed, int64_t lora_rank,
+                            double lora_alpha)
 {
-    char a[64], b[64];
-    if (!x || !cos || !sin) return tg__error_null_input("apply_rope");
-    int64_t hd = x->ndim >= 2 ? x->shape[x->ndim - 1] : 0, T = x->ndim >= 2 ? x->shape[x->ndim - 2] : 0;
-    if (hd == 0 || hd % 2 != 0)
-        return tg_error("apply_rope: x must be (..., T, head_dim) with an even head_dim, got %s", tg_shape_str(x, a, 64));
-    if (cos->ndim != 2 || cos->shape[1] != hd || cos->shape[0] < T || !tg_same_shape(cos, sin))
-        return tg_error("apply_rope: cos and sin must be (>= %lld, %lld) of one shape, got %s and %s", (long long)T,
-                        (long long)hd, tg_shape_str(cos, a, 64), tg_shape_str(sin, b, 64));
-    if (cos->dtype != x->dtype || sin->dtype != x->dtype)
-        return tg_error("apply_rope: cos and sin must have x's dtype %s", tg_dtype_name(x->dtype));
-    const tg_layer *layer = tg_layer_find("rope");
-    tg_tensor *in[3] = {x, tg_narrow(tp, cos, 0, 0, T), tg_narrow(tp, sin, 0, 0, T)};
-    tg_layer_args args = {0};
-    return layer ? tg_layer_apply(tp, layer, false, tg_tape_numerics(tp), 3, in, &args) : NULL;
+    tg_gpt_config cfg;
+    int st = tg_gpt_get_config(gpt, &cfg);
+    if (st != TG_OK) return st;
+    if (num_classes < 0 || lora_rank < 0)
+        return tg_error_status(TG_EINVAL, "gpt_prepare_finetune: num_classes %lld and lora_rank %lld must be >= 0",
+                               (long long)num_classes, (long long)lora_rank);
+    if (num_classes > 0) {
+        /* torch.manual_seed(s); model.out_head = Linear(emb_dim, num_classes) */
+        tg_manual_seed(seed);
+        tg_module *head = tg_linear_new(tp, cfg.emb_dim, num_classes, true);
+        if (!head || (st = tg_module_add_module(gpt, "out_head", head)) != TG_OK) return head ? st : TG_ENOMEM;
+    }
+    if ((num_classes > 0 || lora_rank > 0) && (st = tg_module_requires_grad_(gpt, false)) != TG_OK) return st;
+    if (lora_rank > 0) return tg_lora_replace_linear(tp, gpt, lora_rank, lora_alpha);
+    if (num_classes == 0) return TG_OK;
+    /* trf_blocks[-1], final_norm and out_head train */
+    const decoder_state *s = tg_module_state(gpt);
+    char last[64];
+    snprintf(last, sizeof last, "%s.%lld", family_of(&s->cfg)->blocks, (long long)cfg.n_layers - 1);
+    const char *parts[3] = {last, "final_norm", "out_head"};
+    for (int k = 0; k < 3; k++)
+        if ((st = tg_module_requires_grad_(tg_module_get_submodule(gpt, parts[k]), true)) != TG_OK) return st;
+    return TG_OK;
 }

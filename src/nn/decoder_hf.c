@@ -135,21 +135,75 @@ static int refuse_true(const cfg_src *c, const char *key, const char *why)
     return st;
 }
 
+/* Gemma 3's attention pattern: layer_types (a list of "sliding_attention"
+ * and "full_attention", one per layer), or the older sliding_window_pattern
+ * N (every Nth layer full). */
+static int layer_types(const cfg_src *c, tg_decoder_config *cfg)
+{
+    const json_t *lt = json_object_get(c->root, "layer_types");
+    if (!lt || json_is_null(lt)) {
+        int64_t every;
+        int st = get_count(c, c->root, "sliding_window_pattern", "layer_types", &every);
+        return st == TG_OK ? tg_decoder_config_layer_pattern(cfg, every) : st;
+    }
+    if (!json_is_array(lt) || (int64_t)json_array_size(lt) != cfg->n_layers)
+        return wrong(c, "layer_types", lt, "a list with one entry per layer");
+    size_t i;
+    const json_t *v;
+    json_array_foreach(lt, i, v)
+    {
+        const char *t = json_is_string(v) ? json_string_value(v) : "";
+        bool sliding = strcmp(t, "sliding_attention") == 0;
+        if (!sliding && strcmp(t, "full_attention") != 0)
+            return wrong(c, "layer_types", v, "\"sliding_attention\" or \"full_attention\"");
+        if (sliding && i >= TG_DECODER_MAX_LAYER_TYPES)
+            return tg_error_status(TG_EFORMAT, "config_from_hf %s: layer %zu slides; only the first %d layers can",
+                                   c->path, i, TG_DECODER_MAX_LAYER_TYPES);
+        if (i < TG_DECODER_MAX_LAYER_TYPES) cfg->layer_types[i] = sliding ? TG_LAYER_SLIDING : TG_LAYER_FULL;
+    }
+    return TG_OK;
+}
+
+/* A key that must be null or absent (a feature the decoder does not have). */
+static int refuse_set(const cfg_src *c, const char *key, const char *why)
+{
+    const json_t *v = json_object_get(c->root, key);
+    if (!v || json_is_null(v)) return TG_OK;
+    char t[48];
+    return tg_error_status(TG_EFORMAT, "config_from_hf %s: '%s' is %s: %s", c->path, key, json_text(v, t, sizeof t), why);
+}
+
+/* hidden_act (or Gemma's hidden_activation), when given, must be the feed-forward's. */
+static int check_activation(const cfg_src *c, const char *key, const char *want, const char *mlp)
+{
+    const json_t *act = json_object_get(c->root, key);
+    if (!act || (json_is_string(act) && strcmp(json_string_value(act), want) == 0)) return TG_OK;
+    char t[48];
+    return tg_error_status(TG_EFORMAT, "config_from_hf %s: %s %s is not supported (the %s feed-forward is \"%s\")",
+                           c->path, key, json_text(act, t, sizeof t), mlp, want);
+}
+
 static int read_config(const cfg_src *c, tg_decoder_config *cfg)
 {
     const json_t *root = c->root, *mt = json_object_get(root, "model_type");
     if (!mt) return missing(c, "model_type");
     if (!json_is_string(mt)) return wrong(c, "model_type", mt, "a string");
-    const char *type = json_string_value(mt);
-    if (strcmp(type, "qwen3") == 0)
-        cfg->family = TG_GPT_FAMILY_QWEN3, cfg->qk_norm = true;
-    else if (strcmp(type, "llama") == 0)
-        cfg->family = TG_GPT_FAMILY_LLAMA3;
-    else {
+    const tg__family *f = tg__family_of_hf(json_string_value(mt));
+    if (!f || f->family == TG_GPT_FAMILY_GPT2) {
         char t[48];
-        return tg_error_status(TG_EFORMAT, "config_from_hf %s: model_type %s is not supported (\"qwen3\" or \"llama\")",
+        return tg_error_status(TG_EFORMAT,
+                               "config_from_hf %s: model_type %s is not supported (\"qwen3\", \"llama\" or "
+                               "\"gemma3_text\")",
                                c->path, json_text(mt, t, sizeof t));
     }
+    bool gemma = f->family == TG_GPT_FAMILY_GEMMA3, qwen = f->family == TG_GPT_FAMILY_QWEN3;
+    if (gemma) {
+        /* the preset's features: four norms x * (1 + w), the embeddings' scale, QK-norm */
+        if (tg_decoder_config_preset("gemma3-270m", cfg) != TG_OK) return TG_EINVAL;
+        memset(cfg->layer_types, 0, sizeof cfg->layer_types);
+    }
+    cfg->family = f->family;
+    cfg->qk_norm = qwen || gemma;
     const struct {
         const char *key;
         int64_t *field;
@@ -166,9 +220,9 @@ static int read_config(const cfg_src *c, tg_decoder_config *cfg)
     if (st == TG_OK) st = get_positive(c, root, "rms_norm_eps", "rms_norm_eps", &cfg->norm_eps);
     if (st == TG_OK) st = get_positive(c, root, "rope_theta", "rope_theta", &cfg->rope_base);
     if (st != TG_OK) return st;
-    /* Qwen3 names its head_dim (it need not be hidden_size / heads); Llama 3
-     * derives it, and a head_dim given must be that */
-    if (cfg->family == TG_GPT_FAMILY_QWEN3) {
+    /* Qwen3 and Gemma 3 name their head_dim (it need not be hidden_size /
+     * heads); Llama 3 derives it, and a head_dim given must be that */
+    if (qwen || gemma) {
         if ((st = get_count(c, root, "head_dim", "head_dim", &cfg->head_dim)) != TG_OK) return st;
     } else if (json_object_get(root, "head_dim")) {
         int64_t hd;
@@ -179,19 +233,28 @@ static int read_config(const cfg_src *c, tg_decoder_config *cfg)
                                    "(%lld / %lld); Llama 3's attention derives it",
                                    c->path, (long long)hd, (long long)cfg->emb_dim, (long long)cfg->n_heads);
     }
-    const json_t *act = json_object_get(root, "hidden_act");
-    if (act && (!json_is_string(act) || strcmp(json_string_value(act), "silu") != 0)) {
-        char t[48];
-        return tg_error_status(
-            TG_EFORMAT, "config_from_hf %s: hidden_act %s is not supported (the SwiGLU feed-forward is \"silu\")",
-            c->path, json_text(act, t, sizeof t));
-    }
-    if ((st = refuse_true(c, "attention_bias", "the decoder's attention projections have no bias")) != TG_OK ||
-        (st = refuse_true(c, "mlp_bias", "the decoder's feed-forward has no bias")) != TG_OK ||
-        (st = refuse_true(c, "use_sliding_window", "the decoder attends over the whole context")) != TG_OK ||
-        (st = get_bool(c, "tie_word_embeddings", false, &cfg->tie_head)) != TG_OK)
+    if (gemma) {
+        if ((st = get_count(c, root, "sliding_window", "sliding_window", &cfg->sliding_window)) != TG_OK ||
+            (st = get_positive(c, root, "rope_local_base_freq", "rope_local_base_freq", &cfg->rope_local_base)) != TG_OK ||
+            (st = get_positive(c, root, "query_pre_attn_scalar", "query_pre_attn_scalar",
+                               &cfg->query_pre_attn_scalar)) != TG_OK ||
+            (st = layer_types(c, cfg)) != TG_OK ||
+            (st = check_activation(c, "hidden_activation", "gelu_pytorch_tanh", "GeGLU")) != TG_OK ||
+            (st = check_activation(c, "hidden_act", "gelu_pytorch_tanh", "GeGLU")) != TG_OK ||
+            (st = refuse_set(c, "final_logit_softcapping", "the decoder's logits are not capped")) != TG_OK ||
+            (st = refuse_set(c, "attn_logit_softcapping", "the decoder's scores are not capped")) != TG_OK ||
+            (st = refuse_set(c, "rope_scaling", "Gemma 3's RoPE is not scaled here")) != TG_OK ||
+            (st = get_bool(c, "tie_word_embeddings", true, &cfg->tie_head)) != TG_OK)
+            return st;
+    } else if ((st = check_activation(c, "hidden_act", "silu", "SwiGLU")) != TG_OK ||
+               (st = refuse_true(c, "use_sliding_window", "the decoder attends over the whole context")) != TG_OK ||
+               (st = get_bool(c, "tie_word_embeddings", false, &cfg->tie_head)) != TG_OK ||
+               (st = rope_scaling(c, cfg)) != TG_OK)
         return st;
-    return rope_scaling(c, cfg);
+    if ((st = refuse_true(c, "attention_bias", "the decoder's attention projections have no bias")) != TG_OK ||
+        (st = refuse_true(c, "mlp_bias", "the decoder's feed-forward has no bias")) != TG_OK)
+        return st;
+    return TG_OK;
 }
 
 int tg_decoder_config_from_hf(const char *dir, tg_decoder_config *out)
@@ -229,26 +292,10 @@ int tg_decoder_config_from_hf(const char *dir, tg_decoder_config *out)
 /* ---- the weights' names ---------------------------------------------------------------------- */
 
 /* The per-layer tensors: Hugging Face's name after "model.layers.N.", ours
- * after "trf_blocks.N." (a norm's: its module, then the family's parameter
- * name, "scale" or "weight"). */
-static const struct {
-    const char *hf, *ours;
-    bool norm;    /* ours is a norm module */
-    bool qk_norm; /* only with QK-norm */
-} layer_parts[] = {
-    {"self_attn.q_proj.weight", "att.W_query.weight", false, false},
-    {"self_attn.k_proj.weight", "att.W_key.weight", false, false},
-    {"self_attn.v_proj.weight", "att.W_value.weight", false, false},
-    {"self_attn.o_proj.weight", "att.out_proj.weight", false, false},
-    {"self_attn.q_norm.weight", "att.q_norm", true, true},
-    {"self_attn.k_norm.weight", "att.k_norm", true, true},
-    {"input_layernorm.weight", "norm1", true, false},
-    {"post_attention_layernorm.weight", "norm2", true, false},
-    {"mlp.gate_proj.weight", "ff.fc1.weight", false, false},
-    {"mlp.up_proj.weight", "ff.fc2.weight", false, false},
-    {"mlp.down_proj.weight", "ff.fc3.weight", false, false},
-};
-enum { NPARTS = (int)(sizeof layer_parts / sizeof layer_parts[0]), SLOT_EMBED = 0, SLOT_NORM, SLOT_HEAD, SLOT_LAYERS };
+ * after "<blocks>.N." (a norm's: its module, then the family's parameter
+ * name, "scale" or "weight"): the family's table (src/nn/families.c). */
+#define NPARTS TG__HF_MAX_PARTS
+enum { SLOT_EMBED = 0, SLOT_NORM, SLOT_HEAD, SLOT_LAYERS };
 
 /* One tensor the model takes. */
 typedef struct {
@@ -259,8 +306,9 @@ typedef struct {
 } slot;
 
 /* The slot of a Hugging Face name, or -1: "model.layers.N.<part>" with N a
- * plain decimal below n_layers, or one of the three outside the layers. */
-static int slot_of(const char *name, int64_t n_layers, const slot *slots)
+ * plain decimal below n_layers and <part> one of the family's, or one of the
+ * three outside the layers. */
+static int slot_of(const char *name, int64_t n_layers, const slot *slots, const tg__family *f)
 {
     int k = -1;
     if (strcmp(name, "model.embed_tokens.weight") == 0)
@@ -276,8 +324,8 @@ static int slot_of(const char *name, int64_t n_layers, const slot *slots)
         for (; *p >= '0' && *p <= '9'; p++)
             if ((l = l * 10 + (*p - '0')) >= n_layers) return -1;
         if (*p++ != '.') return -1;
-        for (int i = 0; i < NPARTS; i++)
-            if (strcmp(p, layer_parts[i].hf) == 0) k = SLOT_LAYERS + (int)l * NPARTS + i;
+        for (int i = 0; i < NPARTS && f->hf_parts[i].hf; i++)
+            if (strcmp(p, f->hf_parts[i].hf) == 0) k = SLOT_LAYERS + (int)l * NPARTS + i;
     }
     return k >= 0 && slots[k].hf ? k : -1;
 }
@@ -308,9 +356,9 @@ static char *tape_printf(tg_tape *tp, const char *fmt, ...)
 }
 
 /* Every tensor of the model's family and configuration, with its parameter. */
-static int make_slots(tg_tape *tp, tg_module *model, const tg_decoder_config *cfg, slot **out)
+static int make_slots(tg_tape *tp, tg_module *model, const tg_decoder_config *cfg, const tg__family *f, slot **out)
 {
-    const char *norm = cfg->family == TG_GPT_FAMILY_QWEN3 ? "scale" : "weight";
+    const char *norm = f->norm_book ? "scale" : "weight";
     int64_t n = SLOT_LAYERS + cfg->n_layers * NPARTS;
     slot *s = tg_tape_alloc(tp, sizeof *s * (size_t)n, true);
     if (!s) return TG_ENOMEM;
@@ -319,12 +367,13 @@ static int make_slots(tg_tape *tp, tg_module *model, const tg_decoder_config *cf
     s[SLOT_HEAD] = (slot){"lm_head.weight", "out_head.weight", NULL, -1};
     if (!s[SLOT_NORM].ours) return TG_ENOMEM;
     for (int64_t l = 0; l < cfg->n_layers; l++)
-        for (int i = 0; i < NPARTS; i++) {
-            if (layer_parts[i].qk_norm && !cfg->qk_norm) continue;
+        for (int i = 0; i < NPARTS && f->hf_parts[i].hf; i++) {
+            const tg__hf_part *part = &f->hf_parts[i];
+            if (part->qk_norm && !cfg->qk_norm) continue;
             slot *t = &s[SLOT_LAYERS + l * NPARTS + i];
-            *t = (slot){tape_printf(tp, "model.layers.%lld.%s", (long long)l, layer_parts[i].hf),
-                        tape_printf(tp, "trf_blocks.%lld.%s%s%s", (long long)l, layer_parts[i].ours,
-                                    layer_parts[i].norm ? "." : "", layer_parts[i].norm ? norm : ""),
+            *t = (slot){tape_printf(tp, "model.layers.%lld.%s", (long long)l, part->hf),
+                        tape_printf(tp, "%s.%lld.%s%s%s", f->blocks, (long long)l, part->ours, part->norm ? "." : "",
+                                    part->norm ? norm : ""),
                         NULL, -1};
             if (!t->hf || !t->ours) return TG_ENOMEM;
         }
@@ -333,7 +382,7 @@ static int make_slots(tg_tape *tp, tg_module *model, const tg_decoder_config *cf
         s[k].dst = tg_module_get_parameter(model, s[k].ours);
         if (!s[k].dst)
             return tg_error_status(TG_EINVAL, "load_hf: the %s has no parameter '%s' (not as tg_decoder_new built it?)",
-                                   tg__gpt_class_name(cfg), s[k].ours);
+                                   f->model_class, s[k].ours);
     }
     *out = s;
     return TG_OK;
@@ -343,7 +392,8 @@ static int make_slots(tg_tape *tp, tg_module *model, const tg_decoder_config *cf
 
 typedef struct {
     const char *dir;
-    tg_tape *tp; /* the check's memory: names, slots, headers */
+    const tg__family *fam; /* the model's: its tensor names */
+    tg_tape *tp;           /* the check's memory: names, slots, headers */
     int n_shards;
     const char **file; /* the shards' names in dir */
     const char **path; /* and their paths */
@@ -427,38 +477,51 @@ static const char *shape_of(int ndim, const int64_t *shape, char *buf, size_t si
 /* config.json, when the folder has one, describes the model: every setting
  * the shapes do not show (family, norm eps, RoPE) and the sizes. The
  * context length may differ, and so may tie_head (either loads). */
-static int check_config(tg_tape *tp, const char *dir, const tg_decoder_config *m)
+static int check_config(tg_tape *tp, const char *dir, const tg_decoder_config *given)
 {
     const char *path = join(tp, dir, "config.json");
     struct stat sb;
     if (!path) return TG_ENOMEM;
     if (stat(path, &sb) != 0) return TG_OK;
-    tg_decoder_config h;
+    tg_decoder_config h, m;
     int st = tg_decoder_config_from_hf(dir, &h);
     if (st != TG_OK) return st;
-    if (h.family != m->family)
+    if (h.family != given->family)
         return tg_error_status(TG_EINVAL, "load_hf %s: it describes a %s, the model is a %s", path,
-                               tg__gpt_class_name(&h), tg__gpt_class_name(m));
+                               tg__decoder_class_name(&h), tg__decoder_class_name(given));
+    if (tg_decoder_config_resolve(&h, &h) != TG_OK || tg_decoder_config_resolve(given, &m) != TG_OK) return TG_EINVAL;
+    int64_t diff_layer = -1;
+    for (int64_t i = 0; i < m.n_layers && i < TG_DECODER_MAX_LAYER_TYPES && diff_layer < 0; i++)
+        if (h.layer_types[i] != m.layer_types[i]) diff_layer = i;
     /* every value compared as a double: the sizes are below 2^31, exact */
     const struct {
         const char *name;
         double file, model;
     } fields[] = {
-        {"vocab_size", (double)h.vocab_size, (double)m->vocab_size},
-        {"emb_dim", (double)h.emb_dim, (double)m->emb_dim},
-        {"n_heads", (double)h.n_heads, (double)m->n_heads},
-        {"n_kv_groups", (double)tg__gpt_kv_groups(&h), (double)tg__gpt_kv_groups(m)},
-        {"head_dim", (double)tg__gpt_head_dim(&h), (double)tg__gpt_head_dim(m)},
-        {"hidden_dim", (double)tg__gpt_hidden_dim(&h), (double)tg__gpt_hidden_dim(m)},
-        {"n_layers", (double)h.n_layers, (double)m->n_layers},
-        {"qk_norm", h.qk_norm, m->qk_norm},
-        {"norm_eps", tg__gpt_norm_eps(&h), tg__gpt_norm_eps(m)},
-        {"rope_base", h.rope_base, m->rope_base > 0 ? m->rope_base : 10000.0},
-        {"rope_freq.factor", h.rope_freq.factor, m->rope_freq.factor},
-        {"rope_freq.low_freq_factor", h.rope_freq.low_freq_factor, m->rope_freq.low_freq_factor},
-        {"rope_freq.high_freq_factor", h.rope_freq.high_freq_factor, m->rope_freq.high_freq_factor},
+        {"vocab_size", (double)h.vocab_size, (double)m.vocab_size},
+        {"emb_dim", (double)h.emb_dim, (double)m.emb_dim},
+        {"n_heads", (double)h.n_heads, (double)m.n_heads},
+        {"n_kv_groups", (double)h.n_kv_groups, (double)m.n_kv_groups},
+        {"head_dim", (double)h.head_dim, (double)m.head_dim},
+        {"hidden_dim", (double)h.hidden_dim, (double)m.hidden_dim},
+        {"n_layers", (double)h.n_layers, (double)m.n_layers},
+        {"qk_norm", h.qk_norm, m.qk_norm},
+        {"norm_eps", h.norm_eps, m.norm_eps},
+        {"rope_base", h.rope_base, m.rope_base},
+        {"rope_local_base", h.rope_local_base, m.rope_local_base},
+        {"rope_freq.factor", h.rope_freq.factor, m.rope_freq.factor},
+        {"rope_freq.low_freq_factor", h.rope_freq.low_freq_factor, m.rope_freq.low_freq_factor},
+        {"rope_freq.high_freq_factor", h.rope_freq.high_freq_factor, m.rope_freq.high_freq_factor},
         {"rope_freq.original_context_length", (double)h.rope_freq.original_context_length,
-         (double)m->rope_freq.original_context_length},
+         (double)m.rope_freq.original_context_length},
+        {"sliding_window", (double)h.sliding_window, (double)m.sliding_window},
+        {"query_pre_attn_scalar", h.query_pre_attn_scalar, m.query_pre_attn_scalar},
+        {"norm_offset", h.norm_offset, m.norm_offset},
+        {"post_norms", h.post_norms, m.post_norms},
+        {"emb_scale", h.emb_scale, m.emb_scale},
+        {"norm", (double)h.norm, (double)m.norm},
+        {"mlp", (double)h.mlp, (double)m.mlp},
+        {"qkv_bias", h.qkv_bias, m.qkv_bias},
     };
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
         if (fields[i].file != fields[i].model)
@@ -466,6 +529,9 @@ static int check_config(tg_tape *tp, const char *dir, const tg_decoder_config *m
                                    "load_hf %s: its %s is %.9g, the model's %.9g (build the model from "
                                    "tg_decoder_config_from_hf)",
                                    path, fields[i].name, fields[i].file, fields[i].model);
+    if (diff_layer >= 0)
+        return tg_error_status(TG_EINVAL, "load_hf %s: its layer %lld is %s, the model's %s", path, (long long)diff_layer,
+                               h.layer_types[diff_layer] ? "sliding" : "full", m.layer_types[diff_layer] ? "sliding" : "full");
     return TG_OK;
 }
 
@@ -482,7 +548,7 @@ static int check_shards(folder *f, slot *slots, int n_slots, int64_t n_layers)
         int st = tg__safetensors_header(f->tp, f->path[s], &n, &e);
         if (st != TG_OK) return st;
         for (int i = 0; i < n; i++) {
-            int k = slot_of(e[i].name, n_layers, slots);
+            int k = slot_of(e[i].name, n_layers, slots, f->fam);
             if (k < 0 && skipped(e[i].name)) continue;
             if (k < 0) {
                 if (n_unexpected++ == 0)
@@ -542,7 +608,7 @@ static int apply_shard(folder *f, int s, slot *slots, int64_t n_layers, bool tie
     tg_safetensors file;
     int st = tg_safetensors_load_ex(tp, f->path[s], &(tg_safetensors_options){.keep_bf16 = true}, &file);
     for (int i = 0; st == TG_OK && i < file.n; i++) {
-        int k = slot_of(file.names[i], n_layers, slots);
+        int k = slot_of(file.names[i], n_layers, slots, f->fam);
         const tg_tensor *src = file.tensors[i];
         if (k < 0 && skipped(file.names[i])) continue;
         bool is_float = tg__is_float(src->dtype) || src->dtype == TG_BF16; /* bf16 widens (or stays) as it is copied */
@@ -564,7 +630,7 @@ int tg_decoder_hf_weights(const char *dir, tg_dtype *out)
     if (!dir || !out) return tg_error_status(TG_EINVAL, "hf_weights: NULL argument");
     tg_tape *tp = tg_tape_new();
     if (!tp) return TG_ENOMEM;
-    folder f = {dir, tp, 0, NULL, NULL};
+    folder f = {dir, NULL, tp, 0, NULL, NULL};
     int st = list_shards(&f), n_bf16 = 0, n_other = 0;
     for (int s = 0; st == TG_OK && s < f.n_shards; s++) {
         int n;
@@ -584,23 +650,24 @@ int tg_decoder_load_hf(tg_module *model, const char *dir)
     tg_decoder_config cfg;
     if (tg_decoder_get_config(model, &cfg) != TG_OK)
         return tg_error_status(TG_EINVAL,
-                               "load_hf: the model is a %s, not a Qwen3Model or Llama3Model (tg_decoder_new)",
+                               "load_hf: the model is a %s, not a Qwen3Model, Llama3Model or Gemma3Model (tg_decoder_new)",
                                tg_module_type_name(model));
-    if (cfg.family == TG_GPT_FAMILY_GPT2)
+    const tg__family *fam = tg__family_get(cfg.family);
+    if (!fam || !fam->hf_parts)
         return tg_error_status(TG_EINVAL,
-                               "load_hf: %s is a Qwen3 or Llama 3 folder, the model a GPTModel (a GPT-2 "
+                               "load_hf: %s is a Qwen3, Llama 3 or Gemma 3 folder, the model a %s (a GPT-2 "
                                "model.safetensors loads with tg_gpt_load_hf)",
-                               dir);
+                               dir, tg_module_type_name(model));
     if (cfg.n_layers > (INT32_MAX - SLOT_LAYERS) / NPARTS)
         return tg_error_status(TG_EINVAL, "load_hf: %lld layers are more than this loader counts",
                                (long long)cfg.n_layers);
     tg_tape *tp = tg_tape_new();
     if (!tp) return TG_ENOMEM;
-    folder f = {dir, tp, 0, NULL, NULL};
+    folder f = {dir, fam, tp, 0, NULL, NULL};
     slot *slots = NULL;
     int n_slots = (int)(SLOT_LAYERS + cfg.n_layers * NPARTS);
     int st = check_config(tp, dir, &cfg);
-    if (st == TG_OK) st = make_slots(tp, model, &cfg, &slots);
+    if (st == TG_OK) st = make_slots(tp, model, &cfg, fam, &slots);
     if (st == TG_OK) st = list_shards(&f);
     if (st == TG_OK) st = check_shards(&f, slots, n_slots, cfg.n_layers); /* before anything changes */
     bool tied = st == TG_OK && slots[SLOT_HEAD].dst == slots[SLOT_EMBED].dst;

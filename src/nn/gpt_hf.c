@@ -119,7 +119,7 @@ int tg_gpt_load_hf(tg_module *gpt, const char *path)
     if (st != TG_OK) return st;
     if (cfg.family != TG_GPT_FAMILY_GPT2)
         return tg_error_status(TG_EINVAL, "load_hf: %s is a GPT-2 model.safetensors; a %s loads from its Hugging Face "
-                                          "folder", path, tg__gpt_class_name(&cfg));
+                                          "folder", path, tg__decoder_class_name(&cfg));
     if (!cfg.qkv_bias)
         return tg_error_status(TG_EINVAL, "load_hf: GPT-2's weights have query/key/value biases: build the model "
                                           "with qkv_bias (--qkv-bias)");

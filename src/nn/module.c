@@ -61,7 +61,7 @@ bool tg__check_dropout(const char *op, double p)
 bool tg__check_ninputs(const tg_module *m, int n, int want)
 {
     if (n == want) return true;
-    tg_error("%s: expected %d input%s, got %d", m->type->name, want, want == 1 ? "" : "s", n);
+    tg_error("%s: expected %d input%s, got %d", tg_module_type_name(m), want, want == 1 ? "" : "s", n);
     return false;
 }
 
@@ -123,7 +123,8 @@ const void *tg_module_state_const(const tg_module *m)
     return m ? m->state : tg_error("module_state: NULL module");
 }
 const tg_module_type *tg_module_get_type(const tg_module *m) { return m ? m->type : NULL; }
-const char *tg_module_type_name(const tg_module *m) { return m ? m->type->name : NULL; }
+const char *tg_module_type_name(const tg_module *m) { return !m ? NULL : m->class_name ? m->class_name : m->type->name; }
+void tg__module_set_class(tg_module *m, const char *name) { m->class_name = name; }
 tg_tape *tg_module_tape(const tg_module *m) { return m ? m->tape : NULL; }
 
 /* ---- registration -------------------------------------------------------------------------------- */
@@ -149,15 +150,15 @@ static int put(tg_module *m, int kind, const char *name, void *ptr, bool persist
 {
     tg__entries *all[3] = {&m->params, &m->buffers, &m->children};
     const char *what = kind_names[kind];
-    if (!name) return tg_error_status(TG_EINVAL, "%s: register %s: NULL name", m->type->name, what);
-    if (!name[0]) return tg_error_status(TG_EINVAL, "%s: register %s: empty name", m->type->name, what);
+    if (!name) return tg_error_status(TG_EINVAL, "%s: register %s: NULL name", tg_module_type_name(m), what);
+    if (!name[0]) return tg_error_status(TG_EINVAL, "%s: register %s: empty name", tg_module_type_name(m), what);
     if (strchr(name, '.'))
-        return tg_error_status(TG_EINVAL, "%s: register %s: name '%s' must not contain \".\"", m->type->name, what,
+        return tg_error_status(TG_EINVAL, "%s: register %s: name '%s' must not contain \".\"", tg_module_type_name(m), what,
                                name);
     for (int k = 0; k < 3; k++)
         if (k != kind && find(all[k], name) >= 0)
             return tg_error_status(TG_EINVAL, "%s: register %s: attribute '%s' already exists as a %s",
-                                   m->type->name, what, name, kind_names[k]);
+                                   tg_module_type_name(m), what, name, kind_names[k]);
     tg__entries *e = all[kind];
     int i = find(e, name);
     if (i >= 0) { /* assignment to an existing attribute */
@@ -199,10 +200,10 @@ int tg_module_register_parameter(tg_module *m, const char *name, tg_tensor *p)
     if (st) return st;
     if (!tg__is_float(p->dtype) && p->dtype != TG_BF16)
         return tg_error_status(TG_EINVAL, "%s: parameter '%s' must be float32 or float64 (or a frozen bfloat16), got %s",
-                               m->type->name, name ? name : "(null)", tg_dtype_name(p->dtype));
+                               tg_module_type_name(m), name ? name : "(null)", tg_dtype_name(p->dtype));
     if (p->grad_fn)
         return tg_error_status(TG_EINVAL, "%s: cannot register a non-leaf tensor as parameter '%s' (%s); "
-                               "parameters must be created explicitly", m->type->name, name ? name : "(null)",
+                               "parameters must be created explicitly", tg_module_type_name(m), name ? name : "(null)",
                                tg_grad_fn_name(p));
     st = put(m, 0, name, p, true);
     if (st == TG_OK && !p->is_param) {
@@ -233,7 +234,7 @@ int tg_module_add_module(tg_module *m, const char *name, tg_module *child)
     if (st) return st;
     if (contains(child, m))
         return tg_error_status(TG_EINVAL, "%s: add_module '%s': the %s is %s, which would make a cycle",
-                               m->type->name, name ? name : "(null)", child->type->name,
+                               tg_module_type_name(m), name ? name : "(null)", tg_module_type_name(child),
                                child == m ? "the module itself" : "an ancestor of it");
     return put(m, 2, name, child, true);
 }
@@ -253,7 +254,7 @@ static tg_module *step(const char *op, const tg_module *m, const char **path)
             return m->children.items[i].ptr;
         }
     }
-    return tg_error("%s: %s has no submodule `%.*s`", op, m->type->name, (int)len, *path);
+    return tg_error("%s: %s has no submodule `%.*s`", op, tg_module_type_name(m), (int)len, *path);
 }
 
 /* The module holding the last component of dotted and that component. */
@@ -285,7 +286,7 @@ static tg_tensor *get_tensor(const char *op, const char *what, const tg_module *
     if (!o) return NULL;
     const tg__entries *e = kind == 0 ? &o->params : &o->buffers;
     int i = find(e, leaf);
-    if (i < 0) return tg_error("%s: %s has no %s `%s`", op, o->type->name, what, leaf);
+    if (i < 0) return tg_error("%s: %s has no %s `%s`", op, tg_module_type_name(o), what, leaf);
     return e->items[i].ptr;
 }
 
@@ -305,7 +306,7 @@ static bool child_index(const tg_module *m, int i)
 {
     if (!m) return tg_error("child: NULL module"), false;
     if (i < 0 || i >= m->children.n)
-        return tg_error("child: index %d is out of range for %s with %d children", i, m->type->name,
+        return tg_error("child: index %d is out of range for %s with %d children", i, tg_module_type_name(m),
                         m->children.n), false;
     return true;
 }
@@ -325,7 +326,7 @@ const char *tg_module_child_name(const tg_module *m, int i)
 bool tg__module_check_call(const char *op, const tg_module *m, int n, tg_tensor *const *inputs)
 {
     if (!m) return tg_error("%s: NULL module", op), false;
-    const char *name = m->type->name;
+    const char *name = tg_module_type_name(m);
     if (n < 0 || (n > 0 && !inputs)) return tg_error("%s: bad input list (%d inputs)", name, n), false;
     for (int i = 0; i < n; i++)
         if (!inputs[i]) return tg__error_null_input(name), false;
@@ -360,7 +361,7 @@ tg_tensor *tg_module_call(tg_tape *tp, tg_module *m, int n, tg_tensor *const *in
 
 tg_tensor *tg__module_run(tg_tape *tp, tg_module *m, int n, tg_tensor *const *inputs)
 {
-    const char *name = m->type->name;
+    const char *name = tg_module_type_name(m);
     tg__saved_error before;
     tg__error_push(&before);
     /* the tape's numerics, or the module's pin (tg_module_set_numerics),
@@ -443,7 +444,7 @@ int tg_module_set_recompute(tg_module *m, bool on)
     if (!m) return tg_error_status(TG_EINVAL, "set_recompute: NULL module");
     if (on && !m->type->forward)
         return tg_error_status(TG_EINVAL, "set_recompute: %s has no forward to recompute (a container: mark its "
-                                          "children)", m->type->name);
+                                          "children)", tg_module_type_name(m));
     m->recompute = on;
     return TG_OK;
 }

@@ -20,6 +20,8 @@ typedef struct {
 
 struct tg_module {
     const tg_module_type *type;
+    const char *class_name; /* print(model)'s name when a family names the type
+                             * its own way (tg__module_set_class); NULL: type->name */
     tg_tape *tape;
     void *state;
     bool training, fused, kv_cache;
@@ -78,27 +80,59 @@ bool tg__is_linear(const tg_module *m);
 bool tg__lora_parts(const tg_module *m, tg_module **linear, tg_tensor **a, tg_tensor **b, double *scale);
 /* A built-in Linear's weight and bias (NULL without one); false for any other module. */
 bool tg__linear_weights(const tg_module *m, tg_tensor **w, tg_tensor **b);
-/* Whether m is the built-in MultiHeadAttention with the built-in Linear as
- * out_proj: its output is a fresh tensor that nothing else reads. */
-bool tg__is_mha_owning_output(const tg_module *m);
-/* Whether m is the built-in MultiHeadAttention under FAST or BF16, without
- * KV cache and without dropout to draw (eval mode or p = 0), which
- * tg__mha_forward_last_position runs. */
-bool tg__mha_last_position_ok(const tg_module *m, tg_numerics nm);
+/* The decoder's attention (src/nn/attention.c): the book's
+ * MultiHeadAttention and GroupedQueryAttention as one module of features.
+ * forward(x) or, with RoPE, forward(x, cos, sin), cos and sin the table rows
+ * of x's positions. */
+typedef struct {
+    const char *class_name; /* print(model)'s name */
+    int64_t d_in, d_out;    /* x's features; out_proj's output features */
+    int64_t context_length, num_heads, num_kv_groups, head_dim;
+    double dropout;         /* on the attention weights in training */
+    bool qkv_bias, out_bias;
+    bool qk_norm;           /* q_norm and k_norm: RMSNorm(head_dim) with these: */
+    double norm_eps, norm_offset;
+    bool norm_book;         /* their parameter "scale" (else nn.RMSNorm's "weight") */
+    bool rope;
+    double q_scale;         /* > 0: queries times it after RoPE, scores not divided */
+    int64_t window;         /* > 0: a key is masked when i - j >= window */
+    bool mask_buffer;       /* the book's MultiHeadAttention: a "dropout" child and the
+                             * causal "mask" buffer (state_dict) */
+    bool kvq_init;          /* built W_key, W_value, W_query (Llama 3) */
+    bool keys_first;        /* forward computes the keys before the queries */
+    bool merge_view;        /* heads merged by .contiguous().view() (else .reshape()) */
+} tg__attention_spec;
+tg_module *tg__attention_new(tg_tape *tp, const tg__attention_spec *spec, tg_dtype weights);
+bool tg__is_attention(const tg_module *m);
+/* The attention with the built-in Linear as out_proj: its output is a
+ * fresh tensor that nothing else reads. */
+bool tg__attention_owns_output(const tg_module *m);
+/* Whether tg__attention_last_position runs m under policy nm: FAST or BF16,
+ * no KV cache, no dropout to draw. */
+bool tg__attention_last_position_ok(const tg_module *m, tg_numerics nm);
 /* Its forward's last position only, (b, 1, d_out): keys and values of all T
- * positions of x (b, T, d_in), the query of the last, which the causal mask
- * lets see every key. The same values as the full forward's last row, not
- * the same bits (other products, no fused attention node). */
-tg_tensor *tg__mha_forward_last_position(tg_tape *tp, tg_module *m, tg_tensor *x);
+ * positions of x (b, T, d_in), the query of the last. The same values as
+ * the full forward's last row, not the same bits. */
+tg_tensor *tg__attention_last_position(tg_tape *tp, tg_module *m, int n, tg_tensor *const *in);
+/* print(model)'s name for m (the family's), in place of its type's. */
+void tg__module_set_class(tg_module *m, const char *name);
+/* RMSNorm(dim, eps) computing x_norm * (offset + w), w starting at 1 -
+ * offset; book: the parameter is "scale" and the repr "RMSNorm()". */
+tg_module *tg__rms_norm_new_ex(tg_tape *tp, int64_t dim, double eps, double offset, bool book);
+/* The book's LayerNorm with another eps. */
+tg_module *tg__layer_norm_new_eps(tg_tape *tp, int64_t dim, double eps);
+/* Whether m is the built-in LayerNorm or RMSNorm (its output nothing else reads). */
+bool tg__is_norm(const tg_module *m);
 /* Whether m is the built-in Dropout and draws (training, p > 0). */
 bool tg__dropout_draws(const tg_module *m);
 /* The context (b, H, T, hd) of the queries q (b, H, T, hd) of positions p0
- * .. p0+T-1 over a KV cache's keys and values (b, G, p0 + T, hd), read in
- * place by tg__attend_cached under FAST and BF16 (no dropout). *done false:
- * not that case (EXACT, float64, graph recorded), the caller runs the
- * composed ops; true with NULL: failed with an error. */
+ * .. p0+T-1 over a KV cache's keys and values (b, G, p0 + T, hd), the
+ * scores divided by scale, keys further back than window (> 0) masked, read
+ * in place by tg__attend_cached under FAST and BF16 (no dropout). *done
+ * false: not that case (EXACT, float64, graph recorded), the caller runs
+ * the composed ops; true with NULL: failed with an error. */
 tg_tensor *tg__attend_cache_in_place(tg_tape *tp, tg_tensor *q, tg_tensor *keys, tg_tensor *values, int64_t p0,
-                                     bool *done);
+                                     double scale, int64_t window, bool *done);
 /* Whether m is the built-in Sequential. */
 bool tg__is_sequential(const tg_module *m);
 /* The built-in Dropout m's forward, its product written over x (x a tensor
@@ -110,32 +144,6 @@ tg_tensor *tg__dropout_forward_over(tg_tape *tp, tg_module *m, tg_tensor *x);
  * previous setting returned. */
 bool tg__gpt_set_last_logits_only(tg_module *gpt, bool on);
 
-/* The decoder's derived sizes (gpt.c): head_dim, kv groups, feed-forward
- * width and norm eps with their defaults applied. */
-int64_t tg__gpt_head_dim(const tg_decoder_config *c);
-const char *tg__gpt_class_name(const tg_decoder_config *c);
-int64_t tg__gpt_kv_groups(const tg_decoder_config *c);
-int64_t tg__gpt_hidden_dim(const tg_decoder_config *c);
-double tg__gpt_norm_eps(const tg_decoder_config *c);
-/* The book's RMSNorm of qwen3.py: parameter "scale", print "RMSNorm()". */
-tg_module *tg__rms_norm_scale_new(tg_tape *tp, int64_t dim, double eps);
-
-/* A RoPE model's cos and sin tables (rows, head_dim), float32, computed as
- * the book's compute_rope_params computes them, rows added as positions ask
- * for them (decoder.c). */
-typedef struct {
-    int64_t head_dim, context_length;
-    double base;
-    tg_rope_freq freq;
-    int64_t rows;
-    tg_tensor *cos, *sin; /* in the model's tape */
-} tg__rope;
-/* Rows 0 .. rows-1 computed (TG_EINVAL beyond context_length). */
-int tg__rope_need(tg__rope *r, tg_tape *tp, int64_t rows);
-/* The parts of a Qwen3 / Llama 3 model added to m in the book's order, and
- * its blocks run on x (b, T, d) at positions p0 .. p0+T-1. */
-int tg__rope_decoder_build(tg_tape *tp, tg_module *m, const tg_decoder_config *cfg);
-tg_tensor *tg__rope_decoder_blocks(tg_tape *tp, tg_module *m, tg__rope *r, tg_tensor *x, int64_t p0);
 /* A parameter made by init (a torch.nn.init fill) in dt: TG_F32 as
  * tg_parameter_new then init; TG_BF16 frozen, filled in place (the random
  * fills draw bf16 as float32 and round each value: the float32 draw's
@@ -147,5 +155,71 @@ tg_module *tg__linear_new_as(tg_tape *tp, int64_t in_features, int64_t out_featu
 tg_module *tg__embedding_new_as(tg_tape *tp, int64_t num, int64_t dim, tg_dtype dt);
 /* v as Python's repr(float) writes it ("0.0", "0.1", "1e-05"). */
 void tg__py_float(char *buf, size_t size, double v);
+
+/* ---- the decoder's families (src/nn/families.c) ---- */
+
+/* A per-layer tensor of a Hugging Face folder: its name after
+ * "model.layers.N.", ours after "<blocks>.N." (a norm: the module, whose
+ * parameter is "scale" or "weight" as the family names it). */
+typedef struct {
+    const char *hf, *ours;
+    bool norm;    /* ours is a norm module */
+    bool qk_norm; /* only with QK-norm */
+} tg__hf_part;
+#define TG__HF_MAX_PARTS 13
+
+/* A family's names and defaults: what differs between the book's models
+ * besides their features. */
+typedef struct {
+    tg_gpt_family family;
+    const char *name;             /* for messages: "GPT-2", "Qwen3", "Llama 3", "Gemma 3" */
+    const char *model_class;      /* print(model)'s first line: "GPTModel", ... */
+    const char *attention_class;  /* "MultiHeadAttention" or "GroupedQueryAttention" */
+    const char *blocks;           /* the blocks' child: "trf_blocks" or "blocks" */
+    bool blocks_sequential;       /* an nn.Sequential (GPT-2), else an nn.ModuleList */
+    const char *norm_names[4];    /* in construction order: before the attention, after it,
+                                   * before the feed-forward, after it (the second and
+                                   * fourth with post_norms only) */
+    bool norm_book;               /* RMSNorm's parameter "scale" (the book's), else
+                                   * nn.RMSNorm's "weight" */
+    bool kvq_init;                /* attention built W_key, W_value, W_query */
+    bool keys_first;              /* attention's forward computes the keys first */
+    bool merge_view;              /* heads merged by .contiguous().view() */
+    bool dropout;                 /* Dropout modules (drop_emb, drop_shortcut, the
+                                   * attention's dropout and mask buffer) */
+    bool bias;                    /* out_proj and the GELU MLP's Linear layers have biases */
+    double norm_eps;
+    tg_norm_kind norm;
+    tg_positions_kind positions;
+    tg_mlp_kind mlp;
+    const char *hf_model_type;    /* config.json's model_type */
+    const tg__hf_part *hf_parts;  /* its folders' per-layer tensors, ended by a NULL hf
+                                   * (NULL: a GPT-2 file, src/nn/gpt_hf.c) */
+    const char *tokenizer;        /* its tokenizer's data folder */
+} tg__family;
+/* The family's entry; NULL for an unknown one. */
+const tg__family *tg__family_get(tg_gpt_family f);
+/* The family whose Hugging Face model_type this is; NULL if none. */
+const tg__family *tg__family_of_hf(const char *model_type);
+
+/* ---- RoPE tables (src/nn/rope.c) ---- */
+
+/* A RoPE model's cos and sin tables (rows, head_dim), float32, computed as
+ * the book's compute_rope_params computes them, rows added as positions ask
+ * for them. */
+typedef struct {
+    int64_t head_dim, context_length;
+    double base;
+    tg_rope_freq freq;
+    int64_t rows;
+    tg_tensor *cos, *sin; /* in the model's tape */
+} tg__rope;
+/* Rows 0 .. rows-1 computed (TG_EINVAL beyond context_length). */
+int tg__rope_need(tg__rope *r, tg_tape *tp, int64_t rows);
+
+/* ---- the decoder (src/nn/decoder.c) ---- */
+
+/* The decoder's class name: its family's model class. */
+const char *tg__decoder_class_name(const tg_decoder_config *c);
 
 #endif

@@ -105,7 +105,7 @@ static const tg_function recompute_fn = {
 
 tg_tensor *tg__recompute_call(tg_tape *tp, tg_module *m, int n, tg_tensor *const *inputs)
 {
-    if (!tp) return tg_error("%s: module_call_recompute: NULL tape", m->type->name);
+    if (!tp) return tg_error("%s: module_call_recompute: NULL tape", tg_module_type_name(m));
     tg_named_list ps;
     if (tg__module_parameters(tp, m, &ps) != TG_OK) return NULL;
     recompute c = {.m = m, .nin = n, .numerics = tg_tape_numerics(tp)};

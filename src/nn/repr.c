@@ -22,7 +22,7 @@ static char *extra_text(const tg_module *m, int *status)
     int len = m->type->extra_repr ? m->type->extra_repr(m, small, sizeof small) : 0;
     if (len < 0) {
         *status = len;
-        if (!tg_last_error()[0]) tg_error("repr: %s's extra_repr failed (%d)", m->type->name, len);
+        if (!tg_last_error()[0]) tg_error("repr: %s's extra_repr failed (%d)", tg_module_type_name(m), len);
         return NULL;
     }
     char *s = malloc((size_t)len + 1);
@@ -37,7 +37,7 @@ static char *extra_text(const tg_module *m, int *status)
     else if (m->type->extra_repr(m, s, (size_t)len + 1) != len) {
         free(s);
         *status = tg_error_status(TG_EINVAL, "repr: %s's extra_repr changed its length between calls",
-                                  m->type->name);
+                                  tg_module_type_name(m));
         return NULL;
     }
     return s;
@@ -48,7 +48,7 @@ static void render(tg__strbuf *t, const tg_module *m, int indent, int *status)
     if (*status) return;
     char *extra = extra_text(m, status);
     if (!extra) return;
-    tg__sb_puts(t, m->type->name);
+    tg__sb_puts(t, tg_module_type_name(m));
     tg__sb_puts(t, "(");
     bool one_line = extra[0] && !strchr(extra, '\n') && m->children.n == 0;
     if (one_line) {

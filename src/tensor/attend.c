@@ -125,7 +125,7 @@ static void axpys(float *o, const float *w, int m, const float *v, int64_t n, bo
 }
 
 int tg__attend_cached(tg_tensor *out, tg_numerics nm, const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
-                      int64_t p0, double scale)
+                      int64_t p0, double scale, int64_t window)
 {
     if (nm == TG_NUMERICS_EXACT || q->dtype != TG_F32 || k->dtype != TG_F32 || v->dtype != TG_F32 ||
         out->dtype != TG_F32 || q->ndim != 4 || k->ndim != 4 || !tg_same_shape(k, v) || !tg_is_contiguous(out))
@@ -158,7 +158,8 @@ int tg__attend_cached(tg_tensor *out, tg_numerics nm, const tg_tensor *q, const 
         for (int64_t t = 0; t < tasks; t++) {
             if (!buf) continue;
             int64_t i = t % T, c = t / T % chunks, grp = t / (T * chunks) % G, bi = t / (T * chunks * G);
-            int64_t h0 = grp * g + c * per, n = p0 + i + 1;
+            int64_t h0 = grp * g + c * per, lo = window > 0 && p0 + i - window + 1 > 0 ? p0 + i - window + 1 : 0;
+            int64_t n = p0 + i + 1 - lo; /* keys lo .. p0 + i */
             int m = (int)(g - c * per < per ? g - c * per : per);
             float *qr = buf, *sj = qr + per * hd, *s = sj + per * P, *w = s + per * P;
             float *o = od + ((bi * T + i) * H + h0) * hd; /* the m heads' outputs, side by side */
@@ -171,6 +172,7 @@ int tg__attend_cached(tg_tensor *out, tg_numerics nm, const tg_tensor *q, const 
                     qr[e * hd + x] = rnd ? tg__bf16_round(qx) : qx;
                 }
             }
+            kg += lo * k->stride[2], vg += lo * v->stride[2];
             for (int64_t j = 0; j < n; j++) dots(sj + j * per, qr, m, kg + j * k->stride[2], hd, rnd, vec);
             for (int e = 0; e < m; e++) {
                 float *se = s + e * n;

@@ -60,8 +60,13 @@ tg_tensor *tg__function_apply_with(tg_tape *tp, const tg_function *f, int n, tg_
  * dropout drawn from g's PyTorch stream. heads_inner (q 4-D or more): the
  * (..., h, T, hd) context is a view of (..., T, h, hd) storage, which
  * transpose(-3, -2) makes contiguous. */
-/* Whether a bool (T, T) mask is the book's causal one (j > i masked). */
-bool tg__mask_is_causal(const tg_tensor *mask);
+/* Whether a bool (T, T) mask is the book's causal one (j > i masked), with
+ * window > 0 also i - j >= window (a sliding layer's). */
+bool tg__mask_is_causal(const tg_tensor *mask, int64_t window);
+/* tg_scaled_dot_product_attention with the scores times scale and, causal
+ * with window > 0, keys further back than the window masked. */
+tg_tensor *tg__sdpa(tg_tape *tp, tg_tensor *q, tg_tensor *k, tg_tensor *v, bool causal, int64_t window, double scale,
+                    double dropout_p, tg_generator *g);
 tg_tensor *tg__attention(tg_tape *tp, tg_tensor *q, tg_tensor *kT, tg_tensor *v, const tg_tensor *mask, double d,
                          double p, tg_generator *g, bool heads_inner);
 /* The book's FeedForward, Linear (W1, b1), GELU (tanh), Linear (W2, b2), as
@@ -346,13 +351,14 @@ static inline void tg__store_elem(tg_dtype dt, void *p, double v)
 }
 /* Attention of the queries q (b, H, T, hd) of positions p0 .. p0+T-1 over
  * the keys and values k, v (b, G, p0 + T, hd) of a KV cache, each with a
- * unit last stride: softmax(q k^T / scale) v under the causal mask, head h
+ * unit last stride: softmax(q k^T / scale) v under the causal mask (with
+ * window > 0 also keys i - j >= window masked), head h
  * reading group h / (H / G), written to out (b, T, H, hd) contiguous (the
  * heads already side by side). FAST and BF16 only (src/tensor/attend.c):
  * 0 done, 1 not this kernel's case (EXACT, not float32, other shapes;
  * nothing written), -1 failed with an error. */
 int tg__attend_cached(tg_tensor *out, tg_numerics nm, const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
-                      int64_t p0, double scale);
+                      int64_t p0, double scale, int64_t window);
 /* BF16 products on the CPU's bf16 hardware (src/tensor/bf16.c): whether they
  * run there now (tg_numerics_bf16_native and not forced to emulate); one
  * product as tg_k_gemm takes it (float32): 0 done, 1 nothing written (the

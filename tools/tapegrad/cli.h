@@ -102,9 +102,10 @@ bool tg_cli_hf_gpt2_file(int argc, char **argv);
  * zero fields keep the preset's value. */
 typedef struct {
     const char *config;
-    int64_t vocab, context, emb, heads, layers, hidden, head_dim, kv_groups;
-    double dropout, rope_base;
-    bool dropout_seen, qkv_bias, rope_base_seen, qk_norm, no_qk_norm, config_seen;
+    int64_t vocab, context, emb, heads, layers, hidden, head_dim, kv_groups, sliding_window;
+    double dropout, rope_base, rope_local_base, query_pre_attn_scalar;
+    bool dropout_seen, qkv_bias, rope_base_seen, qk_norm, no_qk_norm, config_seen, sliding_window_seen;
+    const char *norm, *mlp, *layer_types; /* --norm layer|rms, --mlp gelu|swiglu|geglu, --layer-types LIST */
     bool recompute; /* --recompute: tg_gpt_set_recompute on the model built */
     uint64_t seed;
     const char *precision; /* --precision: exact (default), fast, bf16 */
@@ -126,15 +127,21 @@ bool tg_cli_model_parse(const tg_cli_command *c, int argc, char **argv, tg_cli_m
     "model (MODEL) options, applied over the preset:\n"                                    \
     "  --config NAME   gpt2-small (default), gpt2-medium, gpt2-large, gpt2-xl,\n"           \
     "                  qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, llama3.2-1b,\n"      \
-    "                  llama3.2-3b (the book's configurations)\n"                         \
+    "                  llama3.2-3b, gemma3-270m (the book's configurations)\n"           \
     "  --vocab N --context N --emb N --heads N --layers N\n"                               \
     "  --hidden N      feed-forward width (GPT-2: 4 * emb)\n"                              \
-    "  --head-dim N    (Qwen3) attention head size, free of emb / heads\n"                 \
-    "  --kv-groups N   (Qwen3, Llama 3) key-value groups of grouped-query attention\n"     \
-    "  --rope-base X   (Qwen3, Llama 3) RoPE's theta base\n"                               \
-    "  --qk-norm, --no-qk-norm  (Qwen3) RMSNorm on queries and keys, or not\n"             \
+    "  --head-dim N    attention head size (default emb / heads)\n"                       \
+    "  --kv-groups N   key-value groups of grouped-query attention (default heads)\n"     \
+    "  --norm layer|rms  LayerNorm or RMSNorm (default the family's)\n"                   \
+    "  --mlp gelu|swiglu|geglu  the feed-forward (default the family's)\n"                \
+    "  --rope-base X   RoPE's theta base (full layers; RoPE families)\n"                   \
+    "  --rope-local-base X  RoPE's theta base of sliding layers (Gemma 3: 10000)\n"        \
+    "  --sliding-window N  the window of sliding layers (alone: every layer slides)\n"     \
+    "  --layer-types L comma list of sliding and full, one per layer\n"                   \
+    "  --query-pre-attn-scalar X  queries times X ** -0.5 after RoPE (Gemma 3)\n"          \
+    "  --qk-norm, --no-qk-norm  RMSNorm on queries and keys, or not\n"                    \
     "  --dropout P     (GPT-2) drop_rate in [0, 1) (0.1)\n"                                \
-    "  --qkv-bias      (GPT-2) biases on the query/key/value projections\n"                \
+    "  --qkv-bias      biases on the query/key/value projections\n"                       \
     "  --seed N        torch.manual_seed before the model is built (123)\n"                \
     "  --precision P   exact (PyTorch's float32 bits, default), fast (float32, own\n"       \
     "                  kernels and call shapes) or bf16 (bf16 products, float32\n"         \
@@ -142,7 +149,7 @@ bool tg_cli_model_parse(const tg_cli_command *c, int argc, char **argv, tg_cli_m
     "  --recompute     training: each transformer block's activations recomputed in\n"     \
     "                  backward (torch.utils.checkpoint), same dropout masks and\n"       \
     "                  numbers, less memory (docs/training.md, \"Memory\")\n"                   \
-    "  --weights W     (Qwen3, Llama 3) bf16 or f32: the frozen weights' storage;\n"      \
+    "  --weights W     (RoPE families) bf16 or f32: the frozen weights' storage;\n"      \
     "                  bf16 draws each weight rounded, half the memory (default f32;\n"   \
     "                  bf16 for generate and LoRA from a --hf folder storing BF16)\n"
 
@@ -233,7 +240,7 @@ typedef struct {
     "  --json               end with one JSON line (the rows and the task's values)\n"
 /* The model's part of a training run's identity (tg_checkpoint_value):
  * its sizes, biases, seed and dropout into v[0..TG_CLI_MODEL_NIDENTITY). */
-#define TG_CLI_MODEL_NIDENTITY 17
+#define TG_CLI_MODEL_NIDENTITY 26
 int tg_cli_model_identity(const tg_decoder_config *c, uint64_t seed, tg_checkpoint_value *v);
 /* TG_CLI_OK when every id of ids[0..n) is below vocab; else the line
  * "what: id N is outside the model's vocabulary (--vocab V)". */
@@ -283,8 +290,18 @@ int tg_cli_stdout_error(int err);
  * tg_cli_stdout_error when the write failed, else tg_cli_lib_error. */
 int tg_cli_print_error(const char *cmd);
 /* The whole of the file named by option opt (standard input for "-" when
- * allow_stdin), malloc'd; NULL with the error line printed for cmd. */
+ * allow_stdin), malloc'd with one byte more than its *len bytes: a NUL
+ * always follows the content (buf[*len] == '\0'), so the buffer is a C
+ * string where the content holds no NUL byte itself (tg_cli_check_no_nul
+ * says whether it does). NULL with the error line printed for cmd. */
 char *tg_cli_read_file(const char *cmd, const char *opt, const char *path, bool allow_stdin, size_t *len);
+/* TG_CLI_OK when the len bytes read from option opt's file path hold no NUL
+ * byte, so that text is read whole as a C string; otherwise the one error
+ * line naming the file, the first NUL's byte offset and why the text must
+ * hold none ("--file notes.txt: NUL byte at offset 57 (--chat takes text
+ * without NUL bytes)"), and TG_CLI_USAGE. */
+int tg_cli_check_no_nul(const char *cmd, const char *opt, const char *path, const char *text, size_t len,
+                        const char *why);
 /* TG_CLI_OK when the output file of option opt can be written: path is a
  * regular file or nothing yet, and can be created or replaced as an atomic
  * save replaces it (nothing is changed). Otherwise the one error line

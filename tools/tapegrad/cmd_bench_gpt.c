@@ -308,14 +308,14 @@ int tg_cmd_bench_gpt(int argc, char **argv)
     for (int i = 0; i < T_N; i++) t[i] = buf + i * a.steps;
     gpt_bench_result res = {.ranks = tg_dist_size()};
     rc = run(&a, &mo, &cfg, dist, t, &res);
-    if (rc == TG_CLI_OK && tg_dist_rank() == 0) {
+    if (rc == TG_CLI_OK && tg_dist_rank() == 0 && tg_decoder_config_resolve(&cfg, &cfg) == TG_OK) {
         double B = (double)a.batch, T = (double)a.tokens, d = (double)cfg.emb_dim, L = (double)cfg.n_layers;
         double V = (double)cfg.vocab_size;
         double hd = (double)(cfg.head_dim ? cfg.head_dim : cfg.emb_dim / cfg.n_heads), H = (double)cfg.n_heads;
         double G = (double)(cfg.n_kv_groups ? cfg.n_kv_groups : cfg.n_heads);
         double h = (double)(cfg.hidden_dim ? cfg.hidden_dim : 4 * cfg.emb_dim);
         /* W_query, W_key, W_value, out_proj, the feed-forward's two (GELU) or three (SwiGLU) and out_head */
-        double att = 2 * d * H * hd + 2 * d * G * hd, ff = (cfg.family == TG_GPT_FAMILY_GPT2 ? 2 : 3) * d * h;
+        double att = 2 * d * H * hd + 2 * d * G * hd, ff = (cfg.mlp == TG_MLP_GELU ? 2 : 3) * d * h;
         double linear = L * (att + ff) + d * V;
         double flops = 6 * linear * B * T + 12 * L * B * T * T * H * hd;
         for (int k = 0; k < T_N; k++) res.ms[k] = tg_cli_median(t[k], a.steps);

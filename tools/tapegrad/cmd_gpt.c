@@ -71,7 +71,10 @@ static int print_rope_summary(tg_module *model)
     int64_t total = tg_module_num_parameters(model);
     int64_t emb = tg_numel(tg_module_get_parameter(model, "tok_emb.weight"));
     int64_t hd = c.head_dim ? c.head_dim : c.emb_dim / c.n_heads;
-    double elems = 2.0 * (double)total + 2.0 * (double)c.context_length * (double)hd;
+    /* the book's calc_model_memory_size: parameters, their gradients and the
+     * RoPE buffers (cos and sin; Gemma 3's local and global pairs) */
+    double tables = c.sliding_window > 0 ? 4.0 : 2.0;
+    double elems = 2.0 * (double)total + tables * (double)c.context_length * (double)hd;
     char a[40], b[40];
     with_commas(a, sizeof a, total);
     with_commas(b, sizeof b, total - emb);
@@ -97,7 +100,7 @@ int tg_cmd_summary(int argc, char **argv)
         rc = tg_cli_lib_error("summary", NULL);
     } else if (tg_module_print(stdout, gpt) != TG_OK) {
         rc = tg_cli_print_error("summary");
-    } else if (cfg.family != TG_GPT_FAMILY_GPT2) {
+    } else if (tg_decoder_config_resolve(&cfg, &cfg) == TG_OK && cfg.positions == TG_POSITIONS_ROPE) {
         rc = print_rope_summary(gpt);
     } else {
         int64_t total = tg_module_num_parameters(gpt);

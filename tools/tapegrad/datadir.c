@@ -73,16 +73,19 @@ tg_tokenizer *tg_cli_model_tokenizer(const char *path, const char *hf, const tg_
         return tg_cli_tokenizer(file);
     }
     if (path || cfg->family == TG_GPT_FAMILY_GPT2) return tg_cli_tokenizer(path);
-    if (cfg->family == TG_GPT_FAMILY_LLAMA3)
-        return tg_error("Llama 3's tokenizer is not shipped (Meta's licence): give --tokenizer FILE "
-                        "(tools/fetch_tokenizers.sh fetches it)");
-    /* Qwen3's tokenizer.json lives beside GPT-2's files: DATA/qwen3 */
-    const char *gpt2 = vocab_dir();
-    if (!gpt2) return NULL;
-    char qwen[4096];
+    /* the family's tokenizer.json beside GPT-2's files: DATA/<folder>; Qwen3's
+     * is installed, Llama 3's and Gemma 3's are not (their owners' terms) */
+    const char *gpt2 = vocab_dir(), *folder = tg_decoder_family_tokenizer(cfg->family);
+    if (!gpt2 || !folder) return NULL;
+    char file[4096];
     const char *slash = strrchr(gpt2, '/');
     int n = slash ? (int)(slash - gpt2) : 0;
-    if (snprintf(qwen, sizeof qwen, "%.*s%sqwen3/tokenizer.json", n, gpt2, slash ? "/" : "") >= (int)sizeof qwen)
+    if (snprintf(file, sizeof file, "%.*s%s%s/tokenizer.json", n, gpt2, slash ? "/" : "", folder) >= (int)sizeof file)
         return tg_error("the data directory's path is too long");
-    return tg_cli_tokenizer(qwen);
+    struct stat st;
+    if (stat(file, &st) != 0)
+        return tg_error("%s's tokenizer is not shipped (its owner's terms): give --tokenizer FILE "
+                        "(tools/fetch_tokenizers.sh fetches it)",
+                        tg_decoder_family_name(cfg->family));
+    return tg_cli_tokenizer(file);
 }

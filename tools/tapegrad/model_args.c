@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define MODEL_NOPTS 18
+#define MODEL_NOPTS 24
 
 void tg_cli_model_defaults(tg_cli_model *m, int64_t context)
 {
@@ -32,6 +32,14 @@ static int model_opts(tg_cli_model *m, tg_opt *opts)
          .seen = &m->rope_base_seen},
         {.name = "--qk-norm", .type = TG_OPT_FLAG, .dest = &m->qk_norm},
         {.name = "--no-qk-norm", .type = TG_OPT_FLAG, .dest = &m->no_qk_norm},
+        {.name = "--norm", .type = TG_OPT_STRING, .dest = &m->norm},
+        {.name = "--mlp", .type = TG_OPT_STRING, .dest = &m->mlp},
+        {.name = "--sliding-window", .type = TG_OPT_INT, .dest = &m->sliding_window, .imin = 1, .imax = 1 << 24,
+         .seen = &m->sliding_window_seen},
+        {.name = "--layer-types", .type = TG_OPT_STRING, .dest = &m->layer_types},
+        {.name = "--rope-local-base", .type = TG_OPT_DOUBLE, .dest = &m->rope_local_base, .dmin = 1e-300, .dmax = 1e300},
+        {.name = "--query-pre-attn-scalar", .type = TG_OPT_DOUBLE, .dest = &m->query_pre_attn_scalar, .dmin = 1e-300,
+         .dmax = 1e300},
         {.name = "--seed", .type = TG_OPT_U64, .dest = &m->seed},
         {.name = "--precision", .type = TG_OPT_STRING, .dest = &m->precision},
         {.name = "--recompute", .type = TG_OPT_FLAG, .dest = &m->recompute},
@@ -54,6 +62,59 @@ static int model_weights(const char *cmd, const tg_cli_model *m, const char *hf,
     return TG_CLI_OK;
 }
 
+/* name's index in the NULL-ended list, or -1 */
+static int one_of(const char *name, const char *const *list)
+{
+    for (int i = 0; list[i]; i++)
+        if (strcmp(name, list[i]) == 0) return i;
+    return -1;
+}
+
+/* --norm, --mlp, --sliding-window and --layer-types into cfg (the preset's
+ * features changed, as any family's). A window without --layer-types on a
+ * preset that has no sliding layers makes every layer slide. */
+static int model_features(const char *cmd, const tg_cli_model *m, tg_decoder_config *cfg)
+{
+    static const char *const norms[] = {"layer", "rms", NULL}, *const mlps[] = {"gelu", "swiglu", "geglu", NULL};
+    int k;
+    if (m->norm && (k = one_of(m->norm, norms)) < 0)
+        return tg_cli_error(cmd, "--norm: '%.40s' is not one of layer, rms", m->norm);
+    if (m->norm) cfg->norm = k == 0 ? TG_NORM_LAYER : TG_NORM_RMS;
+    if (m->mlp && (k = one_of(m->mlp, mlps)) < 0)
+        return tg_cli_error(cmd, "--mlp: '%.40s' is not one of gelu, swiglu, geglu", m->mlp);
+    if (m->mlp) cfg->mlp = k == 0 ? TG_MLP_GELU : k == 1 ? TG_MLP_SWIGLU : TG_MLP_GEGLU;
+    if (m->sliding_window_seen) {
+        bool any = false;
+        for (int i = 0; i < TG_DECODER_MAX_LAYER_TYPES; i++) any |= cfg->layer_types[i] == TG_LAYER_SLIDING;
+        if (!any && !m->layer_types) tg_decoder_config_layer_pattern(cfg, 0);
+        cfg->sliding_window = m->sliding_window;
+    }
+    if (!m->layer_types) return TG_CLI_OK;
+    const char *p = m->layer_types;
+    int64_t n = 0;
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        bool sliding = len == 7 && strncmp(p, "sliding", 7) == 0, full = len == 4 && strncmp(p, "full", 4) == 0;
+        if (!sliding && !full)
+            return tg_cli_error(cmd, "--layer-types: entry %lld '%.*s' is not sliding or full", (long long)n + 1,
+                                (int)(len > 40 ? 40 : len), p);
+        if (n >= cfg->n_layers)
+            return tg_cli_error(cmd, "--layer-types: more entries than the model's %lld layers", (long long)cfg->n_layers);
+        if (sliding && n >= TG_DECODER_MAX_LAYER_TYPES)
+            return tg_cli_error(cmd, "--layer-types: layer %lld slides; only the first %d layers can", (long long)n + 1,
+                                TG_DECODER_MAX_LAYER_TYPES);
+        if (n < TG_DECODER_MAX_LAYER_TYPES) cfg->layer_types[n] = sliding ? TG_LAYER_SLIDING : TG_LAYER_FULL;
+        n++;
+        p += len;
+        if (*p == ',' && !*++p) return tg_cli_error(cmd, "--layer-types: the list ends with a comma");
+    }
+    if (n != cfg->n_layers)
+        return tg_cli_error(cmd, "--layer-types: %lld entries for %lld layers (one sliding or full per layer)",
+                            (long long)n, (long long)cfg->n_layers);
+    for (int64_t i = n; i < TG_DECODER_MAX_LAYER_TYPES; i++) cfg->layer_types[i] = TG_LAYER_FULL;
+    return TG_CLI_OK;
+}
+
 /* The configuration the options ask for, checked: TG_CLI_OK, or the error
  * line printed for cmd. */
 static int model_config(const char *cmd, tg_cli_model *m, tg_decoder_config *cfg)
@@ -66,7 +127,10 @@ static int model_config(const char *cmd, tg_cli_model *m, tg_decoder_config *cfg
         const char *fixed = m->config_seen ? "--config" : m->vocab ? "--vocab" : m->emb ? "--emb" : m->heads ? "--heads" : m->layers ? "--layers"
                             : m->hidden ? "--hidden" : m->head_dim ? "--head-dim" : m->kv_groups ? "--kv-groups"
                             : m->rope_base_seen ? "--rope-base" : m->qk_norm ? "--qk-norm" : m->no_qk_norm ? "--no-qk-norm"
-                            : m->dropout_seen && m->dropout != 0 ? "--dropout" : m->qkv_bias ? "--qkv-bias" : NULL;
+                            : m->dropout_seen && m->dropout != 0 ? "--dropout" : m->qkv_bias ? "--qkv-bias"
+                            : m->norm ? "--norm" : m->mlp ? "--mlp" : m->sliding_window_seen ? "--sliding-window"
+                            : m->layer_types ? "--layer-types" : m->rope_local_base ? "--rope-local-base"
+                            : m->query_pre_attn_scalar ? "--query-pre-attn-scalar" : NULL;
         if (fixed) return tg_cli_error(cmd, "%s: the model's configuration comes from %s/config.json", fixed, hf);
         if (tg_decoder_config_from_hf(hf, cfg) != TG_OK) return tg_cli_error(cmd, "--hf: %s", tg_last_error());
         if (m->context) cfg->context_length = m->context;
@@ -83,15 +147,14 @@ static int model_config(const char *cmd, tg_cli_model *m, tg_decoder_config *cfg
     if (m->dropout_seen) cfg->drop_rate = m->dropout;
     if (m->qkv_bias) cfg->qkv_bias = true;
     if (m->qk_norm && m->no_qk_norm) return tg_cli_error(cmd, "--qk-norm and --no-qk-norm are exclusive");
-    bool gpt2 = cfg->family == TG_GPT_FAMILY_GPT2;
-    const char *rope_only = m->kv_groups ? "--kv-groups" : m->rope_base_seen ? "--rope-base" : NULL;
-    if (gpt2 && rope_only) return tg_cli_error(cmd, "%s: %s is a GPT-2 configuration (learned positions, one "
-                                               "key-value group per head)", rope_only, m->config);
     if (m->hidden) cfg->hidden_dim = m->hidden;
     if (m->head_dim) cfg->head_dim = m->head_dim;
     if (m->kv_groups) cfg->n_kv_groups = m->kv_groups;
     if (m->rope_base_seen) cfg->rope_base = m->rope_base;
+    if (m->rope_local_base) cfg->rope_local_base = m->rope_local_base;
+    if (m->query_pre_attn_scalar) cfg->query_pre_attn_scalar = m->query_pre_attn_scalar;
     if (m->qk_norm || m->no_qk_norm) cfg->qk_norm = m->qk_norm;
+    if ((st = model_features(cmd, m, cfg)) != TG_CLI_OK) return st;
     if ((st = model_weights(cmd, m, NULL, cfg)) != TG_CLI_OK) return st;
     if (tg_decoder_config_check(cfg) != TG_OK) return tg_cli_error(cmd, "%s", tg_last_error());
     return TG_CLI_OK;

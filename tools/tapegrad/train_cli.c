@@ -54,6 +54,16 @@ void tg_cli_train_options(const tg_cli_train *t, tg_trainer_options *o)
     o->progress = isatty(STDERR_FILENO) && !t->json && tg_dist_rank() == 0;
 }
 
+/* The layers' types as one number (FNV-1a over the first n_layers, at most
+ * the array's), kept below 2^62 so the checkpoint's JSON integer holds it. */
+static uint64_t layer_types_hash(const tg_decoder_config *c)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (int64_t i = 0; i < c->n_layers && i < TG_DECODER_MAX_LAYER_TYPES; i++)
+        h = (h ^ c->layer_types[i]) * 0x100000001b3ULL;
+    return h >> 2;
+}
+
 /* A rank that failed alone while the others wait in a collective ends the
  * job; every rank failing alike returns as one process does. */
 static int fail(const char *cmd, int st)
@@ -182,6 +192,15 @@ int tg_cli_model_identity(const tg_decoder_config *c, uint64_t seed, tg_checkpoi
         {.name = "--rope-base", .is_float = true, .f = c->rope_base},
         {.name = "the RoPE frequency smoothing", .is_float = true, .f = c->rope_freq.factor},
         {.name = "the norms' eps", .is_float = true, .f = c->norm_eps},
+        {.name = "--norm", .i = (int64_t)c->norm},
+        {.name = "--mlp", .i = (int64_t)c->mlp},
+        {.name = "--sliding-window", .i = c->sliding_window},
+        {.name = "--layer-types", .i = (int64_t)layer_types_hash(c)},
+        {.name = "--rope-local-base", .is_float = true, .f = c->rope_local_base},
+        {.name = "--query-pre-attn-scalar", .is_float = true, .f = c->query_pre_attn_scalar},
+        {.name = "the norms' weight offset", .is_float = true, .f = c->norm_offset},
+        {.name = "the norms after each sublayer", .i = c->post_norms},
+        {.name = "the embeddings' scale", .i = c->emb_scale},
     };
     memcpy(v, id, sizeof id);
     return TG_CLI_MODEL_NIDENTITY;
