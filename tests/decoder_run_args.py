@@ -1,11 +1,12 @@
-"""The MODEL options of a Qwen3 or Llama 3 run in tests/ref/decoder_train.json
-(written by tools/reference/decoder_train.py), shared by
+"""The MODEL options of a Qwen3, Llama 3 or Gemma 3 run in
+tests/ref/decoder_train.json or gemma3_train.json (written by
+tools/reference/decoder_train.py and gemma3_train.py), shared by
 check_pretrain_output.py and check_finetune_output.py: --config with the
 family's preset, the run's sizes, --tokenizer. A run without "family" is
 GPT-2's (None)."""
 import os
 
-PRESETS = {"qwen3": "qwen3-0.6b", "llama3": "llama3.2-1b"}
+PRESETS = {"qwen3": "qwen3-0.6b", "llama3": "llama3.2-1b", "gemma3": "gemma3-270m"}
 
 
 class Skip(Exception):
@@ -26,6 +27,11 @@ def model_args(run, root):
     """The options, or None for a GPT-2 run; raises Skip."""
     if "family" not in run:
         return None
+    if "model_args" in run:  # a run that records its options (tests/ref/gemma3_train.json)
+        a = list(run["model_args"])
+        a[a.index("--tokenizer") + 1] = tokenizer_path(run, root)
+        assert a[a.index("--config") + 1] == PRESETS[run["family"]], a
+        return [str(x) for x in a]
     c = run["config"]
     a = ["--tokenizer", tokenizer_path(run, root), "--config", PRESETS[run["family"]], "--seed", run["seed"],
          "--vocab", c["vocab_size"], "--context", c["context_length"], "--emb", c["emb_dim"],

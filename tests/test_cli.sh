@@ -112,6 +112,22 @@ expect_all "summary qwen3" 6 "Qwen3Model(" "(q_norm): RMSNorm()" "Total number o
 LL="--config llama3.2-1b --vocab 1000 --layers 1 --emb 64 --heads 4 --hidden 128 --kv-groups 2"
 expect_all "summary llama3" 3 "Llama3Model(" "(norm1): RMSNorm((64,), eps=1e-05, elementwise_affine=True)" \
     "(W_key): Linear(in_features=64, out_features=32, bias=False)" "$TG" summary $LL
+# Gemma 3 270M as the notebook prints it (a smaller vocabulary keeps the
+# build quick): four norms per block, the separate head, 4 RoPE buffers
+GM="--config gemma3-270m --vocab 1000"
+expect_all "summary gemma3" 5 "Gemma3Model(" "(post_feedforward_layernorm): RMSNorm()" \
+    "Total number of parameters: 101,606,016" "Total number of unique parameters: 100,966,016" \
+    "float32 (PyTorch default): 0.88 GB" "$TG" summary $GM
+# features mixed across families, from the command line (tests/test_decoder.c,
+# test_mixing, checks what they compute): RoPE with a qkv bias, QK-norm on a
+# Llama-shaped block, GeGLU in a Qwen3-shaped one, GPT-2 with RMSNorm
+expect_all "summary qwen3 --qkv-bias" 1 "(W_query): Linear(in_features=1024, out_features=2048, bias=True)" \
+    "$TG" summary $QW --qkv-bias
+expect_all "summary llama3 --qk-norm" 1 "(k_norm): RMSNorm((16,), eps=1e-05, elementwise_affine=True)" \
+    "$TG" summary $LL --qk-norm
+expect_all "summary gpt2 --norm rms --mlp swiglu" 2 "(norm1): RMSNorm()" \
+    "(fc3): Linear(in_features=128, out_features=32, bias=False)" \
+    "$TG" summary --vocab 100 --context 16 --emb 32 --heads 4 --layers 1 --hidden 128 --norm rms --mlp swiglu
 # a small Qwen3 with Qwen3's own tokenizer (the default for the family):
 # the KV cache gives the same ids, and a chat prompt stops at the end of a turn
 QS="--config qwen3-0.6b --emb 32 --heads 4 --head-dim 32 --kv-groups 2 --layers 1 --hidden 64"
@@ -243,6 +259,32 @@ printf '[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "He
 expect_contains "tokenize --messages" "151644 872 198 13048 151645 198 151644 77091 198 9707 0 151645 198" \
     "$TG" tokenize --tokenizer "$QWEN" --messages "$TMP/chat.json"
 expect_contains "tokenize qwen3 --decode" "<|im_start|>user" "$TG" tokenize --tokenizer "$QWEN" --decode "151644 872"
+# --chat --file: the message is the file's 57 bytes, no more (the ids of
+# --text), from a file and from standard input. MALLOC_PERTURB_ makes glibc
+# fill every new heap block with 0xbe (the sanitizers' allocator does so
+# by itself), so a buffer handed on without a NUL after the content fails
+# on every run ("invalid UTF-8 at byte 57 of its content") instead of
+# taking in whatever the heap held after it.
+printf 'Give me a brief introduction to the large language models' >"$TMP/msg57.txt"
+if want=$("$TG" tokenize --tokenizer "$QWEN" --chat --text "$(cat "$TMP/msg57.txt")" 2>"$TMP/err") &&
+    got=$(MALLOC_PERTURB_=65 "$TG" tokenize --tokenizer "$QWEN" --chat --file "$TMP/msg57.txt" 2>"$TMP/err") &&
+    [ "$got" = "$want" ] && grep -q ' tokens from 57 bytes ' "$TMP/err"; then ok; else
+    bad "tokenize --chat --file (57 bytes): '${got:-}' != '${want:-}' $(head -1 "$TMP/err")"
+fi
+if got=$(MALLOC_PERTURB_=65 "$TG" tokenize --tokenizer "$QWEN" --chat --file - <"$TMP/msg57.txt" 2>"$TMP/err") &&
+    [ "$got" = "$want" ]; then ok; else
+    bad "tokenize --chat --file - (57 bytes): '${got:-}' != '${want:-}' $(head -1 "$TMP/err")"
+fi
+# a NUL byte in a --chat message or a --messages file: one line naming the
+# file and the byte's offset, never the text cut at the NUL
+printf 'Hi\000there' >"$TMP/nul.txt"
+printf '[{"role": "user", "content": "Hi\000"}]' >"$TMP/nul.json"
+if "$TG" tokenize --tokenizer "$QWEN" --chat --file "$TMP/nul.txt" >/dev/null 2>"$TMP/err"; then bad "tokenize --chat --file with a NUL byte: exit 0"
+elif [ $? -eq 2 ] && [ "$(cat "$TMP/err")" = "tapegrad tokenize: --file $TMP/nul.txt: NUL byte at offset 2 (--chat takes text without NUL bytes)" ]; then ok
+else bad "tokenize --chat --file with a NUL byte: $(head -2 "$TMP/err" | tr '\n' '|')"; fi
+if "$TG" tokenize --tokenizer "$QWEN" --messages "$TMP/nul.json" >/dev/null 2>"$TMP/err"; then bad "tokenize --messages with a NUL byte: exit 0"
+elif [ $? -eq 2 ] && [ "$(cat "$TMP/err")" = "tapegrad tokenize: --messages $TMP/nul.json: NUL byte at offset 32 (JSON text holds no NUL byte)" ]; then ok
+else bad "tokenize --messages with a NUL byte: $(head -2 "$TMP/err" | tr '\n' '|')"; fi
 expect_contains "generate --chat qwen3" '"input_ids":[151644,872,198,13048,151645,198,151644,77091,198,' "$TG" generate \
     --tokenizer "$QWEN" --chat --prompt Hi --vocab 151669 --context 64 --emb 16 --heads 2 --layers 1 --max-new-tokens 2 --json
 if [ "$QUICK" = 0 ]; then
@@ -651,15 +693,19 @@ summary --layers 0
 summary --heads 5
 summary --config gpt5
 summary --config qwen3-0.6b --dropout 0.1
-summary --config qwen3-0.6b --qkv-bias
 summary --config qwen3-0.6b --kv-groups 3
 summary --config qwen3-0.6b --head-dim 7
 summary --config qwen3-0.6b --qk-norm --no-qk-norm
-summary --config llama3.2-1b --head-dim 32
-summary --config llama3.2-1b --qk-norm
-summary --kv-groups 2
 summary --rope-base 10000
-summary --head-dim 32
+summary --norm batch
+summary --mlp relu
+summary --config gemma3-270m --layer-types sliding,full
+summary --config gemma3-270m --layers 2 --layer-types sliding,middle
+summary --config gemma3-270m --layers 2 --layer-types sliding,
+summary --config gemma3-270m --sliding-window 0
+summary --config gemma3-270m --norm layer
+summary --config gemma3-270m --query-pre-attn-scalar 0
+summary --config gemma3-270m --rope-local-base -1
 summary --config qwen3-0.6b --rope-base 0
 generate --config llama3.2-1b --layers 1 --emb 64 --heads 2 --kv-groups 2
 generate --hf $(dirname "$0")/ref/hf_qwen3_tiny --emb 32
@@ -791,6 +837,8 @@ tokenize --tokenizer $DATA/qwen3 --text "$(printf 'caf\303')"
 tokenize --tokenizer $DATA/qwen3 --chat --text "$(printf 'caf\303')"
 tokenize --tokenizer $DATA/qwen3 --messages $TMP/badentry.json
 tokenize --tokenizer $DATA/qwen3 --messages $TMP/truncated.json
+tokenize --tokenizer $DATA/qwen3 --chat --file $TMP/nul.txt
+tokenize --tokenizer $DATA/qwen3 --messages $TMP/nul.json
 tokenize --tokenizer $DATA/qwen3 --decode "151669"
 generate --tokenizer $DATA/qwen3 --prompt "<think>" --max-new-tokens 1 --vocab 100 --context 16 --emb 8 --heads 2 --layers 1
 generate --think

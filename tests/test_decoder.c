@@ -1,7 +1,8 @@
-/* Qwen3 and Llama 3.2 as configurations of the one decoder, against the
- * book's own code (pkg/llms_from_scratch/qwen3.py, llama3.py and their
- * kv_cache versions) run under PyTorch 1.13 in float32:
- * tests/ref/decoder.json, written by tools/reference/decoder.py.
+/* Qwen3, Llama 3.2 and Gemma 3 as configurations of the one decoder,
+ * against the book's own code (pkg/llms_from_scratch/qwen3.py, llama3.py
+ * and their kv_cache versions; the Gemma 3 notebooks of ch05/12_gemma3) run
+ * under PyTorch 1.13 in float32: tests/ref/decoder.json and gemma3.json,
+ * written by tools/reference/decoder.py and gemma3.py.
  *
  * EXACT means PyTorch's bits: every logit and gradient is compared to the
  * bit, in full where the file holds the values and through a digest (FNV-1a
@@ -15,7 +16,7 @@
 
 #include "testutil.h"
 
-static json_t *g_ref;
+static json_t *g_ref, *g_gemma;
 
 static const json_t *jget(const json_t *o, const char *k)
 {
@@ -153,7 +154,8 @@ static void test_rope_tables(void **state)
     (void)state;
     const json_t *r;
     size_t i;
-    json_array_foreach(jget(g_ref, "rope"), i, r) {
+    for (int f = 0; f < 2; f++)
+    json_array_foreach(jget(f ? g_gemma : g_ref, "rope"), i, r) {
         tg_tape *tp = tg_tape_new();
         const json_t *f = jget(r, "freq_config");
         tg_rope_freq freq = {0};
@@ -266,6 +268,173 @@ static void test_generate(void **state)
                          (long long)json_integer_value(json_array_get(want, (size_t)k)));
         tg_tape_free(mt);
     }
+}
+
+/* ---- Gemma 3 ------------------------------------------------------------------------------ */
+
+/* The book's Gemma 3 config dict as the decoder's: the gemma3-270m preset's
+ * features with the dict's sizes, bases, window and layer types. */
+static tg_decoder_config gemma_config_of(const json_t *c)
+{
+    tg_decoder_config cfg;
+    assert_int_equal(tg_decoder_config_preset("gemma3-270m", &cfg), TG_OK);
+    cfg.vocab_size = jint(c, "vocab_size"), cfg.context_length = jint(c, "context_length");
+    cfg.emb_dim = jint(c, "emb_dim"), cfg.n_heads = jint(c, "n_heads"), cfg.n_layers = jint(c, "n_layers");
+    cfg.hidden_dim = jint(c, "hidden_dim"), cfg.n_kv_groups = jint(c, "n_kv_groups"), cfg.head_dim = jint(c, "head_dim");
+    cfg.qk_norm = json_is_true(jget(c, "qk_norm"));
+    cfg.rope_base = jnum(c, "rope_base"), cfg.rope_local_base = jnum(c, "rope_local_base");
+    cfg.sliding_window = jint(c, "sliding_window"), cfg.query_pre_attn_scalar = jnum(c, "query_pre_attn_scalar");
+    const json_t *lt = jget(c, "layer_types"), *v;
+    size_t i;
+    memset(cfg.layer_types, 0, sizeof cfg.layer_types);
+    json_array_foreach(lt, i, v) cfg.layer_types[i] = strcmp(json_string_value(v), "sliding_attention") == 0;
+    assert_int_equal(tg_decoder_config_check(&cfg), TG_OK);
+    return cfg;
+}
+
+/* A case's model: built after manual_seed(seed) as the book builds it (its
+ * state_dict then equals the reference's, which a digest-only case checks
+ * here), and with "norms": "random" given the reference's state_dict, whose
+ * norms are no longer zero. */
+static tg_module *gemma_model(tg_tape *mt, const json_t *c)
+{
+    tg_decoder_config cfg = gemma_config_of(jget(c, "config"));
+    tg_module *m = build(mt, &cfg, (uint64_t)jint(c, "seed"));
+    tg_tape *tp = tg_tape_new();
+    const json_t *sd = jget(c, "state_dict"), *v;
+    const char *k;
+    tg_named_list l = {0};
+    l.names = calloc(json_object_size(sd), sizeof *l.names);
+    l.tensors = calloc(json_object_size(sd), sizeof *l.tensors);
+    bool full = true;
+    json_object_foreach((json_t *)sd, k, v) {
+        if (!json_object_get(v, "data")) {
+            full = false;
+            char what[160];
+            snprintf(what, sizeof what, "%s as built: %s", json_string_value(jget(c, "name")), k);
+            assert_bits(tg_module_get_parameter(m, k), v, what);
+            continue;
+        }
+        l.names[l.n] = k, l.tensors[l.n++] = tu_tensor_from_json(tp, v, TG_F32);
+    }
+    if (full && tg_module_load_state_dict(m, &l) != TG_OK) fail_msg("load_state_dict: %s", tg_last_error());
+    free(l.names);
+    free(l.tensors);
+    tg_tape_free(tp);
+    return m;
+}
+
+static const json_t *gemma_case(const char *name)
+{
+    const json_t *c;
+    size_t i;
+    json_array_foreach(jget(g_gemma, "cases"), i, c) if (strcmp(json_string_value(jget(c, "name")), name) == 0) return c;
+    fail_msg("gemma3.json: no case %s", name);
+    return NULL;
+}
+
+/* logits, loss and every gradient to the bit, composed and fused; the
+ * repr, names, keys and parameter count as the book's */
+static void test_gemma3_cases(void **state)
+{
+    (void)state;
+    const json_t *c;
+    size_t i;
+    json_array_foreach(jget(g_gemma, "cases"), i, c) for (int fused = 0; fused < 2; fused++)
+    {
+        const char *name = json_string_value(jget(c, "name"));
+        tg_decoder_config cfg = gemma_config_of(jget(c, "config"));
+        tg_tape *mt = tg_tape_new(), *tp = tg_tape_new();
+        tg_module *m = gemma_model(mt, c);
+        tg_module_train(m, true);
+        tg_module_set_fused(m, fused);
+        char *r = repr_of(m);
+        assert_string_equal(r, json_string_value(jget(c, "repr")));
+        free(r);
+        tg_named_list l;
+        assert_int_equal(tg_module_named_parameters(tp, m, &l), TG_OK);
+        assert_names(&l, jget(c, "parameter_names"));
+        assert_int_equal(tg_module_state_dict(tp, m, &l), TG_OK);
+        assert_names(&l, jget(c, "state_dict_keys"));
+        assert_int_equal(tg_module_num_parameters(m), jint(c, "num_parameters"));
+        assert_int_equal(tg_decoder_config_num_parameters(&cfg), jint(c, "num_parameters"));
+        tg_tensor *ids = tu_tensor_from_json(tp, jget(c, "ids"), TG_DTYPE_COUNT);
+        tg_tensor *targets = tu_tensor_from_json(tp, jget(c, "targets"), TG_DTYPE_COUNT);
+        tg_tensor *logits = tg_module_forward(tp, m, ids);
+        tu_assert_ok(logits);
+        char what[160];
+        snprintf(what, sizeof what, "%s%s logits", name, fused ? " (fused)" : "");
+        assert_bits(logits, jget(c, "logits"), what);
+        assert_string_equal(tg_grad_fn_name(logits), json_string_value(jget(c, "logits_grad_fn")));
+        int64_t B = logits->shape[0], T = logits->shape[1], V = logits->shape[2];
+        int64_t flat[2] = {B * T, V}, tflat[1] = {B * T};
+        tg_tensor *loss =
+            tg_cross_entropy(tp, tg_view(tp, logits, 2, flat), tg_view(tp, targets, 1, tflat), TG_REDUCE_MEAN);
+        tu_assert_ok(loss);
+        if ((float)tg_item(loss) != (float)jnum(c, "loss"))
+            fail_msg("%s: loss %.9g, PyTorch %.9g", what, tg_item(loss), jnum(c, "loss"));
+        assert_int_equal(tg_backward(loss, NULL, false), TG_OK);
+        assert_int_equal(tg_module_named_parameters(tp, m, &l), TG_OK);
+        for (int k = 0; k < l.n; k++) {
+            snprintf(what, sizeof what, "%s%s grad %s", name, fused ? " (fused)" : "", l.names[k]);
+            assert_bits(l.tensors[k]->grad, jget(jget(c, "grads"), l.names[k]), what);
+        }
+        tg_tape_free(tp);
+        tg_tape_free(mt);
+    }
+}
+
+/* greedy and sampled ids with and without the KV cache (sliding layers
+ * keep their window), past the window */
+static void test_gemma3_generate(void **state)
+{
+    (void)state;
+    const json_t *g;
+    size_t i;
+    json_array_foreach(jget(g_gemma, "generate"), i, g) {
+        const char *name = json_string_value(jget(g, "name"));
+        tg_tape *mt = tg_tape_new();
+        tg_module *m = gemma_model(mt, gemma_case(json_string_value(jget(g, "case"))));
+        const json_t *prompt = jget(g, "prompt"), *want = jget(g, "ids");
+        int64_t np = (int64_t)json_array_size(prompt), p[64], out[128], n = 0;
+        for (int64_t k = 0; k < np; k++) p[k] = (int64_t)json_integer_value(json_array_get(prompt, (size_t)k));
+        tg_generate_options o = {.max_new_tokens = jint(g, "max_new_tokens"), .temperature = jnum(g, "temperature"),
+                                 .top_k = jint(g, "top_k"), .eos_id = -1, .no_kv_cache = !json_is_true(jget(g, "cache"))};
+        tg_manual_seed((uint64_t)jint(g, "sample_seed"));
+        if (tg_gpt_generate(m, p, np, &o, out, &n) != TG_OK) fail_msg("%s: %s", name, tg_last_error());
+        if (n != (int64_t)json_array_size(want)) fail_msg("%s: %lld ids, PyTorch %zu", name, (long long)n, json_array_size(want));
+        for (int64_t k = 0; k < n; k++)
+            if (out[k] != (int64_t)json_integer_value(json_array_get(want, (size_t)k)))
+                fail_msg("%s: id %lld is %lld, PyTorch %lld", name, (long long)k, (long long)out[k],
+                         (long long)json_integer_value(json_array_get(want, (size_t)k)));
+        tg_tape_free(mt);
+    }
+}
+
+/* GEMMA3_CONFIG_270M: 435,870,336 parameters with its separate head,
+ * 268,098,176 tied, the book's state_dict keys (built as a bf16 model: the
+ * preset's size, without float32's memory) */
+static void test_gemma3_preset(void **state)
+{
+    (void)state;
+    const json_t *p = jget(g_gemma, "preset");
+    tg_decoder_config c;
+    assert_int_equal(tg_decoder_config_preset("gemma3-270m", &c), TG_OK);
+    tg_decoder_config want = gemma_config_of(jget(p, "config"));
+    /* the preset's pattern goes on past its 18 layers (a larger --layers keeps it) */
+    for (int64_t i = c.n_layers; i < TG_DECODER_MAX_LAYER_TYPES; i++) want.layer_types[i] = c.layer_types[i];
+    assert_memory_equal(&c, &want, sizeof c);
+    assert_int_equal(tg_decoder_config_num_parameters(&c), jint(p, "num_parameters"));
+    c.tie_head = true;
+    assert_int_equal(tg_decoder_config_num_parameters(&c), jint(p, "num_parameters_tied"));
+    c.tie_head = false, c.weights = TG_BF16, c.vocab_size = 64; /* the keys, without 335 M embedding values */
+    tg_tape *mt = tg_tape_new(), *tp = tg_tape_new();
+    tg_module *m = build(mt, &c, 123);
+    tg_named_list l;
+    assert_int_equal(tg_module_state_dict(tp, m, &l), TG_OK);
+    assert_names(&l, jget(p, "state_dict_keys"));
+    tg_tape_free(tp);
+    tg_tape_free(mt);
 }
 
 /* ---- configurations ------------------------------------------------------------------------ */
@@ -597,13 +766,17 @@ int main(int argc, char **argv)
     (void)argc;
     tu_reference_kernels(argv);
     g_ref = tu_load_ref("decoder.json");
+    g_gemma = tu_load_ref("gemma3.json");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_digest),       cmocka_unit_test(test_rope_tables),  cmocka_unit_test(test_presets),
         cmocka_unit_test(test_bad_configs),  cmocka_unit_test(test_gradcheck_layers), cmocka_unit_test(test_cases),
         cmocka_unit_test(test_generate),     cmocka_unit_test(test_kv_cache_policies),
         cmocka_unit_test(test_prepare_numerics), cmocka_unit_test(test_mixing),
+        cmocka_unit_test(test_gemma3_cases), cmocka_unit_test(test_gemma3_generate),
+        cmocka_unit_test(test_gemma3_preset),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     json_decref(g_ref);
+    json_decref(g_gemma);
     return rc;
 }

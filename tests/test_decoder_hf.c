@@ -1,4 +1,4 @@
-/* A Hugging Face Qwen3 folder in the decoder (tg_decoder_config_from_hf,
+/* Hugging Face Qwen3 and Gemma 3 folders in the decoder (tg_decoder_config_from_hf,
  * tg_decoder_load_hf): tests/ref/hf_qwen3_tiny/ (config.json, two BF16
  * shards and their index) and tests/ref/decoder.json's "hf" entry, both
  * written by tools/reference/decoder.py: the book's Qwen3Model loaded from
@@ -473,13 +473,9 @@ static void check_ids(const int64_t *got, int64_t n, const json_t *want, const c
                      (long long)json_integer_value(json_array_get(want, (size_t)i)));
 }
 
-static void test_generate(void **state)
+/* greedy and sampled ids, with and without the KV cache, as g_hf's */
+static void generate_runs(tg_module *m)
 {
-    (void)state;
-    tg_decoder_config cfg;
-    assert_int_equal(tg_decoder_config_from_hf(g_dir, &cfg), TG_OK);
-    tg_tape *mt = tg_tape_new();
-    tg_module *m = load_model(mt, &cfg, g_dir);
     int64_t prompt[64], np, out[128], n = 0;
     prompt_of(prompt, &np);
     const struct {
@@ -497,7 +493,71 @@ static void test_generate(void **state)
         if (tg_gpt_generate(m, prompt, np, &o, out, &n) != TG_OK) fail_msg("%s: %s", runs[r].key, tg_last_error());
         check_ids(out, n, jget(g_hf, runs[r].key), runs[r].key);
     }
+}
+
+static void test_generate(void **state)
+{
+    (void)state;
+    tg_decoder_config cfg;
+    assert_int_equal(tg_decoder_config_from_hf(g_dir, &cfg), TG_OK);
+    tg_tape *mt = tg_tape_new();
+    generate_runs(load_model(mt, &cfg, g_dir));
     tg_tape_free(mt);
+}
+
+/* ---- Gemma 3: a gemma3_text folder ------------------------------------------------------------ */
+
+/* tests/ref/hf_gemma3_tiny/ and gemma3.json's "hf" (tools/reference/gemma3.py):
+ * the notebook's Gemma3Model loaded by its load_weights_into_gemma from two
+ * BF16 shards without lm_head.weight; its config.json read into the
+ * decoder's features, the logits' digest and the generated ids, with the
+ * weights widened to float32 and kept in bf16. */
+static void test_gemma3_folder(void **state)
+{
+    (void)state;
+    json_t *ref = tu_load_ref("gemma3.json");
+    const json_t *saved = g_hf;
+    char saved_dir[sizeof g_dir];
+    memcpy(saved_dir, g_dir, sizeof g_dir);
+    g_hf = jget(ref, "hf");
+    tu_ref_path(g_dir, sizeof g_dir, json_string_value(jget(g_hf, "dir")));
+    tg_decoder_config cfg, want;
+    assert_int_equal(tg_decoder_config_from_hf(g_dir, &cfg), TG_OK);
+    assert_int_equal(tg_decoder_config_preset("gemma3-270m", &want), TG_OK);
+    const json_t *c = jget(g_hf, "config"), *lt = jget(c, "layer_types"), *v;
+    assert_int_equal(cfg.family, TG_GPT_FAMILY_GEMMA3);
+    assert_int_equal(cfg.sliding_window, jint(c, "sliding_window"));
+    assert_true(cfg.query_pre_attn_scalar == jnum(c, "query_pre_attn_scalar"));
+    assert_true(cfg.rope_local_base == jnum(c, "rope_local_base") && cfg.rope_base == jnum(c, "rope_base"));
+    assert_true(cfg.tie_head && cfg.qk_norm && cfg.post_norms && cfg.emb_scale && cfg.norm_offset == 1);
+    assert_int_equal(cfg.head_dim, jint(c, "head_dim"));
+    size_t i;
+    json_array_foreach(lt, i, v)
+        assert_int_equal(cfg.layer_types[i], strcmp(json_string_value(v), "sliding_attention") == 0);
+    tg_dtype stored;
+    assert_int_equal(tg_decoder_hf_weights(g_dir, &stored), TG_OK);
+    assert_int_equal(stored, TG_BF16);
+    for (int w = 0; w < 2; w++) {
+        cfg.weights = w ? TG_BF16 : TG_F32;
+        tg_tape *mt = tg_tape_new();
+        tg_module *m = load_model(mt, &cfg, g_dir);
+        assert_ptr_equal(tg_module_get_parameter(m, "out_head.weight"), tg_module_get_parameter(m, "tok_emb.weight"));
+        tu_assert_ok(tg_module_get_parameter(m, "blocks.3.pre_feedforward_layernorm.scale"));
+        if (!w) check_logits(m, "gemma3_text");
+        generate_runs(m);
+        tg_tape_free(mt);
+    }
+    /* the folder's config describes the model: another window is refused */
+    tg_tape *mt = tg_tape_new();
+    cfg.weights = TG_F32, cfg.sliding_window += 1;
+    tg_manual_seed(1);
+    tg_module *m = tg_decoder_new(mt, &cfg);
+    tu_assert_ok(m);
+    assert_one_line_error(tg_decoder_load_hf(m, g_dir), "its sliding_window is 4, the model's 5");
+    tg_tape_free(mt);
+    g_hf = saved;
+    memcpy(g_dir, saved_dir, sizeof g_dir);
+    json_decref(ref);
 }
 
 /* ---- Llama 3: its names, a single model.safetensors, a separate lm_head ---------------------- */
@@ -817,6 +877,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_config_errors),    cmocka_unit_test(test_digest_check),
         cmocka_unit_test(test_logits),           cmocka_unit_test(test_generate),
         cmocka_unit_test(test_llama_round_trip), cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_gemma3_folder),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -103,7 +103,10 @@ TG_API tg_tensor *tg_sqrt(tg_tape *tp, tg_tensor *a);
 TG_API tg_tensor *tg_rsqrt(tg_tape *tp, tg_tensor *a); /* 1 / sqrt(a): RsqrtBackward0 */
 TG_API tg_tensor *tg_tanh(tg_tape *tp, tg_tensor *a);
 TG_API tg_tensor *tg_relu(tg_tape *tp, tg_tensor *a);
-TG_API tg_tensor *tg_gelu(tg_tape *tp, tg_tensor *a); /* tanh approximation */
+TG_API tg_tensor *tg_gelu(tg_tape *tp, tg_tensor *a); /* tanh approximation, as the book's GELU module's ops round */
+/* F.gelu(a, approximate="tanh") with PyTorch's kernel's bits (GeluBackward0):
+ * Gemma 3's feed-forward. The same function as tg_gelu, rounded otherwise. */
+TG_API tg_tensor *tg_gelu_tanh(tg_tape *tp, tg_tensor *a);
 
 /* Comparisons give TG_BOOL masks (never recorded). */
 typedef enum { TG_CMP_EQ, TG_CMP_NE, TG_CMP_LT, TG_CMP_LE, TG_CMP_GT, TG_CMP_GE } tg_cmp;

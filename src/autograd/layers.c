@@ -218,13 +218,13 @@ static tg_tensor *swiglu_composed(tg_tape *tp, int n, tg_tensor *const *in, cons
 
 /* Gemma 3's FeedForward (the book's notebook; no biases):
  *   x = nn.functional.gelu(self.fc1(x), approximate="tanh") * self.fc2(x); return self.fc3(x)
- * F.gelu is one PyTorch op (GeluBackward0), tg_gelu here, with PyTorch's
+ * F.gelu is one PyTorch op (GeluBackward0), tg_gelu_tanh here, with PyTorch's
  * tanh (EXACT) or the polynomial one (FAST). */
 static tg_tensor *geglu_ops(tg_tape *tp, tg_tensor *const *in, tg_numerics gelu_nm)
 {
     tg_tensor *h1 = tg_linear(tp, in[0], in[1], NULL), *h2 = h1 ? tg_linear(tp, in[0], in[2], NULL) : NULL;
     tg_numerics prev = tg__tape_enter(tp, gelu_nm);
-    tg_tensor *g = h2 ? tg_gelu(tp, h1) : NULL;
+    tg_tensor *g = h2 ? tg_gelu_tanh(tp, h1) : NULL;
     tg__tape_leave(tp, prev);
     return g ? tg_linear(tp, tg_mul(tp, g, h2), in[3], NULL) : NULL;
 }

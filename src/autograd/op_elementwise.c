@@ -203,7 +203,7 @@ static tg_tensor *unary(tg_tape *tp, const char *name, tg_op_id id, tg_unop uop,
     out = tg__record(tp, id, out, 1, &a, 2, saved, &n);
     /* backward reads the input (log, gelu), the output (exp, sqrt, rsqrt, tanh,
      * relu) or neither (neg), as PyTorch saves them */
-    if (uop != TG_UN_LOG && uop != TG_UN_GELU) tg__saved_shape_only(n, 0);
+    if (uop != TG_UN_LOG && uop != TG_UN_GELU && uop != TG_UN_GELU_TANH) tg__saved_shape_only(n, 0);
     if (uop != TG_UN_EXP && uop != TG_UN_SQRT && uop != TG_UN_RSQRT && uop != TG_UN_TANH && uop != TG_UN_RELU)
         tg__saved_shape_only(n, 1);
     return out;
@@ -217,6 +217,7 @@ tg_tensor *tg_rsqrt(tg_tape *tp, tg_tensor *a) { return unary(tp, "rsqrt", TG_OP
 tg_tensor *tg_tanh(tg_tape *tp, tg_tensor *a) { return unary(tp, "tanh", TG_OP_TANH, TG_UN_TANH, a); }
 tg_tensor *tg_relu(tg_tape *tp, tg_tensor *a) { return unary(tp, "relu", TG_OP_RELU, TG_UN_RELU, a); }
 tg_tensor *tg_gelu(tg_tape *tp, tg_tensor *a) { return unary(tp, "gelu", TG_OP_GELU, TG_UN_GELU, a); }
+tg_tensor *tg_gelu_tanh(tg_tape *tp, tg_tensor *a) { return unary(tp, "gelu_tanh", TG_OP_GELU_TANH, TG_UN_GELU_TANH, a); }
 
 /* forward: y = -a; so da = -dy */
 int tg__neg_backward(tg_node *n) { return accum_scaled(n, n->in[0], n->grad, -1.0, TG_BIN_MUL); }
@@ -287,14 +288,15 @@ int tg__relu_backward(tg_node *n)
 
 /* forward: y = a/2 (1 + tanh(k (a + c a^3))), k = sqrt(2/pi), c = 0.044715;
  * so da = dy (1/2 (1 + t) + a/2 (1 - t^2) k (1 + 3 c a^2)), t = tanh(...) */
-tg_tensor *tg__gelu_grad(tg_tape *tp, tg_numerics nm, const tg_tensor *a, tg_tensor *dy, bool in_place)
+static tg_tensor *gelu_grad(tg_tape *tp, tg_numerics nm, bool pytorch, const tg_tensor *a, tg_tensor *dy, bool in_place)
 {
     tg_tensor *r = in_place ? dy : tg__new_like(tp, dy);
     if (!r) return NULL;
     if (a->dtype == TG_F32) { /* rounded as the book's composed GELU's graph (kernels.c) */
         const tg_tensor *gd = tg__dense(tp, dy), *ad = tg__dense(tp, a);
         if (!gd || !ad) return NULL;
-        tg_k_gelu_backward_f32(nm, tg__ptr(r, r->offset), tg__ptr(ad, ad->offset), tg__ptr(gd, gd->offset), tg_numel(r));
+        tg_k_gelu_backward_f32(nm, pytorch, tg__ptr(r, r->offset), tg__ptr(ad, ad->offset), tg__ptr(gd, gd->offset),
+                               tg_numel(r));
         return r;
     }
     tg_tensor *t = tg_empty(tp, TG_F64, a->ndim, a->shape);
@@ -313,9 +315,22 @@ tg_tensor *tg__gelu_grad(tg_tape *tp, tg_numerics nm, const tg_tensor *a, tg_ten
     return r;
 }
 
+tg_tensor *tg__gelu_grad(tg_tape *tp, tg_numerics nm, const tg_tensor *a, tg_tensor *dy, bool in_place)
+{
+    return gelu_grad(tp, nm, false, a, dy, in_place);
+}
+
 int tg__gelu_backward(tg_node *n)
 {
-    tg_tensor *r = tg__gelu_grad(tg__btape(n), n->numerics, n->saved[0], n->grad, false);
+    tg_tensor *r = gelu_grad(tg__btape(n), n->numerics, false, n->saved[0], n->grad, false);
+    return r ? tg__accum_owned(n, n->in[0], r) : TG_ENOMEM;
+}
+
+/* F.gelu(x, approximate="tanh")'s GeluBackward0: PyTorch's kernel in float32,
+ * the same derivative as the book's in float64 */
+int tg__gelu_tanh_backward(tg_node *n)
+{
+    tg_tensor *r = gelu_grad(tg__btape(n), n->numerics, true, n->saved[0], n->grad, false);
     return r ? tg__accum_owned(n, n->in[0], r) : TG_ENOMEM;
 }
 

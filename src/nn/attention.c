@@ -277,14 +277,19 @@ static tg_tensor *split_heads(tg_tape *tp, tg_tensor *t, int64_t n, int64_t hd)
     return tg_transpose(tp, tg_view(tp, t, 4, split), 1, 2);
 }
 
-/* x.repeat_interleave(g, dim=1) of (b, G, P, hd): head h reads group h / g */
+/* x.repeat_interleave(g, dim=1) of (b, G, P, hd): head h reads group h / g.
+ * PyTorch makes it x.index_select(1, [0] * g + [1] * g + ...), and so does
+ * this: its backward (IndexSelectBackward0) adds the g heads' gradients of
+ * a group one after another, as PyTorch's index_add_ does. */
 static tg_tensor *repeat_groups(tg_tape *tp, tg_tensor *x, int64_t g)
 {
     if (!x || g == 1) return x;
-    int64_t b = x->shape[0], G = x->shape[1], P = x->shape[2], hd = x->shape[3];
-    int64_t e5[5] = {b, G, g, P, hd}, out[4] = {b, G * g, P, hd};
-    tg_tensor *u = tg_unsqueeze(tp, x, 2);
-    return tg_reshape(tp, tg_expand(tp, u, 5, e5), 4, out);
+    int64_t G = x->shape[1], n = G * g;
+    tg_tensor *idx = tg_empty(tp, TG_I64, 1, &n);
+    if (!idx) return NULL;
+    int64_t *d = tg_data_ptr(idx);
+    for (int64_t h = 0; h < n; h++) d[h] = h / g;
+    return tg_index_select(tp, x, 1, idx);
 }
 
 /* The mask's rows of query positions q0 .. q0+T-1 over the keys of

@@ -280,7 +280,7 @@ static tg_tensor *feed_forward_forward(tg_tape *tp, tg_module *self, int n, tg_t
     }
     tg_tensor *a = tg_module_forward(tp, child(self, "fc1"), x);
     tg_tensor *b = a ? tg_module_forward(tp, child(self, "fc2"), x) : NULL;
-    tg_tensor *act = !b ? NULL : swiglu ? tg_silu(tp, a) : tg_gelu(tp, a);
+    tg_tensor *act = !b ? NULL : swiglu ? tg_silu(tp, a) : tg_gelu_tanh(tp, a);
     return act ? tg_module_forward(tp, child(self, "fc3"), tg_mul(tp, act, b)) : NULL;
 }
 

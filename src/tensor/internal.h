@@ -132,7 +132,8 @@ typedef enum {
 } tg_binop;
 typedef enum {
     TG_UN_NEG, TG_UN_EXP, TG_UN_LOG, TG_UN_SQRT, TG_UN_TANH, TG_UN_RELU, TG_UN_GELU,
-    TG_UN_ABS, TG_UN_SQUARE, TG_UN_RECIP, TG_UN_RSQRT
+    TG_UN_ABS, TG_UN_SQUARE, TG_UN_RECIP, TG_UN_RSQRT,
+    TG_UN_GELU_TANH /* F.gelu(x, approximate="tanh"): PyTorch's kernel, not the book's ops */
 } tg_unop;
 
 /* out = a op b with broadcasting (add, sub, mul, div); out has the broadcast shape, same dtype. */
@@ -142,8 +143,10 @@ void tg_k_binary_scalar(tg_tensor *out, const tg_tensor *a, double s, tg_binop o
 /* nm: the policy (EXACT: PyTorch's exp, log, tanh; FAST and BF16: the
  * library's polynomial tanh in GELU). */
 void tg_k_unary(tg_numerics nm, tg_tensor *out, const tg_tensor *a, tg_unop op);
-/* dx of tg_k_unary's float32 TG_UN_GELU for n contiguous elements (kernels.c). */
-void tg_k_gelu_backward_f32(tg_numerics nm, float *dx, const float *x, const float *dy, int64_t n);
+/* dx of tg_k_unary's float32 TG_UN_GELU (pytorch false: the book's ops'
+ * gradient) or TG_UN_GELU_TANH (true: GeluBackward0's kernel) for n
+ * contiguous elements (kernels.c). */
+void tg_k_gelu_backward_f32(tg_numerics nm, bool pytorch, float *dx, const float *x, const float *dy, int64_t n);
 /* out = src broadcast (any dtype conversion between float types, bool, u8, i64). */
 void tg_k_copy(tg_tensor *out, const tg_tensor *src);
 void tg_k_fill(tg_tensor *out, double v);

@@ -253,6 +253,7 @@ void tg_k_binary_scalar(tg_tensor *out, const tg_tensor *a, double s, tg_binop o
             case TG_UN_TANH: r = TANHF(a); break;                                         \
             case TG_UN_RELU: r = a > 0 ? a : (isnan(a) ? a : 0); break;                   \
             case TG_UN_GELU:                                                              \
+            case TG_UN_GELU_TANH:                                                         \
                 r = (T)0.5 * a * ((T)1 + TANHF((T)GELU_K * (a + (T)0.044715 * a * a * a))); \
                 break;                                                                    \
             case TG_UN_ABS: r = a < 0 ? -a : a; break;                                    \
@@ -277,6 +278,14 @@ static inline float gelu_inner_f32(float x)
     const float k = sqrtf((float)(2.0 / 3.14159265358979323846)), c = 0.044715f;
     return k * (x + c * (x * x * x));
 }
+
+/* F.gelu(x, approximate="tanh") as PyTorch's CPU kernel computes it
+ * (GeluKernelImpl, its vector and scalar paths alike): kBeta =
+ * M_SQRT2 * M_2_SQRTPI * 0.5 rounded to float32 (one ulp above the book's
+ * sqrt of float32 2/pi) and x + kKappa * x^3 as one fused multiply-add, as
+ * the compiler contracts it there; then 0.5 x (1 + tanh(inner)). */
+#define GELU_PT_BETA ((float)(1.4142135623730951 * 1.1283791670955126 * 0.5))
+static inline float gelu_pt_inner_f32(float x) { return GELU_PT_BETA * fmaf(0.044715f, (x * x) * x, x); }
 
 /* GELU's tanh in place: PyTorch's vector tanh (SLEEF), or under FAST
  * numerics a polynomial one the compiler vectorises (tg__tanh_fast_f32). */
@@ -303,8 +312,9 @@ static void un_math_f32(tg_unop op, bool fast, int64_t n, float *o, int64_t so, 
         case TG_UN_EXP: tg__vexpf(o + i0, x + i0, m); break;
         case TG_UN_LOG: tg__vlogf(o + i0, x + i0, m); break;
         case TG_UN_TANH: tg__vtanhf(o + i0, x + i0, m); break;
-        default: /* TG_UN_GELU */
-            for (int64_t i = 0; i < m; i++) buf[i] = gelu_inner_f32(x[i0 + i]);
+        default: /* TG_UN_GELU, TG_UN_GELU_TANH */
+            for (int64_t i = 0; i < m; i++)
+                buf[i] = op == TG_UN_GELU ? gelu_inner_f32(x[i0 + i]) : gelu_pt_inner_f32(x[i0 + i]);
             gelu_tanh(buf, m, fast);
             for (int64_t i = 0; i < m; i++) o[i0 + i] = gelu_f32(x[i0 + i], buf[i]);
         }
@@ -315,7 +325,10 @@ static void un_math_f32(tg_unop op, bool fast, int64_t n, float *o, int64_t so, 
         case TG_UN_EXP: r = expf(a); break;
         case TG_UN_LOG: r = logf(a); break;
         case TG_UN_TANH: r = tanhf(a); break;
-        default: r = gelu_f32(a, fast ? tg__tanh_fast_f32(gelu_inner_f32(a)) : tanhf(gelu_inner_f32(a)));
+        default: {
+            float u = op == TG_UN_GELU ? gelu_inner_f32(a) : gelu_pt_inner_f32(a);
+            r = gelu_f32(a, fast ? tg__tanh_fast_f32(u) : tanhf(u));
+        }
         }
         o[i * so] = r;
     }
@@ -337,7 +350,18 @@ static inline float gelu_grad_f32(float x, float t, float dy)
     return (g2 + (g2 * c) * (3.0f * (x * x))) + (dy * (1.0f + t)) * 0.5f;
 }
 
-void tg_k_gelu_backward_f32(tg_numerics nm, float *dx, const float *x, const float *dy, int64_t n)
+/* GeluBackward0's kernel (GeluBackwardKernelImpl, tanh), contracted as
+ * compiled there: with t = tanh(inner),
+ *   dx = dy * (0.5 (1 + t) + ((0.5 x) fma(-t, t, 1)) (kBeta fma(3 kKappa, x^2, 1))) */
+static inline float gelu_pt_grad_f32(float x, float t, float dy)
+{
+    const float c3 = 3.0f * 0.044715f;
+    float left_d = 0.5f * (1.0f + t);
+    float right_d = ((0.5f * x) * fmaf(-t, t, 1.0f)) * (GELU_PT_BETA * fmaf(c3, x * x, 1.0f));
+    return dy * (left_d + right_d);
+}
+
+void tg_k_gelu_backward_f32(tg_numerics nm, bool pytorch, float *dx, const float *x, const float *dy, int64_t n)
 {
     int64_t nv = tg__vec_math() ? n - n % 16 : 0;
     bool fast = nm != TG_NUMERICS_EXACT; /* FAST and BF16 */
@@ -346,13 +370,14 @@ void tg_k_gelu_backward_f32(tg_numerics nm, float *dx, const float *x, const flo
     for (int64_t i0 = 0; i0 < nv; i0 += CH) {
         float t[CH];
         int64_t m = nv - i0 < CH ? nv - i0 : CH;
-        for (int64_t i = 0; i < m; i++) t[i] = gelu_inner_f32(x[i0 + i]);
+        for (int64_t i = 0; i < m; i++) t[i] = pytorch ? gelu_pt_inner_f32(x[i0 + i]) : gelu_inner_f32(x[i0 + i]);
         gelu_tanh(t, m, fast);
-        for (int64_t i = 0; i < m; i++) dx[i0 + i] = gelu_grad_f32(x[i0 + i], t[i], dy[i0 + i]);
+        for (int64_t i = 0; i < m; i++)
+            dx[i0 + i] = pytorch ? gelu_pt_grad_f32(x[i0 + i], t[i], dy[i0 + i]) : gelu_grad_f32(x[i0 + i], t[i], dy[i0 + i]);
     }
     for (int64_t i = nv; i < n; i++) {
-        float u = gelu_inner_f32(x[i]);
-        dx[i] = gelu_grad_f32(x[i], fast ? tg__tanh_fast_f32(u) : tanhf(u), dy[i]);
+        float u = pytorch ? gelu_pt_inner_f32(x[i]) : gelu_inner_f32(x[i]), t = fast ? tg__tanh_fast_f32(u) : tanhf(u);
+        dx[i] = pytorch ? gelu_pt_grad_f32(x[i], t, dy[i]) : gelu_grad_f32(x[i], t, dy[i]);
     }
 }
 
@@ -365,7 +390,8 @@ typedef struct {
 static void un_f32(void *vctx, int64_t n, char *const *p, const int64_t *s)
 {
     const un_ctx *c = vctx;
-    if (c->op == TG_UN_EXP || c->op == TG_UN_LOG || c->op == TG_UN_TANH || c->op == TG_UN_GELU)
+    if (c->op == TG_UN_EXP || c->op == TG_UN_LOG || c->op == TG_UN_TANH || c->op == TG_UN_GELU ||
+        c->op == TG_UN_GELU_TANH)
         un_math_f32(c->op, c->fast, n, (float *)p[0], s[0] / (int64_t)sizeof(float), (const float *)p[1],
                     s[1] / (int64_t)sizeof(float));
     else

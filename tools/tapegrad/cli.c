@@ -268,12 +268,13 @@ char *tg_cli_read_file(const char *cmd, const char *opt, const char *path, bool 
         tg_cli_error(cmd, "%s %.300s: %s", opt, path, strerror(errno));
         return NULL;
     }
+    /* cap bytes of content and one more for the NUL that ends them */
     size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
+    char *buf = malloc(cap + 1);
     while (buf) {
         n += fread(buf + n, 1, cap - n, f);
         if (n < cap) break;
-        char *b = cap >= ((size_t)1 << 32) ? NULL : realloc(buf, 2 * cap);
+        char *b = cap >= ((size_t)1 << 32) ? NULL : realloc(buf, 2 * cap + 1);
         if (!b) {
             free(buf);
             buf = NULL;
@@ -288,8 +289,17 @@ char *tg_cli_read_file(const char *cmd, const char *opt, const char *path, bool 
         free(buf);
         return NULL;
     }
+    buf[n] = '\0';
     *len = n;
     return buf;
+}
+
+int tg_cli_check_no_nul(const char *cmd, const char *opt, const char *path, const char *text, size_t len,
+                        const char *why)
+{
+    const char *z = memchr(text, '\0', len);
+    if (!z) return TG_CLI_OK;
+    return tg_cli_error(cmd, "%s %.300s: NUL byte at offset %zu (%s)", opt, path, (size_t)(z - text), why);
 }
 
 /* Can path be written: created, or replaced as an atomic save replaces it

@@ -157,6 +157,10 @@ typedef struct {
     tg_chat_options chat_opt;
 } encode_args;
 
+/* text: len bytes and a NUL after them (a --text argument, or
+ * tg_cli_read_file's buffer); with --chat, a C string whole (a file's
+ * content is checked for NUL bytes before). With --messages text is not
+ * read and len counts the contents' bytes for the speed line. */
 static int encode(tg_tokenizer *tok, const char *text, size_t len, const encode_args *e)
 {
     int64_t *ids;
@@ -167,7 +171,6 @@ static int encode(tg_tokenizer *tok, const char *text, size_t len, const encode_
     if (e->messages) {
         st = tg_tokenizer_encode_chat(tok, e->messages, e->n_messages, &e->chat_opt, &ids, &n);
     } else if (e->chat) {
-        if (memchr(text, '\0', len)) return tg_cli_error("tokenize", "--chat: the text holds a NUL byte");
         tg_chat_message m = {"user", text};
         st = tg_tokenizer_encode_chat(tok, &m, 1, &e->chat_opt, &ids, &n);
     } else {
@@ -198,6 +201,10 @@ static tg_chat_message *read_messages(const char *path, json_t **root, size_t *n
     size_t len = 0;
     char *buf = tg_cli_read_file("tokenize", "--messages", path, true, &len);
     if (!buf) return NULL;
+    if (tg_cli_check_no_nul("tokenize", "--messages", path, buf, len, "JSON text holds no NUL byte") != TG_CLI_OK) {
+        free(buf);
+        return NULL;
+    }
     json_error_t err;
     *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &err);
     free(buf);
@@ -264,13 +271,16 @@ int tg_cmd_tokenize(int argc, char **argv)
         e.messages = read_messages(messages, &root, &e.n_messages);
         size_t bytes = 0; /* the speed line counts the contents' bytes */
         for (size_t i = 0; e.messages && i < e.n_messages; i++) bytes += strlen(e.messages[i].content);
-        rc = e.messages ? encode(tok, "", bytes, &e) : TG_CLI_USAGE;
+        rc = e.messages ? encode(tok, NULL, bytes, &e) : TG_CLI_USAGE;
         free((void *)e.messages);
         json_decref(root);
     } else {
         size_t len = 0;
-        char *buf = tg_cli_read_file("tokenize", "--file", file, true, &len);
-        rc = buf ? encode(tok, buf, len, &e) : TG_CLI_USAGE;
+        char *buf = tg_cli_read_file(cmd, "--file", file, true, &len);
+        rc = !buf   ? TG_CLI_USAGE
+           : e.chat ? tg_cli_check_no_nul(cmd, "--file", file, buf, len, "--chat takes text without NUL bytes")
+                    : TG_CLI_OK;
+        if (rc == TG_CLI_OK) rc = encode(tok, buf, len, &e);
         free(buf);
     }
     return rc;
