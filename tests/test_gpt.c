@@ -1,5 +1,6 @@
-/* The book's GPT (src/nn/gpt.c), generation (src/nn/generate.c) and the
- * Hugging Face loader (src/nn/gpt_hf.c) against PyTorch 1.13.
+/* The book's GPT (src/nn/decoder.c, layers.c, attention.c), generation
+ * (src/nn/generate.c) and the Hugging Face loader (src/nn/decoder_hf.c)
+ * against PyTorch 1.13.
  *
  * (a) small/<case>: every case of tests/ref/gpt.json (tools/reference/gpt.py):
  *     the model built after tg_manual_seed(seed), in train or eval mode, on the

@@ -372,7 +372,7 @@ static void heap_pop(tg_node **h, size_t *n)
 
 static _Thread_local tg__grad_watch *watch;
 /* Backward passes running on this thread: a node's backward may run one of
- * its own (tg_module_call_recompute's replay, src/nn/recompute.c). The
+ * its own (tg_module_call_recompute's replay, src/nn/module.c). The
  * watch belongs to the outermost: a nested pass's leaves count as fed by
  * the outer node that runs it, so they are ready when that node has run. */
 static _Thread_local int depth;

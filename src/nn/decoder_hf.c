@@ -1,14 +1,18 @@
-/* A Hugging Face Qwen3 or Llama 3 folder (config.json, model.safetensors or
- * the shards model.safetensors.index.json lists) as the decoder's
- * configuration and weights, named as the book's load_weights_into_qwen
- * (pkg/llms_from_scratch/qwen3.py) and load_weights_into_llama (llama3.py)
- * map them:
+/* The decoder's one Hugging Face loader, its names a table per model_type
+ * (the family's, src/nn/families.c): a GPT-2 model.safetensors (the end of
+ * this file), and a Qwen3, Llama 3 or Gemma 3 folder (config.json,
+ * model.safetensors or the shards model.safetensors.index.json lists) as the
+ * decoder's configuration and weights, named as the book's
+ * load_weights_into_qwen (pkg/llms_from_scratch/qwen3.py),
+ * load_weights_into_llama (llama3.py) and load_weights_into_gemma (the
+ * Gemma 3 notebook) map them:
  *   model.embed_tokens.weight            -> tok_emb.weight
  *   model.layers.N.self_attn.q/k/v_proj  -> trf_blocks.N.att.W_query/W_key/W_value
  *   model.layers.N.self_attn.o_proj      -> trf_blocks.N.att.out_proj
  *   model.layers.N.self_attn.q/k_norm    -> trf_blocks.N.att.q_norm/k_norm.scale (Qwen3)
  *   model.layers.N.input_layernorm       -> trf_blocks.N.norm1 (.scale Qwen3, .weight Llama 3)
  *   model.layers.N.post_attention_layernorm -> trf_blocks.N.norm2
+ *   (Gemma 3: blocks.N and its four norms by their Hugging Face names)
  *   model.layers.N.mlp.gate/up/down_proj -> trf_blocks.N.ff.fc1/fc2/fc3
  *   model.norm.weight                    -> final_norm
  *   lm_head.weight                       -> out_head.weight; without it the
@@ -675,6 +679,123 @@ int tg_decoder_load_hf(tg_module *model, const char *dir)
     if (st == TG_OK && slots[SLOT_HEAD].shard < 0 && !tied) { /* no lm_head: the head is embed_tokens' values */
         tg_k_copy(slots[SLOT_HEAD].dst, slots[SLOT_EMBED].dst);
         tg__bump(slots[SLOT_HEAD].dst);
+    }
+    tg_tape_free(tp);
+    return st;
+}
+
+/* ---- a GPT-2 model.safetensors ------------------------------------------------------------------ */
+
+/* Loading a Hugging Face GPT-2 model.safetensors into the book's GPTModel,
+ * as the book's load_weights_into_gpt (chapter 5) maps OpenAI's weights
+ * (tools/reference/gpt_book.py, hf_state_dict, is the inverse), by GPT-2's
+ * file table: an optional "transformer." prefix; Conv1D weights are stored
+ * (in, out), Linear's (out, in); the attn.bias / attn.masked_bias buffers
+ * some files carry are not weights and are skipped. */
+typedef struct {
+    const char *path, *prefix;
+    const tg_safetensors *file;
+    tg_module *gpt;
+    bool *used;  /* per file entry */
+    bool apply;  /* false: check only */
+} hf_ctx;
+
+/* dst <- src, or dst <- part `part` (of 3) of src's last dim, transposed when
+ * `transpose` (a 2-D Conv1D weight). */
+static int map(hf_ctx *c, const char *hf_key, const char *our_key, bool transpose, int part)
+{
+    char key[256], a[64], b[64];
+    snprintf(key, sizeof key, "%s%s", c->prefix, hf_key);
+    int idx = -1;
+    for (int i = 0; i < c->file->n && idx < 0; i++)
+        if (strcmp(c->file->names[i], key) == 0) idx = i;
+    if (idx < 0) return tg_error_status(TG_EFORMAT, "load_hf %s: missing key '%s'", c->path, key);
+    tg_tensor *dst = tg_module_get_parameter(c->gpt, our_key);
+    if (!dst) return tg_error_status(TG_EINVAL, "load_hf: the model has no parameter '%s'", our_key);
+    tg_tensor src = *c->file->tensors[idx];
+    if (!tg__is_float(src.dtype) && src.dtype != TG_BF16) /* bf16 widens (or stays) as it is copied */
+        return tg_error_status(TG_EFORMAT, "load_hf %s: '%s' has dtype %s, expected a float type", c->path, key,
+                               tg_dtype_name(src.dtype));
+    if (part >= 0) { /* q, k or v: a third of the last dim */
+        int64_t n = src.ndim >= 1 ? src.shape[src.ndim - 1] : 0;
+        if (n == 0 || n % 3 != 0)
+            return tg_error_status(TG_EFORMAT, "load_hf %s: '%s' of shape %s does not split into q, k, v", c->path, key,
+                                   tg_shape_str(&src, a, sizeof a));
+        src.shape[src.ndim - 1] = n / 3;
+        src.offset += part * (n / 3) * src.stride[src.ndim - 1];
+    }
+    if (transpose && src.ndim == 2) {
+        int64_t s0 = src.shape[0], st0 = src.stride[0];
+        src.shape[0] = src.shape[1], src.stride[0] = src.stride[1];
+        src.shape[1] = s0, src.stride[1] = st0;
+    }
+    if (!tg_same_shape(&src, dst))
+        return tg_error_status(TG_EFORMAT, "load_hf %s: size mismatch for '%s'%s: file gives %s, the model's '%s' is %s",
+                               c->path, key, transpose ? " (transposed)" : "", tg_shape_str(&src, a, sizeof a),
+                               our_key, tg_shape_str(dst, b, sizeof b));
+    c->used[idx] = true;
+    if (c->apply) {
+        tg_k_copy(dst, &src);
+        tg__bump(dst);
+    }
+    return TG_OK;
+}
+
+static bool gpt2_skipped(const char *name)
+{
+    size_t n = strlen(name);
+    return (n >= 10 && strcmp(name + n - 10, ".attn.bias") == 0) ||
+           (n >= 17 && strcmp(name + n - 17, ".attn.masked_bias") == 0);
+}
+
+/* Every tensor of the family's file table: those outside the layers, then
+ * each layer's ("h.N." and "<blocks>.N."). */
+static int map_all(hf_ctx *c, const tg_decoder_config *cfg, const tg__family *f)
+{
+    int st = TG_OK, k = 0;
+    for (; st == TG_OK && f->hf_file[k].hf; k++)
+        st = map(c, f->hf_file[k].hf, f->hf_file[k].ours, f->hf_file[k].transpose, f->hf_file[k].part);
+    const tg__hf_part *layer = &f->hf_file[k + 1];
+    for (int64_t l = 0; st == TG_OK && l < cfg->n_layers; l++)
+        for (int i = 0; st == TG_OK && layer[i].hf; i++) {
+            char h[128], o[128];
+            snprintf(h, sizeof h, "h.%lld.%s", (long long)l, layer[i].hf);
+            snprintf(o, sizeof o, "%s.%lld.%s", f->blocks, (long long)l, layer[i].ours);
+            st = map(c, h, o, layer[i].transpose, layer[i].part);
+        }
+    return st;
+}
+
+int tg_gpt_load_hf(tg_module *gpt, const char *path)
+{
+    tg_decoder_config cfg;
+    if (!path) return tg_error_status(TG_EINVAL, "load_hf: NULL path");
+    int st = tg_decoder_get_config(gpt, &cfg);
+    if (st != TG_OK) return st;
+    const tg__family *fam = tg__family_get(cfg.family);
+    if (!fam || !fam->hf_file)
+        return tg_error_status(TG_EINVAL, "load_hf: %s is a GPT-2 model.safetensors; a %s loads from its Hugging Face "
+                                          "folder", path, tg__decoder_class_name(&cfg));
+    if (!cfg.qkv_bias)
+        return tg_error_status(TG_EINVAL, "load_hf: GPT-2's weights have query/key/value biases: build the model "
+                                          "with qkv_bias (--qkv-bias)");
+    tg_tape *tp = tg_tape_new();
+    if (!tp) return TG_ENOMEM;
+    tg_safetensors file;
+    st = tg_safetensors_load_ex(tp, path, &(tg_safetensors_options){.keep_bf16 = true}, &file);
+    bool *used = st == TG_OK ? tg_tape_alloc(tp, sizeof(bool) * (size_t)(file.n + 1), true) : NULL;
+    if (st == TG_OK && !used) st = TG_ENOMEM;
+    hf_ctx c = {path, "", &file, gpt, used, false};
+    if (st == TG_OK && !tg_safetensors_get(&file, "wte.weight") && tg_safetensors_get(&file, "transformer.wte.weight"))
+        c.prefix = "transformer.";
+    if (st == TG_OK) st = map_all(&c, &cfg, fam); /* everything checked before anything changes */
+    for (int i = 0; st == TG_OK && i < file.n; i++)
+        if (!used[i] && !gpt2_skipped(file.names[i]))
+            st = tg_error_status(TG_EFORMAT, "load_hf %s: unexpected key '%s' (a model with more layers?)", path,
+                                 file.names[i]);
+    if (st == TG_OK) {
+        c.apply = true;
+        st = map_all(&c, &cfg, fam);
     }
     tg_tape_free(tp);
     return st;

@@ -13,28 +13,60 @@
 /* Hugging Face's per-layer names as the book's load_weights_into_qwen,
  * load_weights_into_llama and load_weights_into_gemma map them. */
 #define HF_ATTENTION                                                                                                   \
-    {"self_attn.q_proj.weight", "att.W_query.weight", false, false},                                                 \
-        {"self_attn.k_proj.weight", "att.W_key.weight", false, false},                                               \
-        {"self_attn.v_proj.weight", "att.W_value.weight", false, false},                                             \
-        {"self_attn.o_proj.weight", "att.out_proj.weight", false, false},                                            \
-        {"self_attn.q_norm.weight", "att.q_norm", true, true}, {"self_attn.k_norm.weight", "att.k_norm", true, true}
+    {"self_attn.q_proj.weight", "att.W_query.weight", false, false, false, -1},                                      \
+        {"self_attn.k_proj.weight", "att.W_key.weight", false, false, false, -1},                                    \
+        {"self_attn.v_proj.weight", "att.W_value.weight", false, false, false, -1},                                  \
+        {"self_attn.o_proj.weight", "att.out_proj.weight", false, false, false, -1},                                 \
+        {"self_attn.q_norm.weight", "att.q_norm", true, true, false, -1},                                            \
+        {"self_attn.k_norm.weight", "att.k_norm", true, true, false, -1}
 #define HF_MLP                                                                                                         \
-    {"mlp.gate_proj.weight", "ff.fc1.weight", false, false}, {"mlp.up_proj.weight", "ff.fc2.weight", false, false},  \
-        {"mlp.down_proj.weight", "ff.fc3.weight", false, false}
+    {"mlp.gate_proj.weight", "ff.fc1.weight", false, false, false, -1},                                              \
+        {"mlp.up_proj.weight", "ff.fc2.weight", false, false, false, -1},                                            \
+        {"mlp.down_proj.weight", "ff.fc3.weight", false, false, false, -1}
+#define HF_NORM(hf, ours) {hf, ours, true, false, false, -1}
 
 static const tg__hf_part qwen3_llama_parts[TG__HF_MAX_PARTS] = {
     HF_ATTENTION,
-    {"input_layernorm.weight", "norm1", true, false},
-    {"post_attention_layernorm.weight", "norm2", true, false},
+    HF_NORM("input_layernorm.weight", "norm1"),
+    HF_NORM("post_attention_layernorm.weight", "norm2"),
     HF_MLP,
 };
 static const tg__hf_part gemma3_parts[TG__HF_MAX_PARTS] = {
     HF_ATTENTION,
-    {"input_layernorm.weight", "input_layernorm", true, false},
-    {"post_attention_layernorm.weight", "post_attention_layernorm", true, false},
-    {"pre_feedforward_layernorm.weight", "pre_feedforward_layernorm", true, false},
-    {"post_feedforward_layernorm.weight", "post_feedforward_layernorm", true, false},
+    HF_NORM("input_layernorm.weight", "input_layernorm"),
+    HF_NORM("post_attention_layernorm.weight", "post_attention_layernorm"),
+    HF_NORM("pre_feedforward_layernorm.weight", "pre_feedforward_layernorm"),
+    HF_NORM("post_feedforward_layernorm.weight", "post_feedforward_layernorm"),
     HF_MLP,
+};
+/* Hugging Face's GPT-2 model.safetensors as the book's load_weights_into_gpt
+ * maps OpenAI's weights (chapter 5): wte also gives out_head (tied values),
+ * the Conv1D weights transposed, c_attn split into the query, key and value */
+#define GPT2_PART(hf, ours, t, p) {hf, ours, false, false, t, p}
+static const tg__hf_part gpt2_file[] = {
+    GPT2_PART("wte.weight", "tok_emb.weight", false, -1),
+    GPT2_PART("wte.weight", "out_head.weight", false, -1),
+    GPT2_PART("wpe.weight", "pos_emb.weight", false, -1),
+    GPT2_PART("ln_f.weight", "final_norm.scale", false, -1),
+    GPT2_PART("ln_f.bias", "final_norm.shift", false, -1),
+    GPT2_PART(NULL, NULL, false, -1), /* the layers' tensors follow */
+    GPT2_PART("ln_1.weight", "norm1.scale", false, -1),
+    GPT2_PART("ln_1.bias", "norm1.shift", false, -1),
+    GPT2_PART("ln_2.weight", "norm2.scale", false, -1),
+    GPT2_PART("ln_2.bias", "norm2.shift", false, -1),
+    GPT2_PART("attn.c_attn.weight", "att.W_query.weight", true, 0),
+    GPT2_PART("attn.c_attn.bias", "att.W_query.bias", false, 0),
+    GPT2_PART("attn.c_attn.weight", "att.W_key.weight", true, 1),
+    GPT2_PART("attn.c_attn.bias", "att.W_key.bias", false, 1),
+    GPT2_PART("attn.c_attn.weight", "att.W_value.weight", true, 2),
+    GPT2_PART("attn.c_attn.bias", "att.W_value.bias", false, 2),
+    GPT2_PART("attn.c_proj.weight", "att.out_proj.weight", true, -1),
+    GPT2_PART("attn.c_proj.bias", "att.out_proj.bias", false, -1),
+    GPT2_PART("mlp.c_fc.weight", "ff.layers.0.weight", true, -1),
+    GPT2_PART("mlp.c_fc.bias", "ff.layers.0.bias", false, -1),
+    GPT2_PART("mlp.c_proj.weight", "ff.layers.2.weight", true, -1),
+    GPT2_PART("mlp.c_proj.bias", "ff.layers.2.bias", false, -1),
+    GPT2_PART(NULL, NULL, false, -1),
 };
 
 static const tg__family families[] = {
@@ -43,7 +75,7 @@ static const tg__family families[] = {
      .blocks = "trf_blocks", .blocks_sequential = true, .norm_names = {"norm1", "post_att_norm", "norm2", "post_ff_norm"},
      .norm_book = true, .keys_first = true, .merge_view = true, .dropout = true, .bias = true, .norm_eps = 1e-5,
      .norm = TG_NORM_LAYER, .positions = TG_POSITIONS_LEARNED, .mlp = TG_MLP_GELU, .hf_model_type = "gpt2",
-     .tokenizer = "gpt2"},
+     .hf_file = gpt2_file, .tokenizer = "gpt2"},
     /* pkg/llms_from_scratch/qwen3.py */
     {.family = TG_GPT_FAMILY_QWEN3, .name = "Qwen3", .model_class = "Qwen3Model", .attention_class = "GroupedQueryAttention",
      .blocks = "trf_blocks", .norm_names = {"norm1", "post_att_norm", "norm2", "post_ff_norm"}, .norm_book = true,

@@ -58,7 +58,7 @@ bool tg__module_call_records(const tg_module *m, int n, tg_tensor *const *inputs
  * mark (tg_module_call's plain call). */
 tg_tensor *tg__module_run(tg_tape *tp, tg_module *m, int n, tg_tensor *const *inputs);
 /* tg_module_call_recompute on checked arguments of a call that records
- * (recompute.c). */
+ * (module.c, its last part). */
 tg_tensor *tg__recompute_call(tg_tape *tp, tg_module *m, int n, tg_tensor *const *inputs);
 /* The tree's parameters, each once, in named_parameters order, without
  * names (out->names NULL); the array lives in tp. */
@@ -163,10 +163,13 @@ void tg__py_float(char *buf, size_t size, double v);
  * parameter is "scale" or "weight" as the family names it). */
 typedef struct {
     const char *hf, *ours;
-    bool norm;    /* ours is a norm module */
-    bool qk_norm; /* only with QK-norm */
+    bool norm;      /* ours is a norm module */
+    bool qk_norm;   /* only with QK-norm */
+    bool transpose; /* GPT-2's Conv1D weights, stored (in, out) */
+    int part;       /* GPT-2's fused c_attn: 0, 1, 2 the query, key, value third of
+                     * the last dim; -1 the whole tensor */
 } tg__hf_part;
-#define TG__HF_MAX_PARTS 13
+#define TG__HF_MAX_PARTS 16
 
 /* A family's names and defaults: what differs between the book's models
  * besides their features. */
@@ -193,8 +196,10 @@ typedef struct {
     tg_positions_kind positions;
     tg_mlp_kind mlp;
     const char *hf_model_type;    /* config.json's model_type */
-    const tg__hf_part *hf_parts;  /* its folders' per-layer tensors, ended by a NULL hf
-                                   * (NULL: a GPT-2 file, src/nn/gpt_hf.c) */
+    const tg__hf_part *hf_parts;  /* its folders' per-layer tensors, ended by a NULL hf */
+    const tg__hf_part *hf_file;   /* GPT-2: its model.safetensors' tensors, those outside
+                                   * the layers (named in full) then the per-layer ones
+                                   * (after "h.N."), ended by a NULL hf (NULL: none) */
     const char *tokenizer;        /* its tokenizer's data folder */
 } tg__family;
 /* The family's entry; NULL for an unknown one. */

@@ -1,5 +1,5 @@
 """References for the book's GPT (tools/reference/gpt_book.py; the C modules:
-src/nn/gpt.c, generation: src/nn/generate.c).
+src/nn/decoder.c, generation: src/nn/generate.c).
 
 tests/ref/gpt.json:
   "cases": small configurations built after torch.manual_seed(seed), run in

@@ -1,5 +1,5 @@
 """The book's chapter-4 GPT in PyTorch, as the book's code defines it (the C
-modules that match it: src/nn/gpt.c), and chapter 5's generate().
+modules that match it: src/nn/decoder.c), and chapter 5's generate().
 
 Shared by the reference generator (tools/reference/gpt.py) and the
 benchmarks. No generate(outdir): the reference driver does not run this
