@@ -126,15 +126,17 @@ TG_API int tg_decoder_config_preset(const char *name, tg_decoder_config *out);
 TG_API const char *tg_decoder_config_preset_name(int i);
 /* tg_gpt_config's fields as a decoder configuration (family GPT-2). */
 TG_API tg_decoder_config tg_decoder_config_from_gpt(const tg_gpt_config *cfg);
-/* TG_OK, or TG_EINVAL naming the first bad field: sizes <= 0, emb_dim not
- * divisible by n_heads where head_dim derives from it, n_heads not
- * divisible by n_kv_groups, an odd head_dim under RoPE, drop_rate outside
- * [0, 1) (and not 0 for Qwen3 and Llama 3, which have no dropout), a
- * setting the family does not have (GPT-2's head_dim, kv groups, QK-norm or
- * RoPE; Llama 3's free head_dim or QK-norm; a qkv bias outside GPT-2),
- * context_length above 65536 for GPT-2 (its mask and position table) or
- * 2^24 with RoPE, or a model whose parameters alone need more memory than
- * the machine has. */
+/* TG_OK, or TG_EINVAL naming the first bad field: sizes <= 0, an unknown
+ * family or feature value, emb_dim not divisible by n_heads where head_dim
+ * derives from it, n_heads not divisible by n_kv_groups, an odd head_dim
+ * under RoPE, RoPE settings with learned positions, drop_rate outside
+ * [0, 1) (and not 0 for a family without Dropout modules: Qwen3, Llama 3,
+ * Gemma 3), a norm_offset with LayerNorm, a sliding layer without a
+ * sliding_window, context_length above 65536 with learned positions (the
+ * position table and the mask buffers) or 2^24 with RoPE, or a model whose
+ * parameters alone need more memory than the machine has. Features mix
+ * freely otherwise: a qkv bias with RoPE, QK-norm on any attention, any
+ * feed-forward, post norms, sliding layers in any family. */
 TG_API int tg_decoder_config_check(const tg_decoder_config *cfg);
 /* cfg checked, with every default applied in *out: the family's norm,
  * positions and feed-forward, head_dim, n_kv_groups, hidden_dim, norm_eps,
@@ -190,14 +192,15 @@ TG_API tg_module *tg_transformer_block_new(tg_tape *tp, const tg_gpt_config *cfg
 TG_API tg_module *tg_gpt_new(tg_tape *tp, const tg_gpt_config *cfg);
 /* The configuration a GPTModel was built with (TG_EINVAL for another module). */
 TG_API int tg_gpt_get_config(const tg_module *gpt, tg_gpt_config *out);
-/* The decoder of any family: GPTModel (as tg_gpt_new), Qwen3Model or
- * Llama3Model, built in the book's order (Embedding normal(0, 1), Linear
- * kaiming-uniform, norms ones), so after tg_manual_seed(s) every weight
- * equals the book's model after torch.manual_seed(s). A Qwen3 or Llama 3
- * forward takes ids (B, T) and gives logits (B, T, vocab); the KV cache
- * (tg_module_set_kv_cache) holds each block's keys and values after RoPE,
- * one per key-value group. tg_gpt_get_config on such a model gives its
- * sizes (drop_rate 0, qkv_bias false); tg_decoder_get_config gives all. */
+/* The decoder of any family: GPTModel (as tg_gpt_new), Qwen3Model,
+ * Llama3Model or Gemma3Model, built in the book's order (Embedding
+ * normal(0, 1), Linear kaiming-uniform, norms ones, Gemma 3's zeros), so
+ * after tg_manual_seed(s) every weight equals the book's model after
+ * torch.manual_seed(s). Its forward takes ids (B, T) and gives logits
+ * (B, T, vocab); the KV cache (tg_module_set_kv_cache) holds each block's
+ * keys and values after RoPE, one per key-value group, a sliding layer's
+ * only for its window. tg_gpt_get_config on such a model gives its sizes;
+ * tg_decoder_get_config gives all, as it was built (defaults as zeros). */
 TG_API tg_module *tg_decoder_new(tg_tape *tp, const tg_decoder_config *cfg);
 TG_API int tg_decoder_get_config(const tg_module *model, tg_decoder_config *out);
 
@@ -258,9 +261,14 @@ TG_API tg_tensor *tg_gpt_lm_loss(tg_tape *tp, tg_module *gpt, tg_tensor *ids, co
  * every key and shape is checked first, and on error the model is unchanged. */
 TG_API int tg_gpt_load_hf(tg_module *gpt, const char *path);
 
-/* The configuration of a Hugging Face Qwen3 or Llama 3 folder, from
- * dir/config.json: model_type "qwen3" (family QWEN3, qk_norm) or "llama"
- * (LLAMA3); hidden_size -> emb_dim, num_attention_heads -> n_heads,
+/* The configuration of a Hugging Face Qwen3, Llama 3 or Gemma 3 folder, from
+ * dir/config.json: model_type "qwen3" (family QWEN3, qk_norm), "llama"
+ * (LLAMA3) or "gemma3_text" (GEMMA3: the gemma3-270m preset's features;
+ * head_dim, sliding_window, layer_types (or sliding_window_pattern),
+ * rope_local_base_freq -> rope_local_base, query_pre_attn_scalar required,
+ * hidden_activation "gelu_pytorch_tanh", tie_word_embeddings absent: true,
+ * final_logit_softcapping, attn_logit_softcapping and rope_scaling null);
+ * hidden_size -> emb_dim, num_attention_heads -> n_heads,
  * num_key_value_heads -> n_kv_groups, head_dim (Qwen3's; Llama 3's, if
  * given, must be hidden_size / num_attention_heads), intermediate_size ->
  * hidden_dim, num_hidden_layers -> n_layers, rms_norm_eps -> norm_eps,
@@ -275,8 +283,10 @@ TG_API int tg_gpt_load_hf(tg_module *gpt, const char *path);
  * key; the result passes tg_decoder_config_check (its message, prefixed
  * with the file, otherwise). *out is written on success only. */
 TG_API int tg_decoder_config_from_hf(const char *dir, tg_decoder_config *out);
-/* Loads a Hugging Face Qwen3 or Llama 3 folder's weights into a Qwen3Model
- * or Llama3Model: dir/model.safetensors or, when there is none, the shards
+/* Loads a Hugging Face Qwen3, Llama 3 or Gemma 3 folder's weights into a
+ * Qwen3Model, Llama3Model or Gemma3Model (Gemma 3: blocks.N and its four
+ * norms by their Hugging Face names, the same tensors otherwise):
+ * dir/model.safetensors or, when there is none, the shards
  * named by dir/model.safetensors.index.json's weight_map (plain file names
  * in dir). Tensors are F32, F16 or BF16, copied into the model's dtype
  * (tg_decoder_config's weights: BF16 kept into bf16 weights, widened into
