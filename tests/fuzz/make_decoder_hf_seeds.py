@@ -80,6 +80,13 @@ def main():
                                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
                              b""),
         "bad_json": pack(b'{"model_type": "qwen3", "hidden_size": ', b""),
+        # Gemma 3's config (its layer types, window, bases) with the target's
+        # Qwen3 weights: read, then refused as another family's
+        "gemma3_config": pack(dict({k: v for k, v in CONFIG.items() if k != "hidden_act"}, model_type="gemma3_text",
+                                   sliding_window=4, layer_types=["sliding_attention"], rope_local_base_freq=10000.0,
+                                   query_pre_attn_scalar=4, hidden_activation="gelu_pytorch_tanh",
+                                   attn_logit_softcapping=None, final_logit_softcapping=None),
+                              safetensors("BF16", SHAPES, rng)),
     }
     for name, data in seeds.items():
         with open(os.path.join(out, name), "wb") as f:
