@@ -128,6 +128,19 @@ expect_all "summary llama3 --qk-norm" 1 "(k_norm): RMSNorm((16,), eps=1e-05, ele
 expect_all "summary gpt2 --norm rms --mlp swiglu" 2 "(norm1): RMSNorm()" \
     "(fc3): Linear(in_features=128, out_features=32, bias=False)" \
     "$TG" summary --vocab 100 --context 16 --emb 32 --heads 4 --layers 1 --hidden 128 --norm rms --mlp swiglu
+# a small Gemma 3 (sliding layers of window 4 around a full one) generates
+# past its window with Qwen3's tokenizer: the KV cache gives the same ids;
+# and its training step runs under bench
+GS="--config gemma3-270m --tokenizer $(dirname "$0")/../data/qwen3/tokenizer.json --vocab 151936 --emb 32 --heads 2 --head-dim 16 --layers 3 --hidden 64 --sliding-window 4 --layer-types sliding,full,sliding"
+if "$TG" generate $GS --max-new-tokens 8 --json >"$TMP/g1.json" 2>"$TMP/err" &&
+    "$TG" generate $GS --max-new-tokens 8 --json --no-kv-cache >"$TMP/g2.json" 2>>"$TMP/err" &&
+    $PY -c '
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+assert a["ids"] == b["ids"] and len(a["ids"]) == 8, (a["ids"], b["ids"])
+' "$TMP/g1.json" "$TMP/g2.json"; then ok; else bad "generate gemma3 (cache = no cache): $(head -1 "$TMP/err")"; fi
+expect_contains "bench gemma3" '"step_ms":' "$TG" bench --model gpt --config gemma3-270m --vocab 500 --emb 32 --heads 2 \
+    --head-dim 16 --layers 2 --hidden 64 --tokens 16 --batch 1 --steps 1 --sliding-window 4 --json
 # a small Qwen3 with Qwen3's own tokenizer (the default for the family):
 # the KV cache gives the same ids, and a chat prompt stops at the end of a turn
 QS="--config qwen3-0.6b --emb 32 --heads 4 --head-dim 32 --kv-groups 2 --layers 1 --hidden 64"
