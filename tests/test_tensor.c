@@ -1270,12 +1270,53 @@ static void test_sum_bits_equal_pytorch(void **state)
     json_decref(ref);
 }
 
+/* A QK-norm's weight gradient equals PyTorch's bit for bit: the composed
+ * RMSNorm over head_dim of queries that are a transposed view
+ * (x.view(b, T, H, hd).transpose(1, 2)), out = normed * (1 + scale); the
+ * engine sums grad * normed over (b, H, T) down to (hd,) in PyTorch's order,
+ * head_dim below 8 included (4 columns at a time, then one). */
+static void test_qk_norm_weight_grad_bits_equal_pytorch(void **state)
+{
+    (void)state;
+    json_t *ref = tu_load_ref("sums.json");
+    const json_t *cases = json_object_get(ref, "qk_norm"), *c;
+    assert_true(json_array_size(cases) > 0);
+    size_t i;
+    json_array_foreach(cases, i, c) {
+        tg_tape *tp = tg_tape_new();
+        int64_t b = json_integer_value(json_object_get(c, "b")), T = json_integer_value(json_object_get(c, "T"));
+        int64_t H = json_integer_value(json_object_get(c, "H")), hd = json_integer_value(json_object_get(c, "hd"));
+        double eps = json_real_value(json_object_get(c, "eps"));
+        tg_tensor *x = tu_tensor_from_json(tp, json_object_get(c, "x"), TG_F32);
+        tg_tensor *scale = tu_tensor_from_json(tp, json_object_get(c, "scale"), TG_F32);
+        tg_tensor *grad = tu_tensor_from_json(tp, json_object_get(c, "grad"), TG_F32);
+        assert_int_equal(tg_requires_grad_(x, true), TG_OK);
+        assert_int_equal(tg_requires_grad_(scale, true), TG_OK);
+        int last = -1;
+        tg_tensor *q = tg_transpose(tp, tg_view(tp, x, 4, (int64_t[]){b, T, H, hd}), 1, 2);
+        tg_tensor *w = tg_add_scalar(tp, scale, 1.0);
+        tg_tensor *var = tg_mean_dims(tp, tg_pow_scalar(tp, q, 2.0), 1, &last, true);
+        tg_tensor *normed = tg_mul(tp, q, tg_rsqrt(tp, tg_add_scalar(tp, var, eps)));
+        tg_tensor *out = tg_mul(tp, normed, w);
+        tu_assert_ok(out);
+        assert_int_equal(tg_backward(out, grad, false), TG_OK);
+        char what[96];
+        snprintf(what, sizeof what, "qk_norm case %zu (hd %lld): scale's gradient", i, (long long)hd);
+        tu_assert_close(scale->grad, tu_tensor_from_json(tp, json_object_get(c, "scale_grad"), TG_F32), 0.0, 0.0, what);
+        snprintf(what, sizeof what, "qk_norm case %zu (hd %lld): x's gradient", i, (long long)hd);
+        tu_assert_close(x->grad, tu_tensor_from_json(tp, json_object_get(c, "x_grad"), TG_F32), 0.0, 0.0, what);
+        tg_tape_free(tp);
+    }
+    json_decref(ref);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
     tu_reference_kernels(argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sum_bits_equal_pytorch),
+        cmocka_unit_test(test_qk_norm_weight_grad_bits_equal_pytorch),
         cmocka_unit_test(test_creation),
         cmocka_unit_test(test_dtypes),
         cmocka_unit_test(test_views_share_storage),

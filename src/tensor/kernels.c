@@ -669,12 +669,19 @@ float tg__torch_sum_f32(const float *x, int64_t n)
 }
 
 /* out[j] = sum over i < rows of x[i * ld + j] for j < cols, as sum(dim=0)
- * gives it for a row-major (rows, cols) float tensor (vectorized_outer_sum:
- * 32 columns at a time, then 8, then one). */
+ * gives it for a row-major (rows, cols) float tensor: vectorized_outer_sum
+ * (32 columns at a time, then 8, then one) from 8 columns up; below a
+ * vector's width scalar_outer_sum (4 columns at a time, each row's 4 added
+ * at once into the levels of partial sums, then one). */
 void tg__torch_sum_rows_f32(float *out, const float *x, int64_t rows, int64_t cols, int64_t ld)
 {
     float r[32];
     int64_t j = 0;
+    if (cols < 8)
+        for (; j + 4 <= cols; j += 4) {
+            multi_row_sum_f32(x + j, ld, 1, rows, 1, r);
+            for (int e = 0; e < 4; e++) out[j + e] = 0.0f + r[e];
+        }
     for (; j + 32 <= cols; j += 32) {
         multi_row_sum_f32(x + j, ld, 8, rows, 8, r);
         for (int e = 0; e < 32; e++) out[j + e] = 0.0f + r[e];
