@@ -187,12 +187,13 @@ static char *repr_of(const tg_module *m)
     return buf;
 }
 
-static void run_case(const json_t *c, bool fused)
+/* A case's model m (cfg) against the reference c: its repr, names, keys and
+ * parameter count, then in train mode the logits, the loss and every
+ * gradient to the bit. */
+static void check_case(const json_t *c, tg_module *m, const tg_decoder_config *cfg, bool fused)
 {
     const char *name = json_string_value(jget(c, "name"));
-    tg_decoder_config cfg = config_of(jget(c, "config"), json_string_value(jget(c, "family")));
-    tg_tape *mt = tg_tape_new(), *tp = tg_tape_new();
-    tg_module *m = build(mt, &cfg, (uint64_t)jint(c, "seed"));
+    tg_tape *tp = tg_tape_new();
     tg_module_train(m, true);
     tg_module_set_fused(m, fused);
     char *r = repr_of(m);
@@ -204,7 +205,7 @@ static void run_case(const json_t *c, bool fused)
     assert_int_equal(tg_module_state_dict(tp, m, &l), TG_OK);
     assert_names(&l, jget(c, "state_dict_keys"));
     assert_int_equal(tg_module_num_parameters(m), jint(c, "num_parameters"));
-    assert_int_equal(tg_decoder_config_num_parameters(&cfg), jint(c, "num_parameters"));
+    assert_int_equal(tg_decoder_config_num_parameters(cfg), jint(c, "num_parameters"));
 
     tg_tensor *ids = tu_tensor_from_json(tp, jget(c, "ids"), TG_DTYPE_COUNT);
     tg_tensor *targets = tu_tensor_from_json(tp, jget(c, "targets"), TG_DTYPE_COUNT);
@@ -228,6 +229,13 @@ static void run_case(const json_t *c, bool fused)
         assert_bits(l.tensors[i]->grad, jget(grads, l.names[i]), what);
     }
     tg_tape_free(tp);
+}
+
+static void run_case(const json_t *c, bool fused)
+{
+    tg_decoder_config cfg = config_of(jget(c, "config"), json_string_value(jget(c, "family")));
+    tg_tape *mt = tg_tape_new();
+    check_case(c, build(mt, &cfg, (uint64_t)jint(c, "seed")), &cfg, fused);
     tg_tape_free(mt);
 }
 
@@ -244,28 +252,34 @@ static void test_cases(void **state)
 
 /* ---- generation ------------------------------------------------------------------------------- */
 
+/* m generates the reference entry g's ids (ch05's generate, or the
+ * kv_cache model's, after manual_seed(sample_seed)). */
+static void check_generate(tg_module *m, const json_t *g)
+{
+    const char *name = json_string_value(jget(g, "name"));
+    const json_t *prompt = jget(g, "prompt"), *want = jget(g, "ids");
+    int64_t np = (int64_t)json_array_size(prompt), p[64], out[128], n = 0;
+    for (int64_t k = 0; k < np; k++) p[k] = (int64_t)json_integer_value(json_array_get(prompt, (size_t)k));
+    tg_generate_options o = {.max_new_tokens = jint(g, "max_new_tokens"), .temperature = jnum(g, "temperature"),
+                             .top_k = jint(g, "top_k"), .eos_id = -1, .no_kv_cache = !json_is_true(jget(g, "cache"))};
+    tg_manual_seed((uint64_t)jint(g, "sample_seed"));
+    if (tg_gpt_generate(m, p, np, &o, out, &n) != TG_OK) fail_msg("%s: %s", name, tg_last_error());
+    if (n != (int64_t)json_array_size(want)) fail_msg("%s: %lld ids, PyTorch %zu", name, (long long)n, json_array_size(want));
+    for (int64_t k = 0; k < n; k++)
+        if (out[k] != (int64_t)json_integer_value(json_array_get(want, (size_t)k)))
+            fail_msg("%s: id %lld is %lld, PyTorch %lld", name, (long long)k, (long long)out[k],
+                     (long long)json_integer_value(json_array_get(want, (size_t)k)));
+}
+
 static void test_generate(void **state)
 {
     (void)state;
     const json_t *g;
     size_t i;
     json_array_foreach(jget(g_ref, "generate"), i, g) {
-        const char *name = json_string_value(jget(g, "name"));
         tg_decoder_config cfg = config_of(jget(g, "config"), json_string_value(jget(g, "case")));
         tg_tape *mt = tg_tape_new();
-        tg_module *m = build(mt, &cfg, (uint64_t)jint(g, "seed"));
-        const json_t *prompt = jget(g, "prompt"), *want = jget(g, "ids");
-        int64_t np = (int64_t)json_array_size(prompt), p[64], out[128], n = 0;
-        for (int64_t k = 0; k < np; k++) p[k] = (int64_t)json_integer_value(json_array_get(prompt, (size_t)k));
-        tg_generate_options o = {.max_new_tokens = jint(g, "max_new_tokens"), .temperature = jnum(g, "temperature"),
-                                 .top_k = jint(g, "top_k"), .eos_id = -1, .no_kv_cache = !json_is_true(jget(g, "cache"))};
-        tg_manual_seed((uint64_t)jint(g, "sample_seed"));
-        if (tg_gpt_generate(m, p, np, &o, out, &n) != TG_OK) fail_msg("%s: %s", name, tg_last_error());
-        if (n != (int64_t)json_array_size(want)) fail_msg("%s: %lld ids, PyTorch %zu", name, (long long)n, json_array_size(want));
-        for (int64_t k = 0; k < n; k++)
-            if (out[k] != (int64_t)json_integer_value(json_array_get(want, (size_t)k)))
-                fail_msg("%s: id %lld is %lld, PyTorch %lld", name, (long long)k, (long long)out[k],
-                         (long long)json_integer_value(json_array_get(want, (size_t)k)));
+        check_generate(build(mt, &cfg, (uint64_t)jint(g, "seed")), g);
         tg_tape_free(mt);
     }
 }
@@ -342,44 +356,9 @@ static void test_gemma3_cases(void **state)
     size_t i;
     json_array_foreach(jget(g_gemma, "cases"), i, c) for (int fused = 0; fused < 2; fused++)
     {
-        const char *name = json_string_value(jget(c, "name"));
         tg_decoder_config cfg = gemma_config_of(jget(c, "config"));
-        tg_tape *mt = tg_tape_new(), *tp = tg_tape_new();
-        tg_module *m = gemma_model(mt, c);
-        tg_module_train(m, true);
-        tg_module_set_fused(m, fused);
-        char *r = repr_of(m);
-        assert_string_equal(r, json_string_value(jget(c, "repr")));
-        free(r);
-        tg_named_list l;
-        assert_int_equal(tg_module_named_parameters(tp, m, &l), TG_OK);
-        assert_names(&l, jget(c, "parameter_names"));
-        assert_int_equal(tg_module_state_dict(tp, m, &l), TG_OK);
-        assert_names(&l, jget(c, "state_dict_keys"));
-        assert_int_equal(tg_module_num_parameters(m), jint(c, "num_parameters"));
-        assert_int_equal(tg_decoder_config_num_parameters(&cfg), jint(c, "num_parameters"));
-        tg_tensor *ids = tu_tensor_from_json(tp, jget(c, "ids"), TG_DTYPE_COUNT);
-        tg_tensor *targets = tu_tensor_from_json(tp, jget(c, "targets"), TG_DTYPE_COUNT);
-        tg_tensor *logits = tg_module_forward(tp, m, ids);
-        tu_assert_ok(logits);
-        char what[160];
-        snprintf(what, sizeof what, "%s%s logits", name, fused ? " (fused)" : "");
-        assert_bits(logits, jget(c, "logits"), what);
-        assert_string_equal(tg_grad_fn_name(logits), json_string_value(jget(c, "logits_grad_fn")));
-        int64_t B = logits->shape[0], T = logits->shape[1], V = logits->shape[2];
-        int64_t flat[2] = {B * T, V}, tflat[1] = {B * T};
-        tg_tensor *loss =
-            tg_cross_entropy(tp, tg_view(tp, logits, 2, flat), tg_view(tp, targets, 1, tflat), TG_REDUCE_MEAN);
-        tu_assert_ok(loss);
-        if ((float)tg_item(loss) != (float)jnum(c, "loss"))
-            fail_msg("%s: loss %.9g, PyTorch %.9g", what, tg_item(loss), jnum(c, "loss"));
-        assert_int_equal(tg_backward(loss, NULL, false), TG_OK);
-        assert_int_equal(tg_module_named_parameters(tp, m, &l), TG_OK);
-        for (int k = 0; k < l.n; k++) {
-            snprintf(what, sizeof what, "%s%s grad %s", name, fused ? " (fused)" : "", l.names[k]);
-            assert_bits(l.tensors[k]->grad, jget(jget(c, "grads"), l.names[k]), what);
-        }
-        tg_tape_free(tp);
+        tg_tape *mt = tg_tape_new();
+        check_case(c, gemma_model(mt, c), &cfg, fused);
         tg_tape_free(mt);
     }
 }
@@ -392,21 +371,8 @@ static void test_gemma3_generate(void **state)
     const json_t *g;
     size_t i;
     json_array_foreach(jget(g_gemma, "generate"), i, g) {
-        const char *name = json_string_value(jget(g, "name"));
         tg_tape *mt = tg_tape_new();
-        tg_module *m = gemma_model(mt, gemma_case(json_string_value(jget(g, "case"))));
-        const json_t *prompt = jget(g, "prompt"), *want = jget(g, "ids");
-        int64_t np = (int64_t)json_array_size(prompt), p[64], out[128], n = 0;
-        for (int64_t k = 0; k < np; k++) p[k] = (int64_t)json_integer_value(json_array_get(prompt, (size_t)k));
-        tg_generate_options o = {.max_new_tokens = jint(g, "max_new_tokens"), .temperature = jnum(g, "temperature"),
-                                 .top_k = jint(g, "top_k"), .eos_id = -1, .no_kv_cache = !json_is_true(jget(g, "cache"))};
-        tg_manual_seed((uint64_t)jint(g, "sample_seed"));
-        if (tg_gpt_generate(m, p, np, &o, out, &n) != TG_OK) fail_msg("%s: %s", name, tg_last_error());
-        if (n != (int64_t)json_array_size(want)) fail_msg("%s: %lld ids, PyTorch %zu", name, (long long)n, json_array_size(want));
-        for (int64_t k = 0; k < n; k++)
-            if (out[k] != (int64_t)json_integer_value(json_array_get(want, (size_t)k)))
-                fail_msg("%s: id %lld is %lld, PyTorch %lld", name, (long long)k, (long long)out[k],
-                         (long long)json_integer_value(json_array_get(want, (size_t)k)));
+        check_generate(gemma_model(mt, gemma_case(json_string_value(jget(g, "case")))), g);
         tg_tape_free(mt);
     }
 }
