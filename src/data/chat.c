@@ -1,6 +1,8 @@
-/* The chat formats of Qwen3 and Llama 3 as the book writes them
- * (include/tapegrad/data.h, tg_tokenizer_encode_chat): the format's own
- * tokens by id, the text between them encoded as the book encodes it. */
+/* The chat formats of Qwen3 and Llama 3 as the book writes them, and Gemma
+ * 3's as its chat template does (include/tapegrad/data.h,
+ * tg_tokenizer_encode_chat): the format's own tokens by id, the text between
+ * them encoded as the book (Gemma 3: Hugging Face's apply_chat_template)
+ * encodes it. */
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
@@ -14,7 +16,21 @@ tg_chat_format tg_tokenizer_chat_format(const tg_tokenizer *tok)
     if (tg_tokenizer_token_id(tok, "<|start_header_id|>") >= 0 && tg_tokenizer_token_id(tok, "<|end_header_id|>") >= 0 &&
         tg_tokenizer_token_id(tok, "<|eot_id|>") >= 0)
         return TG_CHAT_LLAMA3;
+    if (tg_tokenizer_token_id(tok, "<start_of_turn>") >= 0 && tg_tokenizer_token_id(tok, "<end_of_turn>") >= 0 &&
+        tg_tokenizer_token_id(tok, "<bos>") >= 0)
+        return TG_CHAT_GEMMA3;
     return TG_CHAT_NONE;
+}
+
+int64_t tg_tokenizer_chat_end_id(const tg_tokenizer *tok)
+{
+    switch (tg_tokenizer_chat_format(tok)) {
+    case TG_CHAT_QWEN: return tg_tokenizer_token_id(tok, "<|im_end|>");
+    case TG_CHAT_LLAMA3: return tg_tokenizer_token_id(tok, "<|eot_id|>");
+    case TG_CHAT_GEMMA3: return tg_tokenizer_token_id(tok, "<end_of_turn>");
+    case TG_CHAT_NONE: break;
+    }
+    return -1;
 }
 
 const char *tg_chat_format_name(tg_chat_format f)
@@ -22,6 +38,7 @@ const char *tg_chat_format_name(tg_chat_format f)
     switch (f) {
     case TG_CHAT_QWEN: return "qwen";
     case TG_CHAT_LLAMA3: return "llama3";
+    case TG_CHAT_GEMMA3: return "gemma3";
     case TG_CHAT_NONE: break;
     }
     return "none";
@@ -143,6 +160,55 @@ static void llama3(ids_t *o, tg_tokenizer *tok, const tg_chat_message *m, size_t
     }
 }
 
+/* Gemma 3's chat template: "<bos>", an optional first system message
+ * ahead of the first turn's content, the turns alternating user/model, each
+ * content stripped, then the generation prompt. Each text between the
+ * format's tokens is encoded whole, as the rendered string is. */
+static void gemma3(ids_t *o, tg_tokenizer *tok, const tg_chat_message *m, size_t n, const tg_chat_options *opt)
+{
+    int64_t bos = tg_tokenizer_token_id(tok, "<bos>"), sot = tg_tokenizer_token_id(tok, "<start_of_turn>");
+    int64_t eot = tg_tokenizer_token_id(tok, "<end_of_turn>");
+    if (n == 0) {
+        o->st = tg_error_status(TG_EINVAL, "chat: Gemma 3's format needs a message");
+        return;
+    }
+    size_t first = strcmp(m[0].role, "system") == 0; /* the first turn */
+    for (size_t i = first; i < n; i++)
+        if ((strcmp(m[i].role, "user") == 0) != ((i - first) % 2 == 0)) {
+            o->st = tg_error_status(TG_EINVAL, "chat: Gemma 3's turns must alternate user/assistant/user/... "
+                                               "(after a first system message); message %zu %s \"user\"",
+                                    i, (i - first) % 2 ? "is" : "is not");
+            return;
+        }
+    put_id(o, bos);
+    for (size_t i = first; i < n && o->st == TG_OK; i++) {
+        const char *role = strcmp(m[i].role, "assistant") == 0 ? "model" : m[i].role;
+        bool prefixed = i == first && first; /* the system message's content and "\n\n" first */
+        size_t lr = strlen(role), lp = prefixed ? strlen(m[0].content) : 0, a, b;
+        strip(m[i].content, strlen(m[i].content), &a, &b);
+        size_t len = lr + 1 + (prefixed ? lp + 2 : 0) + (b - a);
+        char *s = malloc(len + 1);
+        if (!s) {
+            o->st = tg_error_status(TG_ENOMEM, "chat: out of memory");
+            return;
+        }
+        size_t k = 0;
+        memcpy(s, role, lr), k += lr;
+        s[k++] = '\n';
+        if (prefixed) memcpy(s + k, m[0].content, lp), k += lp, s[k++] = '\n', s[k++] = '\n';
+        memcpy(s + k, m[i].content + a, b - a);
+        put_id(o, sot);
+        put_text(o, tok, s, len, opt->allow_special);
+        put_id(o, eot);
+        put_text(o, tok, "\n", 1, false);
+        free(s);
+    }
+    if (opt->add_generation_prompt) {
+        put_id(o, sot);
+        put_text(o, tok, "model\n", 6, false);
+    }
+}
+
 int tg_tokenizer_encode_chat(tg_tokenizer *tok, const tg_chat_message *messages, size_t n,
                              const tg_chat_options *options, int64_t **ids, size_t *n_ids)
 {
@@ -151,7 +217,8 @@ int tg_tokenizer_encode_chat(tg_tokenizer *tok, const tg_chat_message *messages,
     if (!tok || (!messages && n) || !ids || !n_ids) return tg_error_status(TG_EINVAL, "chat: NULL argument");
     tg_chat_format f = tg_tokenizer_chat_format(tok);
     if (f == TG_CHAT_NONE)
-        return tg_error_status(TG_EINVAL, "chat: this tokenizer has no chat format (no <|im_start|> or <|start_header_id|> token)");
+        return tg_error_status(TG_EINVAL, "chat: this tokenizer has no chat format (no <|im_start|>, "
+                                          "<|start_header_id|> or <start_of_turn> token)");
     for (size_t i = 0; i < n; i++) {
         if (!messages[i].role || !messages[i].role[0] || !messages[i].content)
             return tg_error_status(TG_EINVAL, "chat: message %zu needs a non-empty role and a content", i);
@@ -165,7 +232,8 @@ int tg_tokenizer_encode_chat(tg_tokenizer *tok, const tg_chat_message *messages,
     const tg_chat_options *opt = options ? options : &none;
     ids_t o = {0};
     if (f == TG_CHAT_QWEN) qwen(&o, tok, messages, n, opt);
-    else llama3(&o, tok, messages, n, opt);
+    else if (f == TG_CHAT_LLAMA3) llama3(&o, tok, messages, n, opt);
+    else gemma3(&o, tok, messages, n, opt);
     if (o.st != TG_OK) {
         free(o.v);
         return o.st;

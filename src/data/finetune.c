@@ -582,7 +582,7 @@ tg_instruction_dataset *tg_instruction_dataset_new_format(const tg_instruction_d
     if (format != TG_INSTRUCTION_ALPACA && format != TG_INSTRUCTION_CHAT)
         return tg_error("instruction dataset: format %d is not alpaca or chat", (int)format);
     if (format == TG_INSTRUCTION_CHAT && tg_tokenizer_chat_format(tok) == TG_CHAT_NONE)
-        return tg_error("instruction dataset: the chat format needs a tokenizer with one (Qwen3's, Llama 3's)");
+        return tg_error("instruction dataset: the chat format needs a tokenizer with one (Qwen3's, Llama 3's, Gemma 3's)");
     if (begin < 0 || begin > end || end > d->n)
         return tg_error("instruction dataset: entries [%lld, %lld) are not a range of the %lld entries", (long long)begin,
                         (long long)end, (long long)d->n);

@@ -1,19 +1,26 @@
-/* The byte-level BPE tokenizer (include/tapegrad/data.h): GPT-2's, Qwen3's
- * and Llama 3's, read by tokenizer_files.c into one form.
+/* The BPE tokenizer (include/tapegrad/data.h): GPT-2's, Qwen3's and Llama
+ * 3's (byte-level) and Gemma 3's (byte fallback, tokenizer_internal.h),
+ * read by tokenizer_files.c into one form.
  *
  *   encode: find the added tokens in the text (leftmost, longest first; a
  *           special one only where the caller allows special tokens); for
- *           the text between them: the normaliser (NFC with utf8proc, or
- *           none), then the pre-tokenizer pattern (PCRE2, JIT, Unicode
- *           properties: \s is Unicode's White_Space, as in Hugging Face's
- *           Oniguruma and tiktoken's Rust regex; the text between two matches is a piece too, as
- *           tokenizer.json's Split "Isolated" makes it); for each piece, the
+ *           the text between them: the normaliser (NFC with utf8proc, the
+ *           spaces as U+2581, or none), then the pre-tokenizer pattern
+ *           (PCRE2, JIT, Unicode properties: \s is Unicode's White_Space,
+ *           as in Hugging Face's Oniguruma and tiktoken's Rust regex; the
+ *           text between two matches is a piece too, as tokenizer.json's
+ *           Split "Isolated" makes it; none with byte fallback: the text is
+ *           one piece); for each piece, the
  *           word cache, or the whole piece when it is a token and the file
- *           says so, or BPE: start from one token per byte and repeatedly
- *           merge the adjacent pair of lowest rank, leftmost first, with a
- *           heap of candidate pairs (n log n on a long word).
+ *           says so, or BPE: start from one token per byte (byte fallback:
+ *           per character, or its bytes' "<0xNN>" tokens when the character
+ *           is no token) and repeatedly merge the adjacent pair of lowest
+ *           rank, leftmost first, with a heap of candidate pairs (n log n on
+ *           a long word).
  *   decode: the tokens' bytes back to back.
- * Tokens are kept as raw bytes. */
+ * Tokens are kept as raw bytes; a byte-fallback vocabulary keeps its
+ * tokens' text for encoding and their bytes (U+2581 a space, "<0xNN>" byte
+ * NN) for decoding. */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <jansson.h>
 #include <pcre2.h>
@@ -168,6 +175,12 @@ struct tg_tokenizer {
     size_t n_lens;            /* 0 with more than 64 lengths: find_added compares each token */
     bool whole_pieces;
     tg__normalizer norm;
+    bool fallback;     /* byte fallback (tokenizer_internal.h) */
+    uint8_t *byte_tok; /* byte fallback: per id, 1 for a "<0xNN>" token (decoded as that byte) */
+    char *dec_arena;   /* byte fallback: the tokens' bytes, where tok_ptr points */
+    int32_t post[16];  /* the post-processor's ids: n_pre before the text, n_post after */
+    uint8_t n_pre, n_post;
+    char post_unsupported[96]; /* non-empty: the post-processor tapegrad does not implement */
     /* word cache: piece bytes -> (offset << 20 | count) into cache_ids */
     bmap cache;
     int32_t *cache_ids;
@@ -230,6 +243,8 @@ void tg_tokenizer_free(tg_tokenizer *t)
     free(t->cache_ids);
     free(t->added);
     free(t->added_bytes);
+    free(t->byte_tok);
+    free(t->dec_arena);
     bmap_free(&t->added_map);
     if (t->md) pcre2_match_data_free(t->md);
     if (t->re) pcre2_code_free(t->re);
@@ -314,6 +329,29 @@ int tg__tok_add_added(tg_tokenizer *t, const char *content, size_t len, int64_t 
     return TG_OK;
 }
 
+void tg__tok_set_byte_fallback(tg_tokenizer *t) { t->fallback = true; }
+
+int tg__tok_set_post(tg_tokenizer *t, const int64_t *pre, size_t n_pre, const int64_t *post, size_t n_post,
+                     const char *unsupported)
+{
+    t->n_pre = t->n_post = 0;
+    t->post_unsupported[0] = '\0';
+    if (unsupported) { /* kept for a one-line message: control characters as '?' */
+        snprintf(t->post_unsupported, sizeof t->post_unsupported, "%s", unsupported[0] ? unsupported : "?");
+        for (char *c = t->post_unsupported; *c; c++)
+            if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
+        return TG_OK;
+    }
+    if (n_pre + n_post > sizeof t->post / sizeof *t->post) return TG_EFORMAT;
+    for (size_t i = 0; i < n_pre + n_post; i++) {
+        int64_t id = i < n_pre ? pre[i] : post[i - n_pre];
+        if (id < 0 || id >= MAX_ID) return TG_EFORMAT;
+        t->post[i] = (int32_t)id;
+    }
+    t->n_pre = (uint8_t)n_pre, t->n_post = (uint8_t)n_post;
+    return TG_OK;
+}
+
 static int added_longest_first(const void *a, const void *b)
 {
     const added_tok *x = a, *y = b;
@@ -337,6 +375,54 @@ static int derive_merges(tg_tokenizer *t)
             int st = merge_put(t, (int32_t)a, (int32_t)b, (int32_t)s->val, (int32_t)s->val);
             if (st != TG_OK) return st;
         }
+    }
+    return TG_OK;
+}
+
+static int hex_digit(char c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* "<0xNN>" (either case, as Hugging Face's ByteFallback decoder reads it):
+ * the byte, else -1. */
+static int fallback_byte(const char *s, size_t len)
+{
+    if (len != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>') return -1;
+    int hi = hex_digit(s[3]), lo = hex_digit(s[4]);
+    return hi < 0 || lo < 0 ? -1 : hi << 4 | lo;
+}
+
+static const char METASPACE[] = "\xe2\x96\x81"; /* U+2581, a space in a byte-fallback vocabulary */
+
+/* Byte fallback: each token's bytes as decoding writes them (tokenizer.json's
+ * decoder Replace U+2581 -> " ", ByteFallback), tok_ptr pointing at them. */
+static int fallback_bytes(tg_tokenizer *t)
+{
+    size_t total = 0;
+    for (int64_t id = 0; id < t->vocab_size; id++) total += t->tok_ptr[id] ? t->tok_len[id] : 0;
+    t->dec_arena = malloc(total ? total : 1);
+    t->byte_tok = calloc((size_t)t->vocab_size, 1);
+    if (!t->dec_arena || !t->byte_tok) return TG_ENOMEM;
+    size_t o = 0;
+    for (int64_t id = 0; id < t->vocab_size; id++) {
+        const char *p = t->tok_ptr[id];
+        size_t len = t->tok_len[id], start = o;
+        if (!p) continue;
+        int b = fallback_byte(p, len);
+        if (b >= 0) {
+            t->dec_arena[o++] = (char)b;
+            t->byte_tok[id] = 1;
+        } else {
+            for (size_t i = 0; i < len;) {
+                if (i + 3 <= len && memcmp(p + i, METASPACE, 3) == 0) t->dec_arena[o++] = ' ', i += 3;
+                else t->dec_arena[o++] = p[i++];
+            }
+        }
+        t->tok_ptr[id] = t->dec_arena + start, t->tok_len[id] = (uint32_t)(o - start);
     }
     return TG_OK;
 }
@@ -378,14 +464,29 @@ int tg__tok_finish(tg_tokenizer *t, const char *pattern, tg__normalizer norm, bo
     }
     if (t->n_lens > 64) t->n_lens = 0;
     for (int b = 0; b < 256; b++) {
-        char c = (char)b;
+        char c[8];
         int64_t id;
-        if (!bmap_get(&t->enc, &c, 1, &id))
+        if (t->fallback) snprintf(c, sizeof c, "<0x%02X>", b); /* Hugging Face's byte tokens */
+        else c[0] = (char)b;
+        if (!bmap_get(&t->enc, c, t->fallback ? 6 : 1, &id)) {
+            if (t->fallback)
+                return tg_error_status(TG_EFORMAT, "tokenizer: %s has no byte token \"%s\" (model.byte_fallback)", what, c);
             return tg_error_status(TG_EFORMAT, "tokenizer: %s has no token for byte 0x%02x", what, b);
+        }
         t->byte_id[b] = (int32_t)id;
     }
+    for (size_t i = 0; i < (size_t)t->n_pre + t->n_post; i++)
+        if (t->post[i] >= t->vocab_size || !t->tok_ptr[t->post[i]])
+            return tg_error_status(TG_EFORMAT, "tokenizer: %s: the post-processor adds id %d, which no token has", what,
+                                   (int)t->post[i]);
+    if (t->fallback && fallback_bytes(t) != TG_OK) return tg_error_status(TG_ENOMEM, "tokenizer: out of memory");
     t->eot = tg_tokenizer_token_id(t, "<|endoftext|>");
     if (t->eot < 0) t->eot = tg_tokenizer_token_id(t, "<|end_of_text|>");
+    if (t->eot < 0) t->eot = tg_tokenizer_token_id(t, "<eos>");
+    if (!pattern) {
+        if (t->fallback) return TG_OK;
+        return tg_error_status(TG_EFORMAT, "tokenizer: %s has no pre-tokenizer pattern", what);
+    }
     int code;
     PCRE2_SIZE off;
     t->re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &code, &off, NULL);
@@ -473,7 +574,10 @@ static cand heap_pop(cand *h, size_t *n)
     return top;
 }
 
-/* BPE of one piece of n >= 2 bytes into out. */
+/* BPE of one piece of n >= 1 bytes into out: from one token per byte, or
+ * with byte fallback per character (its bytes' tokens when it is no token,
+ * as Hugging Face's BPE with byte_fallback starts a word; the text is UTF-8,
+ * checked before). */
 static bool bpe(const tg_tokenizer *t, const unsigned char *s, size_t n, idvec *out)
 {
     int32_t *id = malloc(n * 3 * sizeof(int32_t));
@@ -484,13 +588,22 @@ static bool bpe(const tg_tokenizer *t, const unsigned char *s, size_t n, idvec *
         return false;
     }
     int32_t *prev = id + n, *next = id + 2 * n; /* next == -2: merged away */
-    size_t hn = 0;
-    for (size_t i = 0; i < n; i++) {
-        id[i] = t->byte_id[s[i]];
-        prev[i] = (int32_t)i - 1;
-        next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
+    size_t hn = 0, nsym = 0;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t k = t->fallback && s[i] >= 0x80 ? tg__utf8_len(s + i, n - i, &cp) : 1;
+        int64_t v;
+        if (!k) k = 1;
+        if (t->fallback && bmap_get(&t->enc, (const char *)s + i, k, &v)) id[nsym++] = (int32_t)v;
+        else
+            for (size_t j = 0; j < k; j++) id[nsym++] = t->byte_id[s[i + j]];
+        i += k;
     }
-    for (size_t i = 0; i + 1 < n; i++) {
+    for (size_t i = 0; i < nsym; i++) {
+        prev[i] = (int32_t)i - 1;
+        next[i] = i + 1 < nsym ? (int32_t)i + 1 : -1;
+    }
+    for (size_t i = 0; i + 1 < nsym; i++) {
         const mslot *m = merge_find(t, id[i], id[i + 1]);
         if (m) heap_push(heap, &hn, (cand){m->rank, (int32_t)i});
     }
@@ -516,7 +629,7 @@ static bool bpe(const tg_tokenizer *t, const unsigned char *s, size_t n, idvec *
 
 static bool encode_piece(tg_tokenizer *t, const char *s, size_t n, idvec *out)
 {
-    if (n == 1) return push_id(out, t->byte_id[(unsigned char)s[0]]);
+    if (n == 1 && !t->fallback) return push_id(out, t->byte_id[(unsigned char)s[0]]);
     int64_t v;
     if (bmap_get(&t->cache, s, n, &v)) {
         size_t off = (size_t)(v >> 20), cnt = (size_t)(v & 0xFFFFF);
@@ -551,9 +664,11 @@ static bool encode_piece(tg_tokenizer *t, const char *s, size_t n, idvec *out)
 
 /* Text without added tokens, cut by the pattern; the text between two
  * matches (none with the patterns of GPT-2, Qwen3 and Llama 3, which match
- * every character) is a piece too. */
+ * every character) is a piece too. Without a pattern (byte fallback) the
+ * text is one piece. */
 static int encode_pieces(tg_tokenizer *t, const char *s, size_t n, idvec *out)
 {
+    if (!t->re) return n && !encode_piece(t, s, n, out) ? tg_error_status(TG_ENOMEM, "tokenizer: out of memory") : TG_OK;
     size_t off = 0;
     while (off < n) {
         int rc = pcre2_match(t->re, (PCRE2_SPTR)s, n, off, PCRE2_NO_UTF_CHECK, t->md, NULL);
@@ -582,6 +697,20 @@ static int encode_pieces(tg_tokenizer *t, const char *s, size_t n, idvec *out)
  * rewrites or composes with what precedes it lies at U+0300 or above. */
 static int encode_text(tg_tokenizer *t, const char *s, size_t n, idvec *out)
 {
+    if (t->norm == TG__NORM_METASPACE && memchr(s, ' ', n)) { /* each space as U+2581 */
+        size_t spaces = 0;
+        for (size_t i = 0; i < n; i++) spaces += s[i] == ' ';
+        char *m = malloc(n + 2 * spaces);
+        if (!m) return tg_error_status(TG_ENOMEM, "tokenizer: out of memory");
+        size_t o = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (s[i] == ' ') memcpy(m + o, METASPACE, 3), o += 3;
+            else m[o++] = s[i];
+        }
+        int st = encode_pieces(t, m, o, out);
+        free(m);
+        return st;
+    }
     if (t->norm == TG__NORM_NFC) {
         bool plain = true;
         for (size_t i = 0; i < n && plain; i++) plain = (unsigned char)s[i] < 0xCC;
@@ -666,6 +795,37 @@ int tg_tokenizer_encode(tg_tokenizer *t, const char *text, size_t len, int64_t *
     return tg_tokenizer_encode_special(t, text, len, false, ids, n_ids);
 }
 
+int tg_tokenizer_encode_add_special(tg_tokenizer *t, const char *text, size_t len, bool allow_special, int64_t **ids,
+                                    size_t *n_ids)
+{
+    if (ids) *ids = NULL;
+    if (n_ids) *n_ids = 0;
+    if (!t || (!text && len) || !ids || !n_ids) return tg_error_status(TG_EINVAL, "tokenizer: NULL argument");
+    if (t->post_unsupported[0])
+        return tg_error_status(TG_EFORMAT, "tokenizer: the post-processor %s is not supported (TemplateProcessing, ByteLevel)",
+                               t->post_unsupported);
+    int64_t *body;
+    size_t nb;
+    int st = tg_tokenizer_encode_special(t, text, len, allow_special, &body, &nb);
+    if (st != TG_OK) return st;
+    size_t n = t->n_pre + nb + t->n_post;
+    if (n == nb) { /* nothing added */
+        *ids = body, *n_ids = nb;
+        return TG_OK;
+    }
+    int64_t *r = malloc(n * sizeof *r);
+    if (!r) {
+        free(body);
+        return tg_error_status(TG_ENOMEM, "tokenizer: out of memory");
+    }
+    for (size_t i = 0; i < t->n_pre; i++) r[i] = t->post[i];
+    if (nb) memcpy(r + t->n_pre, body, nb * sizeof *r);
+    for (size_t i = 0; i < t->n_post; i++) r[t->n_pre + nb + i] = t->post[t->n_pre + i];
+    free(body);
+    *ids = r, *n_ids = n;
+    return TG_OK;
+}
+
 tg_tensor *tg_tokenizer_encode_tensor(tg_tape *tp, tg_tokenizer *t, const char *text, size_t len)
 {
     int64_t *ids;
@@ -718,8 +878,43 @@ int tg_tokenizer_decode_skip(const tg_tokenizer *t, const int64_t *ids, size_t n
     return st;
 }
 
+/* Hugging Face's ByteFallback decoder: each run of "<0xNN>" tokens is its
+ * bytes when they are UTF-8, else one U+FFFD per token; the other tokens
+ * are their text. */
+static int decode_fallback_text(const tg_tokenizer *t, const int64_t *ids, size_t n, char **text, size_t *len)
+{
+    size_t cap = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= t->vocab_size || !t->tok_ptr[ids[i]])
+            return tg_error_status(TG_EINVAL, "tokenizer: id %lld at position %zu is not in the vocabulary (%lld ids)",
+                                   (long long)ids[i], i, (long long)t->vocab_size);
+        cap += t->byte_tok[ids[i]] ? 3 : t->tok_len[ids[i]];
+    }
+    char *s = malloc(cap);
+    if (!s) return tg_error_status(TG_ENOMEM, "tokenizer: out of memory");
+    size_t o = 0, run = 0; /* the current run of byte tokens starts at run */
+    for (size_t i = 0; i <= n; i++) {
+        bool byte = i < n && t->byte_tok[ids[i]];
+        if (!byte && o > run && tg__utf8_check(s + run, o - run) < o - run) { /* the run is not UTF-8 */
+            size_t k = o - run;
+            o = run;
+            for (size_t j = 0; j < k; j++) memcpy(s + o, "\xef\xbf\xbd", 3), o += 3;
+        }
+        if (i == n) break;
+        memcpy(s + o, t->tok_ptr[ids[i]], t->tok_len[ids[i]]);
+        o += t->tok_len[ids[i]];
+        if (!byte) run = o;
+    }
+    s[o] = '\0';
+    *text = s, *len = o;
+    return TG_OK;
+}
+
 int tg_tokenizer_decode_text(const tg_tokenizer *t, const int64_t *ids, size_t n, char **text, size_t *len)
 {
+    if (text) *text = NULL;
+    if (len) *len = 0;
+    if (t && t->fallback && (ids || !n) && text && len) return decode_fallback_text(t, ids, n, text, len);
     char *raw;
     size_t rlen;
     int st = tg_tokenizer_decode(t, ids, n, &raw, &rlen);

@@ -6,6 +6,10 @@
  *     strings or ["a", "b"] pairs, ignore_merges), the pre-tokenizer
  *     (ByteLevel with GPT-2's pattern, or Split with a regex then ByteLevel),
  *     the normaliser (NFC or none), added_tokens with their special flag;
+ *     or, with model.byte_fallback (Gemma 3), a vocabulary of text with the
+ *     normaliser Replace " " -> U+2581, no pre-tokenizer (or a Split on " ",
+ *     which finds nothing after that normaliser) and the decoder that undoes
+ *     them; and the post-processor's ids (TemplateProcessing's "single");
  *   - tiktoken's rank file (Llama 3's tokenizer.model): a base64 token and
  *     its rank per line, with a pattern and added tokens given by the caller.
  * Every problem is an error naming the file and what is wrong. */
@@ -66,7 +70,8 @@ static tg_tokenizer *load_failed(tg_tokenizer *t)
 }
 
 /* A vocabulary object {token in GPT-2's alphabet: id} (encoder.json, or
- * tokenizer.json's model.vocab). */
+ * tokenizer.json's model.vocab); inv NULL: {token text: id} (byte
+ * fallback). */
 static int read_vocab(tg_tokenizer *t, json_t *vocab, const int16_t *inv, const char *path, const char *where)
 {
     if (!json_is_object(vocab) || json_object_size(vocab) == 0)
@@ -79,11 +84,11 @@ static int read_vocab(tg_tokenizer *t, json_t *vocab, const int16_t *inv, const 
         if (!json_is_integer(val) || json_integer_value(val) < 0 || json_integer_value(val) >= (1 << 24))
             return tg_error_status(TG_EFORMAT, "tokenizer: %s: %s: the id of \"%.60s\" is not an integer in [0, 2^24)",
                                    path, where, key);
-        long n = klen <= sizeof buf ? tg__byte_alphabet_decode(inv, key, klen, buf) : -1;
+        long n = klen > sizeof buf ? -1 : inv ? tg__byte_alphabet_decode(inv, key, klen, buf) : (long)klen;
         if (n <= 0)
-            return tg_error_status(TG_EFORMAT, "tokenizer: %s: %s: token \"%.60s\" is empty, too long or not in GPT-2's byte alphabet",
-                                   path, where, key);
-        int st = tg__tok_add_token(t, buf, (size_t)n, json_integer_value(val));
+            return tg_error_status(TG_EFORMAT, "tokenizer: %s: %s: token \"%.60s\" is empty, too long%s", path, where,
+                                   key, inv ? " or not in GPT-2's byte alphabet" : "");
+        int st = tg__tok_add_token(t, inv ? buf : key, (size_t)n, json_integer_value(val));
         if (st == TG_ENOMEM) return no_memory();
         if (st != TG_OK)
             return tg_error_status(TG_EFORMAT, "tokenizer: %s: %s: token \"%.60s\" (id %lld) repeats another token or id",
@@ -92,14 +97,15 @@ static int read_vocab(tg_tokenizer *t, json_t *vocab, const int16_t *inv, const 
     return TG_OK;
 }
 
-/* One merge "a b" (two tokens in GPT-2's alphabet) at the next rank. */
+/* One merge "a b" (two tokens in GPT-2's alphabet; inv NULL: as text) at
+ * the next rank. */
 static int read_merge(tg_tokenizer *t, const int16_t *inv, const char *a, size_t la, const char *b, size_t lb,
                       const char *path, const char *where, size_t k)
 {
     char x[512], y[512];
-    long na = la && la <= sizeof x ? tg__byte_alphabet_decode(inv, a, la, x) : -1;
-    long nb = lb && lb <= sizeof y ? tg__byte_alphabet_decode(inv, b, lb, y) : -1;
-    int st = na > 0 && nb > 0 ? tg__tok_add_merge(t, x, (size_t)na, y, (size_t)nb) : TG_EFORMAT;
+    long na = !la || la > sizeof x ? -1 : inv ? tg__byte_alphabet_decode(inv, a, la, x) : (long)la;
+    long nb = !lb || lb > sizeof y ? -1 : inv ? tg__byte_alphabet_decode(inv, b, lb, y) : (long)lb;
+    int st = na > 0 && nb > 0 ? tg__tok_add_merge(t, inv ? x : a, (size_t)na, inv ? y : b, (size_t)nb) : TG_EFORMAT;
     if (st == TG_ENOMEM) return no_memory();
     if (st != TG_OK)
         return tg_error_status(TG_EFORMAT, "tokenizer: %s: %s %zu: the merge \"%.*s %.*s\" names tokens the vocabulary lacks",
@@ -182,26 +188,62 @@ static const char *type_of(json_t *o)
     return s ? s : "(none)";
 }
 
-static int read_normalizer(json_t *n, tg__normalizer *norm, const char *path)
+static const char METASPACE[] = "\xe2\x96\x81"; /* U+2581 */
+
+/* {"String": s} (a Replace's or a Split's pattern) equal to s. */
+static bool string_pattern(json_t *pattern, const char *want)
+{
+    const char *p = json_string_value(json_object_get(pattern, "String"));
+    return json_is_object(pattern) && json_object_size(pattern) == 1 && p && strcmp(p, want) == 0;
+}
+
+/* A Replace of pattern {"String": from} by to. */
+static bool is_replace(json_t *o, const char *from, const char *to)
+{
+    const char *content = json_string_value(json_object_get(o, "content"));
+    return json_is_object(o) && strcmp(type_of(o), "Replace") == 0 && string_pattern(json_object_get(o, "pattern"), from) &&
+           content && strcmp(content, to) == 0;
+}
+
+/* NFC or none; with byte fallback the Replace of " " by U+2581 or none. */
+static int read_normalizer(json_t *n, bool fallback, tg__normalizer *norm, const char *path)
 {
     *norm = TG__NORM_NONE;
     if (!n || json_is_null(n)) return TG_OK;
-    if (json_is_object(n) && strcmp(type_of(n), "NFC") == 0) return *norm = TG__NORM_NFC, TG_OK;
-    json_t *seq = json_object_get(n, "normalizers");
+    json_t *one = n, *seq = json_object_get(n, "normalizers");
     if (json_is_object(n) && strcmp(type_of(n), "Sequence") == 0 && json_is_array(seq) && json_array_size(seq) <= 1) {
-        json_t *one = json_array_get(seq, 0);
-        if (!one || (json_is_object(one) && strcmp(type_of(one), "NFC") == 0)) return *norm = one ? TG__NORM_NFC : TG__NORM_NONE, TG_OK;
+        one = json_array_get(seq, 0);
+        if (!one) return TG_OK;
     }
-    return tg_error_status(TG_EFORMAT, "tokenizer: %s: normalizer \"%s\" is not supported (NFC or none)", path,
-                           json_is_object(n) ? type_of(n) : "?");
+    bool nfc = json_is_object(one) && strcmp(type_of(one), "NFC") == 0;
+    if (nfc && !fallback) return *norm = TG__NORM_NFC, TG_OK;
+    if (fallback && is_replace(one, " ", METASPACE)) return *norm = TG__NORM_METASPACE, TG_OK;
+    const char *name = json_is_object(one) ? type_of(one) : "?";
+    if (fallback)
+        return tg_error_status(TG_EFORMAT, "tokenizer: %s: normalizer \"%s\" is not supported with model.byte_fallback "
+                                           "(Replace \" \" -> \"\\u2581\", or none)", path, name);
+    return tg_error_status(TG_EFORMAT, "tokenizer: %s: normalizer \"%s\" is not supported (NFC or none)", path, name);
 }
 
 /* The pattern of the pre-tokenizer: ByteLevel with use_regex (GPT-2's), or
  * Split(Regex, Isolated) followed by ByteLevel without its own regex. The
- * string is in root's JSON tree. */
-static int read_pre_tokenizer(json_t *p, const char **pattern, const char *path)
+ * string is in root's JSON tree. With byte fallback: none, or a Split on
+ * " " after the normaliser that leaves no space (the text is one piece, as
+ * Gemma 3's tokenizer.json makes it). */
+static int read_pre_tokenizer(json_t *p, bool fallback, tg__normalizer norm, const char **pattern, const char *path)
 {
     const char *bad = NULL;
+    *pattern = NULL;
+    if (fallback) {
+        if (!p || json_is_null(p)) return TG_OK;
+        const char *behavior = json_string_value(json_object_get(p, "behavior"));
+        if (json_is_object(p) && strcmp(type_of(p), "Split") == 0 && string_pattern(json_object_get(p, "pattern"), " ") &&
+            norm == TG__NORM_METASPACE && behavior && unset(p, "invert"))
+            return TG_OK;
+        return tg_error_status(TG_EFORMAT, "tokenizer: %s: pre_tokenizer %s is not supported with model.byte_fallback "
+                                           "(none, or Split on \" \" after the normalizer Replace \" \" -> \"\\u2581\")",
+                               path, json_is_object(p) ? type_of(p) : "?");
+    }
     if (json_is_object(p) && strcmp(type_of(p), "ByteLevel") == 0) {
         if (!unset(p, "add_prefix_space")) bad = "ByteLevel with add_prefix_space";
         else if (json_is_false(json_object_get(p, "use_regex"))) bad = "ByteLevel without a pattern";
@@ -229,16 +271,25 @@ static int read_pre_tokenizer(json_t *p, const char **pattern, const char *path)
     return TG_OK;
 }
 
-static int read_model(tg_tokenizer *t, json_t *m, const int16_t *inv, const char *path, bool *whole_pieces)
+/* model BPE; *fallback: model.byte_fallback (the vocabulary is text, and
+ * every byte has its "<0xNN>" token: the unk_token is never needed). */
+static int read_model(tg_tokenizer *t, json_t *m, const int16_t *inv, const char *path, bool *whole_pieces,
+                      bool *fallback)
 {
     if (!json_is_object(m) || (json_object_get(m, "type") && strcmp(type_of(m), "BPE") != 0))
         return tg_error_status(TG_EFORMAT, "tokenizer: %s: model \"%s\" is not supported (BPE)", path,
                                json_is_object(m) ? type_of(m) : "none");
-    static const char *const unsupported[] = {"dropout", "unk_token", "continuing_subword_prefix", "end_of_word_suffix",
-                                              "byte_fallback"};
-    for (size_t i = 0; i < sizeof unsupported / sizeof *unsupported; i++)
-        if (!unset(m, unsupported[i]))
+    json_t *bf = json_object_get(m, "byte_fallback");
+    *fallback = json_is_true(bf);
+    if (!*fallback && !unset(m, "byte_fallback"))
+        return tg_error_status(TG_EFORMAT, "tokenizer: %s: model.byte_fallback must be true or false", path);
+    static const char *const unsupported[] = {"dropout", "unk_token", "continuing_subword_prefix", "end_of_word_suffix"};
+    for (size_t i = 0; i < sizeof unsupported / sizeof *unsupported; i++) {
+        bool unk_name = strcmp(unsupported[i], "unk_token") == 0 && json_is_string(json_object_get(m, "unk_token"));
+        if (!unset(m, unsupported[i]) && !(*fallback && unk_name))
             return tg_error_status(TG_EFORMAT, "tokenizer: %s: model.%s is not supported", path, unsupported[i]);
+    }
+    if (*fallback) tg__tok_set_byte_fallback(t), inv = NULL;
     int st = read_vocab(t, json_object_get(m, "vocab"), inv, path, "model.vocab");
     json_t *merges = json_object_get(m, "merges");
     if (st == TG_OK && !json_is_array(merges))
@@ -267,6 +318,93 @@ static int read_model(tg_tokenizer *t, json_t *m, const int16_t *inv, const char
     json_t *im = json_object_get(m, "ignore_merges");
     *whole_pieces = json_is_true(im);
     return st;
+}
+
+/* With byte fallback, the decoder must undo the normaliser and the byte
+ * tokens: a Sequence of Replace U+2581 -> " ", ByteFallback and Fuse (Fuse
+ * may be left out: decoding joins the tokens). Byte-level files: their
+ * ByteLevel decoder is what decoding does, and it is not read. */
+static int read_decoder(json_t *d, bool fallback, const char *path)
+{
+    if (!fallback) return TG_OK;
+    json_t *seq = json_object_get(d, "decoders");
+    size_t n = json_array_size(seq);
+    bool ok = json_is_object(d) && strcmp(type_of(d), "Sequence") == 0 && (n == 2 || n == 3) &&
+              is_replace(json_array_get(seq, 0), METASPACE, " ") &&
+              strcmp(type_of(json_array_get(seq, 1)), "ByteFallback") == 0 &&
+              (n == 2 || strcmp(type_of(json_array_get(seq, 2)), "Fuse") == 0);
+    if (!ok)
+        return tg_error_status(TG_EFORMAT, "tokenizer: %s: decoder %s is not supported with model.byte_fallback "
+                                           "(a Sequence of Replace \"\\u2581\" -> \" \", ByteFallback, Fuse)",
+                               path, json_is_object(d) ? type_of(d) : "none");
+    return TG_OK;
+}
+
+/* TemplateProcessing's "single": the ids of its special tokens before and
+ * after the sequence "A" (Gemma 3's <bos>). */
+static int read_template(json_t *p, int64_t *ids, size_t *n_pre, size_t *n_post, const char *path)
+{
+    json_t *single = json_object_get(p, "single"), *specials = json_object_get(p, "special_tokens");
+    if (!json_is_array(single))
+        return tg_error_status(TG_EFORMAT, "tokenizer: %s: post_processor TemplateProcessing: \"single\" must be an array",
+                               path);
+    bool seen = false;
+    size_t k, n = 0;
+    json_t *item;
+    json_array_foreach(single, k, item) {
+        json_t *tok = json_object_get(item, "SpecialToken"), *seq = json_object_get(item, "Sequence");
+        const char *name = json_string_value(json_object_get(tok ? tok : seq, "id"));
+        if (json_is_object(seq) && !tok && name && strcmp(name, "A") == 0 && !seen) {
+            seen = true;
+            continue;
+        }
+        json_t *entry_ids = json_object_get(json_object_get(specials, name ? name : ""), "ids");
+        if (!json_is_object(tok) || seq || !name || !json_is_array(entry_ids) || json_array_size(entry_ids) == 0)
+            return tg_error_status(TG_EFORMAT, "tokenizer: %s: post_processor TemplateProcessing: single[%zu] is not the "
+                                               "sequence A once or a SpecialToken with ids in special_tokens", path, k);
+        size_t j;
+        json_t *id;
+        json_array_foreach(entry_ids, j, id) {
+            if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= (1 << 24) || n == 16)
+                return tg_error_status(TG_EFORMAT, "tokenizer: %s: post_processor TemplateProcessing: the ids of \"%.40s\" "
+                                                   "are not at most 16 integers in [0, 2^24)", path, name);
+            ids[n++] = json_integer_value(id);
+            *(seen ? n_post : n_pre) += 1;
+        }
+    }
+    if (!seen)
+        return tg_error_status(TG_EFORMAT, "tokenizer: %s: post_processor TemplateProcessing: single has no sequence A",
+                               path);
+    return TG_OK;
+}
+
+/* The ids the post-processor adds (tg_tokenizer_encode_add_special): none
+ * (null, ByteLevel), TemplateProcessing, or a Sequence of those; another
+ * one is kept as unsupported, named when the ids are asked for. */
+static int read_post_processor(tg_tokenizer *t, json_t *p, const char *path)
+{
+    int64_t ids[16];
+    size_t n_pre = 0, n_post = 0, n = 1, templates = 0;
+    json_t *seq = json_object_get(p, "processors");
+    bool is_seq = json_is_object(p) && strcmp(type_of(p), "Sequence") == 0 && json_is_array(seq);
+    if (is_seq) n = json_array_size(seq);
+    if (!p || json_is_null(p)) n = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *one = is_seq ? json_array_get(seq, i) : p;
+        const char *type = json_is_object(one) ? type_of(one) : "?";
+        if (strcmp(type, "ByteLevel") == 0) continue;
+        if (strcmp(type, "TemplateProcessing") != 0 || templates++) {
+            char what[96];
+            snprintf(what, sizeof what, "%.60s%s", type, templates > 1 ? " (a second TemplateProcessing)" : "");
+            tg__tok_set_post(t, NULL, 0, NULL, 0, what);
+            return TG_OK;
+        }
+        int st = read_template(one, ids, &n_pre, &n_post, path);
+        if (st != TG_OK) return st;
+    }
+    if (tg__tok_set_post(t, ids, n_pre, ids + n_pre, n_post, NULL) != TG_OK) /* more than 16 in all */
+        return tg_error_status(TG_EFORMAT, "tokenizer: %s: post_processor: more than 16 ids", path);
+    return TG_OK;
 }
 
 static int read_added(tg_tokenizer *t, json_t *added, const char *path)
@@ -312,14 +450,16 @@ tg_tokenizer *tg_tokenizer_load_json(const char *path)
     tg__byte_alphabet_inverse(inv);
     tg__normalizer norm = TG__NORM_NONE;
     const char *pattern = NULL;
-    bool whole = false;
+    bool whole = false, fallback = false;
     if (!t) st = TG_ENOMEM;
     else if (!json_is_object(root) || !json_object_get(root, "model"))
         st = tg_error_status(TG_EFORMAT, "tokenizer: %s is not a tokenizer.json (no \"model\")", path);
-    if (st == TG_OK) st = read_model(t, json_object_get(root, "model"), inv, path, &whole);
-    if (st == TG_OK) st = read_normalizer(json_object_get(root, "normalizer"), &norm, path);
-    if (st == TG_OK) st = read_pre_tokenizer(json_object_get(root, "pre_tokenizer"), &pattern, path);
+    if (st == TG_OK) st = read_model(t, json_object_get(root, "model"), inv, path, &whole, &fallback);
+    if (st == TG_OK) st = read_normalizer(json_object_get(root, "normalizer"), fallback, &norm, path);
+    if (st == TG_OK) st = read_pre_tokenizer(json_object_get(root, "pre_tokenizer"), fallback, norm, &pattern, path);
+    if (st == TG_OK) st = read_decoder(json_object_get(root, "decoder"), fallback, path);
     if (st == TG_OK) st = read_added(t, json_object_get(root, "added_tokens"), path);
+    if (st == TG_OK) st = read_post_processor(t, json_object_get(root, "post_processor"), path);
     if (st == TG_OK) st = tg__tok_finish(t, pattern, norm, whole, false, path);
     json_decref(root);
     if (st != TG_OK) return load_failed(t);

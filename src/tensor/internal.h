@@ -43,7 +43,7 @@ void tg__tape_pool_collect(tg_tape *tp, const void *dropped);
  * time: the next call may move it. NULL with a message if out of memory. */
 void *tg__tape_scratch(tg_tape *tp, size_t nbytes);
 /* tp's side tape, emptied, with tp's policy and limit: where tg_module_call_recompute
- * (src/nn/recompute.c) runs a module whose activations tp does not keep.
+ * (src/nn/module.c) runs a module whose activations tp does not keep.
  * One per tape, made on first use (NULL with a message if out of memory),
  * kept across resets, emptied by tp's reset, freed with tp; tp's used and
  * reserved bytes count it. What it holds lives until its next use. */

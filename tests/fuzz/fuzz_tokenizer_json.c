@@ -16,16 +16,22 @@
  *     decoding gives the text with the added tokens found in it here
  *     (leftmost, longest; special ones only when allowed) as they are and
  *     the text between them in NFC when the file's normalizer is NFC
- *     (utf8proc, computed here), as it is otherwise, byte for byte; a
- *     second encoding gives the same ids;
+ *     (utf8proc, computed here), as it is otherwise, byte for byte (with
+ *     model.byte_fallback, Gemma 3's kind, the added tokens as decoding
+ *     writes a token's text: "<0xNN>" as byte NN, U+2581 as a space); a
+ *     second encoding gives the same ids; the ids with the
+ *     post-processor's added around them (tg_tokenizer_encode_add_special)
+ *     hold the ids, unless the post-processor is refused by name;
  *   - every added token's text is found by tg_tokenizer_token_id and its id
- *     decodes to that text;
- *   - a tokenizer with a chat format (its <|im_start|> and <|im_end|>, or
- *     Llama 3's header and <|eot_id|> tokens) encodes a short conversation,
+ *     decodes to that text (byte fallback: as decoding writes it);
+ *   - a tokenizer with a chat format (its <|im_start|> and <|im_end|>,
+ *     Llama 3's header and <|eot_id|> tokens, or Gemma 3's <bos>,
+ *     <start_of_turn> and <end_of_turn>) encodes a short conversation,
  *     every id inside the vocabulary.
- * The normalizer and the added tokens of a tokenizer.json that loaded are
- * read here again from the input (jansson), the way the reader takes them:
- * "NFC", or a "Sequence" of one "NFC"; "content" and "special". */
+ * The normalizer, the model's byte_fallback and the added tokens of a
+ * tokenizer.json that loaded are read here again from the input (jansson),
+ * the way the reader takes them: "NFC", or a "Sequence" of one "NFC";
+ * byte_fallback true; "content" and "special". */
 #define _GNU_SOURCE
 #include <jansson.h>
 #include <stdbool.h>
@@ -82,9 +88,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
-/* What a reader made of the file: the normalizer and the added tokens. */
+/* What a reader made of the file: the normalizer, byte fallback and the
+ * added tokens. */
 typedef struct {
-    bool nfc;
+    bool nfc, fallback;
     size_t n_added;
     const char **added;
     size_t *added_len;
@@ -93,9 +100,42 @@ typedef struct {
 
 /* ---- what the ids of a text must decode to ------------------------------------------------------- */
 
-static void sb_put_text(sbuf *b, const char *s, size_t n, bool nfc)
+static int hex_digit(char c)
 {
-    if (nfc) sb_put_nfc(b, s, n);
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* A byte-fallback token's text as decoding writes it: "<0xNN>" is byte NN,
+ * U+2581 a space. */
+static void sb_put_fallback(sbuf *b, const char *s, size_t n)
+{
+    if (n == 6 && memcmp(s, "<0x", 3) == 0 && s[5] == '>' && hex_digit(s[3]) >= 0 && hex_digit(s[4]) >= 0) {
+        char c = (char)(hex_digit(s[3]) << 4 | hex_digit(s[4]));
+        sb_put(b, &c, 1);
+        return;
+    }
+    for (size_t i = 0; i < n;) {
+        if (i + 3 <= n && memcmp(s + i, "\xe2\x96\x81", 3) == 0) sb_put(b, " ", 1), i += 3;
+        else sb_put(b, s + i, 1), i++;
+    }
+}
+
+/* The text between added tokens as decoding gives it back: its NFC, or as
+ * it is (with byte fallback too: a space the normaliser wrote as U+2581 is
+ * decoded as a space, and the fixed texts hold no U+2581 or "<0x"). */
+static void sb_put_text(sbuf *b, const char *s, size_t n, const reading *r)
+{
+    if (r->nfc) sb_put_nfc(b, s, n);
+    else sb_put(b, s, n);
+}
+
+/* An added token as decoding writes it. */
+static void sb_put_added(sbuf *b, const char *s, size_t n, const reading *r)
+{
+    if (r->fallback) sb_put_fallback(b, s, n);
     else sb_put(b, s, n);
 }
 
@@ -114,12 +154,12 @@ static void expected(sbuf *b, const reading *r, const char *s, size_t n, bool al
             i++;
             continue;
         }
-        sb_put_text(b, s + from, i - from, r->nfc);
-        sb_put(b, s + i, best);
+        sb_put_text(b, s + from, i - from, r);
+        sb_put_added(b, s + i, best, r);
         i += best;
         from = i;
     }
-    sb_put_text(b, s + from, n - from, r->nfc);
+    sb_put_text(b, s + from, n - from, r);
 }
 
 /* A failed encoding: only at the pattern's match limit, with no ids. */
@@ -151,7 +191,10 @@ static void check_tokenizer(tg_tokenizer *tok, const reading *r)
         char *back = NULL;
         size_t len = 0;
         CHECK(tg_tokenizer_decode(tok, &id, 1, &back, &len) == TG_OK);
-        CHECK_MSG(len == r->added_len[k] && memcmp(back, name, len) == 0, name);
+        sbuf want = {0};
+        sb_put_added(&want, r->added[k], r->added_len[k], r);
+        CHECK_MSG(len == want.n && (len == 0 || memcmp(back, want.s, len) == 0), name);
+        free(want.s);
         free(back);
         free(name);
     }
@@ -178,6 +221,21 @@ static void check_tokenizer(tg_tokenizer *tok, const reading *r)
             st = tg_tokenizer_encode_special(tok, texts[t].s, texts[t].len, allow, &again, &n2);
             if (st != TG_OK) check_encode_failure(again, n2);
             else CHECK(n2 == n && (n == 0 || memcmp(ids, again, n * sizeof *ids) == 0));
+            free(again);
+            again = NULL;
+            st = tg_tokenizer_encode_add_special(tok, texts[t].s, texts[t].len, allow, &again, &n2);
+            if (st == TG_OK) { /* the ids, inside the post-processor's */
+                CHECK(n2 >= n);
+                check_ids(tok, again, n2);
+                bool inside = false;
+                for (size_t off = 0; off + n <= n2 && !inside; off++)
+                    inside = n == 0 || memcmp(again + off, ids, n * sizeof *ids) == 0;
+                CHECK(inside);
+            } else if (strncmp(tg_last_error(), "tokenizer: the post-processor ", 30) != 0) {
+                check_encode_failure(again, n2);
+            } else {
+                CHECK(!again && n2 == 0);
+            }
             free(ids);
             free(again);
         }
@@ -217,6 +275,7 @@ static void read_json(const uint8_t *data, size_t size, reading *r, json_t **roo
         type = json_array_size(seq) == 1 ? json_string_value(json_object_get(json_array_get(seq, 0), "type")) : NULL;
     }
     r->nfc = type && strcmp(type, "NFC") == 0;
+    r->fallback = json_is_true(json_object_get(json_object_get(*root, "model"), "byte_fallback"));
     json_t *added = json_object_get(*root, "added_tokens");
     r->n_added = json_array_size(added);
     r->added = calloc(r->n_added + 1, sizeof *r->added);
@@ -272,7 +331,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             added_len[k] = strlen(added[k]);
             special[k] = tiktoken_added[k].special;
         }
-        reading r = {false, n_added, added, added_len, special};
+        reading r = {false, false, n_added, added, added_len, special};
         check_tokenizer(tok, &r);
         tg_tokenizer_free(tok);
     }

@@ -90,6 +90,58 @@ def tokenizer_json(merge_style="strings", pre="bytelevel", norm=None, added_toke
     }
 
 
+# Gemma 3's kind of file (model.byte_fallback): a vocabulary of text, U+2581
+# for a space, "<0xNN>" for the bytes of a character that is no token
+META = "\u2581"
+FB_MERGES = [("a", "b"), (META, "a"), (META, "t"), ("h", "e"), (META + "t", "he"), ("c", "a"), ("ca", "f"),
+             ("caf", "\u00e9"), ("\n", "\n"), (META, META)]
+FB_SPECIAL = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"]
+
+
+def fallback_vocab():
+    v = {t: i for i, t in enumerate(FB_SPECIAL)}
+    for b in range(256):
+        v["<0x%02X>" % b] = len(v)
+    for ch in "abcdefhilnrt\n\u00e9\u65e5" + META:
+        v.setdefault(ch, len(v))
+    for a, b in FB_MERGES:
+        v.setdefault(a + b, len(v))
+    return v
+
+
+def fallback_json(norm=True, pre=True, post="bos", added_extra=()):
+    v = fallback_vocab()
+    added_tokens = [added(t, v[t]) for t in FB_SPECIAL] + [added(META * 2, v[META * 2], False)] + list(added_extra)
+    bos = {"SpecialToken": {"id": "<bos>", "type_id": 0}}
+    seq = {"Sequence": {"id": "A", "type_id": 0}}
+    specials = {"<bos>": {"id": "<bos>", "ids": [v["<bos>"]], "tokens": ["<bos>"]}}
+    post_processor = {
+        "bos": {"type": "TemplateProcessing", "single": [bos, seq],
+                "pair": [bos, seq, bos, {"Sequence": {"id": "B", "type_id": 1}}], "special_tokens": specials},
+        "seq_eos": {"type": "Sequence", "processors": [
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+            {"type": "TemplateProcessing", "single": [seq, {"SpecialToken": {"id": "<eos>", "type_id": 0}}],
+             "pair": [seq, {"Sequence": {"id": "B", "type_id": 1}}],
+             "special_tokens": {"<eos>": {"id": "<eos>", "ids": [v["<eos>"]], "tokens": ["<eos>"]}}}]},
+        "roberta": {"type": "RobertaProcessing", "sep": ["</s>", 2], "cls": ["<s>", 0]},
+        None: None,
+    }[post]
+    return {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": added_tokens,
+        "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": META} if norm else None,
+        "pre_tokenizer": ({"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious",
+                           "invert": False} if pre else None),
+        "post_processor": post_processor,
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": META}, "content": " "}, {"type": "ByteFallback"},
+            {"type": "Fuse"}]},
+        "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
+                  "vocab": v, "merges": [[a, b] for a, b in FB_MERGES]},
+    }
+
+
 def dump(obj, ascii_only=False):
     return json.dumps(obj, ensure_ascii=ascii_only, indent=1).encode()
 
@@ -133,6 +185,15 @@ def valid_json():
         t = tokenizer_json(pre="split")
         t["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = regex
         yield name, dump(t)
+    # byte fallback (Gemma 3's kind): with its normaliser, Split and <bos>; without them, an <eos> after the
+    # text; a post-processor tapegrad does not implement (refused when its ids are asked for); added tokens
+    # written as byte tokens and with U+2581 (decoded as a byte, as spaces)
+    yield "fallback_gemma", dump(fallback_json())
+    yield "fallback_plain_eos_after", dump(fallback_json(norm=False, pre=False, post="seq_eos"))
+    yield "fallback_roberta_post", dump(fallback_json(post="roberta"))
+    v = fallback_vocab()
+    yield "fallback_added_bytes", dump(fallback_json(post=None, added_extra=[
+        added("<0x41>", v["<0x41>"], False), added(META + "t", v[META + "t"], False)]))
 
 
 def malformed_json():
@@ -219,6 +280,33 @@ def malformed_json():
     yield "key_nul_escape", text.replace(b'"' + tok("ca").encode() + b'"', b'"c\\u0000a"', 1)
 
 
+def malformed_fallback():
+    base = fallback_json()
+
+    def variant(name, edit):
+        t = copy.deepcopy(base)
+        edit(t)
+        return name, dump(t)
+
+    yield variant("lacks_byte", lambda t: t["model"]["vocab"].pop("<0x0A>"))
+    yield variant("norm_nfc", lambda t: t.__setitem__("normalizer", {"type": "NFC"}))
+    yield variant("norm_replace_other", lambda t: t["normalizer"].__setitem__("content", "_"))
+    yield variant("pre_bytelevel", lambda t: t.__setitem__("pre_tokenizer", {"type": "ByteLevel"}))
+    yield variant("pre_split_no_norm", lambda t: t.__setitem__("normalizer", None))
+    yield variant("decoder_none", lambda t: t.__setitem__("decoder", None))
+    yield variant("decoder_no_fallback", lambda t: t["decoder"]["decoders"].pop(1))
+    yield variant("byte_fallback_number", lambda t: t["model"].__setitem__("byte_fallback", 1))
+    yield variant("post_single_object", lambda t: t["post_processor"].__setitem__("single", {}))
+    yield variant("post_no_sequence", lambda t: t["post_processor"]["single"].pop(1))
+    yield variant("post_unknown_token", lambda t: t["post_processor"]["special_tokens"].pop("<bos>"))
+    yield variant("post_id_missing", lambda t: t["post_processor"]["special_tokens"]["<bos>"].__setitem__("ids", [9999]))
+    yield variant("post_ids_many", lambda t: t["post_processor"]["special_tokens"]["<bos>"].__setitem__("ids", [2] * 17))
+    # GPT-2's alphabet with Gemma 3's normaliser
+    t = tokenizer_json()
+    t["normalizer"] = {"type": "Replace", "pattern": {"String": " "}, "content": META}
+    yield "bytelevel_norm_replace", dump(t)
+
+
 def rank_file(tokens, eol=b"\n"):
     return b"".join(base64.b64encode(t) + b" " + str(r).encode() + eol for t, r in tokens)
 
@@ -258,7 +346,8 @@ def main():
         if f.startswith("seed_"):
             os.remove(os.path.join(OUT, f))
     n = 0
-    for prefix, gen in [("seed_json_", valid_json()), ("seed_json_bad_", malformed_json()), ("seed_", rank_files())]:
+    for prefix, gen in [("seed_json_", valid_json()), ("seed_json_bad_", malformed_json()),
+                        ("seed_json_bad_", malformed_fallback()), ("seed_", rank_files())]:
         for name, data in gen:
             with open(os.path.join(OUT, prefix + name), "wb") as f:
                 f.write(data)
