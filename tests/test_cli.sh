@@ -139,6 +139,23 @@ import json, sys
 a, b = (json.load(open(f)) for f in sys.argv[1:3])
 assert a["ids"] == b["ids"] and len(a["ids"]) == 8, (a["ids"], b["ids"])
 ' "$TMP/g1.json" "$TMP/g2.json"; then ok; else bad "generate gemma3 (cache = no cache): $(head -1 "$TMP/err")"; fi
+# with Gemma 3's own tokenizer (fetched at test time, tools/fetch_tokenizers.sh;
+# skipped without it): a prompt starts with <bos> as its post-processor puts
+# it, --chat's prompt is tokenize --chat's and stops at <end_of_turn>
+if [ -n "${TAPEGRAD_GEMMA3_TOKENIZER:-}" ]; then
+GG="--config gemma3-270m --tokenizer $TAPEGRAD_GEMMA3_TOKENIZER --emb 32 --heads 2 --head-dim 16 --layers 2 --hidden 64"
+if "$TG" generate $GG --chat --prompt "Hi" --max-new-tokens 2 --json >"$TMP/gg1.json" 2>"$TMP/err" &&
+    "$TG" tokenize --tokenizer "$TAPEGRAD_GEMMA3_TOKENIZER" --chat --generation-prompt --text "Hi" --json >"$TMP/gg2.json" 2>>"$TMP/err" &&
+    "$TG" generate $GG --prompt "Hello world" --max-new-tokens 1 --json >"$TMP/gg3.json" 2>>"$TMP/err" &&
+    $PY -c '
+import json, sys
+g, t, p = (json.load(open(f)) for f in sys.argv[1:4])
+assert g["input_ids"] == t["ids"] == [2, 105, 2364, 107, 10979, 106, 107, 105, 4368, 107], (g["input_ids"], t["ids"])
+assert p["input_ids"] == [2, 9259, 1902], p["input_ids"]
+' "$TMP/gg1.json" "$TMP/gg2.json" "$TMP/gg3.json"; then ok; else bad "generate gemma3 with its tokenizer: $(head -1 "$TMP/err")"; fi
+else
+echo "SKIP: generate gemma3 with its tokenizer (TAPEGRAD_GEMMA3_TOKENIZER is not set; tools/fetch_tokenizers.sh fetches it)"
+fi
 expect_contains "bench gemma3" '"step_ms":' "$TG" bench --model gpt --config gemma3-270m --vocab 500 --emb 32 --heads 2 \
     --head-dim 16 --layers 2 --hidden 64 --tokens 16 --batch 1 --steps 1 --sliding-window 4 --json
 # a small Qwen3 with Qwen3's own tokenizer (the default for the family):

@@ -217,8 +217,8 @@ static int load_data(ft_run *r)
     if (a->chat) {
         tg_chat_format f = tg_tokenizer_chat_format(r->tok);
         if (f == TG_CHAT_NONE)
-            return tg_cli_error(r->cmd, "--format chat: the tokenizer has no chat format (Qwen3's and Llama 3's have one; give --tokenizer)");
-        r->end_id = tg_tokenizer_token_id(r->tok, f == TG_CHAT_QWEN ? "<|im_end|>" : "<|eot_id|>");
+            return tg_cli_error(r->cmd, "--format chat: the tokenizer has no chat format (Qwen3's, Llama 3's and Gemma 3's have one; give --tokenizer)");
+        r->end_id = tg_tokenizer_chat_end_id(r->tok);
     }
     if (r->cfg.vocab_size <= r->pad_id)
         return tg_cli_error(r->cmd, "--vocab %lld: the padding id %lld needs a vocabulary of at least %lld",

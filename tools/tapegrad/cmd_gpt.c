@@ -35,7 +35,8 @@ static const char *generate_help =
     TG_CLI_TOKENIZER_HELP
     "  --chat              the prompt is one user message in the tokenizer's chat\n"
     "                      format, with the assistant's header after it; --eos\n"
-    "                      defaults to the end of a turn (<|im_end|>, <|eot_id|>)\n"
+    "                      defaults to the end of a turn (<|im_end|>, <|eot_id|>,\n"
+    "                      <end_of_turn>)\n"
     "                      and the reply alone is printed (--json: its \"text\")\n"
     "  --think             (Qwen3, --chat) leave the thinking open\n"
     "  --max-new-tokens N  ids to generate (10)\n"
@@ -179,9 +180,10 @@ static int run_generate(tg_tape *tp, tg_tokenizer *tok, const tg_cli_model *m, t
         tg_chat_options co = {.add_generation_prompt = true, .thinking = a->think};
         if (tg_tokenizer_encode_chat(tok, &msg, 1, &co, &prompt, &n_prompt) != TG_OK)
             return tg_cli_lib_error(cmd, "--prompt");
-        if (eos < 0)
-            eos = tg_tokenizer_token_id(tok, tg_tokenizer_chat_format(tok) == TG_CHAT_QWEN ? "<|im_end|>" : "<|eot_id|>");
-    } else if (tg_tokenizer_encode(tok, a->prompt, strlen(a->prompt), &prompt, &n_prompt) != TG_OK) {
+        if (eos < 0) eos = tg_tokenizer_chat_end_id(tok);
+    } else if (tg_tokenizer_encode_add_special(tok, a->prompt, strlen(a->prompt), false, &prompt, &n_prompt) != TG_OK) {
+        /* the tokenizer's own tokens around the text (Gemma 3's <bos>), as
+         * Hugging Face's tokenizer(prompt) adds them */
         return tg_cli_lib_error(cmd, "--prompt");
     }
     if (n_prompt == 0) {
@@ -294,7 +296,7 @@ int tg_cmd_generate(int argc, char **argv)
     tg_tokenizer *tok = tg_cli_model_tokenizer(a.tokenizer, a.hf, &cfg);
     if (!tok) return tg_cli_lib_error(cmd, a.tokenizer ? "--tokenizer" : NULL);
     if (a.chat && tg_tokenizer_chat_format(tok) == TG_CHAT_NONE)
-        return tg_cli_error(cmd, "--chat: this tokenizer has no chat format (Qwen3's and Llama 3's have one; give --tokenizer)");
+        return tg_cli_error(cmd, "--chat: this tokenizer has no chat format (Qwen3's, Llama 3's and Gemma 3's have one; give --tokenizer)");
     tg_tape *tp = tg_tape_new();
     rc = tp ? run_generate(tp, tok, &m, &cfg, &a) : tg_cli_error(cmd, "out of memory");
     tg_tape_free(tp);

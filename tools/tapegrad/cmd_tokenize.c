@@ -260,7 +260,7 @@ int tg_cmd_tokenize(int argc, char **argv)
     tg_tokenizer *tok = tg_cli_tokenizer(tokenizer);
     if (!tok) return tg_cli_lib_error(cmd, tokenizer ? "--tokenizer" : NULL);
     if ((e.chat || messages) && tg_tokenizer_chat_format(tok) == TG_CHAT_NONE)
-        return tg_cli_error(cmd, "%s: this tokenizer has no chat format (Qwen3's and Llama 3's have one; give --tokenizer)",
+        return tg_cli_error(cmd, "%s: this tokenizer has no chat format (Qwen3's, Llama 3's and Gemma 3's have one; give --tokenizer)",
                             e.chat ? "--chat" : "--messages");
     if (ids) {
         rc = decode(tok, ids, e.json);
