@@ -7,22 +7,35 @@
 embeddings, QK-norm) with random weights: torch.manual_seed(--seed, 0), each
 matrix randn * 0.02, RMSNorm weights 1. --model gpt2: GPT-2 124M's shapes
 (query/key/value biases), every tensor randn * 0.02 after manual_seed(--seed),
-LayerNorm weights + 1. The weights are rounded to bf16 and written, once,
-under --workdir:
+LayerNorm weights + 1. --model gemma3: Gemma 3 270M's architecture (vocab
+262144, hidden 640, 4 heads, 1 kv head, head_dim 256, 18 layers, every sixth
+full and the others sliding over 512 positions, intermediate 2048, GeGLU,
+four norms a block computing x * (1 + w), QK-norm, tied embeddings scaled by
+sqrt(640)), manual_seed(--seed), each matrix randn * 0.02 and each norm weight
+randn * 0.1 (near Qwen3's norms of 1, but not equal, so that a norm in the
+wrong place shows in the ids); its vocabulary is Qwen3's (Gemma's tokenizer
+is not shipped), padded to 262,144 ids. The weights are rounded to bf16 and
+written, once, under --workdir:
 
   WORKDIR/qwen3-0.6b-random/hf/      a Hugging Face folder for tapegrad:
                                      config.json, model.safetensors (BF16),
                                      tokenizer.json (copied from data/qwen3)
   WORKDIR/gpt2-124m-random/hf/       GPT-2's model.safetensors (BF16, Hugging
                                      Face's names, Conv1D layout), config.json
+  WORKDIR/gemma3-270m-random/hf/     a gemma3_text folder: config.json,
+                                     model.safetensors (BF16), Qwen3's
+                                     tokenizer.json
   WORKDIR/*/MODEL-{bf16,q8_0}.gguf   GGUF v3 files for llama.cpp, written here
                                      (no gguf package): the matrices in BF16,
                                      or Q8_0 of the same bf16 values; norms,
-                                     biases and GPT-2's position table F32
+                                     biases and GPT-2's position table F32;
+                                     Gemma 3's as convert_hf_to_gguf.py writes
+                                     them (norm weights + 1: see gemma3_gguf)
 
 tapegrad runs `tapegrad generate --hf PATH --prompt ... --max-new-tokens N
 --temperature 0 --json --precision bf16` (and --precision fast: float32)
-with OMP_NUM_THREADS=--threads and reports "tokens_per_s". llama.cpp runs
+with OMP_NUM_THREADS=--threads and reports "tokens_per_s" (Gemma 3's bf16
+run adds --weights bf16). llama.cpp runs
 through the npm package node-llama-cpp@3.21.1 (its prebuilt CPU binaries,
 never a GPU build or a download) by bench/llamacpp_generate.mjs: the model
 read into memory, the prompt tokenized by the GGUF's tokenizer, N ids greedily
@@ -50,7 +63,9 @@ With random weights the logits lie close together, so bf16 rounding can part
 the greedy ids after some steps. PyTorch is the book's code: for Qwen3 its
 Qwen3Model (KV-cache variant, load_weights_into_qwen) imported from
 $LLMS_FROM_SCRATCH_DIR (see tools/reference/decoder.py; skipped when unset),
-for GPT-2 tools/reference/gpt_book.py's GPTModel.
+for GPT-2 tools/reference/gpt_book.py's GPTModel, for Gemma 3 the
+Gemma3Model of the book's KV-cache notebook (tools/reference/gemma3.py reads
+it from $LLMS_FROM_SCRATCH_ROOT, default the parent of $LLMS_FROM_SCRATCH_DIR).
 
 The npm packages are installed with npm (the registry must be reachable) into
 WORKDIR/js when missing:
@@ -61,9 +76,9 @@ WORKDIR/js when missing:
 (--omit=optional: none of the CUDA/Vulkan binary packages; --ignore-scripts:
 no postinstall that could build llama.cpp). WORKDIR is --workdir, else
 $TAPEGRAD_LLAMACPP_DIR, else ~/.cache/tapegrad-llamacpp; Qwen3 needs ~3.2 GB
-there, GPT-2 ~0.7 GB, the npm packages ~85 MB.
+there, GPT-2 ~0.7 GB, Gemma 3 ~1.4 GB, the npm packages ~85 MB.
 
-    /usr/bin/python3 bench/compare_llamacpp.py [--model qwen3|gpt2]
+    /usr/bin/python3 bench/compare_llamacpp.py [--model qwen3|gpt2|gemma3]
         [--tapegrad build/tools/tapegrad] [--workdir DIR] [--runs 5]
         [--tokens 100] [--threads 2] [--check] [--check-ids 10]
         [--llamacpp-only] [--flash-attention on|off] [--kv-type F16]
@@ -295,12 +310,29 @@ def qwen3_vocab(tokenizer_path, vocab_size):
     return tokens, types, merges
 
 
+def qwen3_tokenizer_kv(tokenizer_path, vocab_size):
+    """The tokenizer section of a GGUF for Qwen3's tokenizer.json, vocab_size
+    ids (those past the tokenizer's unused "[PADn]"): a BPE ("gpt2", "qwen2"),
+    Qwen3-0.6B's special ids, no BOS added."""
+    tokens, types, merges = qwen3_vocab(tokenizer_path, vocab_size)
+    return [
+        gguf_kv("tokenizer.ggml.model", GGUF_STRING, "gpt2"),
+        gguf_kv("tokenizer.ggml.pre", GGUF_STRING, "qwen2"),
+        gguf_kv("tokenizer.ggml.tokens", GGUF_ARRAY, tokens, GGUF_STRING),
+        gguf_kv("tokenizer.ggml.token_type", GGUF_ARRAY, types, GGUF_I32),
+        gguf_kv("tokenizer.ggml.merges", GGUF_ARRAY, merges, GGUF_STRING),
+        gguf_kv("tokenizer.ggml.bos_token_id", GGUF_U32, QWEN3_BOS),
+        gguf_kv("tokenizer.ggml.eos_token_id", GGUF_U32, QWEN3_EOS),
+        gguf_kv("tokenizer.ggml.padding_token_id", GGUF_U32, QWEN3_PAD),
+        gguf_kv("tokenizer.ggml.add_bos_token", GGUF_BOOL, False),
+    ]
+
+
 def qwen3_gguf(path, c, w, kind, tokenizer_path, name):
     """Architecture "qwen3": tensor names of llama.cpp (output.weight left out:
     tied to token_embd.weight); Q and K not permuted (Qwen's RoPE is NeoX's,
     Hugging Face's rotate_half)."""
     arch = "qwen3"
-    tokens, types, merges = qwen3_vocab(tokenizer_path, c["vocab_size"])
     kv = gguf_general(arch, name, kind) + [
         gguf_kv(arch + ".block_count", GGUF_U32, c["num_hidden_layers"]),
         gguf_kv(arch + ".context_length", GGUF_U32, c["max_position_embeddings"]),
@@ -312,16 +344,7 @@ def qwen3_gguf(path, c, w, kind, tokenizer_path, name):
         gguf_kv(arch + ".attention.value_length", GGUF_U32, c["head_dim"]),
         gguf_kv(arch + ".rope.freq_base", GGUF_F32, c["rope_theta"]),
         gguf_kv(arch + ".attention.layer_norm_rms_epsilon", GGUF_F32, c["rms_norm_eps"]),
-        gguf_kv("tokenizer.ggml.model", GGUF_STRING, "gpt2"),
-        gguf_kv("tokenizer.ggml.pre", GGUF_STRING, "qwen2"),
-        gguf_kv("tokenizer.ggml.tokens", GGUF_ARRAY, tokens, GGUF_STRING),
-        gguf_kv("tokenizer.ggml.token_type", GGUF_ARRAY, types, GGUF_I32),
-        gguf_kv("tokenizer.ggml.merges", GGUF_ARRAY, merges, GGUF_STRING),
-        gguf_kv("tokenizer.ggml.bos_token_id", GGUF_U32, QWEN3_BOS),
-        gguf_kv("tokenizer.ggml.eos_token_id", GGUF_U32, QWEN3_EOS),
-        gguf_kv("tokenizer.ggml.padding_token_id", GGUF_U32, QWEN3_PAD),
-        gguf_kv("tokenizer.ggml.add_bos_token", GGUF_BOOL, False),
-    ]
+    ] + qwen3_tokenizer_kv(tokenizer_path, c["vocab_size"])
     names = [("token_embd.weight", "model.embed_tokens.weight")]
     for i in range(c["num_hidden_layers"]):
         p, q = "blk.%d." % i, "model.layers.%d." % i
@@ -538,6 +561,171 @@ def gpt2_torch(files, threads):
     return Run(), None
 
 
+# ------------------------------------------------------------------- Gemma 3
+
+# Gemma 3 270M's configuration (Hugging Face's gemma3_text config.json keys);
+# layers 6, 12 and 18 (counting from 1) attend to the whole context, the
+# others to a window of 512
+GEMMA3_270M = {
+    "vocab_size": 262144, "hidden_size": 640, "intermediate_size": 2048, "num_hidden_layers": 18,
+    "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256, "sliding_window": 512,
+    "layer_types": ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(18)],
+    "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0, "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-6,
+    "max_position_embeddings": 32768,
+}
+GEMMA3_NORMS = ("input_layernorm.weight", "post_attention_layernorm.weight", "pre_feedforward_layernorm.weight",
+                "post_feedforward_layernorm.weight")
+
+
+def gemma3_shapes(c):
+    """[(Hugging Face name, shape)] in Gemma3DecoderLayer's module order (no
+    lm_head: tied)."""
+    h, hd, ff = c["hidden_size"], c["head_dim"], c["intermediate_size"]
+    nq, nkv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
+    out = [("model.embed_tokens.weight", (c["vocab_size"], h))]
+    for i in range(c["num_hidden_layers"]):
+        p = "model.layers.%d." % i
+        out += [(p + "self_attn.q_proj.weight", (nq, h)), (p + "self_attn.k_proj.weight", (nkv, h)),
+                (p + "self_attn.v_proj.weight", (nkv, h)), (p + "self_attn.o_proj.weight", (h, nq)),
+                (p + "self_attn.q_norm.weight", (hd,)), (p + "self_attn.k_norm.weight", (hd,)),
+                (p + "mlp.gate_proj.weight", (ff, h)), (p + "mlp.up_proj.weight", (ff, h)),
+                (p + "mlp.down_proj.weight", (h, ff))]
+        out += [(p + n, (h,)) for n in GEMMA3_NORMS]
+    out.append(("model.norm.weight", (h,)))
+    return out
+
+
+def gemma3_weights(c, seed):
+    """{HF name: bf16 tensor}: manual_seed(seed), then in gemma3_shapes' order
+    each matrix randn * 0.02 and each norm weight randn * 0.1 (float32, rounded
+    to bf16). Gemma's norms scale by 1 + w: the norms are near 1 as Qwen3's
+    are, but not equal, so that a norm in the wrong place shows in the ids."""
+    import torch
+    torch.manual_seed(seed)
+    return {name: (torch.randn(shape) * (0.1 if len(shape) == 1 else 0.02)).to(torch.bfloat16)
+            for name, shape in gemma3_shapes(c)}
+
+
+def gemma3_hf_config(c):
+    return dict(c, architectures=["Gemma3ForCausalLM"], model_type="gemma3_text", rope_scaling=None,
+                tie_word_embeddings=True, torch_dtype="bfloat16", hidden_activation="gelu_pytorch_tanh",
+                attention_bias=False, attention_dropout=0.0, attn_logit_softcapping=None,
+                final_logit_softcapping=None, bos_token_id=QWEN3_BOS, eos_token_id=QWEN3_EOS,
+                pad_token_id=QWEN3_PAD)
+
+
+def gemma3_gguf(path, c, w, kind, tokenizer_path, name):
+    """Architecture "gemma3" as llama.cpp's convert_hf_to_gguf.py writes it
+    (Gemma3Model): its set_gguf_parameters' keys (context and embedding
+    lengths, block count, feed-forward length, heads, the RMS epsilon, key and
+    value lengths = head_dim, rope.freq_base = rope_theta (the full layers';
+    llama.cpp fixes the sliding layers' base at 10000 and their pattern at
+    every sixth layer full), attention.sliding_window, kv heads; no
+    query_pre_attn_scalar: llama.cpp scales the queries by 1/sqrt(head_dim),
+    which is the same for 270M); its modify_tensors: every *norm.weight
+    (the four block norms, q_norm, k_norm, model.norm) widened to float32 and
+    1 added, as llama.cpp's RMSNorm computes x * w where Gemma's computes
+    x * (1 + w), the norms F32 (convert's rule for norms), output.weight
+    left out (tied to token_embd.weight); Q and K not permuted (NeoX RoPE).
+    The tokenizer section is the one difference: convert writes a
+    SentencePiece section (tokenizer.ggml.model "llama", pre "default",
+    tokens with scores and types from tokenizer.model, <bos> 2, <eos> 1, <unk>
+    3, <pad> 0, add_bos_token true, add_space_prefix false), which needs
+    Gemma's own tokenizer.model; these files carry Qwen3's vocabulary instead
+    (as the Qwen3 model's), in the section convert writes for it."""
+    import torch
+    arch = "gemma3"
+    kv = gguf_general(arch, name, kind) + [
+        gguf_kv(arch + ".context_length", GGUF_U32, c["max_position_embeddings"]),
+        gguf_kv(arch + ".embedding_length", GGUF_U32, c["hidden_size"]),
+        gguf_kv(arch + ".block_count", GGUF_U32, c["num_hidden_layers"]),
+        gguf_kv(arch + ".feed_forward_length", GGUF_U32, c["intermediate_size"]),
+        gguf_kv(arch + ".attention.head_count", GGUF_U32, c["num_attention_heads"]),
+        gguf_kv(arch + ".attention.layer_norm_rms_epsilon", GGUF_F32, c["rms_norm_eps"]),
+        gguf_kv(arch + ".attention.key_length", GGUF_U32, c["head_dim"]),
+        gguf_kv(arch + ".attention.value_length", GGUF_U32, c["head_dim"]),
+        gguf_kv(arch + ".rope.freq_base", GGUF_F32, c["rope_theta"]),
+        gguf_kv(arch + ".attention.sliding_window", GGUF_U32, c["sliding_window"]),
+        gguf_kv(arch + ".attention.head_count_kv", GGUF_U32, c["num_key_value_heads"]),
+    ] + qwen3_tokenizer_kv(tokenizer_path, c["vocab_size"])
+    names = [("token_embd.weight", "model.embed_tokens.weight")]
+    for i in range(c["num_hidden_layers"]):
+        p, q = "blk.%d." % i, "model.layers.%d." % i
+        names += [(p + "attn_norm.weight", q + "input_layernorm.weight"),
+                  (p + "attn_q.weight", q + "self_attn.q_proj.weight"),
+                  (p + "attn_k.weight", q + "self_attn.k_proj.weight"),
+                  (p + "attn_v.weight", q + "self_attn.v_proj.weight"),
+                  (p + "attn_output.weight", q + "self_attn.o_proj.weight"),
+                  (p + "attn_q_norm.weight", q + "self_attn.q_norm.weight"),
+                  (p + "attn_k_norm.weight", q + "self_attn.k_norm.weight"),
+                  (p + "post_attention_norm.weight", q + "post_attention_layernorm.weight"),
+                  (p + "ffn_norm.weight", q + "pre_feedforward_layernorm.weight"),
+                  (p + "ffn_gate.weight", q + "mlp.gate_proj.weight"),
+                  (p + "ffn_up.weight", q + "mlp.up_proj.weight"),
+                  (p + "ffn_down.weight", q + "mlp.down_proj.weight"),
+                  (p + "post_ffw_norm.weight", q + "post_feedforward_layernorm.weight")]
+    names.append(("output_norm.weight", "model.norm.weight"))
+    # convert widens BF16 to float32 before modify_tensors: w + 1 in float32
+    t = [(g, w[h].to(torch.float32) + 1 if h.endswith("norm.weight") else w[h], False) for g, h in names]
+    write_gguf(path, kv, t, kind)
+
+
+def gemma3_make(d, seed, files):
+    c = GEMMA3_270M
+    tok = os.path.join(ROOT, "data", "qwen3", "tokenizer.json")
+    w = gemma3_weights(c, seed)
+    write_json(os.path.join(d, "hf", "config.json"), gemma3_hf_config(c))
+    with open(tok, "rb") as f, open(os.path.join(d, "hf", "tokenizer.json"), "wb") as g:
+        g.write(f.read())
+    write_safetensors(os.path.join(d, "hf", "model.safetensors"), w)
+    for kind in ("BF16", "Q8_0"):
+        gemma3_gguf(files[kind], c, w, kind, tok, "Gemma 3 270M random (seed %d)" % seed)
+
+
+def gemma3_torch(files, threads):
+    """The book's Gemma3Model (the KV-cache notebook,
+    standalone-gemma3-plus-kvcache.ipynb, read by tools/reference/gemma3.py)
+    in float32 on the bf16 weights, or (None, why not)."""
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import torch
+    from reference import gemma3 as g3
+    root, why = g3.notebook_root()
+    if root is None:
+        return None, why + " (the book's notebooks: see tools/reference/gemma3.py)"
+    plain, kv = g3.load_notebook(root, "plain"), g3.load_notebook(root, "kv")
+    g3.check_torch()
+    torch.set_num_threads(threads)
+    with open(os.path.join(files["hf"], "config.json")) as f:
+        hc = json.load(f)
+    cfg = g3.gemma3_config(plain, vocab_size=hc["vocab_size"], context_length=hc["max_position_embeddings"],
+                           emb_dim=hc["hidden_size"], n_heads=hc["num_attention_heads"],
+                           n_layers=hc["num_hidden_layers"], hidden_dim=hc["intermediate_size"],
+                           head_dim=hc["head_dim"], qk_norm=True, n_kv_groups=hc["num_key_value_heads"],
+                           rope_local_base=hc["rope_local_base_freq"], rope_base=hc["rope_theta"],
+                           sliding_window=hc["sliding_window"], layer_types=list(hc["layer_types"]),
+                           query_pre_attn_scalar=hc["query_pre_attn_scalar"])
+    params = {k: v.to(torch.float32) for k, v in
+              read_safetensors_bf16(os.path.join(files["hf"], "model.safetensors")).items()}
+    with quiet_stdout():  # "Model uses weight tying."
+        model = kv.Gemma3Model(cfg)
+        kv.load_weights_into_gemma(model, cfg, params)
+    del params
+    model.eval()
+
+    class Run:
+        def start(self, ids):
+            self.cache = kv.KVCache(n_layers=cfg["n_layers"])
+            model.reset_kv_cache()
+            return model(torch.tensor([ids]), cache=self.cache)[0, -1]
+
+        def step(self, i):
+            return model(torch.tensor([[i]]), cache=self.cache)[0, -1]
+
+        def all_logits(self, ids):
+            return model(torch.tensor([ids]))[0]
+    return Run(), None
+
+
 MODELS = {
     "qwen3": {"title": "Qwen3-0.6B shapes, random weights", "dir": "qwen3-0.6b-random",
               "gguf": "qwen3-0.6b-random-%s.gguf", "hf": "hf", "config": QWEN3_06B,
@@ -547,6 +735,11 @@ MODELS = {
              "gguf": "gpt2-124m-random-%s.gguf", "hf": os.path.join("hf", "model.safetensors"),
              "config": GPT2_124M, "init": "randn*0.02 (norm weights +1) bf16",
              "data": ["data/gpt2/encoder.json", "data/gpt2/vocab.bpe"], "make": gpt2_make, "torch": gpt2_torch},
+    "gemma3": {"title": "Gemma 3 270M shapes, random weights", "dir": "gemma3-270m-random",
+               "gguf": "gemma3-270m-random-%s.gguf", "hf": "hf", "config": GEMMA3_270M,
+               "init": "randn*0.02, norm weights randn*0.1, bf16; Qwen3's vocabulary",
+               "data": ["data/qwen3/tokenizer.json"], "make": gemma3_make, "torch": gemma3_torch,
+               "tapegrad_bf16_args": ["--weights", "bf16"], "needs": "a Hugging Face gemma3_text folder"},
 }
 
 
@@ -630,9 +823,9 @@ def last_json(cmd, **kw):
         raise RunError("%s\nprinted no JSON line:\n%s" % (shown, r.stdout[-2000:]))
 
 
-def run_tapegrad(a, path, precision):
+def run_tapegrad(a, path, precision, extra=()):
     cmd = [a.tapegrad, "generate", "--hf", path, "--prompt", a.prompt, "--max-new-tokens", str(a.tokens),
-           "--temperature", "0", "--json", "--precision", precision] + shlex.split(a.tapegrad_args)
+           "--temperature", "0", "--json", "--precision", precision] + list(extra) + shlex.split(a.tapegrad_args)
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads))
     res = last_json(cmd, env=env)
     if len(res.get("ids") or []) != a.tokens or "tokens_per_s" not in res:
@@ -760,7 +953,8 @@ def main():
 
     rows = []  # (name, is tapegrad, run), tapegrad and llama.cpp alternating
     if not a.llamacpp_only:
-        rows.append(("tapegrad bf16", True, lambda: run_tapegrad(a, files["hf"], "bf16")))
+        rows.append(("tapegrad bf16", True,
+                     lambda: run_tapegrad(a, files["hf"], "bf16", m.get("tapegrad_bf16_args", ()))))
     rows.append(("llama.cpp BF16", False, lambda: run_llamacpp(a, js_dir, files["BF16"])))
     if not a.llamacpp_only:
         rows.append(("tapegrad float32", True, lambda: run_tapegrad(a, files["hf"], "fast")))
@@ -793,7 +987,8 @@ def main():
                     log("%s failed:\n%s" % (name, e))
                     if is_tapegrad and "--hf" in str(e).split("failed", 1)[-1]:
                         log("(a tapegrad whose generate reads %s with --hf is needed)"
-                            % ("a Hugging Face Qwen3 folder" if a.model == "qwen3" else "GPT-2's model.safetensors"))
+                            % m.get("needs", "a Hugging Face Qwen3 folder" if a.model == "qwen3"
+                                    else "GPT-2's model.safetensors"))
                     break
                 share = one.stop()
                 disturbed = share is not None and share > a.max_others
