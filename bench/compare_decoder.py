@@ -1,16 +1,29 @@
 #!/usr/bin/python3
-"""Compare a fine-tuning step of a random-weight Qwen3-0.6B (or Llama 3.2 1B)
-between tapegrad and the book's own code under PyTorch on this CPU.
+"""Compare a fine-tuning step of a random-weight Qwen3-0.6B (or Llama 3.2 1B,
+or Gemma 3 270M) between tapegrad and the book's own code under PyTorch on
+this CPU.
 
 Usage: /usr/bin/python3 bench/compare_decoder.py [--tapegrad build/tools/tapegrad]
-[--model qwen3-0.6b|llama3.2-1b] [--only full|lora] [--precisions LIST]
-[--runs 3] [--steps 2] [--batch 1] [--tokens 512] [--layers N] [--threads 2]
-[--timeout SECONDS] [--markdown] [--json]
+[--model qwen3-0.6b|llama3.2-1b|gemma3-270m] [--only full|lora]
+[--precisions LIST] [--runs 3] [--steps 2] [--batch 1] [--tokens 512]
+[--layers N] [--threads 2] [--timeout SECONDS] [--markdown] [--json]
 
 with the book's code (rasbt/LLMs-from-scratch, the folder that contains
 llms_from_scratch/) named by LLMS_FROM_SCRATCH_DIR, for example
 
     LLMS_FROM_SCRATCH_DIR=path/to/LLMs-from-scratch/pkg /usr/bin/python3 bench/compare_decoder.py
+
+--model gemma3-270m also needs the book's Gemma 3 notebooks
+(ch05/12_gemma3/standalone-gemma3.ipynb and its KV-cache companion) under
+the repository's root, LLMS_FROM_SCRATCH_ROOT (default: the parent of
+LLMS_FROM_SCRATCH_DIR), as tools/reference/gemma3.py reads them, e.g. from
+a clone or mirror:
+
+    mkdir -p /tmp/llms && git -C path/to/LLMs-from-scratch archive HEAD pkg ch05/12_gemma3 | tar -x -C /tmp/llms
+    LLMS_FROM_SCRATCH_DIR=/tmp/llms/pkg /usr/bin/python3 bench/compare_decoder.py --model gemma3-270m
+
+LLMS_FROM_SCRATCH_COMMIT names the book's commit in the notes (else git's
+of the folder, else unknown).
 
 Quick check (seconds a process): --layers 1 --tokens 64 --runs 1 --steps 1.
 
@@ -30,11 +43,23 @@ torch.manual_seed(123) from QWEN_CONFIG_06_B / LLAMA32_CONFIG_1B with dtype
 float32 and context_length = --tokens (the book's model computes RoPE's cos
 and sin for the whole context at construction: 40,960 or 131,072 positions;
 the step only reads the first --tokens of them); replace_linear_with_lora
-from llms_from_scratch.appendix_e. Columns "torch-fp32" (float32) and
+from llms_from_scratch.appendix_e. Gemma 3 270M: the book keeps it in a
+notebook, not in its package: Gemma3Model and GEMMA3_CONFIG_270M from
+ch05/12_gemma3/standalone-gemma3.ipynb, whose defining cells
+tools/reference/gemma3.py's load_notebook() executes at run time (nothing
+is stubbed for them; the notebook's own RMSNorm), built after
+torch.manual_seed(123) from GEMMA3_CONFIG_270M with dtype float32 (the
+notebook's: bfloat16) and context_length = --tokens (RoPE tables for
+32,768 positions otherwise): 18 layers, five sliding-window (512) layers
+then a full one, emb 640, 4 heads of 256, one kv group, GeGLU 2048, vocab
+262,144, a separate out_head (435.9 M parameters, 268.1 M of them in
+Linears); the LoRA set-up as above (appendix E from the package). With
+--layers N its first N layer_types (N at most 18), as tapegrad's preset. Columns "torch-fp32" (float32) and
 "torch-bf16" (forward and loss under torch.autocast("cpu",
 dtype=torch.bfloat16), backward and the step outside, as usual; its oneDNN
-kernels are read from DNNL_VERBOSE). Without LLMS_FROM_SCRATCH_DIR the
-PyTorch columns are skipped with a message.
+kernels are read from DNNL_VERBOSE). Without LLMS_FROM_SCRATCH_DIR (or,
+for Gemma 3, without the notebooks) the PyTorch columns are skipped with a
+message.
 
 tapegrad side: `tapegrad bench --model gpt --config MODEL --batch B --tokens T
 --steps S --threads N --precision P --json [--lora-rank 16 --lora-alpha 16]
@@ -67,7 +92,9 @@ process; leave them out with --precisions (e.g. torch-fp32,exact,fast,bf16)
 or bound them with --timeout. SIGTERM or Ctrl-C ends the running process and
 prints the tables of what finished. Memory: a full Qwen3-0.6B step holds
 float32 weights, gradients and AdamW's two moments of 0.75 B parameters (the
-book's model does not tie out_head to tok_emb), ~12-13 GB on either side.
+book's model does not tie out_head to tok_emb), ~12-13 GB on either side; a
+full Gemma 3 270M step those of 0.44 B parameters (7 GB) and the logits of
+its 262,144-word vocabulary (0.5 GB each at B1 T512).
 """
 import argparse
 import json
@@ -84,11 +111,16 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, ".."))
 
-# --model: (family, the book's module, its config's name, its class)
+# --model: (family, the book's module (Gemma 3: its notebook), its config's name, its class)
 MODELS = {
     "qwen3-0.6b": ("qwen3", "llms_from_scratch.qwen3", "QWEN_CONFIG_06_B", "Qwen3Model"),
     "llama3.2-1b": ("llama3", "llms_from_scratch.llama3", "LLAMA32_CONFIG_1B", "Llama3Model"),
+    "gemma3-270m": ("gemma3", "ch05/12_gemma3/standalone-gemma3.ipynb", "GEMMA3_CONFIG_270M", "Gemma3Model"),
 }
+# tools/reference/gemma3.py's NOTEBOOKS (its notebook_root() wants both), for
+# the driver's check without importing torch
+GEMMA3_NOTEBOOKS = ["ch05/12_gemma3/standalone-gemma3.ipynb", "ch05/12_gemma3/standalone-gemma3-plus-kvcache.ipynb"]
+GEMMA3_LAYERS = 18  # GEMMA3_CONFIG_270M's n_layers: --layers takes a prefix of its layer_types
 MODES = [("full", None), ("lora", (16, 16))]  # name, (rank, alpha) or None
 TORCH_COLS = ["torch-fp32", "torch-bf16"]
 TG_COLS = ["exact", "fast", "bf16"]
@@ -105,28 +137,65 @@ def log(msg):
 
 # ---- the PyTorch side (runs in a child process) ---------------------------------------
 
-def book_dir_or_none():
-    """(folder, None) or (None, why not), as tools/reference/decoder.py decides,
-    without importing torch into the driver."""
+def book_dir_or_none(model):
+    """(folder, None) or (None, why not), as tools/reference/decoder.py decides
+    (and, for Gemma 3, tools/reference/gemma3.py's notebook_root()), without
+    importing torch into the driver."""
     d = os.environ.get("LLMS_FROM_SCRATCH_DIR")
     if not d:
         return None, "LLMS_FROM_SCRATCH_DIR unset"
     d = os.path.abspath(d)
     if not os.path.isfile(os.path.join(d, "llms_from_scratch", "qwen3.py")):
         return None, "no llms_from_scratch/qwen3.py in LLMS_FROM_SCRATCH_DIR=%s" % d
+    if MODELS[model][0] == "gemma3":
+        root = os.path.abspath(os.environ.get("LLMS_FROM_SCRATCH_ROOT") or os.path.dirname(d))
+        for rel in GEMMA3_NOTEBOOKS:
+            if not os.path.isfile(os.path.join(root, rel)):
+                return None, "no %s under %s (set LLMS_FROM_SCRATCH_ROOT to the book's repository)" % (rel, root)
     return d, None
 
 
-def book_config(b, model, tokens, layers):
-    """The book's config for --model, float32, context_length = tokens, and
-    n_layers = layers when given (tools/reference/decoder.py's helpers)."""
-    from tools.reference.decoder import llama3_config, qwen3_config
+class BookModel:
+    """The book's class and config for --model: cls, config (the book's own
+    dict), and for Gemma 3 the notebook (nb: its path, sha256, cells, root)."""
 
-    family = MODELS[model][0]
+    def __init__(self, b, model):
+        family, _, name, cls = MODELS[model]
+        self.family, self.nb, self.root = family, None, None
+        if family == "gemma3":
+            from tools.reference import gemma3 as g3
+
+            self.root, why = g3.notebook_root()
+            if self.root is None:
+                raise RuntimeError(why)
+            g3.check_torch()
+            self.nb = g3.load_notebook(self.root, "plain")
+            src = self.nb
+        else:
+            src = b.qwen3 if family == "qwen3" else b.llama3
+        self.cls, self.config = getattr(src, cls), getattr(src, name)
+
+
+def book_config(b, bm, tokens, layers):
+    """The book's config for --model (bm: its BookModel), float32,
+    context_length = tokens, and n_layers = layers when given
+    (tools/reference/decoder.py's and gemma3.py's helpers; Gemma 3: the first
+    `layers` layer_types too)."""
     over = {"context_length": tokens}
     if layers:
         over["n_layers"] = layers
-    return (qwen3_config if family == "qwen3" else llama3_config)(b, **over)
+    if bm.family == "gemma3":
+        from tools.reference.gemma3 import gemma3_config
+
+        if layers:
+            if layers > len(bm.config["layer_types"]):
+                raise ValueError("--layers %d: GEMMA3_CONFIG_270M has %d layer_types"
+                                 % (layers, len(bm.config["layer_types"])))
+            over["layer_types"] = list(bm.config["layer_types"][:layers])
+        return gemma3_config(bm.nb, **over)
+    from tools.reference.decoder import llama3_config, qwen3_config
+
+    return (qwen3_config if bm.family == "qwen3" else llama3_config)(b, **over)
 
 
 def matmul_rates(threads):
@@ -161,17 +230,27 @@ def torch_info(w):
     if book_dir is None:
         print(json.dumps({"error": why}))
         return
-    commit = os.environ.get("LLMS_FROM_SCRATCH_COMMIT")
-    if not commit:
-        p = subprocess.run(["git", "-C", book_dir, "rev-parse", "HEAD"], capture_output=True, text=True)
-        commit = p.stdout.strip() if p.returncode == 0 else None
     with book_code(book_dir) as b:
         family, mod, name, cls = MODELS[w["model"]]
-        book = dict(getattr(b.qwen3 if family == "qwen3" else b.llama3, name))
-        cfg = book_config(b, w["model"], w["tokens"], w["layers"])
+        try:
+            bm = BookModel(b, w["model"])
+            cfg = book_config(b, bm, w["tokens"], w["layers"])
+        except (RuntimeError, ValueError) as e:
+            print(json.dumps({"error": str(e)}))
+            return
+        book = dict(bm.config)
+        commit = os.environ.get("LLMS_FROM_SCRATCH_COMMIT")
+        if not commit:
+            p = subprocess.run(["git", "-C", bm.root or book_dir, "rev-parse", "HEAD"], capture_output=True,
+                               text=True)
+            commit = p.stdout.strip() if p.returncode == 0 else None
+        notebook = None
+        if bm.nb is not None:
+            notebook = {"root": bm.root, "path": bm.nb.path, "sha256": bm.nb.sha256, "cells": bm.nb.cells}
         print(json.dumps({
             "torch_version": torch.__version__, "book_dir": book_dir, "book_commit": commit,
-            "stubbed": b.stubbed, "rmsnorm_stand_in": b.rmsnorm_stand_in, "class": "%s.%s" % (mod, cls),
+            "stubbed": b.stubbed, "rmsnorm_stand_in": b.rmsnorm_stand_in and bm.nb is None,
+            "class": "%s.%s" % (mod, cls) if bm.nb is None else "%s:%s" % (mod, cls), "notebook": notebook,
             "config_name": name, "config": config_json(cfg), "book_context_length": book["context_length"],
             "book_dtype": str(book["dtype"]), "matmul_gflops": matmul_rates(w["threads"]),
         }))
@@ -193,11 +272,11 @@ def torch_worker(w):
         sys.exit("compare_decoder: " + why)
     autocast = w["column"] == "torch-bf16"
     with book_code(book_dir) as b:
-        family, _, _, cls = MODELS[w["model"]]
-        cfg = book_config(b, w["model"], w["tokens"], w["layers"])
+        bm = BookModel(b, w["model"])
+        cfg = book_config(b, bm, w["tokens"], w["layers"])
         t_build = time.perf_counter()
         torch.manual_seed(SEED)
-        model = getattr(b.qwen3 if family == "qwen3" else b.llama3, cls)(cfg)
+        model = bm.cls(cfg)
         if w["lora"]:
             appendix_e = importlib.import_module("llms_from_scratch.appendix_e")
             if not os.path.abspath(appendix_e.__file__).startswith(book_dir):
@@ -446,6 +525,8 @@ def main():
             ap.error("--%s must be at least 1" % k)
     if a.layers is not None and a.layers < 1:
         ap.error("--layers must be at least 1")
+    if a.layers is not None and MODELS[a.model][0] == "gemma3" and a.layers > GEMMA3_LAYERS:
+        ap.error("--layers: at most %d for %s (the book's layer_types)" % (GEMMA3_LAYERS, a.model))
     cols = [c.strip() for c in a.precisions.split(",") if c.strip()]
     bad = [c for c in cols if c not in COLS]
     if bad or not cols:
@@ -459,10 +540,11 @@ def main():
     info = None
     torch_cols = [c for c in cols if c in TORCH_COLS]
     if torch_cols:
-        book_dir, why = book_dir_or_none()
+        book_dir, why = book_dir_or_none(a.model)
         if book_dir is None:
-            notes.append("PyTorch side skipped: %s (set it to the folder that contains llms_from_scratch/, "
-                         "e.g. LLMS_FROM_SCRATCH_DIR=path/to/LLMs-from-scratch/pkg)" % why)
+            notes.append("PyTorch side skipped: %s" % why + (
+                "" if "LLMS_FROM_SCRATCH_ROOT" in why else " (set it to the folder that contains llms_from_scratch/, "
+                "e.g. LLMS_FROM_SCRATCH_DIR=path/to/LLMs-from-scratch/pkg)"))
             log("compare_decoder: " + notes[-1])
             torch_cols = []
         else:
@@ -572,6 +654,11 @@ def main():
                      "(the book's preset: %s)" % (info["book_dir"], info["book_commit"] or "unknown",
                                                    ", ".join(info["stubbed"]) or "none",
                                                    "yes" if info["rmsnorm_stand_in"] else "no", info["book_dtype"]))
+        nb = info.get("notebook")
+        if nb:
+            notes.append("the model from the book's notebook %s under %s (sha256 %s), code cells %s executed by "
+                         "tools/reference/gemma3.py's load_notebook(); appendix E's LoRA from the package"
+                         % (nb["path"], nb["root"], nb["sha256"][:16], nb["cells"]))
         r = info["matmul_gflops"]
         notes.append("PyTorch matmul (256x1024x1024) here: float32 %.1f GFLOP/s, under bf16 autocast %.2f GFLOP/s"
                      % (r["fp32"], r["bf16_autocast"]))
