@@ -389,35 +389,38 @@ static bool cache_append(tg_module *m, tg_tape *tp, tg_tensor *k, tg_tensor *v, 
     }
     if (p0 == 0) c->start = 0;
     /* a sliding layer drops what no query will see again: the first new
-     * query (position p0) sees p0 - window + 1 on */
+     * query (position p0) sees p0 - window + 1 on; the buffer holds
+     * positions start .. p0-1 in its first slots and is compacted only when
+     * the new ones do not fit after them (every ~window steps) */
     int64_t keep0 = s->window > 0 && p0 - s->window + 1 > c->start ? p0 - s->window + 1 : c->start;
-    int64_t held = p0 - keep0, need = held + T;
-    if (!ck || ck->shape[2] < need || keep0 != c->start) {
-        int64_t cap = ck ? ck->shape[2] : 0, limit = s->window > 0 ? s->window - 1 + T : s->context_length;
-        if (cap < need) {
+    if (!ck || p0 - c->start + T > ck->shape[2]) {
+        int64_t held = p0 - keep0, need = held + T, cap = ck ? ck->shape[2] : 0;
+        if (cap < need) { /* grow: double, at least 64, at most the context (a sliding layer: 2 windows) */
             cap = cap ? cap * 2 : 64;
+            if (s->window > 0 && cap > 2 * s->window) cap = 2 * s->window;
             if (cap < need) cap = need;
-            if (s->window > 0 && cap > limit && limit >= need) cap = limit;
             if (cap > s->context_length) cap = s->context_length;
         }
         int64_t shape[4] = {b, s->num_kv_groups, cap, s->head_dim};
-        tg_tensor *nk = ck && ck->shape[2] == cap ? ck : tg_empty(m->tape, k->dtype, 4, shape);
-        tg_tensor *nv = ck && ck->shape[2] == cap ? c->cache_v : nk ? tg_empty(m->tape, k->dtype, 4, shape) : NULL;
+        bool same = ck && ck->shape[2] == cap;
+        tg_tensor *nk = same ? ck : tg_empty(m->tape, k->dtype, 4, shape);
+        tg_tensor *nv = same ? c->cache_v : nk ? tg_empty(m->tape, k->dtype, 4, shape) : NULL;
         if (!nv) return false;
-        if (held > 0) { /* positions keep0 .. p0-1 to the front (copied through a temporary when in place) */
+        if (held > 0) { /* positions keep0 .. p0-1 to the front (through a copy when in place) */
             int64_t off = keep0 - c->start;
             tg_tensor *sk = tg_narrow(tp, c->cache_k, 2, off, held), *sv = tg_narrow(tp, c->cache_v, 2, off, held);
-            if (nk == c->cache_k && off > 0) sk = tg_contiguous(tp, tg_clone(tp, sk)), sv = tg_contiguous(tp, tg_clone(tp, sv));
+            if (same && off > 0) sk = tg_clone(tp, sk), sv = tg_clone(tp, sv);
             if (tg_copy_(tg_narrow(tp, nk, 2, 0, held), sk) != TG_OK || tg_copy_(tg_narrow(tp, nv, 2, 0, held), sv) != TG_OK)
                 return false;
         }
         c->cache_k = nk, c->cache_v = nv, c->start = keep0;
     }
-    if (tg_copy_(tg_narrow(tp, c->cache_k, 2, held, T), k) != TG_OK ||
-        tg_copy_(tg_narrow(tp, c->cache_v, 2, held, T), v) != TG_OK)
+    int64_t at = p0 - c->start, from = keep0 - c->start, need = p0 + T - keep0;
+    if (tg_copy_(tg_narrow(tp, c->cache_k, 2, at, T), k) != TG_OK ||
+        tg_copy_(tg_narrow(tp, c->cache_v, 2, at, T), v) != TG_OK)
         return false;
-    *keys = tg_narrow(tp, c->cache_k, 2, 0, need);
-    *values = tg_narrow(tp, c->cache_v, 2, 0, need);
+    *keys = tg_narrow(tp, c->cache_k, 2, from, need);
+    *values = tg_narrow(tp, c->cache_v, 2, from, need);
     *k0 = keep0;
     return *keys && *values;
 }
