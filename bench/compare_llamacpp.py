@@ -957,7 +957,7 @@ def main():
                      lambda: run_tapegrad(a, files["hf"], "bf16", m.get("tapegrad_bf16_args", ()))))
     rows.append(("llama.cpp BF16", False, lambda: run_llamacpp(a, js_dir, files["BF16"])))
     if not a.llamacpp_only:
-        rows.append(("tapegrad float32", True, lambda: run_tapegrad(a, files["hf"], "fast")))
+        rows.append(("tapegrad float32", True, lambda: run_tapegrad(a, files["hf"], "fast", ("--weights", "f32"))))
     rows.append(("llama.cpp Q8_0", False, lambda: run_llamacpp(a, js_dir, files["Q8_0"])))
 
     probe = CpuMeter()
