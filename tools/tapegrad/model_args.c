@@ -76,13 +76,11 @@ static int one_of(const char *name, const char *const *list)
 static int model_features(const char *cmd, const tg_cli_model *m, tg_decoder_config *cfg)
 {
     static const char *const norms[] = {"layer", "rms", NULL}, *const mlps[] = {"gelu", "swiglu", "geglu", NULL};
-    int k;
-    if (m->norm && (k = one_of(m->norm, norms)) < 0)
-        return tg_cli_error(cmd, "--norm: '%.40s' is not one of layer, rms", m->norm);
-    if (m->norm) cfg->norm = k == 0 ? TG_NORM_LAYER : TG_NORM_RMS;
-    if (m->mlp && (k = one_of(m->mlp, mlps)) < 0)
-        return tg_cli_error(cmd, "--mlp: '%.40s' is not one of gelu, swiglu, geglu", m->mlp);
-    if (m->mlp) cfg->mlp = k == 0 ? TG_MLP_GELU : k == 1 ? TG_MLP_SWIGLU : TG_MLP_GEGLU;
+    int kn = m->norm ? one_of(m->norm, norms) : -1, km = m->mlp ? one_of(m->mlp, mlps) : -1;
+    if (m->norm && kn < 0) return tg_cli_error(cmd, "--norm: '%.40s' is not one of layer, rms", m->norm);
+    if (m->norm) cfg->norm = kn == 0 ? TG_NORM_LAYER : TG_NORM_RMS;
+    if (m->mlp && km < 0) return tg_cli_error(cmd, "--mlp: '%.40s' is not one of gelu, swiglu, geglu", m->mlp);
+    if (m->mlp) cfg->mlp = km == 0 ? TG_MLP_GELU : km == 1 ? TG_MLP_SWIGLU : TG_MLP_GEGLU;
     if (m->sliding_window_seen) {
         bool any = false;
         for (int i = 0; i < TG_DECODER_MAX_LAYER_TYPES; i++) any |= cfg->layer_types[i] == TG_LAYER_SLIDING;
