@@ -180,13 +180,14 @@ int tg_decoder_config_layer_pattern(tg_decoder_config *cfg, int64_t full_every)
 int tg_decoder_config_preset(const char *name, tg_decoder_config *out)
 {
     if (!name || !out) return tg_error_status(TG_EINVAL, "decoder_config_preset: NULL argument");
-    char names[512] = "";
-    for (int i = 0; i < NPRESETS; i++) {
+    for (int i = 0; i < NPRESETS; i++)
         if (strcmp(name, presets[i].name) == 0) {
             *out = presets[i].cfg;
             /* Gemma 3: five sliding layers, then a full one */
             return out->sliding_window > 0 ? tg_decoder_config_layer_pattern(out, 6) : TG_OK;
         }
+    char names[512] = "";
+    for (int i = 0; i < NPRESETS; i++) {
         strcat(names, i == 0 ? "" : i == NPRESETS - 1 ? " or " : ", ");
         strcat(names, presets[i].name);
     }
