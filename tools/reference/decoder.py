@@ -375,12 +375,13 @@ def run_case(b, name, family, cfg, seed, data_seed):
 
 # --------------------------------------------------------------- generation
 
-def sample_with_cache(b, model, idx, max_new_tokens, temperature, top_k):
+def sample_with_cache(kv_cache, model, idx, max_new_tokens, temperature, top_k):
     """ch05's generate() sampling steps, on the cached model's last logits:
-    the prompt once, then one id at a time."""
+    the prompt once, then one id at a time; kv_cache is the book's KVCache
+    class of the model's code."""
     model.eval()
     with torch.no_grad():
-        cache = b.kv_utils.KVCache(n_layers=model.cfg["n_layers"])
+        cache = kv_cache(n_layers=model.cfg["n_layers"])
         model.reset_kv_cache()
         logits = model(idx, cache=cache)
         for _ in range(max_new_tokens):
@@ -420,7 +421,7 @@ def gen_runs(b, model, kv_model, prompt, max_new, ctx, sample_seed, temperature,
     torch.manual_seed(sample_seed)
     out[True, False] = b.kv_generate.generate_text_simple(kv_model, idx, max_new, use_cache=True)[0].tolist()
     torch.manual_seed(sample_seed)
-    out[True, True] = sample_with_cache(b, kv_model, idx, max_new, temperature, top_k)[0].tolist()
+    out[True, True] = sample_with_cache(b.kv_utils.KVCache, kv_model, idx, max_new, temperature, top_k)[0].tolist()
     # the cached model without its cache is the plain model
     nocache = b.kv_generate.generate_text_simple(kv_model, idx, max_new, use_cache=False)[0].tolist()
     return out, nocache

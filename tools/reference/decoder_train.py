@@ -435,6 +435,14 @@ def instruct_run(b, s, entries, tok, notes):
            "allowed_max_length": s["allowed_max_length"], "max_new_tokens": s["max_new_tokens"],
            "init_pretrain_args": None, "init_pretrain_lines": None, "data": INSTRUCTION_DATA,
            "rows": [], "train_accuracy": [], "val_accuracy": [], "test_accuracy": None, "responses": None}
+    return instruct_train(rec, s, cfg, lambda: dec.build(b, s["family"], cfg, s["seed"]), entries, tok, notes)
+
+
+def instruct_train(rec, s, cfg, build, entries, tok, notes):
+    """An instruct run's data, model (build(): the book's, built after
+    manual_seed), LoRA, training and responses, into rec; shared with
+    gemma3_train.py."""
+    fmt = s["format"]
     pad_id = tok.eot
     end_id = tok.token_id("<|im_end|>") if fmt == "chat" else pad_id
     rec["pad_id"], rec["end_id"] = pad_id, end_id
@@ -459,7 +467,7 @@ def instruct_run(b, s, entries, tok, notes):
     rec.update(split=[len(train_data), len(val_data), len(test_data)], train_batches=len(train_loader),
                val_batches=len(val_loader), test_batches=None, longest_ids=longest)
 
-    model = dec.build(b, s["family"], cfg, s["seed"])
+    model = build()
     for param in model.parameters():
         param.requires_grad = False
     before = {n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}

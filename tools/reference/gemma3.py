@@ -499,34 +499,6 @@ def cached_greedy(kv, model, idx, max_new_tokens):
     return torch.cat([idx] + new, dim=1)
 
 
-def sample_with_cache(kv, model, idx, max_new_tokens, temperature, top_k):
-    """ch05's generate() sampling steps on the cached model's last logits
-    (the kv notebook's KVCache and reset_kv_cache, as its
-    generate_text_basic_stream primes and feeds the model): the prompt
-    once, then one id at a time."""
-    model.eval()
-    with torch.no_grad():
-        cache = kv.KVCache(n_layers=model.cfg["n_layers"])
-        model.reset_kv_cache()
-        logits = model(idx, cache=cache)
-        for _ in range(max_new_tokens):
-            logits = logits[:, -1, :]
-            if top_k is not None:
-                top_logits, _ = torch.topk(logits, top_k)
-                min_val = top_logits[:, -1]
-                logits = torch.where(logits < min_val, torch.tensor(float("-inf")).to(logits.device), logits)
-            if temperature > 0.0:
-                logits = logits / temperature
-                logits = logits - logits.max(dim=-1, keepdim=True).values
-                probs = torch.softmax(logits, dim=-1)
-                idx_next = torch.multinomial(probs, num_samples=1)
-            else:
-                idx_next = torch.argmax(logits, dim=-1, keepdim=True)
-            idx = torch.cat((idx, idx_next), dim=1)
-            logits = model(idx_next, cache=cache)
-    return idx
-
-
 def gen_runs(b, plain, kv, model, kv_model, prompt, max_new, ctx, sample_seed, temperature, top_k, notes, where):
     """{(cache, sampled): ids}: ch05's generate() on the plain model, the kv
     notebook's generation on the cached model; cross-checks into notes."""
@@ -541,7 +513,7 @@ def gen_runs(b, plain, kv, model, kv_model, prompt, max_new, ctx, sample_seed, t
     torch.manual_seed(sample_seed)
     out[True, False] = cached_greedy(kv, kv_model, idx, max_new)[0].tolist()
     torch.manual_seed(sample_seed)
-    out[True, True] = sample_with_cache(kv, kv_model, idx, max_new, temperature, top_k)[0].tolist()
+    out[True, True] = dec.sample_with_cache(kv.KVCache, kv_model, idx, max_new, temperature, top_k)[0].tolist()
     # the plain notebook's own greedy loop, and the cached model without a cache
     nb_greedy = torch.cat([idx] + list(plain.generate_text_basic_stream(model, idx, max_new)), dim=1)[0].tolist()
     nocache = b.ch05.generate(kv_model, idx, max_new, ctx)[0].tolist()

@@ -63,20 +63,14 @@ with "family": "gemma3" and
 
 Random draws from the default generator, in order, as decoder_train.py's.
 """
-import contextlib
-import io
 import json
 import os
 import time
-from functools import partial
 
 import torch
-from torch.utils.data import DataLoader
 
 from . import decoder_train as dt
-from . import finetune as ft
 from . import gemma3 as g3
-from . import gpt_book
 from . import pretrain as ch5
 from .common import write_json
 
@@ -207,67 +201,7 @@ def instruct_run(nb, s, entries, tok, notes):
     rec["model_args"] = model_cli_args(rec)
     rec["args"] = instruct_cli_args(rec)
     rec.update(rows=[], train_accuracy=[], val_accuracy=[], test_accuracy=None, responses=None)
-    pad_id = tok.eot
-    end_id = pad_id
-    rec["pad_id"], rec["end_id"] = pad_id, end_id
-    data = entries[:s["limit"]]
-    train_portion = int(len(data) * 0.85)
-    test_portion = int(len(data) * 0.1)
-    train_data = data[:train_portion]
-    test_data = data[train_portion:train_portion + test_portion]
-    val_data = data[train_portion + test_portion:]
-    collate = partial(ft.custom_collate_fn, pad_token_id=pad_id, allowed_max_length=s["allowed_max_length"])
-    torch.manual_seed(s["seed"])
-    train_dataset = ft.InstructionDataset(train_data, tok)
-    train_loader = DataLoader(train_dataset, batch_size=s["batch"], collate_fn=collate, shuffle=True,
-                              drop_last=True, num_workers=0)
-    val_dataset = ft.InstructionDataset(val_data, tok)
-    val_loader = DataLoader(val_dataset, batch_size=s["batch"], collate_fn=collate, shuffle=False,
-                            drop_last=False, num_workers=0)
-    longest = max(len(x) for x in list(train_dataset.encoded_texts) + list(val_dataset.encoded_texts))
-    if min(longest, s["allowed_max_length"] - 1) > cfg["context_length"]:
-        raise RuntimeError("%s: a sequence of %d ids does not fit the context" % (s["name"], longest))
-    rec.update(split=[len(train_data), len(val_data), len(test_data)], train_batches=len(train_loader),
-               val_batches=len(val_loader), test_batches=None, longest_ids=longest)
-
-    model = g3.build(nb, cfg, s["seed"])
-    for param in model.parameters():
-        param.requires_grad = False
-    before = {n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
-    ft.replace_linear_with_lora(model, rank=s["lora_rank"], alpha=s["lora_alpha"])
-    rec["lora_modules"] = [n for n, m in model.named_modules() if isinstance(m, ft.LinearWithLoRA)]
-    assert set(rec["lora_modules"]) == before, (rec["lora_modules"], before)
-    rec["trainable_parameters"] = ft.trainable_parameters(model)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=s["lr"], weight_decay=s["weight_decay"])
-
-    ctx = cfg["context_length"]
-    stdout = io.StringIO()
-    with contextlib.redirect_stdout(stdout):
-        torch.manual_seed(s["seed"])
-        dt.instruct_loop(model, train_loader, val_loader, optimizer, s["epochs"], s["eval_freq"], s["eval_iter"],
-                         val_data[0], fmt, tok, ctx, rec, notes)
-        rec["responses"] = []
-        for entry in test_data:
-            input_text, ids = dt.prompt_of(entry, tok, fmt)
-            token_ids = gpt_book.generate(model=model, idx=torch.tensor([ids]), max_new_tokens=s["max_new_tokens"],
-                                          context_size=ctx, eos_id=end_id)
-            generated = tok.decode_bytes(token_ids.squeeze(0).tolist())
-            cut = len(tok.decode(ids).encode("utf-8"))  # finetune_task.c's response_text
-            response_text = generated[cut:].decode("utf-8", errors="replace").replace("### Response:", "").strip()
-            book = tok.decode(token_ids.squeeze(0).tolist())[len(input_text):]  # the book's own cut
-            assert book.replace("### Response:", "").strip() == response_text
-            rec["responses"].append(response_text)
-            print(input_text)
-            print(f"\nCorrect response:\n>> {entry['output']}")
-            print(f"\nModel response:\n>> {response_text.strip()}")
-            print("-------------------------------------")
-    text = stdout.getvalue()
-    assert text.endswith("\n")
-    rec["lines"] = text[:-1].split("\n")
-    rec["rand_after"] = torch.rand(3).tolist()
-    ab = sum(p.numel() for n, p in model.named_parameters() if n.endswith(".lora.A") or n.endswith(".lora.B"))
-    assert rec["trainable_parameters"] == ab, (rec["trainable_parameters"], ab)
-    return rec
+    return dt.instruct_train(rec, s, cfg, lambda: g3.build(nb, cfg, s["seed"]), entries, tok, notes)
 
 
 # ---------------------------------------------------------------------- main
