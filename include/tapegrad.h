@@ -34,7 +34,8 @@
  * optim.h (SGD, Adam, AdamW, clipping, schedules, checkpoints), data.h
  * (tokenizer, text windows, loaders) and dist.h (data-parallel training over
  * MPI) build on them; train.h (the training loop every task trains
- * through) on all of them.
+ * through) on all of them; export.h (Hugging Face folders and GGUF files)
+ * reads a model and its tokenizer's files.
  */
 #ifndef TAPEGRAD_H
 #define TAPEGRAD_H
@@ -47,5 +48,6 @@
 #include "tapegrad/data.h"
 #include "tapegrad/dist.h"
 #include "tapegrad/train.h"
+#include "tapegrad/export.h"
 
 #endif

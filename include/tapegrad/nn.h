@@ -269,6 +269,14 @@ TG_API tg_module *tg_mha_new(tg_tape *tp, int64_t d_in, int64_t d_out, int64_t c
 TG_API tg_module *tg_lora_layer_new(tg_tape *tp, int64_t in_dim, int64_t out_dim, int64_t rank, double alpha);
 TG_API tg_module *tg_linear_with_lora_new(tg_tape *tp, tg_module *linear, int64_t rank, double alpha);
 TG_API int tg_lora_replace_linear(tg_tape *tp, tg_module *model, int64_t rank, double alpha);
+/* Merges every LinearWithLoRA of model into its Linear, which takes the
+ * wrapper's place: weight <- weight + (alpha / rank) * (A @ B)^T (appendix
+ * E's x @ A @ B * alpha / rank in the Linear's (out, in) layout), computed
+ * in float32 and stored in the weight's dtype (float32, or bf16 rounded
+ * once). A weight the tree holds elsewhere too (a head tied to the token
+ * embedding) gets a new tensor: what shares it keeps its values. The
+ * adapters are dropped; a model without LoRA layers is left as it is. */
+TG_API int tg_lora_merge(tg_module *model);
 
 /* ---- walking the tree ------------------------------------------------------------------- */
 

@@ -296,6 +296,11 @@ TG_API int tg_checkpoint_save(const tg_checkpoint *ck, const char *path);
  * the optimizer loads, a copy of the model's state is kept, to put back if
  * the optimizer refuses its part. */
 TG_API int tg_checkpoint_load(tg_tape *tp, tg_checkpoint *ck, const char *path);
+/* The model's weights from path: a trainer checkpoint (its model's part,
+ * nothing else of the run checked or read into anything) or a state_dict
+ * file (tg_module_save, `--save`), told apart by the file's keys; the
+ * errors of tg_checkpoint_load or tg_module_load. */
+TG_API int tg_checkpoint_load_model(tg_module *model, const char *path);
 
 #ifdef __cplusplus
 }

@@ -187,19 +187,56 @@ static int check_activation(const cfg_src *c, const char *key, const char *want,
                            c->path, key, json_text(act, t, sizeof t), mlp, want);
 }
 
+/* GPT-2's config.json (GPT2Config): n_embd, n_head, n_layer, n_positions,
+ * vocab_size required; n_inner (null: 4 n_embd), layer_norm_epsilon
+ * (1e-5), activation_function "gelu_new" (the book's tanh GELU; absent:
+ * GPT2Config's default, which is it), tie_word_embeddings (absent: true);
+ * its attention always has query/key/value biases. */
+static int read_gpt2_config(const cfg_src *c, tg_decoder_config *cfg)
+{
+    const json_t *root = c->root;
+    *cfg = (tg_decoder_config){.family = TG_GPT_FAMILY_GPT2, .qkv_bias = true};
+    const struct {
+        const char *key;
+        int64_t *field;
+    } counts[] = {{"vocab_size", &cfg->vocab_size}, {"n_positions", &cfg->context_length},
+                  {"n_embd", &cfg->emb_dim},        {"n_head", &cfg->n_heads},
+                  {"n_layer", &cfg->n_layers}};
+    int st = TG_OK;
+    for (size_t i = 0; st == TG_OK && i < sizeof counts / sizeof counts[0]; i++)
+        st = get_count(c, root, counts[i].key, counts[i].key, counts[i].field);
+    const json_t *inner = json_object_get(root, "n_inner");
+    if (st == TG_OK && inner && !json_is_null(inner)) st = get_count(c, root, "n_inner", "n_inner", &cfg->hidden_dim);
+    cfg->norm_eps = 1e-5;
+    if (st == TG_OK && json_object_get(root, "layer_norm_epsilon"))
+        st = get_positive(c, root, "layer_norm_epsilon", "layer_norm_epsilon", &cfg->norm_eps);
+    const json_t *act = json_object_get(root, "activation_function");
+    if (st == TG_OK && act && !(json_is_string(act) && (strcmp(json_string_value(act), "gelu_new") == 0 ||
+                                                        strcmp(json_string_value(act), "gelu_pytorch_tanh") == 0))) {
+        char t[48];
+        st = tg_error_status(TG_EFORMAT,
+                             "config_from_hf %s: activation_function %s is not supported (the book's GELU is "
+                             "\"gelu_new\")",
+                             c->path, json_text(act, t, sizeof t));
+    }
+    if (st == TG_OK) st = get_bool(c, "tie_word_embeddings", true, &cfg->tie_head);
+    return st;
+}
+
 static int read_config(const cfg_src *c, tg_decoder_config *cfg)
 {
     const json_t *root = c->root, *mt = json_object_get(root, "model_type");
     if (!mt) return missing(c, "model_type");
     if (!json_is_string(mt)) return wrong(c, "model_type", mt, "a string");
     const tg__family *f = tg__family_of_hf(json_string_value(mt));
-    if (!f || f->family == TG_GPT_FAMILY_GPT2) {
+    if (!f) {
         char t[48];
         return tg_error_status(TG_EFORMAT,
-                               "config_from_hf %s: model_type %s is not supported (\"qwen3\", \"llama\" or "
-                               "\"gemma3_text\")",
+                               "config_from_hf %s: model_type %s is not supported (\"gpt2\", \"qwen3\", \"llama\" "
+                               "or \"gemma3_text\")",
                                c->path, json_text(mt, t, sizeof t));
     }
+    if (f->family == TG_GPT_FAMILY_GPT2) return read_gpt2_config(c, cfg);
     bool gemma = f->family == TG_GPT_FAMILY_GEMMA3, qwen = f->family == TG_GPT_FAMILY_QWEN3;
     if (gemma) {
         /* the preset's features: four norms x * (1 + w), the embeddings' scale, QK-norm */
@@ -629,6 +666,8 @@ static int apply_shard(folder *f, int s, slot *slots, int64_t n_layers, bool tie
     return st;
 }
 
+static int gpt2_load_folder(tg_module *gpt, const char *dir); /* the end of this file */
+
 int tg_decoder_hf_weights(const char *dir, tg_dtype *out)
 {
     if (!dir || !out) return tg_error_status(TG_EINVAL, "hf_weights: NULL argument");
@@ -657,11 +696,9 @@ int tg_decoder_load_hf(tg_module *model, const char *dir)
                                "load_hf: the model is a %s, not a Qwen3Model, Llama3Model or Gemma3Model (tg_decoder_new)",
                                tg_module_type_name(model));
     const tg__family *fam = tg__family_get(cfg.family);
+    if (fam && fam->hf_file) return gpt2_load_folder(model, dir);
     if (!fam || !fam->hf_parts)
-        return tg_error_status(TG_EINVAL,
-                               "load_hf: %s is a Qwen3, Llama 3 or Gemma 3 folder, the model a %s (a GPT-2 "
-                               "model.safetensors loads with tg_gpt_load_hf)",
-                               dir, tg_module_type_name(model));
+        return tg_error_status(TG_EINVAL, "load_hf: %s: the model is a %s", dir, tg_module_type_name(model));
     if (cfg.n_layers > (INT32_MAX - SLOT_LAYERS) / NPARTS)
         return tg_error_status(TG_EINVAL, "load_hf: %lld layers are more than this loader counts",
                                (long long)cfg.n_layers);
@@ -698,6 +735,8 @@ typedef struct {
     tg_module *gpt;
     bool *used;  /* per file entry */
     bool apply;  /* false: check only */
+    bool tied;   /* the model's head is tok_emb's weight */
+    int lm_head; /* the file's lm_head.weight entry (-1: none) */
 } hf_ctx;
 
 /* dst <- src, or dst <- part `part` (of 3) of src's last dim, transposed when
@@ -753,8 +792,18 @@ static bool gpt2_skipped(const char *name)
 static int map_all(hf_ctx *c, const tg_decoder_config *cfg, const tg__family *f)
 {
     int st = TG_OK, k = 0;
-    for (; st == TG_OK && f->hf_file[k].hf; k++)
-        st = map(c, f->hf_file[k].hf, f->hf_file[k].ours, f->hf_file[k].transpose, f->hf_file[k].part);
+    for (; st == TG_OK && f->hf_file[k].hf; k++) {
+        const tg__hf_part *row = &f->hf_file[k];
+        if (strcmp(row->ours, "out_head.weight") == 0 && tg_safetensors_get(c->file, "lm_head.weight")) {
+            /* a head of its own (save_pretrained of an untied GPT2LMHeadModel) */
+            const char *prefix = c->prefix;
+            c->prefix = "";
+            st = c->tied ? (c->used[c->lm_head] = true, TG_OK) : map(c, "lm_head.weight", row->ours, false, -1);
+            c->prefix = prefix;
+        } else if (strcmp(row->ours, "out_head.weight") != 0 || !c->tied) {
+            st = map(c, row->hf, row->ours, row->transpose, row->part);
+        }
+    }
     const tg__hf_part *layer = &f->hf_file[k + 1];
     for (int64_t l = 0; st == TG_OK && l < cfg->n_layers; l++)
         for (int i = 0; st == TG_OK && layer[i].hf; i++) {
@@ -766,37 +815,102 @@ static int map_all(hf_ctx *c, const tg_decoder_config *cfg, const tg__family *f)
     return st;
 }
 
+/* GPT-2's tensors of file (what names it: a file or a folder) into gpt,
+ * every key and shape checked before anything changes. */
+static int gpt2_load(tg_module *gpt, const char *what, const tg_safetensors *file, tg_tape *tp,
+                     const tg_decoder_config *cfg, const tg__family *fam)
+{
+    bool *used = tg_tape_alloc(tp, sizeof(bool) * (size_t)(file->n + 1), true);
+    if (!used) return TG_ENOMEM;
+    tg_tensor *emb = tg_module_get_parameter(gpt, "tok_emb.weight"), *head = tg_module_get_parameter(gpt, "out_head.weight");
+    hf_ctx c = {what, "", file, gpt, used, false, emb && emb == head, -1};
+    for (int i = 0; i < file->n; i++)
+        if (strcmp(file->names[i], "lm_head.weight") == 0) c.lm_head = i;
+    if (!tg_safetensors_get(file, "wte.weight") && tg_safetensors_get(file, "transformer.wte.weight"))
+        c.prefix = "transformer.";
+    int st = map_all(&c, cfg, fam); /* everything checked before anything changes */
+    if (st == TG_OK && c.tied && c.lm_head >= 0) {
+        const tg_tensor *lm = file->tensors[c.lm_head];
+        char a[64], b[64];
+        if (!tg_same_shape(lm, head))
+            st = tg_error_status(TG_EFORMAT, "load_hf %s: lm_head.weight %s does not fit the tied head %s", what,
+                                 tg_shape_str(lm, a, sizeof a), tg_shape_str(head, b, sizeof b));
+    }
+    for (int i = 0; st == TG_OK && i < file->n; i++)
+        if (!used[i] && !gpt2_skipped(file->names[i]))
+            st = tg_error_status(TG_EFORMAT, "load_hf %s: unexpected key '%s' (a model with more layers?)", what,
+                                 file->names[i]);
+    if (st == TG_OK) {
+        c.apply = true;
+        st = map_all(&c, cfg, fam);
+    }
+    return st;
+}
+
+/* The GPT-2 model's configuration and family, checked for its file table. */
+static int gpt2_model(const tg_module *gpt, const char *path, tg_decoder_config *cfg, const tg__family **fam)
+{
+    int st = tg_decoder_get_config(gpt, cfg);
+    if (st != TG_OK) return st;
+    *fam = tg__family_get(cfg->family);
+    if (!*fam || !(*fam)->hf_file)
+        return tg_error_status(TG_EINVAL, "load_hf: %s is a GPT-2 model.safetensors; a %s loads from its Hugging Face "
+                                          "folder", path, tg__decoder_class_name(cfg));
+    if (!cfg->qkv_bias)
+        return tg_error_status(TG_EINVAL, "load_hf: GPT-2's weights have query/key/value biases: build the model "
+                                          "with qkv_bias (--qkv-bias)");
+    return TG_OK;
+}
+
 int tg_gpt_load_hf(tg_module *gpt, const char *path)
 {
     tg_decoder_config cfg;
+    const tg__family *fam = NULL;
     if (!path) return tg_error_status(TG_EINVAL, "load_hf: NULL path");
-    int st = tg_decoder_get_config(gpt, &cfg);
+    int st = gpt2_model(gpt, path, &cfg, &fam);
     if (st != TG_OK) return st;
-    const tg__family *fam = tg__family_get(cfg.family);
-    if (!fam || !fam->hf_file)
-        return tg_error_status(TG_EINVAL, "load_hf: %s is a GPT-2 model.safetensors; a %s loads from its Hugging Face "
-                                          "folder", path, tg__decoder_class_name(&cfg));
-    if (!cfg.qkv_bias)
-        return tg_error_status(TG_EINVAL, "load_hf: GPT-2's weights have query/key/value biases: build the model "
-                                          "with qkv_bias (--qkv-bias)");
     tg_tape *tp = tg_tape_new();
     if (!tp) return TG_ENOMEM;
     tg_safetensors file;
     st = tg_safetensors_load_ex(tp, path, &(tg_safetensors_options){.keep_bf16 = true}, &file);
-    bool *used = st == TG_OK ? tg_tape_alloc(tp, sizeof(bool) * (size_t)(file.n + 1), true) : NULL;
-    if (st == TG_OK && !used) st = TG_ENOMEM;
-    hf_ctx c = {path, "", &file, gpt, used, false};
-    if (st == TG_OK && !tg_safetensors_get(&file, "wte.weight") && tg_safetensors_get(&file, "transformer.wte.weight"))
-        c.prefix = "transformer.";
-    if (st == TG_OK) st = map_all(&c, &cfg, fam); /* everything checked before anything changes */
-    for (int i = 0; st == TG_OK && i < file.n; i++)
-        if (!used[i] && !gpt2_skipped(file.names[i]))
-            st = tg_error_status(TG_EFORMAT, "load_hf %s: unexpected key '%s' (a model with more layers?)", path,
-                                 file.names[i]);
-    if (st == TG_OK) {
-        c.apply = true;
-        st = map_all(&c, &cfg, fam);
+    if (st == TG_OK) st = gpt2_load(gpt, path, &file, tp, &cfg, fam);
+    tg_tape_free(tp);
+    return st;
+}
+
+/* A GPT-2 folder (config.json, model.safetensors or shards): its shards read
+ * whole, together (GPT-2's sizes), then loaded as one file. */
+static int gpt2_load_folder(tg_module *gpt, const char *dir)
+{
+    tg_decoder_config cfg;
+    const tg__family *fam = NULL;
+    int st = gpt2_model(gpt, dir, &cfg, &fam);
+    if (st != TG_OK) return st;
+    tg_tape *tp = tg_tape_new();
+    if (!tp) return TG_ENOMEM;
+    folder f = {dir, fam, tp, 0, NULL, NULL};
+    tg_safetensors all = {0, NULL, NULL};
+    st = check_config(tp, dir, &cfg);
+    if (st == TG_OK) st = list_shards(&f);
+    tg_safetensors *shard = st == TG_OK ? tg_tape_alloc(tp, sizeof *shard * (size_t)f.n_shards, false) : NULL;
+    if (st == TG_OK && !shard) st = TG_ENOMEM;
+    for (int s = 0; st == TG_OK && s < f.n_shards; s++) {
+        st = tg_safetensors_load_ex(tp, f.path[s], &(tg_safetensors_options){.keep_bf16 = true}, &shard[s]);
+        if (st == TG_OK) all.n += shard[s].n;
     }
+    if (st == TG_OK) {
+        all.names = tg_tape_alloc(tp, sizeof *all.names * (size_t)(all.n + 1), false);
+        all.tensors = tg_tape_alloc(tp, sizeof *all.tensors * (size_t)(all.n + 1), false);
+        if (!all.names || !all.tensors) st = TG_ENOMEM;
+    }
+    for (int s = 0, k = 0; st == TG_OK && s < f.n_shards; s++)
+        for (int i = 0; i < shard[s].n; i++, k++) {
+            for (int j = 0; j < k && st == TG_OK; j++)
+                if (strcmp(all.names[j], shard[s].names[i]) == 0)
+                    st = tg_error_status(TG_EFORMAT, "load_hf %s: '%s' is in two shards", dir, shard[s].names[i]);
+            all.names[k] = shard[s].names[i], all.tensors[k] = shard[s].tensors[i];
+        }
+    if (st == TG_OK) st = gpt2_load(gpt, dir, &all, tp, &cfg, fam);
     tg_tape_free(tp);
     return st;
 }

@@ -106,3 +106,76 @@ int tg_lora_replace_linear(tg_tape *tp, tg_module *model, int64_t rank, double a
     }
     return TG_OK;
 }
+
+/* ---- merging ------------------------------------------------------------------------------------- */
+
+/* How many times t is held in m's tree (a tied weight: more than once). */
+static int holders(const tg_module *m, const tg_tensor *t)
+{
+    int n = 0;
+    for (int i = 0; i < m->params.n; i++) n += m->params.items[i].ptr == t;
+    for (int i = 0; i < m->children.n; i++) n += holders(m->children.items[i].ptr, t);
+    return n;
+}
+
+/* weight <- weight + scale * (A @ B)^T, computed in float32 and stored in
+ * the weight's dtype (bf16: rounded once). A weight held elsewhere too (the
+ * head tied to the embedding) gets a new tensor, so what shares it keeps
+ * its values. */
+static int merge_one(tg_module *root, tg_module *linear, const tg_tensor *a, const tg_tensor *b, double scale)
+{
+    tg_tensor *w = tg__entry_get(&linear->params, "weight");
+    if (!w || w->ndim != 2 || a->ndim != 2 || b->ndim != 2 || a->shape[0] != w->shape[1] ||
+        b->shape[1] != w->shape[0] || a->shape[1] != b->shape[0])
+        return tg_error_status(TG_EINVAL, "lora_merge: a LoRA layer's A and B do not fit its Linear's weight");
+    tg_tape *tp = tg_tape_new();
+    if (!tp) return TG_ENOMEM;
+    bool grad = tg_set_grad_enabled(false);
+    /* (A @ B)^T * (alpha / rank), as PyTorch computes it in float32 */
+    tg_tensor *ab = tg_matmul(tp, (tg_tensor *)a, (tg_tensor *)b);
+    tg_tensor *delta = ab ? tg_contiguous(tp, tg_transpose(tp, ab, 0, 1)) : NULL;
+    tg_tensor *wf = delta ? tg_to_dtype(tp, w, TG_F32) : NULL;
+    tg_tensor *sum = wf ? tg_add(tp, wf, tg_mul_scalar(tp, delta, scale)) : NULL;
+    tg_set_grad_enabled(grad);
+    int st = sum ? TG_OK : TG_ENOMEM;
+    if (st == TG_OK && holders(root, w) > 1) {
+        tg_tensor *nw = tg_empty(linear->tape, w->dtype, 2, w->shape);
+        if (!nw) st = TG_ENOMEM;
+        else {
+            nw->is_param = true;
+            nw->requires_grad = w->requires_grad;
+            st = tg_module_register_parameter(linear, "weight", nw);
+            w = nw;
+        }
+    }
+    if (st == TG_OK) {
+        tg_k_copy(w, sum);
+        tg__bump(w);
+    }
+    tg_tape_free(tp);
+    return st;
+}
+
+static int merge_tree(tg_module *root, tg_module *m)
+{
+    for (int i = 0; i < m->children.n; i++) {
+        tg_module *c = m->children.items[i].ptr, *lin;
+        tg_tensor *a, *b;
+        double scale;
+        int st;
+        if (tg__lora_parts(c, &lin, &a, &b, &scale)) {
+            if ((st = merge_one(root, lin, a, b, scale)) != TG_OK) return st;
+            /* the wrapper's place goes to its Linear */
+            if ((st = tg_module_add_module(m, m->children.items[i].name, lin)) != TG_OK) return st;
+        } else if ((st = merge_tree(root, c)) != TG_OK) {
+            return st;
+        }
+    }
+    return TG_OK;
+}
+
+int tg_lora_merge(tg_module *model)
+{
+    if (!model) return tg_error_status(TG_EINVAL, "lora_merge: NULL module");
+    return merge_tree(model, model);
+}

@@ -10,6 +10,8 @@
  * the optimizer then refuses its part. */
 #include <tapegrad.h>
 
+#include "internal.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -316,4 +318,21 @@ int tg_checkpoint_load(tg_tape *tp, tg_checkpoint *ck, const char *path)
     st = load_in(scratch, tp, ck, path);
     tg_tape_free(scratch);
     return st;
+}
+
+int tg_checkpoint_load_model(tg_module *model, const char *path)
+{
+    if (!model || !path) return tg_error_status(TG_EINVAL, "checkpoint_load_model: NULL argument");
+    tg_tape *scratch = tg_tape_new();
+    if (!scratch) return tg_error_status(TG_ENOMEM, "checkpoint_load_model: out of memory");
+    int n = 0;
+    tg__safetensors_entry *e = NULL;
+    int st = tg__safetensors_header(scratch, path, &n, &e);
+    bool trainer = false;
+    for (int i = 0; st == TG_OK && i < n; i++) trainer |= strcmp(e[i].name, K_PROGRESS) == 0;
+    tg_tape_free(scratch);
+    if (st != TG_OK) return st;
+    if (!trainer) return tg_module_load(model, path);
+    tg_checkpoint ck = {.model = model};
+    return tg_checkpoint_load(NULL, &ck, path);
 }

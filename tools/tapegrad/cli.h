@@ -73,6 +73,7 @@ int tg_cmd_generate(int argc, char **argv);
 int tg_cmd_tokenize(int argc, char **argv);
 int tg_cmd_pretrain(int argc, char **argv);
 int tg_cmd_finetune(int argc, char **argv);
+int tg_cmd_export(int argc, char **argv);
 
 /* The tokenizer of --tokenizer PATH (tg_tokenizer_load_file: a
  * tokenizer.json, a rank file or a folder), or with path NULL GPT-2's from
@@ -110,6 +111,7 @@ typedef struct {
     uint64_t seed;
     const char *precision; /* --precision: exact (default), fast, bf16 */
     const char *const *hf; /* the command's --hf: a Hugging Face folder builds the model (NULL: none) */
+    const char *hf_opt;    /* that option's name in messages (NULL: "--hf") */
     const char *weights;   /* --weights: bf16 or f32 (NULL: f32, or what follow_hf says) */
     const bool *follow_hf; /* the command's: when true (generate; a LoRA run), the weights
                             * default to bf16 for a --hf folder storing BF16 (NULL: never) */

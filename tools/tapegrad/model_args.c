@@ -58,7 +58,7 @@ static int model_weights(const char *cmd, const tg_cli_model *m, const char *hf,
         return tg_cli_error(cmd, "--weights: '%.40s' is not one of bf16, f32", m->weights);
     if (m->weights) cfg->weights = strcmp(m->weights, "bf16") == 0 ? TG_BF16 : TG_F32;
     else if (hf && m->follow_hf && *m->follow_hf && tg_decoder_hf_weights(hf, &cfg->weights) != TG_OK)
-        return tg_cli_error(cmd, "--hf: %s", tg_last_error());
+        return tg_cli_error(cmd, "%s: %s", m->hf_opt ? m->hf_opt : "--hf", tg_last_error());
     return TG_CLI_OK;
 }
 
@@ -129,11 +129,12 @@ static int model_config(const char *cmd, tg_cli_model *m, tg_decoder_config *cfg
                             : m->norm ? "--norm" : m->mlp ? "--mlp" : m->sliding_window_seen ? "--sliding-window"
                             : m->layer_types ? "--layer-types" : m->rope_local_base ? "--rope-local-base"
                             : m->query_pre_attn_scalar ? "--query-pre-attn-scalar" : NULL;
+        const char *opt = m->hf_opt ? m->hf_opt : "--hf";
         if (fixed) return tg_cli_error(cmd, "%s: the model's configuration comes from %s/config.json", fixed, hf);
-        if (tg_decoder_config_from_hf(hf, cfg) != TG_OK) return tg_cli_error(cmd, "--hf: %s", tg_last_error());
+        if (tg_decoder_config_from_hf(hf, cfg) != TG_OK) return tg_cli_error(cmd, "%s: %s", opt, tg_last_error());
         if (m->context) cfg->context_length = m->context;
         if ((st = model_weights(cmd, m, hf, cfg)) != TG_CLI_OK) return st;
-        if (tg_decoder_config_check(cfg) != TG_OK) return tg_cli_error(cmd, "--hf: %s", tg_last_error());
+        if (tg_decoder_config_check(cfg) != TG_OK) return tg_cli_error(cmd, "%s: %s", opt, tg_last_error());
         return TG_CLI_OK;
     }
     if (tg_decoder_config_preset(m->config, cfg) != TG_OK) return tg_cli_error(cmd, "--config: %s", tg_last_error());
@@ -167,7 +168,7 @@ tg_module *tg_cli_model_build(tg_tape *tp, const tg_cli_model *m, const tg_decod
     const char *hf = m->hf && tg_cli_is_dir(*m->hf) ? *m->hf : NULL;
     if (gpt && hf && tg_decoder_load_hf(gpt, hf) != TG_OK) {
         char msg[1024];
-        snprintf(msg, sizeof msg, "--hf: %s", tg_last_error());
+        snprintf(msg, sizeof msg, "%s: %s", m->hf_opt ? m->hf_opt : "--hf", tg_last_error());
         return tg_error("%s", msg);
     }
     return gpt;
