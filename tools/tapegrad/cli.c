@@ -39,9 +39,9 @@ static const struct {
     {"finetune", tg_cmd_finetune, true,
      "fine-tune it as chapters 6 (classify) and 7 (instruct) do, with\n"
      "              or without LoRA (appendix E)"},
-    /* EXPORT_PENDING {"export", tg_cmd_export, false,
+    {"export", tg_cmd_export, false,
      "write a model as a Hugging Face folder or a GGUF file (LoRA merged\n"
-     "              or as PEFT's adapter)"}, */
+     "              or as PEFT's adapter)"},
 };
 #define N_COMMANDS ((int)(sizeof commands / sizeof commands[0]))
 

@@ -86,6 +86,10 @@ tg_tokenizer *tg_cli_tokenizer(const char *path);
  * the family's own (GPT-2's files, Qwen3's installed tokenizer.json; Llama
  * 3's is not shipped: an error says to give --tokenizer). */
 tg_tokenizer *tg_cli_model_tokenizer(const char *path, const char *hf, const tg_decoder_config *cfg);
+/* The file (or GPT-2's folder) tg_cli_model_tokenizer reads, in buf when it
+ * is made there; NULL with a message. */
+const char *tg_cli_model_tokenizer_path(const char *path, const char *hf, const tg_decoder_config *cfg, char *buf,
+                                       size_t size);
 /* Whether path names a directory (a Hugging Face folder for --hf). */
 bool tg_cli_is_dir(const char *path);
 /* Whether argv's --hf names a GPT-2 model.safetensors (not a folder): the

@@ -109,8 +109,7 @@ int tg_cmd_export(int argc, char **argv)
     if ((a.merge || a.adapter) && !a.lora_rank_seen)
         return tg_cli_error(cmd, "%s needs a model with LoRA adapters (--lora-rank)", a.merge ? "--merge" : "--adapter");
     if (a.lora_rank_seen && !a.load) return tg_cli_error(cmd, "--lora-rank needs --load (the trained adapters)");
-    tg_export_options opt = {.tokenizer = a.tokenizer, .name = a.name, .force = a.force, .adapter = a.adapter};
-    if (!a.tokenizer && a.from) opt.tokenizer = a.from; /* the folder's tokenizer.json */
+    tg_export_options opt = {.name = a.name, .force = a.force, .adapter = a.adapter};
     if (a.hf) {
         if (a.type) return tg_cli_error(cmd, "--type is --gguf's (--hf takes --dtype)");
         if (a.dtype && (tg_export_type_parse(a.dtype, &opt.type) != TG_OK || opt.type == TG_EXPORT_Q8_0))
@@ -125,6 +124,10 @@ int tg_cmd_export(int argc, char **argv)
             return tg_cli_error(cmd, "--type: '%.40s' is not one of f32, f16, bf16, q8_0", a.type);
     }
     if (tg_cli_check_only) return TG_CLI_OK;
+    /* the tokenizer: --tokenizer, else --from's tokenizer.json, else the family's own */
+    char tok_path[4096];
+    if (!(opt.tokenizer = tg_cli_model_tokenizer_path(a.tokenizer, a.from, &cfg, tok_path, sizeof tok_path)))
+        return tg_cli_lib_error(cmd, a.tokenizer ? "--tokenizer" : NULL);
 
     tg_tape *tp = tg_tape_new();
     if (!tp) return tg_cli_error(cmd, "out of memory");

@@ -24,7 +24,7 @@ static const char *generate_help =
     "the generator is reseeded with --sample-seed right before generating.\n"
     "Prints the prompt and its continuation, and the speed on stderr.\n"
     "\n"
-    "  --load FILE         a state_dict (safetensors, PyTorch's keys)\n"
+    "  --load FILE         a state_dict or checkpoint (over a --hf folder's weights)\n"
     "  --hf PATH           a Hugging Face GPT-2 model.safetensors (sets --qkv-bias),\n"
     "                      or a Qwen3 / Llama 3 folder: its config.json builds the\n"
     "                      model, its safetensors (F32, F16, BF16; shards) load,\n"
@@ -199,7 +199,7 @@ static int run_generate(tg_tape *tp, tg_tokenizer *tok, const tg_cli_model *m, t
     if (!gpt) rc = tg_cli_lib_error(cmd, NULL);
     else if (a->lora_rank_seen && tg_lora_replace_linear(tp, gpt, a->lora_rank, a->lora_alpha) != TG_OK)
         rc = tg_cli_lib_error(cmd, "--lora-rank");
-    else if (a->load && tg_module_load(gpt, a->load) != TG_OK) {
+    else if (a->load && tg_checkpoint_load_model(gpt, a->load) != TG_OK) {
         char err[512], hint[160];
         snprintf(err, sizeof err, "%s", tg_last_error());
         lora_hint(a->load, a->lora_rank_seen, a->lora_rank, hint, sizeof hint);
@@ -281,7 +281,8 @@ int tg_cmd_generate(int argc, char **argv)
     int rc;
     tg_cli_command c = {.name = cmd, .help = generate_help, .opts = own, .nopts = TG_CLI_NOPTS(own)};
     if (!tg_cli_model_parse(&c, argc, argv, &m, &cfg, &rc)) return rc;
-    if (a.load && a.hf) return tg_cli_error(cmd, "--load and --hf are exclusive");
+    if (a.load && a.hf && !tg_cli_is_dir(a.hf))
+        return tg_cli_error(cmd, "--load and a --hf file are exclusive (a --hf folder gives the configuration, --load the weights)");
     if (a.lora_alpha_seen && !a.lora_rank_seen) return tg_cli_error(cmd, "--lora-alpha needs --lora-rank");
     if (a.lora_rank_seen && !a.lora_alpha_seen) a.lora_alpha = (double)a.lora_rank;
     if (a.top_k > cfg.vocab_size)

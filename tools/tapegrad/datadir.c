@@ -64,28 +64,37 @@ bool tg_cli_is_dir(const char *path)
     return path && stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-tg_tokenizer *tg_cli_model_tokenizer(const char *path, const char *hf, const tg_decoder_config *cfg)
+const char *tg_cli_model_tokenizer_path(const char *path, const char *hf, const tg_decoder_config *cfg, char *buf,
+                                       size_t size)
 {
-    if (!path && tg_cli_is_dir(hf)) {
-        char file[4096];
-        if (snprintf(file, sizeof file, "%s/tokenizer.json", hf) >= (int)sizeof file)
-            return tg_error("--hf: the folder's path is too long");
-        return tg_cli_tokenizer(file);
+    if (path) return path;
+    if (tg_cli_is_dir(hf)) {
+        if (snprintf(buf, size, "%s/tokenizer.json", hf) >= (int)size) return tg_error("--hf: the folder's path is too long");
+        return buf;
     }
-    if (path || cfg->family == TG_GPT_FAMILY_GPT2) return tg_cli_tokenizer(path);
+    const char *gpt2 = vocab_dir();
+    if (!gpt2 || cfg->family == TG_GPT_FAMILY_GPT2) return gpt2;
     /* the family's tokenizer.json beside GPT-2's files: DATA/<folder>; Qwen3's
      * is installed, Llama 3's and Gemma 3's are not (their owners' terms) */
-    const char *gpt2 = vocab_dir(), *folder = tg_decoder_family_tokenizer(cfg->family);
-    if (!gpt2 || !folder) return NULL;
-    char file[4096];
+    const char *folder = tg_decoder_family_tokenizer(cfg->family);
+    if (!folder) return NULL;
     const char *slash = strrchr(gpt2, '/');
     int n = slash ? (int)(slash - gpt2) : 0;
-    if (snprintf(file, sizeof file, "%.*s%s%s/tokenizer.json", n, gpt2, slash ? "/" : "", folder) >= (int)sizeof file)
+    if (snprintf(buf, size, "%.*s%s%s/tokenizer.json", n, gpt2, slash ? "/" : "", folder) >= (int)size)
         return tg_error("the data directory's path is too long");
     struct stat st;
-    if (stat(file, &st) != 0)
+    if (stat(buf, &st) != 0)
         return tg_error("%s's tokenizer is not shipped (its owner's terms): give --tokenizer FILE "
                         "(tools/fetch_tokenizers.sh fetches it)",
                         tg_decoder_family_name(cfg->family));
-    return tg_cli_tokenizer(file);
+    return buf;
+}
+
+tg_tokenizer *tg_cli_model_tokenizer(const char *path, const char *hf, const tg_decoder_config *cfg)
+{
+    char buf[4096];
+    const char *file = tg_cli_model_tokenizer_path(path, hf, cfg, buf, sizeof buf);
+    if (!file) return NULL;
+    /* GPT-2's folder (no --tokenizer, no --hf folder) loads as the default */
+    return tg_cli_tokenizer(path || tg_cli_is_dir(hf) || cfg->family != TG_GPT_FAMILY_GPT2 ? file : NULL);
 }
