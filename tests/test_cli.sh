@@ -621,8 +621,72 @@ for label in 4294967297 2147483647 9223372036854775806 1048576 -1; do
         bad "finetune classify, label $label: exit $st, $(head -2 "$TMP/err" | tr '\n' '|')"; fi
 done
 
+# ---- export: what it writes reads back (generate --hf: the same ids); LoRA merged or as PEFT's files ----
+# ids of `generate ARGS...` (--json), or "" on failure
+gen_ids() { "$TG" generate --max-new-tokens 6 --json "$@" 2>>"$TMP/err" | tr -d '\n' | sed -n 's/.*"ids":\[\([0-9,]*\)\].*/\1/p'; }
+expect_round_trip() { # DESC FOLDER-ARGS... -- MODEL-ARGS...: export --hf, then the folder's ids are the model's
+    desc=$1
+    shift
+    : >"$TMP/err"
+    rm -rf "$TMP/exp"
+    exp_args=""
+    while [ "$1" != -- ]; do exp_args="$exp_args $1"; shift; done
+    shift
+    # shellcheck disable=SC2086
+    if "$TG" export "$@" $exp_args --hf "$TMP/exp" 2>>"$TMP/err" && a=$(gen_ids --hf "$TMP/exp") && [ -n "$a" ] &&
+        b=$(gen_ids "$@") && [ "$a" = "$b" ]; then ok; else
+        bad "export --hf then generate --hf ($desc): '${a:-}' vs '${b:-}': $(head -2 "$TMP/err" | tr '\n' '|')"; fi
+}
+EXQ="--config qwen3-0.6b --layers 2 --emb 32 --heads 2 --head-dim 16 --kv-groups 1 --hidden 64 --seed 5"
+# shellcheck disable=SC2086
+expect_round_trip "GPT-2, its separate head" -- --layers 2 --emb 32 --heads 2 --seed 5
+# shellcheck disable=SC2086
+expect_round_trip "Qwen3, shards of 1MB" --max-shard-size 1MB -- $EXQ
+if [ -f "$TMP/exp/model.safetensors.index.json" ] && [ ! -e "$TMP/exp/model.safetensors" ] &&
+    [ "$(ls "$TMP/exp" | grep -c '^model-0000[0-9]-of-0000[2-9]\.safetensors$')" -ge 2 ]; then ok; else
+    bad "export --max-shard-size 1MB: no index and shards ($(ls "$TMP/exp" | tr '\n' ' '))"; fi
+# a LoRA model (finetune --save above), merged: its folder generates the LoRA model's ids
+LORA="--load $TMP/ft.safetensors --lora-rank 2 --lora-alpha 4 --context 256 --emb 8 --heads 2 --layers 1"
+rm -rf "$TMP/exp"
+# shellcheck disable=SC2086
+if "$TG" export $LORA --hf "$TMP/exp" 2>"$TMP/err" && a=$(gen_ids --hf "$TMP/exp") && b=$(gen_ids $LORA) &&
+    [ -n "$a" ] && [ "$a" = "$b" ]; then ok; else bad "export LoRA merged: '${a:-}' vs '${b:-}': $(head -2 "$TMP/err" | tr '\n' '|')"; fi
+rm -rf "$TMP/exp"
+# shellcheck disable=SC2086
+if "$TG" export $LORA --adapter --hf "$TMP/exp" 2>"$TMP/err" && [ -f "$TMP/exp/adapter_config.json" ] &&
+    grep -q '"peft_type": *"LORA"' "$TMP/exp/adapter_config.json" &&
+    grep -q 'base_model.model.transformer.h.0.attn.c_attn.lora_A.weight' "$TMP/exp/adapter_model.safetensors"; then ok
+else bad "export --adapter: $(head -2 "$TMP/err" | tr '\n' '|') ($(ls "$TMP/exp" 2>&1 | tr '\n' ' '))"; fi
+# a trainer checkpoint as --load (pretrain --checkpoint above)
+rm -rf "$TMP/exp"
+if "$TG" export --context 32 --emb 16 --heads 2 --layers 1 --load "$TMP/ck1" --hf "$TMP/exp" 2>"$TMP/err" &&
+    a=$(gen_ids --hf "$TMP/exp") && b=$(gen_ids --context 32 --emb 16 --heads 2 --layers 1 --load "$TMP/ck1") &&
+    [ -n "$a" ] && [ "$a" = "$b" ]; then ok; else bad "export --load CHECKPOINT: '${a:-}' vs '${b:-}': $(head -2 "$TMP/err" | tr '\n' '|')"; fi
+# a GGUF file: the magic, version 3
+rm -f "$TMP/exp.gguf"
+# shellcheck disable=SC2086
+if "$TG" export $EXQ --gguf "$TMP/exp.gguf" --type q8_0 2>"$TMP/err" &&
+    [ "$(head -c 4 "$TMP/exp.gguf")" = GGUF ] && [ "$(od -An -tu4 -j4 -N4 "$TMP/exp.gguf" | tr -d ' ')" = 3 ]; then ok
+else bad "export --gguf --type q8_0: $(head -2 "$TMP/err" | tr '\n' '|')"; fi
+# a full disk while the file is written: one line, exit 2, nothing left behind (the old file kept)
+cp "$TMP/exp.gguf" "$TMP/exp.gguf.orig"
+ls -A "$TMP" >"$TMP/before.ls"
+# shellcheck disable=SC2086
+(ulimit -f 64; trap '' XFSZ; "$TG" export $EXQ --gguf "$TMP/exp.gguf" --type f32 >/dev/null 2>"$TMP/err")
+st=$?
+if [ $st -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && cmp -s "$TMP/exp.gguf" "$TMP/exp.gguf.orig" &&
+    ls -A "$TMP" | cmp -s - "$TMP/before.ls"; then ok; else
+    bad "export --gguf on a full disk: exit $st, $(head -2 "$TMP/err" | tr '\n' '|') ($(ls -A "$TMP" | grep exp | tr '\n' ' '))"; fi
+rm -rf "$TMP/exp"
+ls -A "$TMP" >"$TMP/before.ls"
+# shellcheck disable=SC2086
+(ulimit -f 64; trap '' XFSZ; "$TG" export $EXQ --hf "$TMP/exp" >/dev/null 2>"$TMP/err")
+st=$?
+if [ $st -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && [ ! -e "$TMP/exp" ] && ls -A "$TMP" | cmp -s - "$TMP/before.ls"; then ok; else
+    bad "export --hf on a full disk: exit $st, $(head -2 "$TMP/err" | tr '\n' '|') ($(ls -A "$TMP" | grep exp | tr '\n' ' '))"; fi
+
 # ---- help ---------------------------------------------------------------------------------
-for c in "" attention train bench tokenize summary generate pretrain "finetune classify" "finetune instruct"; do
+for c in "" attention train bench tokenize summary generate pretrain "finetune classify" "finetune instruct" export; do
     if "$TG" $c --help >"$TMP/help" 2>&1 && grep -q "usage: tapegrad" "$TMP/help"; then ok; else bad "tapegrad $c --help"; fi
 done
 
@@ -878,6 +942,40 @@ finetune instruct --data $FT/instruction-40.json $FTTINY --tokenizer $TMP/no/suc
 finetune instruct --data $FT/instruction-40.json $FTTINY --format chat
 finetune instruct --data $FT/instruction-40.json $FTTINY --format json
 finetune classify --train $FT/train.csv --val $FT/val.csv $FTTINY --format chat
+export
+export --layers 1 --emb 8 --heads 2 --hf $TMP/x --gguf $TMP/x.gguf
+export --layers 1 --emb 8 --heads 2 --hf $TMP/x --type q8_0
+export --layers 1 --emb 8 --heads 2 --gguf $TMP/x.gguf --dtype f16
+export --layers 1 --emb 8 --heads 2 --hf $TMP/x --dtype q8_0
+export --layers 1 --emb 8 --heads 2 --gguf $TMP/x.gguf --type q4_0
+export --layers 1 --emb 8 --heads 2 --hf $TMP/x --max-shard-size 5XB
+export --layers 1 --emb 8 --heads 2 --hf $TMP/x --max-shard-size 0
+export --layers 1 --emb 8 --heads 2 --gguf $TMP/x.gguf --max-shard-size 1GB
+export --layers 1 --emb 8 --heads 2 --hf $TMP/x --merge
+export --layers 1 --emb 8 --heads 2 --hf $TMP/x --adapter
+export --layers 1 --emb 8 --heads 2 --gguf $TMP/x.gguf --adapter --lora-rank 2 --load $TMP/ft.safetensors
+export --layers 1 --emb 8 --heads 2 --hf $TMP/x --merge --adapter --lora-rank 2 --load $TMP/ft.safetensors
+export --layers 1 --emb 8 --heads 2 --hf $TMP/x --lora-rank 2
+export --layers 1 --emb 8 --heads 2 --hf $TMP/x --lora-alpha 2
+export --layers 1 --emb 8 --heads 2 --hf $TMP/x --from $VERDICT
+export --layers 1 --emb 8 --heads 2 --hf $TMP/x --from $TMP/dir
+export --layers 1 --emb 8 --heads 2 --hf $VERDICT
+export --layers 1 --emb 8 --heads 2 --hf $TMP/no/such/dir/x
+export --layers 1 --emb 8 --heads 2 --gguf $TMP/dir
+export --layers 1 --emb 8 --heads 2 --gguf $TMP/no/such/dir/x.gguf
+export --layers 1 --emb 8 --heads 2 --hf $TMP
+export --layers 1 --emb 8 --heads 2 --vocab 50 --hf $TMP/x
+export --layers 1 --emb 8 --heads 2 --vocab 50 --gguf $TMP/x.gguf
+export --layers 1 --emb 8 --heads 2 --norm rms --hf $TMP/x
+export --layers 1 --emb 8 --heads 2 --load $TMP/mha.safetensors --hf $TMP/x
+export --layers 1 --emb 8 --heads 2 --load $TMP/ft.safetensors --hf $TMP/x
+export --context 256 --emb 8 --heads 2 --layers 1 --load $TMP/ft.safetensors --lora-rank 3 --hf $TMP/x
+export --context 256 --emb 8 --heads 2 --layers 1 --load $TMP/ftplain.safetensors --lora-rank 2 --hf $TMP/x
+export --layers 1 --emb 8 --heads 2 --load $TMP/junk.safetensors --gguf $TMP/x.gguf
+export --layers 1 --emb 8 --heads 2 --tokenizer $TMP/no/such/tokenizer.json --gguf $TMP/x.gguf
+export --config llama3.2-1b --layers 1 --emb 64 --heads 2 --kv-groups 2 --hidden 64 --gguf $TMP/x.gguf --tokenizer $TMP/dir
+export --config qwen3-0.6b --layers 1 --emb 16 --heads 2 --head-dim 8 --kv-groups 1 --hidden 16 --qkv-bias --gguf $TMP/x.gguf
+export --config qwen3-0.6b --layers 1 --emb 16 --heads 2 --head-dim 8 --kv-groups 1 --hidden 16 --no-qk-norm --hf $TMP/x
 EOF_CASES
 
 total=$((pass + fail))

@@ -25,32 +25,32 @@ static int check_features(const tg_decoder_config *r, const tg__family *f, const
     static const char *const norms[] = {"", "LayerNorm", "RMSNorm"}, *const mlps[] = {"", "GELU MLP", "SwiGLU", "GeGLU"};
     char buf[96];
     if (r->norm != f->norm)
-        snprintf(buf, sizeof buf, "%s (its class has %s)", norms[r->norm], norms[f->norm]), why = buf;
+        snprintf(buf, sizeof buf, "%s (the class has %s)", norms[r->norm], norms[f->norm]), why = buf;
     else if (r->mlp != f->mlp)
-        snprintf(buf, sizeof buf, "a %s feed-forward (its class has %s)", mlps[r->mlp], mlps[f->mlp]), why = buf;
+        snprintf(buf, sizeof buf, "%s feed-forward (the class has %s)", mlps[r->mlp], mlps[f->mlp]), why = buf;
     else if (r->positions != f->positions)
-        why = r->positions == TG_POSITIONS_ROPE ? "RoPE (its class has learned positions)"
-                                                : "learned positions (its class has RoPE)";
+        why = r->positions == TG_POSITIONS_ROPE ? "RoPE (the class has learned positions)"
+                                                : "learned positions (the class has RoPE)";
     else if (r->qkv_bias && !gpt2)
-        why = "a query/key/value bias";
+        why = "query/key/value bias";
     else if (r->qk_norm != (qwen || gemma))
-        why = r->qk_norm ? "QK-norm" : "attention without QK-norm";
+        why = r->qk_norm ? "QK-norm" : "attention without QK-norm (the class always has it)";
     else if (r->post_norms != gemma)
-        why = r->post_norms ? "norms after the attention and the feed-forward" : "two norms per block";
+        why = r->post_norms ? "norms after the attention and the feed-forward" : "two norms per block (the class has four)";
     else if (r->norm_offset != (gemma ? 1.0 : 0.0))
-        why = gemma ? "RMSNorm's x * w (its class computes x * (1 + w))" : "RMSNorm's x * (1 + w)";
+        why = gemma ? "RMSNorm x * w (the class computes x * (1 + w))" : "RMSNorm x * (1 + w)";
     else if (r->emb_scale != gemma)
-        why = gemma ? "unscaled embeddings" : "embeddings times sqrt(emb_dim)";
+        why = gemma ? "unscaled embeddings (the class scales them by sqrt(emb_dim))" : "embeddings scaled by sqrt(emb_dim)";
     else if (!gemma && r->sliding_window > 0)
         why = "sliding-window layers";
     else if (!gemma && r->query_pre_attn_scalar > 0)
-        why = "a query scale (query_pre_attn_scalar)";
+        why = "query scale (query_pre_attn_scalar)";
     else if (!gemma && r->positions == TG_POSITIONS_ROPE && r->rope_local_base != r->rope_base)
-        why = "a local RoPE base";
+        why = "local RoPE base";
     else if (!llama && r->rope_freq.factor > 0)
         why = "Llama 3's RoPE smoothing";
     if (!why) return TG_OK;
-    return tg_error_status(TG_EINVAL, "%s: %s's Hugging Face class (model_type \"%s\") has no %s", op, f->name,
+    return tg_error_status(TG_EINVAL, "%s: %s's Hugging Face class (model_type \"%s\") cannot hold the model's %s", op, f->name,
                            f->hf_model_type, why);
 }
 
