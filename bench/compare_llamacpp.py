@@ -15,7 +15,8 @@ sqrt(640)), manual_seed(--seed), each matrix randn * 0.02 and each norm weight
 randn * 0.1 (near Qwen3's norms of 1, but not equal, so that a norm in the
 wrong place shows in the ids); its vocabulary is Qwen3's (Gemma's tokenizer
 is not shipped), padded to 262,144 ids. The weights are rounded to bf16 and
-written, once, under --workdir:
+written, once, under --workdir, and the GGUF files exported from them by
+tapegrad:
 
   WORKDIR/qwen3-0.6b-random/hf/      a Hugging Face folder for tapegrad:
                                      config.json, model.safetensors (BF16),
@@ -25,12 +26,24 @@ written, once, under --workdir:
   WORKDIR/gemma3-270m-random/hf/     a gemma3_text folder: config.json,
                                      model.safetensors (BF16), Qwen3's
                                      tokenizer.json
-  WORKDIR/*/MODEL-{bf16,q8_0}.gguf   GGUF v3 files for llama.cpp, written here
-                                     (no gguf package): the matrices in BF16,
-                                     or Q8_0 of the same bf16 values; norms,
-                                     biases and GPT-2's position table F32;
-                                     Gemma 3's as convert_hf_to_gguf.py writes
-                                     them (norm weights + 1: see gemma3_gguf)
+  WORKDIR/*/MODEL-{bf16,q8_0}.gguf   GGUF v3 files for llama.cpp, written by
+                                     `tapegrad export --from WORKDIR/*/hf
+                                     --gguf FILE --type bf16|q8_0`
+                                     (docs/export.md; GPT-2's --tokenizer
+                                     data/gpt2): the matrices in BF16, or Q8_0
+                                     of the same bf16 values; norms, biases and
+                                     GPT-2's position table F32; each family
+                                     as convert_hf_to_gguf.py writes it
+                                     (Gemma 3's norm weights + 1), with the
+                                     folder's tokenizer (Gemma 3's: Qwen3's,
+                                     its tokens padded with unused [PADn])
+
+The folder is written again when stamp.json (the configuration, seed,
+initialisation and the tokenizer files' sha256) differs; the GGUF files are
+exported again when gguf-stamp.json differs: the folder's stamp and the
+sha256 of the exporting tapegrad (its executable and the libtapegrad ldd
+finds). Exporting needs the tapegrad of --tapegrad, --llamacpp-only too;
+without one, GGUF files exported before from the same folder are used.
 
 tapegrad runs `tapegrad generate --hf PATH --prompt ... --max-new-tokens N
 --temperature 0 --json --precision bf16` (and --precision fast: float32)
@@ -68,7 +81,8 @@ Gemma3Model of the book's KV-cache notebook (tools/reference/gemma3.py reads
 it from $LLMS_FROM_SCRATCH_ROOT, default the parent of $LLMS_FROM_SCRATCH_DIR).
 
 The npm packages are installed with npm (the registry must be reachable) into
-WORKDIR/js when missing:
+WORKDIR/js when missing (tools/fetch_llamacpp.sh installs the same for the
+tests):
 
     npm install --save-exact --omit=optional --ignore-scripts \\
         node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1
@@ -102,7 +116,7 @@ ROOT = os.path.dirname(HERE)
 JS_SCRIPT = os.path.join(HERE, "llamacpp_generate.mjs")
 PROMPT = "Every effort moves you"
 NODE_LLAMA_CPP = "3.21.1"
-FORMAT = 1  # bump when the files written here change
+FORMAT = 2  # bump when the files written here change
 
 # Qwen3-0.6B's configuration (Hugging Face's config.json keys)
 QWEN3_06B = {
@@ -166,97 +180,6 @@ def write_json(path, obj):
         f.write("\n")
 
 
-# ------------------------------------------------------------------- GGUF v3
-# The layout (ggml's docs/gguf.md): "GGUF", version 3 (u32), tensor count and
-# metadata count (u64), the metadata (key string, value type u32, value), the
-# tensor infos (name, n_dims u32, dims u64 innermost first, ggml type u32,
-# offset u64 from the data start), zero padding to general.alignment (32),
-# the tensor data, each tensor at a multiple of the alignment. Strings are a
-# u64 byte count and UTF-8 bytes; arrays an element type u32, a u64 count and
-# the elements. Key names and tensor names are llama.cpp's (its
-# convert_hf_to_gguf.py and src/llama-arch.cpp).
-
-GGUF_U32, GGUF_I32, GGUF_F32, GGUF_BOOL, GGUF_STRING, GGUF_ARRAY = 4, 5, 6, 7, 8, 9
-GGML_F32, GGML_Q8_0, GGML_BF16 = 0, 8, 30
-FTYPE = {"BF16": 32, "Q8_0": 7}  # general.file_type: LLAMA_FTYPE_MOSTLY_*
-ALIGN = 32
-TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED = 1, 3, 4, 5
-
-
-def gguf_str(s):
-    b = s.encode("utf-8")
-    return struct.pack("<Q", len(b)) + b
-
-
-def gguf_kv(key, kind, v, elem=None):
-    scalar = {GGUF_U32: "<I", GGUF_I32: "<i", GGUF_F32: "<f", GGUF_BOOL: "<?"}
-    out = gguf_str(key) + struct.pack("<I", kind)
-    if kind == GGUF_STRING:
-        return out + gguf_str(v)
-    if kind != GGUF_ARRAY:
-        return out + struct.pack(scalar[kind], v)
-    out += struct.pack("<IQ", elem, len(v))
-    if elem == GGUF_STRING:
-        return out + b"".join(gguf_str(x) for x in v)
-    return out + struct.pack("<%d%s" % (len(v), scalar[elem][1]), *v)
-
-
-def q8_0(x):
-    """ggml's Q8_0 of a float32 array (size a multiple of 32): per 32 values
-    d = max|x| / 127 stored as fp16, then 32 int8 roundf(x * (1/d)) (as
-    quantize_row_q8_0_ref: float32 arithmetic, halves away from zero)."""
-    import numpy as np
-    b = x.reshape(-1, 32).astype(np.float32)
-    d = np.abs(b).max(axis=1) / np.float32(127)
-    inv = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d != 0)
-    q = (b * inv[:, None]).astype(np.float64)
-    q = np.sign(q) * np.floor(np.abs(q) + 0.5)
-    blocks = np.empty(b.shape[0], dtype=[("d", "<f2"), ("qs", "i1", (32,))])
-    blocks["d"] = d.astype(np.float16)
-    blocks["qs"] = q.astype(np.int8)
-    return blocks.tobytes()
-
-
-def write_gguf(path, kv, tensors, kind):
-    """tensors: [(GGUF name, torch tensor as ggml wants it: shape (.., ne1,
-    ne0), keep_f32)]; 2-D tensors become kind ("BF16" or "Q8_0") unless
-    keep_f32, the rest F32."""
-    import torch
-    infos, plan, offset = [], [], 0
-    for name, t, keep_f32 in tensors:
-        if t.dim() == 1 or keep_f32:
-            gtype, nbytes = GGML_F32, t.numel() * 4
-        elif kind == "BF16":
-            gtype, nbytes = GGML_BF16, t.numel() * 2
-        else:
-            gtype, nbytes = GGML_Q8_0, t.numel() // 32 * 34
-        dims = list(reversed(t.shape))  # ggml's ne: innermost first
-        infos.append(gguf_str(name) + struct.pack("<I%dQ" % len(dims), len(dims), *dims)
-                     + struct.pack("<IQ", gtype, offset))
-        plan.append((t, gtype, nbytes))
-        offset += nbytes + (-nbytes) % ALIGN
-    head = b"GGUF" + struct.pack("<IQQ", 3, len(infos), len(kv)) + b"".join(kv) + b"".join(infos)
-    head += b"\0" * ((-len(head)) % ALIGN)
-    with open(path + ".tmp", "wb") as f:
-        f.write(head)
-        for t, gtype, nbytes in plan:
-            if gtype == GGML_F32:
-                data = t.to(torch.float32).contiguous().numpy().astype("<f4").tobytes()
-            elif gtype == GGML_BF16:
-                data = bf16_bytes(t.to(torch.bfloat16))
-            else:
-                data = q8_0(t.to(torch.float32).contiguous().numpy())
-            assert len(data) == nbytes
-            f.write(data + b"\0" * ((-nbytes) % ALIGN))
-    os.replace(path + ".tmp", path)
-
-
-def gguf_general(arch, name, kind):
-    return [gguf_kv("general.architecture", GGUF_STRING, arch), gguf_kv("general.type", GGUF_STRING, "model"),
-            gguf_kv("general.name", GGUF_STRING, name), gguf_kv("general.file_type", GGUF_U32, FTYPE[kind]),
-            gguf_kv("general.quantization_version", GGUF_U32, 2), gguf_kv("general.alignment", GGUF_U32, ALIGN)]
-
-
 # ------------------------------------------------------------------- Qwen3
 
 def qwen3_shapes(c):
@@ -291,78 +214,6 @@ def qwen3_hf_config(c):
                 attention_dropout=0.0, bos_token_id=QWEN3_BOS, eos_token_id=QWEN3_EOS)
 
 
-def qwen3_vocab(tokenizer_path, vocab_size):
-    """(tokens, token types, merges) as llama.cpp's convert_hf_to_gguf.py
-    writes them for a Qwen2/3 tokenizer.json: ids past the tokenizer's are
-    "[PADn]" (unused); added tokens are control tokens when special (or
-    looking like <|...|>), else user-defined."""
-    with open(tokenizer_path, encoding="utf-8") as f:
-        tj = json.load(f)
-    tokens, types = ["[PAD%d]" % i for i in range(vocab_size)], [TOKEN_UNUSED] * vocab_size
-    for tok, i in tj["model"]["vocab"].items():
-        tokens[i], types[i] = tok, TOKEN_NORMAL
-    for a in tj["added_tokens"]:
-        c = a["content"]
-        tokens[a["id"]] = c
-        special = a["special"] or (c.startswith("<|") and c.endswith("|>"))
-        types[a["id"]] = TOKEN_CONTROL if special else TOKEN_USER_DEFINED
-    merges = [m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]]
-    return tokens, types, merges
-
-
-def qwen3_tokenizer_kv(tokenizer_path, vocab_size):
-    """The tokenizer section of a GGUF for Qwen3's tokenizer.json, vocab_size
-    ids (those past the tokenizer's unused "[PADn]"): a BPE ("gpt2", "qwen2"),
-    Qwen3-0.6B's special ids, no BOS added."""
-    tokens, types, merges = qwen3_vocab(tokenizer_path, vocab_size)
-    return [
-        gguf_kv("tokenizer.ggml.model", GGUF_STRING, "gpt2"),
-        gguf_kv("tokenizer.ggml.pre", GGUF_STRING, "qwen2"),
-        gguf_kv("tokenizer.ggml.tokens", GGUF_ARRAY, tokens, GGUF_STRING),
-        gguf_kv("tokenizer.ggml.token_type", GGUF_ARRAY, types, GGUF_I32),
-        gguf_kv("tokenizer.ggml.merges", GGUF_ARRAY, merges, GGUF_STRING),
-        gguf_kv("tokenizer.ggml.bos_token_id", GGUF_U32, QWEN3_BOS),
-        gguf_kv("tokenizer.ggml.eos_token_id", GGUF_U32, QWEN3_EOS),
-        gguf_kv("tokenizer.ggml.padding_token_id", GGUF_U32, QWEN3_PAD),
-        gguf_kv("tokenizer.ggml.add_bos_token", GGUF_BOOL, False),
-    ]
-
-
-def qwen3_gguf(path, c, w, kind, tokenizer_path, name):
-    """Architecture "qwen3": tensor names of llama.cpp (output.weight left out:
-    tied to token_embd.weight); Q and K not permuted (Qwen's RoPE is NeoX's,
-    Hugging Face's rotate_half)."""
-    arch = "qwen3"
-    kv = gguf_general(arch, name, kind) + [
-        gguf_kv(arch + ".block_count", GGUF_U32, c["num_hidden_layers"]),
-        gguf_kv(arch + ".context_length", GGUF_U32, c["max_position_embeddings"]),
-        gguf_kv(arch + ".embedding_length", GGUF_U32, c["hidden_size"]),
-        gguf_kv(arch + ".feed_forward_length", GGUF_U32, c["intermediate_size"]),
-        gguf_kv(arch + ".attention.head_count", GGUF_U32, c["num_attention_heads"]),
-        gguf_kv(arch + ".attention.head_count_kv", GGUF_U32, c["num_key_value_heads"]),
-        gguf_kv(arch + ".attention.key_length", GGUF_U32, c["head_dim"]),
-        gguf_kv(arch + ".attention.value_length", GGUF_U32, c["head_dim"]),
-        gguf_kv(arch + ".rope.freq_base", GGUF_F32, c["rope_theta"]),
-        gguf_kv(arch + ".attention.layer_norm_rms_epsilon", GGUF_F32, c["rms_norm_eps"]),
-    ] + qwen3_tokenizer_kv(tokenizer_path, c["vocab_size"])
-    names = [("token_embd.weight", "model.embed_tokens.weight")]
-    for i in range(c["num_hidden_layers"]):
-        p, q = "blk.%d." % i, "model.layers.%d." % i
-        names += [(p + "attn_norm.weight", q + "input_layernorm.weight"),
-                  (p + "attn_q.weight", q + "self_attn.q_proj.weight"),
-                  (p + "attn_k.weight", q + "self_attn.k_proj.weight"),
-                  (p + "attn_v.weight", q + "self_attn.v_proj.weight"),
-                  (p + "attn_output.weight", q + "self_attn.o_proj.weight"),
-                  (p + "attn_q_norm.weight", q + "self_attn.q_norm.weight"),
-                  (p + "attn_k_norm.weight", q + "self_attn.k_norm.weight"),
-                  (p + "ffn_norm.weight", q + "post_attention_layernorm.weight"),
-                  (p + "ffn_gate.weight", q + "mlp.gate_proj.weight"),
-                  (p + "ffn_up.weight", q + "mlp.up_proj.weight"),
-                  (p + "ffn_down.weight", q + "mlp.down_proj.weight")]
-    names.append(("output_norm.weight", "model.norm.weight"))
-    write_gguf(path, kv, [(g, w[h], False) for g, h in names], kind)
-
-
 def qwen3_make(d, seed, files):
     c = QWEN3_06B
     tok = os.path.join(ROOT, "data", "qwen3", "tokenizer.json")
@@ -371,8 +222,6 @@ def qwen3_make(d, seed, files):
     with open(tok, "rb") as f, open(os.path.join(d, "hf", "tokenizer.json"), "wb") as g:
         g.write(f.read())
     write_safetensors(os.path.join(d, "hf", "model.safetensors"), w)
-    for kind in ("BF16", "Q8_0"):
-        qwen3_gguf(files[kind], c, w, kind, tok, "Qwen3-0.6B random (seed %d)" % seed)
 
 
 @contextlib.contextmanager
@@ -457,51 +306,6 @@ def gpt2_weights(c, seed):
     return w
 
 
-def gpt2_gguf(path, c, w, kind, name):
-    """Architecture "gpt2": Conv1D weights transposed to (out, in), q/k/v fused
-    (attn_qkv), output.weight left out (tied to token_embd.weight)."""
-    arch = "gpt2"
-    with open(os.path.join(ROOT, "data", "gpt2", "encoder.json"), encoding="utf-8") as f:
-        enc = json.load(f)
-    tokens = [None] * len(enc)
-    for tok, i in enc.items():
-        tokens[i] = tok
-    types = [TOKEN_CONTROL if i == GPT2_EOT else TOKEN_NORMAL for i in range(len(tokens))]
-    with open(os.path.join(ROOT, "data", "gpt2", "vocab.bpe"), encoding="utf-8") as f:
-        merges = [line.rstrip("\n") for line in f if line.strip() and not line.startswith("#version")]
-    kv = gguf_general(arch, name, kind) + [
-        gguf_kv(arch + ".block_count", GGUF_U32, c["n_layer"]),
-        gguf_kv(arch + ".context_length", GGUF_U32, c["n_ctx"]),
-        gguf_kv(arch + ".embedding_length", GGUF_U32, c["n_embd"]),
-        gguf_kv(arch + ".feed_forward_length", GGUF_U32, 4 * c["n_embd"]),
-        gguf_kv(arch + ".attention.head_count", GGUF_U32, c["n_head"]),
-        gguf_kv(arch + ".attention.layer_norm_epsilon", GGUF_F32, c["layer_norm_epsilon"]),
-        gguf_kv("tokenizer.ggml.model", GGUF_STRING, "gpt2"),
-        gguf_kv("tokenizer.ggml.pre", GGUF_STRING, "gpt-2"),
-        gguf_kv("tokenizer.ggml.tokens", GGUF_ARRAY, tokens, GGUF_STRING),
-        gguf_kv("tokenizer.ggml.token_type", GGUF_ARRAY, types, GGUF_I32),
-        gguf_kv("tokenizer.ggml.merges", GGUF_ARRAY, merges, GGUF_STRING),
-        gguf_kv("tokenizer.ggml.bos_token_id", GGUF_U32, GPT2_EOT),
-        gguf_kv("tokenizer.ggml.eos_token_id", GGUF_U32, GPT2_EOT),
-        gguf_kv("tokenizer.ggml.add_bos_token", GGUF_BOOL, False),
-    ]
-    t = [("token_embd.weight", w["wte.weight"], False), ("position_embd.weight", w["wpe.weight"], True)]
-    for i in range(c["n_layer"]):
-        p, q = "blk.%d." % i, "h.%d." % i
-        t += [(p + "attn_norm.weight", w[q + "ln_1.weight"], True), (p + "attn_norm.bias", w[q + "ln_1.bias"], True),
-              (p + "attn_qkv.weight", w[q + "attn.c_attn.weight"].t(), False),
-              (p + "attn_qkv.bias", w[q + "attn.c_attn.bias"], True),
-              (p + "attn_output.weight", w[q + "attn.c_proj.weight"].t(), False),
-              (p + "attn_output.bias", w[q + "attn.c_proj.bias"], True),
-              (p + "ffn_norm.weight", w[q + "ln_2.weight"], True), (p + "ffn_norm.bias", w[q + "ln_2.bias"], True),
-              (p + "ffn_up.weight", w[q + "mlp.c_fc.weight"].t(), False),
-              (p + "ffn_up.bias", w[q + "mlp.c_fc.bias"], True),
-              (p + "ffn_down.weight", w[q + "mlp.c_proj.weight"].t(), False),
-              (p + "ffn_down.bias", w[q + "mlp.c_proj.bias"], True)]
-    t += [("output_norm.weight", w["ln_f.weight"], True), ("output_norm.bias", w["ln_f.bias"], True)]
-    write_gguf(path, kv, t, kind)
-
-
 def gpt2_make(d, seed, files):
     c = GPT2_124M
     w = gpt2_weights(c, seed)
@@ -510,8 +314,6 @@ def gpt2_make(d, seed, files):
                     torch_dtype="bfloat16", tie_word_embeddings=True, bos_token_id=GPT2_EOT,
                     eos_token_id=GPT2_EOT))
     write_safetensors(files["hf"], w)
-    for kind in ("BF16", "Q8_0"):
-        gpt2_gguf(files[kind], c, w, kind, "GPT-2 124M random (seed %d)" % seed)
 
 
 def gpt2_torch(files, threads):
@@ -614,62 +416,6 @@ def gemma3_hf_config(c):
                 pad_token_id=QWEN3_PAD)
 
 
-def gemma3_gguf(path, c, w, kind, tokenizer_path, name):
-    """Architecture "gemma3" as llama.cpp's convert_hf_to_gguf.py writes it
-    (Gemma3Model): its set_gguf_parameters' keys (context and embedding
-    lengths, block count, feed-forward length, heads, the RMS epsilon, key and
-    value lengths = head_dim, rope.freq_base = rope_theta (the full layers';
-    llama.cpp fixes the sliding layers' base at 10000 and their pattern at
-    every sixth layer full), attention.sliding_window, kv heads; no
-    query_pre_attn_scalar: llama.cpp scales the queries by 1/sqrt(head_dim),
-    which is the same for 270M); its modify_tensors: every *norm.weight
-    (the four block norms, q_norm, k_norm, model.norm) widened to float32 and
-    1 added, as llama.cpp's RMSNorm computes x * w where Gemma's computes
-    x * (1 + w), the norms F32 (convert's rule for norms), output.weight
-    left out (tied to token_embd.weight); Q and K not permuted (NeoX RoPE).
-    The tokenizer section is the one difference: convert writes a
-    SentencePiece section (tokenizer.ggml.model "llama", pre "default",
-    tokens with scores and types from tokenizer.model, <bos> 2, <eos> 1, <unk>
-    3, <pad> 0, add_bos_token true, add_space_prefix false), which needs
-    Gemma's own tokenizer.model; these files carry Qwen3's vocabulary instead
-    (as the Qwen3 model's), in the section convert writes for it."""
-    import torch
-    arch = "gemma3"
-    kv = gguf_general(arch, name, kind) + [
-        gguf_kv(arch + ".context_length", GGUF_U32, c["max_position_embeddings"]),
-        gguf_kv(arch + ".embedding_length", GGUF_U32, c["hidden_size"]),
-        gguf_kv(arch + ".block_count", GGUF_U32, c["num_hidden_layers"]),
-        gguf_kv(arch + ".feed_forward_length", GGUF_U32, c["intermediate_size"]),
-        gguf_kv(arch + ".attention.head_count", GGUF_U32, c["num_attention_heads"]),
-        gguf_kv(arch + ".attention.layer_norm_rms_epsilon", GGUF_F32, c["rms_norm_eps"]),
-        gguf_kv(arch + ".attention.key_length", GGUF_U32, c["head_dim"]),
-        gguf_kv(arch + ".attention.value_length", GGUF_U32, c["head_dim"]),
-        gguf_kv(arch + ".rope.freq_base", GGUF_F32, c["rope_theta"]),
-        gguf_kv(arch + ".attention.sliding_window", GGUF_U32, c["sliding_window"]),
-        gguf_kv(arch + ".attention.head_count_kv", GGUF_U32, c["num_key_value_heads"]),
-    ] + qwen3_tokenizer_kv(tokenizer_path, c["vocab_size"])
-    names = [("token_embd.weight", "model.embed_tokens.weight")]
-    for i in range(c["num_hidden_layers"]):
-        p, q = "blk.%d." % i, "model.layers.%d." % i
-        names += [(p + "attn_norm.weight", q + "input_layernorm.weight"),
-                  (p + "attn_q.weight", q + "self_attn.q_proj.weight"),
-                  (p + "attn_k.weight", q + "self_attn.k_proj.weight"),
-                  (p + "attn_v.weight", q + "self_attn.v_proj.weight"),
-                  (p + "attn_output.weight", q + "self_attn.o_proj.weight"),
-                  (p + "attn_q_norm.weight", q + "self_attn.q_norm.weight"),
-                  (p + "attn_k_norm.weight", q + "self_attn.k_norm.weight"),
-                  (p + "post_attention_norm.weight", q + "post_attention_layernorm.weight"),
-                  (p + "ffn_norm.weight", q + "pre_feedforward_layernorm.weight"),
-                  (p + "ffn_gate.weight", q + "mlp.gate_proj.weight"),
-                  (p + "ffn_up.weight", q + "mlp.up_proj.weight"),
-                  (p + "ffn_down.weight", q + "mlp.down_proj.weight"),
-                  (p + "post_ffw_norm.weight", q + "post_feedforward_layernorm.weight")]
-    names.append(("output_norm.weight", "model.norm.weight"))
-    # convert widens BF16 to float32 before modify_tensors: w + 1 in float32
-    t = [(g, w[h].to(torch.float32) + 1 if h.endswith("norm.weight") else w[h], False) for g, h in names]
-    write_gguf(path, kv, t, kind)
-
-
 def gemma3_make(d, seed, files):
     c = GEMMA3_270M
     tok = os.path.join(ROOT, "data", "qwen3", "tokenizer.json")
@@ -678,8 +424,6 @@ def gemma3_make(d, seed, files):
     with open(tok, "rb") as f, open(os.path.join(d, "hf", "tokenizer.json"), "wb") as g:
         g.write(f.read())
     write_safetensors(os.path.join(d, "hf", "model.safetensors"), w)
-    for kind in ("BF16", "Q8_0"):
-        gemma3_gguf(files[kind], c, w, kind, tok, "Gemma 3 270M random (seed %d)" % seed)
 
 
 def gemma3_torch(files, threads):
@@ -730,42 +474,98 @@ MODELS = {
     "qwen3": {"title": "Qwen3-0.6B shapes, random weights", "dir": "qwen3-0.6b-random",
               "gguf": "qwen3-0.6b-random-%s.gguf", "hf": "hf", "config": QWEN3_06B,
               "init": "randn*0.02 bf16, norms 1", "data": ["data/qwen3/tokenizer.json"],
-              "make": qwen3_make, "torch": qwen3_torch},
+              "make": qwen3_make, "torch": qwen3_torch, "name": "Qwen3-0.6B random (seed %d)"},
     "gpt2": {"title": "GPT-2 124M shapes, random weights", "dir": "gpt2-124m-random",
              "gguf": "gpt2-124m-random-%s.gguf", "hf": os.path.join("hf", "model.safetensors"),
              "config": GPT2_124M, "init": "randn*0.02 (norm weights +1) bf16",
-             "data": ["data/gpt2/encoder.json", "data/gpt2/vocab.bpe"], "make": gpt2_make, "torch": gpt2_torch},
+             "data": ["data/gpt2/encoder.json", "data/gpt2/vocab.bpe"], "make": gpt2_make, "torch": gpt2_torch,
+             "name": "GPT-2 124M random (seed %d)", "tokenizer": os.path.join(ROOT, "data", "gpt2")},
     "gemma3": {"title": "Gemma 3 270M shapes, random weights", "dir": "gemma3-270m-random",
                "gguf": "gemma3-270m-random-%s.gguf", "hf": "hf", "config": GEMMA3_270M,
                "init": "randn*0.02, norm weights randn*0.1, bf16; Qwen3's vocabulary",
                "data": ["data/qwen3/tokenizer.json"], "make": gemma3_make, "torch": gemma3_torch,
-               "tapegrad_bf16_args": ["--weights", "bf16"], "needs": "a Hugging Face gemma3_text folder"},
+               "tapegrad_bf16_args": ["--weights", "bf16"], "needs": "a Hugging Face gemma3_text folder",
+               "name": "Gemma 3 270M random (seed %d)"},
 }
 
 
-def ensure_model(m, workdir, seed, log):
+def exporter_fingerprint(tapegrad):
+    """{file name: sha256} of the tapegrad executable and of the libtapegrad
+    it loads (as ldd names it), which hold the GGUF writer; None when there is
+    no tapegrad at that path."""
+    if not os.access(tapegrad, os.X_OK):
+        return None
+    paths = [tapegrad]
+    try:
+        out = subprocess.run(["ldd", tapegrad], capture_output=True, text=True).stdout
+        paths += [line.split("=>", 1)[1].split("(")[0].strip() for line in out.splitlines()
+                  if "libtapegrad" in line and "=>" in line]
+    except OSError:
+        pass
+    return {os.path.basename(p): sha256_file(p) for p in paths if os.path.isfile(p)}
+
+
+def ensure_model(m, workdir, seed, tapegrad, log):
     """The Hugging Face files and the two GGUF files under WORKDIR/<dir>, made
-    when missing or stale (stamp.json records what they were made of)."""
+    when missing or stale: the folder when stamp.json (what it was made of)
+    differs, the GGUF files, `tapegrad export --from` the folder, when
+    gguf-stamp.json (the folder's stamp and the exporting build) differs."""
     d = os.path.join(workdir, m["dir"])
     files = {"hf": os.path.join(d, m["hf"]), "BF16": os.path.join(d, m["gguf"] % "bf16"),
              "Q8_0": os.path.join(d, m["gguf"] % "q8_0")}
     stamp = {"format": FORMAT, "config": m["config"], "seed": seed, "init": m["init"],
              "data_sha256": {p: sha256_file(os.path.join(ROOT, p)) for p in m["data"]}}
-    stamp_path = os.path.join(d, "stamp.json")
-    try:
-        with open(stamp_path) as f:
-            if json.load(f) == stamp and all(os.path.exists(p) for p in files.values()):
-                return files
-    except (OSError, ValueError):
-        pass
-    os.makedirs(os.path.join(d, "hf"), exist_ok=True)
-    if os.path.exists(stamp_path):
-        os.remove(stamp_path)
-    t0 = time.time()
-    log("making the weights (%s, seed %d) and writing them to %s ..." % (m["title"], seed, d))
-    m["make"](d, seed, files)
-    write_json(stamp_path, stamp)
-    log("  done in %.0f s" % (time.time() - t0))
+    stamp_path, gstamp_path = os.path.join(d, "stamp.json"), os.path.join(d, "gguf-stamp.json")
+
+    def stamped(path, want, outputs):
+        try:
+            with open(path) as f:
+                return json.load(f) == want and all(os.path.exists(p) for p in outputs)
+        except (OSError, ValueError):
+            return False
+
+    if not stamped(stamp_path, stamp, [files["hf"]]):
+        os.makedirs(os.path.join(d, "hf"), exist_ok=True)
+        for p in (stamp_path, gstamp_path):
+            if os.path.exists(p):
+                os.remove(p)
+        t0 = time.time()
+        log("making the weights (%s, seed %d) and writing them to %s ..." % (m["title"], seed, d))
+        m["make"](d, seed, files)
+        write_json(stamp_path, stamp)
+        log("  done in %.0f s" % (time.time() - t0))
+
+    ggufs = [files["BF16"], files["Q8_0"]]
+    exporter = exporter_fingerprint(tapegrad)
+    gstamp = {"format": FORMAT, "hf": stamp, "exporter": exporter}
+    if stamped(gstamp_path, gstamp, ggufs):
+        return files
+    if exporter is None:
+        try:
+            with open(gstamp_path) as f:
+                kept = json.load(f)["hf"] == stamp and all(os.path.exists(p) for p in ggufs)
+        except (OSError, ValueError, KeyError, TypeError):
+            kept = False
+        if kept:
+            log("note: no tapegrad at %s: the GGUF files in %s are kept as an earlier build exported them"
+                % (tapegrad, d))
+            return files
+        sys.exit("compare_llamacpp: the GGUF files are written by tapegrad export: no tapegrad at %s "
+                 "(build it, or --tapegrad PATH)" % tapegrad)
+    if os.path.exists(gstamp_path):
+        os.remove(gstamp_path)
+    hf_dir = os.path.join(d, "hf")
+    for kind in ("BF16", "Q8_0"):
+        cmd = [tapegrad, "export", "--from", hf_dir, "--gguf", files[kind], "--type", kind.lower(),
+               "--name", m["name"] % seed] + (["--tokenizer", m["tokenizer"]] if "tokenizer" in m else [])
+        log("writing %s: %s" % (os.path.basename(files[kind]), " ".join(shlex.quote(c) for c in cmd)))
+        t0 = time.time()
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit("compare_llamacpp: tapegrad export failed (exit %d): %s"
+                     % (r.returncode, (r.stderr or r.stdout).strip()[-2000:]))
+        log("  done in %.0f s" % (time.time() - t0))
+    write_json(gstamp_path, gstamp)
     return files
 
 
@@ -927,7 +727,8 @@ def main():
     ap.add_argument("--seed", type=int, default=0, help="manual_seed of the random weights (0)")
     ap.add_argument("--check", action="store_true", help="one run of each, the ids side by side and PyTorch's")
     ap.add_argument("--check-ids", type=int, default=10, help="greedy ids of the PyTorch reference (10)")
-    ap.add_argument("--llamacpp-only", action="store_true", help="leave tapegrad out")
+    ap.add_argument("--llamacpp-only", action="store_true",
+                    help="leave tapegrad's runs out (its export still writes the GGUF files)")
     ap.add_argument("--tapegrad-args", default="",
                     help="more arguments for tapegrad generate, one string (--tapegrad-args='--x 1')")
     ap.add_argument("--flash-attention", choices=["on", "off"], default="off",
@@ -946,7 +747,7 @@ def main():
 
     a.workdir = os.path.abspath(a.workdir)
     js_dir = ensure_js(a.workdir, log)
-    files = ensure_model(m, a.workdir, a.seed, log)
+    files = ensure_model(m, a.workdir, a.seed, a.tapegrad, log)
     if not a.llamacpp_only and not os.access(a.tapegrad, os.X_OK):
         sys.exit("compare_llamacpp: no tapegrad at %s (build it, or --tapegrad PATH, or --llamacpp-only)"
                  % a.tapegrad)

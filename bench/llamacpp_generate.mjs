@@ -11,7 +11,8 @@
 // mmap, so no page faults land in the timed part).
 //
 // Tokenizes the prompt ("Every effort moves you") with the GGUF's own
-// tokenizer (no BOS: compare_llamacpp.py's GGUFs say add_bos_token false), then generates
+// tokenizer (no BOS: model.tokenize adds none, and the GGUFs tapegrad export
+// writes for compare_llamacpp.py say add_bos_token false), then generates
 // N ids greedily (temperature 0, end-of-generation ids kept) with the KV cache
 // on one sequence: LlamaContextSequence.evaluate() decodes the prompt in one
 // batch, samples, and decodes each new id. Timing as `tapegrad generate`
