@@ -731,18 +731,10 @@ static int tokenizer_kv(buf *b, const tg__export_tokenizer *tk, int64_t n_rows)
     /* the vocabulary must fit the embedding; added tokens past it are left
      * out, as the converter leaves them (Gemma 3's <image_soft_token>, id
      * 262144, of its multimodal models) */
-    int64_t n_base = 0;
-    const char *t;
-    const json_t *id;
-    json_object_foreach(json_object_get(model, "vocab"), t, id) {
-        if (json_integer_value(id) >= n_base) n_base = json_integer_value(id) + 1;
-    }
-    if (n_base > n_rows)
-        return tg_error_status(TG_EINVAL, OP ": the tokenizer's vocabulary has %lld ids, the model's token embedding "
-                                          "%lld rows",
-                               (long long)n_base, (long long)n_rows);
+    int st = tg__export_tokenizer_fits(tk, n_rows, OP);
+    if (st != TG_OK) return st;
     vocab_table v = {0};
-    int st = vocab_build(tk, n_rows, spm, &v);
+    st = vocab_build(tk, n_rows, spm, &v);
     if (st == TG_OK) {
         kv_str(b, "tokenizer.ggml.model", spm ? "llama" : "gpt2");
         kv_str(b, "tokenizer.ggml.pre", pre);

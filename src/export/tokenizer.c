@@ -348,7 +348,8 @@ int64_t tg__export_tokenizer_id(const tg__export_tokenizer *t, const char *conte
     return t && t->tokenizer && content ? token_id(t->tokenizer, content) : -1;
 }
 
-static int64_t vocab_size(const json_t *tok)
+/* One past the largest id of the BPE vocabulary. */
+static int64_t base_size(const json_t *tok)
 {
     int64_t n = 0;
     const char *key;
@@ -356,6 +357,14 @@ static int64_t vocab_size(const json_t *tok)
     json_object_foreach(json_object_get(json_object_get(tok, "model"), "vocab"), key, v) {
         if (json_integer_value(v) + 1 > n) n = json_integer_value(v) + 1;
     }
+    return n;
+}
+
+/* ... and of the added tokens too. */
+static int64_t vocab_size(const json_t *tok)
+{
+    int64_t n = base_size(tok);
+    const json_t *v;
     size_t i;
     json_array_foreach(json_object_get(tok, "added_tokens"), i, v) {
         if (json_integer_value(json_object_get(v, "id")) + 1 > n) n = json_integer_value(json_object_get(v, "id")) + 1;
@@ -535,6 +544,7 @@ static int fill(tg__export_tokenizer *t, const char *config_path)
     chat_format f = find_format(t->tokenizer);
     t->eot = f == FORMAT_NONE ? t->eos : token_id(t->tokenizer, ends[f - 1]);
     t->n_vocab = vocab_size(t->tokenizer);
+    t->n_base = base_size(t->tokenizer);
     const json_t *tmpl = json_object_get(t->config, "chat_template");
     if (json_is_string(tmpl)) {
         t->chat_template = json_string_value(tmpl);
@@ -569,11 +579,17 @@ int tg__export_tokenizer_load(const char *path, tg_gpt_family family, tg__export
     if (st == TG_OK && !config_path) st = TG_ENOMEM;
     if (st == TG_OK && is_file(config_path)) {
         out->config = load_json(config_path, &st);
+        out->config_path = config_path;
+        config_path = NULL;
     } else if (st == TG_OK) {
         out->config = make_config(out->tokenizer);
         if (!out->config) st = tg_error_status(TG_ENOMEM, "export: out of memory");
     }
-    if (st == TG_OK) st = fill(out, config_path);
+    if (st == TG_OK) st = fill(out, out->config_path ? out->config_path : config_path);
+    if (st == TG_OK && s.json) {
+        out->json_path = s.json;
+        s.json = NULL;
+    }
     free(config_path);
     source_free(&s);
     if (st != TG_OK) tg__export_tokenizer_free(out);
@@ -585,5 +601,15 @@ void tg__export_tokenizer_free(tg__export_tokenizer *t)
     if (!t) return;
     json_decref(t->tokenizer);
     json_decref(t->config);
+    free(t->json_path);
+    free(t->config_path);
     *t = (tg__export_tokenizer){.bos = -1, .eos = -1, .eot = -1, .pad = -1};
+}
+
+int tg__export_tokenizer_fits(const tg__export_tokenizer *t, int64_t vocab_size, const char *op)
+{
+    if (t->n_base <= vocab_size) return TG_OK;
+    return tg_error_status(TG_EINVAL, "%s: the tokenizer's vocabulary has %lld ids, the model's token embedding %lld rows: "
+                                      "give the tokenizer the model was trained with",
+                           op, (long long)t->n_base, (long long)vocab_size);
 }

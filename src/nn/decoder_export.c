@@ -43,6 +43,8 @@ static int check_features(const tg_decoder_config *r, const tg__family *f, const
         why = gemma ? "unscaled embeddings (the class scales them by sqrt(emb_dim))" : "embeddings scaled by sqrt(emb_dim)";
     else if (!gemma && r->sliding_window > 0)
         why = "sliding-window layers";
+    else if (gemma && r->sliding_window <= 0)
+        why = "attention without a sliding window (the class's config has one)";
     else if (!gemma && r->query_pre_attn_scalar > 0)
         why = "query scale (query_pre_attn_scalar)";
     else if (!gemma && r->positions == TG_POSITIONS_ROPE && r->rope_local_base != r->rope_base)

@@ -172,6 +172,23 @@ typedef struct {
  * truncated file fails here) without reading the data (BOOL values
  * unchecked): *n entries in tp, in the order of their data. */
 int tg__safetensors_header(tg_tape *tp, const char *path, int *n, tg__safetensors_entry **entries);
+/* n elements of a tensor's dtype at src, contiguous, to a file dtype's at dst. */
+typedef void (*tg__safetensors_convert)(void *dst, const void *src, int64_t n);
+/* One tensor as tg__safetensors_write stores it: tensor's elements in
+ * row-major order, as dtype ("F32", "F16", "BF16", ...; NULL: the tensor's
+ * own), converted by convert (NULL: the tensor's bytes, which must then be
+ * of the file dtype's size). */
+typedef struct {
+    const char *name;
+    const tg_tensor *tensor;
+    const char *dtype;
+    tg__safetensors_convert convert;
+} tg__safetensors_item;
+/* tg_safetensors_save's file (the same order, header and atomic write) of
+ * items that may change dtype on the way, with n_meta __metadata__
+ * key/value pairs (meta[2i], meta[2i + 1]) first in the header. */
+int tg__safetensors_write(const char *path, int n, const tg__safetensors_item *tensors, int n_meta,
+                          const char *const *meta);
 /* Names and tensors saved as one safetensors file (src/nn/state_dict.c),
  * as module and optimizer state_dicts are. */
 int tg__save_named_list(const char *path, const tg_named_list *l);

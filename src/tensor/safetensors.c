@@ -494,6 +494,15 @@ tg_tensor *tg_safetensors_get(const tg_safetensors *st, const char *name)
 
 /* ---- writing --------------------------------------------------------------------- */
 
+/* One tensor as written: its entry in st_dtypes (the file's dtype) and how
+ * its elements become the file's. */
+typedef struct {
+    const char *name;
+    const tg_tensor *src;
+    int di;
+    tg__safetensors_convert convert;
+} save_item;
+
 typedef struct {
     int rank;
     const char *name;
@@ -514,6 +523,7 @@ static bool write_all(int fd, const void *p, size_t n)
     while (n > 0) {
         ssize_t w = write(fd, c, n);
         if (w < 0 && errno == EINTR) continue;
+        if (w == 0) errno = EIO;
         if (w <= 0) return false;
         c += w;
         n -= (size_t)w;
@@ -521,27 +531,46 @@ static bool write_all(int fd, const void *p, size_t n)
     return true;
 }
 
+/* Bytes of an item's data in the file. */
+static uint64_t item_bytes(const save_item *it) { return (uint64_t)tg_numel(it->src) * file_esize(it->di); }
+
 /* Writes one tensor's elements in row-major order, gathering strided views
- * through a bounded staging buffer. */
-static bool write_tensor(int fd, const tg_tensor *x)
+ * (and converting, when the item converts) through bounded staging buffers. */
+static bool write_tensor(int fd, const save_item *it)
 {
-    size_t es = tg_dtype_size(x->dtype);
+    const tg_tensor *x = it->src;
+    size_t es = tg_dtype_size(x->dtype), fes = file_esize(it->di);
     int64_t numel = tg_numel(x);
     if (numel == 0) return true;
-    if (tg_is_contiguous(x) && host_is_little_endian())
+    if (!it->convert && tg_is_contiguous(x) && host_is_little_endian())
         return write_all(fd, tg__ptr(x, x->offset), (size_t)numel * es);
     enum { STAGE = 1 << 16 };
-    uint8_t stage[STAGE];
-    size_t fill = 0;
+    uint8_t stage[STAGE], conv[STAGE];
+    /* elements per round: both buffers hold them */
+    size_t per = STAGE / (es > fes ? es : fes), fill = 0;
+    if (it->convert && tg_is_contiguous(x)) { /* converted straight from the storage */
+        const uint8_t *base = tg__ptr(x, x->offset);
+        for (int64_t i = 0; i < numel; i += (int64_t)per) {
+            size_t n = numel - i < (int64_t)per ? (size_t)(numel - i) : per;
+            it->convert(conv, base + (size_t)i * es, (int64_t)n);
+            if (!host_is_little_endian()) swap_elements(conv, n, fes);
+            if (!write_all(fd, conv, n * fes)) return false;
+        }
+        return true;
+    }
     int64_t idx[TG_MAX_DIMS] = {0};
     for (int64_t i = 0; i < numel; i++) {
         int64_t off = x->offset;
         for (int d = 0; d < x->ndim; d++) off += idx[d] * x->stride[d];
-        memcpy(stage + fill, tg__ptr(x, off), es);
-        fill += es;
-        if (fill + es > STAGE || i == numel - 1) {
-            if (!host_is_little_endian()) swap_elements(stage, fill / es, es);
-            if (!write_all(fd, stage, fill)) return false;
+        memcpy(stage + fill * es, tg__ptr(x, off), es);
+        if (++fill == per || i == numel - 1) {
+            const uint8_t *out = stage;
+            if (it->convert) {
+                it->convert(conv, stage, (int64_t)fill);
+                out = conv;
+            }
+            if (!host_is_little_endian()) swap_elements((void *)out, fill, fes);
+            if (!write_all(fd, out, fill * fes)) return false;
             fill = 0;
         }
         for (int d = x->ndim - 1; d >= 0; d--) {
@@ -552,17 +581,17 @@ static bool write_tensor(int fd, const tg_tensor *x)
     return true;
 }
 
-static json_t *entry_json(const tg_tensor *x, uint64_t begin, uint64_t end)
+static json_t *entry_json(const save_item *it, uint64_t begin, uint64_t end)
 {
     json_t *o = json_object(), *shape = json_array(), *offs = json_array();
     if (!o || !shape || !offs) goto fail;
-    for (int d = 0; d < x->ndim; d++)
-        if (json_array_append_new(shape, json_integer(x->shape[d])) != 0) goto fail;
+    for (int d = 0; d < it->src->ndim; d++)
+        if (json_array_append_new(shape, json_integer(it->src->shape[d])) != 0) goto fail;
     if (json_array_append_new(offs, json_integer((json_int_t)begin)) != 0 ||
         json_array_append_new(offs, json_integer((json_int_t)end)) != 0)
         goto fail;
     /* Field order as the reference writes it. */
-    if (json_object_set_new(o, "dtype", json_string(st_dtypes[dtype_index(x->dtype)].name)) != 0) goto fail;
+    if (json_object_set_new(o, "dtype", json_string(st_dtypes[it->di].name)) != 0) goto fail;
     if (json_object_set_new(o, "shape", shape) != 0) {
         shape = NULL;
         goto fail;
@@ -580,16 +609,34 @@ fail:
     return NULL;
 }
 
-/* The header bytes, padded with spaces to a multiple of 8; NULL with an error. */
-static char *build_header(const tg_named_tensor *tensors, const int *order, int n, size_t *hlen)
+/* The header bytes, padded with spaces to a multiple of 8; NULL with an
+ * error. __metadata__ (n_meta key/value pairs) first, as the reference
+ * writes it. */
+static char *build_header(const save_item *items, const int *order, int n, int n_meta, const char *const *meta,
+                          size_t *hlen)
 {
-    json_t *root = json_object();
-    if (!root) return tg_error("safetensors_save: out of memory");
+    json_t *root = json_object(), *md = n_meta > 0 ? json_object() : NULL;
+    if (!root || (n_meta > 0 && !md)) {
+        json_decref(root);
+        json_decref(md);
+        return tg_error("safetensors_save: out of memory");
+    }
+    for (int i = 0; i < n_meta; i++)
+        if (json_object_set_new(md, meta[2 * i], json_string(meta[2 * i + 1])) != 0) {
+            json_decref(md);
+            json_decref(root);
+            return tg_error("safetensors_save: cannot encode __metadata__ '%s' (not valid UTF-8, or out of memory)",
+                            meta[2 * i]);
+        }
+    if (md && json_object_set_new(root, "__metadata__", md) != 0) {
+        json_decref(root);
+        return tg_error("safetensors_save: out of memory");
+    }
     uint64_t pos = 0;
     for (int k = 0; k < n; k++) {
-        const tg_named_tensor *t = &tensors[order[k]];
-        uint64_t nbytes = (uint64_t)tg_numel(t->tensor) * tg_dtype_size(t->tensor->dtype);
-        json_t *e = entry_json(t->tensor, pos, pos + nbytes);
+        const save_item *t = &items[order[k]];
+        uint64_t nbytes = item_bytes(t);
+        json_t *e = entry_json(t, pos, pos + nbytes);
         if (!e || json_object_set_new(root, t->name, e) != 0) {
             json_decref(root);
             return tg_error("safetensors_save: cannot encode tensor '%s' (name not valid UTF-8, or out of memory)",
@@ -612,27 +659,31 @@ static char *build_header(const tg_named_tensor *tensors, const int *order, int 
     return h;
 }
 
-static int check_save_args(const char *path, const tg_named_tensor *tensors, int n)
+static int check_items(const char *path, const save_item *items, int n, int n_meta, const char *const *meta)
 {
     if (!path) return tg_error_status(TG_EINVAL, "safetensors_save: NULL path");
-    if (n < 0) return tg_error_status(TG_EINVAL, "safetensors_save: negative tensor count %d", n);
-    if (n > 0 && !tensors) return tg_error_status(TG_EINVAL, "safetensors_save: NULL tensor list");
+    if (n_meta < 0 || (n_meta > 0 && !meta))
+        return tg_error_status(TG_EINVAL, "safetensors_save: bad __metadata__ (%d pairs)", n_meta);
+    for (int i = 0; i < 2 * n_meta; i++)
+        if (!meta[i]) return tg_error_status(TG_EINVAL, "safetensors_save: __metadata__ pair %d has a NULL", i / 2);
     for (int i = 0; i < n; i++) {
-        const tg_named_tensor *t = &tensors[i];
+        const save_item *t = &items[i];
         if (!t->name) return tg_error_status(TG_EINVAL, "safetensors_save: tensor %d has a NULL name", i);
-        if (!t->tensor) return tg_error_status(TG_EINVAL, "safetensors_save: tensor '%s' is NULL", t->name);
+        if (!t->src) return tg_error_status(TG_EINVAL, "safetensors_save: tensor '%s' is NULL", t->name);
         if (strcmp(t->name, "__metadata__") == 0)
             return tg_error_status(TG_EINVAL, "safetensors_save: '__metadata__' is reserved, not a tensor name");
-        if (dtype_index(t->tensor->dtype) < 0)
+        if (t->di < 0)
             return tg_error_status(TG_EINVAL, "safetensors_save: tensor '%s' has unsupported dtype %d", t->name,
-                                   (int)t->tensor->dtype);
-        if (t->tensor->ndim < 0 || t->tensor->ndim > TG_MAX_DIMS)
-            return tg_error_status(TG_EINVAL, "safetensors_save: tensor '%s' has %d dims", t->name,
-                                   t->tensor->ndim);
-        if (tg_numel(t->tensor) > 0 && !t->tensor->data)
+                                   (int)t->src->dtype);
+        if (t->src->ndim < 0 || t->src->ndim > TG_MAX_DIMS)
+            return tg_error_status(TG_EINVAL, "safetensors_save: tensor '%s' has %d dims", t->name, t->src->ndim);
+        if (tg_numel(t->src) > 0 && !t->src->data)
             return tg_error_status(TG_EINVAL, "safetensors_save: tensor '%s' has no data", t->name);
+        if (!t->convert && file_esize(t->di) != tg_dtype_size(t->src->dtype))
+            return tg_error_status(TG_EINVAL, "safetensors_save: tensor '%s' is %s, stored as %s without a conversion",
+                                   t->name, tg_dtype_name(t->src->dtype), st_dtypes[t->di].name);
         for (int j = 0; j < i; j++)
-            if (strcmp(tensors[j].name, t->name) == 0)
+            if (strcmp(items[j].name, t->name) == 0)
                 return tg_error_status(TG_EINVAL, "safetensors_save: duplicate tensor name '%s'", t->name);
     }
     return TG_OK;
@@ -645,9 +696,10 @@ static const char *file_kind(mode_t m)
          : S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket" : "a special file";
 }
 
-int tg_safetensors_save(const char *path, const tg_named_tensor *tensors, int n)
+/* Writes the items at path: a temporary file beside it, synced, renamed over it. */
+static int save_items(const char *path, const save_item *items, int n, int n_meta, const char *const *meta)
 {
-    int st = check_save_args(path, tensors, n);
+    int st = check_items(path, items, n, n_meta, meta);
     if (st != TG_OK) return st;
     /* the rename below replaces what path names: never a device, a FIFO or a
      * socket (as root, saving to /dev/null would replace the device with a
@@ -666,14 +718,13 @@ int tg_safetensors_save(const char *path, const tg_named_tensor *tensors, int n)
         free(keys);
         return tg_error_status(TG_ENOMEM, "safetensors_save: out of memory");
     }
-    for (int i = 0; i < n; i++)
-        keys[i] = (save_key){st_dtypes[dtype_index(tensors[i].tensor->dtype)].rank, tensors[i].name, i};
+    for (int i = 0; i < n; i++) keys[i] = (save_key){st_dtypes[items[i].di].rank, items[i].name, i};
     qsort(keys, (size_t)n, sizeof *keys, cmp_save);
     for (int i = 0; i < n; i++) order[i] = keys[i].index;
     free(keys);
 
     size_t hlen = 0;
-    char *header = build_header(tensors, order, n, &hlen);
+    char *header = build_header(items, order, n, n_meta, meta, &hlen);
     if (!header) {
         free(order);
         return TG_ENOMEM;
@@ -702,7 +753,7 @@ int tg_safetensors_save(const char *path, const tg_named_tensor *tensors, int n)
     uint8_t lenbuf[8];
     for (int i = 0; i < 8; i++) lenbuf[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
     bool ok = write_all(fd, lenbuf, sizeof lenbuf) && write_all(fd, header, hlen);
-    for (int k = 0; ok && k < n; k++) ok = write_tensor(fd, tensors[order[k]].tensor);
+    for (int k = 0; ok && k < n; k++) ok = write_tensor(fd, &items[order[k]]);
     if (ok && fsync(fd) != 0) ok = false;
     int err = errno;
     if (close(fd) != 0 && ok) {
@@ -728,3 +779,50 @@ out:
     free(order);
     return st;
 }
+
+int tg_safetensors_save(const char *path, const tg_named_tensor *tensors, int n)
+{
+    if (!path) return tg_error_status(TG_EINVAL, "safetensors_save: NULL path");
+    if (n < 0) return tg_error_status(TG_EINVAL, "safetensors_save: negative tensor count %d", n);
+    if (n > 0 && !tensors) return tg_error_status(TG_EINVAL, "safetensors_save: NULL tensor list");
+    save_item *items = malloc((n > 0 ? (size_t)n : 1) * sizeof *items);
+    if (!items) return tg_error_status(TG_ENOMEM, "safetensors_save: out of memory");
+    for (int i = 0; i < n; i++) {
+        const tg_tensor *x = tensors[i].tensor;
+        items[i] = (save_item){tensors[i].name, x, x ? dtype_index(x->dtype) : -1, NULL};
+    }
+    int st = save_items(path, items, n, 0, NULL);
+    free(items);
+    return st;
+}
+
+int tg__safetensors_write(const char *path, int n, const tg__safetensors_item *tensors, int n_meta,
+                          const char *const *meta)
+{
+    if (!path) return tg_error_status(TG_EINVAL, "safetensors_save: NULL path");
+    if (n < 0) return tg_error_status(TG_EINVAL, "safetensors_save: negative tensor count %d", n);
+    if (n > 0 && !tensors) return tg_error_status(TG_EINVAL, "safetensors_save: NULL tensor list");
+    save_item *items = malloc((n > 0 ? (size_t)n : 1) * sizeof *items);
+    if (!items) return tg_error_status(TG_ENOMEM, "safetensors_save: out of memory");
+    int st = TG_OK;
+    for (int i = 0; i < n && st == TG_OK; i++) {
+        const tg__safetensors_item *t = &tensors[i];
+        int di = -1;
+        if (t->dtype) {
+            for (size_t k = 0; k < ST_NDTYPES; k++)
+                if (strcmp(st_dtypes[k].name, t->dtype) == 0) di = (int)k;
+            if (di < 0) {
+                char known[96];
+                st = tg_error_status(TG_EINVAL, "safetensors_save: tensor '%s': unknown dtype '%s' (supported: %s)",
+                                     t->name ? t->name : "?", t->dtype, dtype_list(known, sizeof known));
+            }
+        } else if (t->tensor) {
+            di = dtype_index(t->tensor->dtype);
+        }
+        items[i] = (save_item){t->name, t->tensor, di, t->convert};
+    }
+    if (st == TG_OK) st = save_items(path, items, n, n_meta, meta);
+    free(items);
+    return st;
+}
+
