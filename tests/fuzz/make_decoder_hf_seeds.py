@@ -4,11 +4,18 @@ tests/fuzz/corpus/fuzz_decoder_hf/: each seed is a folder packed as the
 target reads it (two bytes little-endian: the length L of config.json, then
 config.json, then model.safetensors), for the target's model (Qwen3: vocab
 40, context 8, emb 8, 2 heads of head_dim 4, 1 kv group, 1 layer, hidden 8).
-Pure Python (struct, json): python3 tests/fuzz/make_decoder_hf_seeds.py"""
+With a built tapegrad named (--tapegrad PATH), the folders `tapegrad export
+--hf` writes are seeds too (export_*: the target's Qwen3 model, GPT-2 and
+Gemma 3 configurations of the same size, Llama 3's with rope_scaling): the
+target reads what export writes and exports what it reads.
+Pure Python (struct, json): python3 tests/fuzz/make_decoder_hf_seeds.py [--tapegrad PATH]"""
+import argparse
 import json
 import os
 import random
 import struct
+import subprocess
+import tempfile
 
 V, D, H, HD, G, F = 40, 8, 2, 4, 1, 8
 CONFIG = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": D,
@@ -65,8 +72,61 @@ def pack(config, weights):
     return struct.pack("<H", len(c)) + c + weights
 
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+# MODEL options of `tapegrad export` for the export_* seeds: the target's
+# sizes, a tokenizer small enough (tools: a byte-level BPE of 259 ids)
+EXPORTS = {
+    "export_qwen3": "--config qwen3-0.6b --emb 8 --heads 2 --head-dim 4 --kv-groups 1 --layers 1 --hidden 8",
+    "export_llama3": "--config llama3.2-1b --emb 8 --heads 2 --kv-groups 1 --layers 1 --hidden 8",
+    "export_gemma3": "--config gemma3-270m --emb 8 --heads 2 --head-dim 4 --kv-groups 1 --layers 2 --hidden 8 "
+                     "--sliding-window 4 --layer-types sliding,full",
+    "export_gpt2": "--emb 8 --heads 2 --layers 1",
+}
+
+
+def byte_level_tokenizer(path):
+    """A tokenizer.json of GPT-2's 256 byte tokens, 2 merges, one special token (259 ids)."""
+    printable = [b for b in range(256) if 33 <= b <= 126 or 161 <= b <= 172 or 174 <= b <= 255]
+    vocab, k = {}, 0
+    for b in range(256):
+        vocab[chr(b) if b in printable else chr(256 + k)] = b
+        k += b not in printable
+    vocab.update({"ab": 256, "abc": 257})
+    tok = {"version": "1.0", "added_tokens": [{"id": 258, "content": "<|endoftext|>", "single_word": False,
+                                               "lstrip": False, "rstrip": False, "normalized": False,
+                                               "special": True}],
+           "normalizer": None, "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False,
+                                                 "trim_offsets": True, "use_regex": True},
+           "post_processor": None, "decoder": {"type": "ByteLevel"},
+           "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
+                     "end_of_word_suffix": "", "fuse_unk": False, "vocab": vocab, "merges": ["a b", "ab c"]}}
+    with open(path, "w") as f:
+        json.dump(tok, f, ensure_ascii=False)
+
+
+def exported(tapegrad):
+    """The export_* seeds: each folder tapegrad export writes, packed."""
+    seeds = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        tok = os.path.join(tmp, "tokenizer.json")
+        byte_level_tokenizer(tok)
+        for name, model in EXPORTS.items():
+            d = os.path.join(tmp, name)
+            subprocess.run([tapegrad, "export"] + model.split() + ["--vocab", "259", "--context", "8", "--seed", "7",
+                                                                    "--tokenizer", tok, "--hf", d], check=True)
+            with open(os.path.join(d, "config.json"), "rb") as f:
+                config = f.read()
+            with open(os.path.join(d, "model.safetensors"), "rb") as f:
+                seeds[name] = pack(config, f.read())
+    return seeds
+
+
 def main():
-    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "fuzz_decoder_hf")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tapegrad", help="a built tapegrad: the folders its export writes are seeds too")
+    args = ap.parse_args()
+    out = os.path.join(HERE, "corpus", "fuzz_decoder_hf")
     os.makedirs(out, exist_ok=True)
     rng = random.Random(1)
     seeds = {
@@ -88,6 +148,8 @@ def main():
                                    attn_logit_softcapping=None, final_logit_softcapping=None),
                               safetensors("BF16", SHAPES, rng)),
     }
+    if args.tapegrad:
+        seeds.update(exported(args.tapegrad))
     for name, data in seeds.items():
         with open(os.path.join(out, name), "wb") as f:
             f.write(data)
