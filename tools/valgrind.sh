@@ -65,6 +65,10 @@ run attention-mha-save 0 "$TG" attention --module mha --qkv-bias --save sd.safet
 run attention-mha-load 0 "$TG" attention --module mha --qkv-bias --load sd.safetensors --grads
 run attention-bad-args 2 "$TG" attention --module mha --d-out 3 --heads 2
 run test_safetensors 0 "$ROOT/$BUILD/tests/test_safetensors"
+# the exporter: a GPT-2 folder (its tokenizer.json built from GPT-2's files), read back; a Q8_0 GGUF file
+run export-hf 0 "$TG" export --layers 1 --emb 8 --heads 2 --context 16 --hf gpt2-folder
+run export-hf-generate 0 "$TG" generate --hf gpt2-folder --max-new-tokens 3
+run export-gguf-q8 0 "$TG" export --layers 1 --emb 32 --heads 2 --context 16 --gguf gpt2.gguf --type q8_0
 
 echo "=== valgrind: $((n - failed))/$n clean (logs in $LOGDIR) ==="
 [ "$failed" -eq 0 ]
