@@ -49,13 +49,6 @@ static int teardown(void **state)
     return 0;
 }
 
-/* Fails unless the last call failed with a one-line message holding every
- * given substring. */
-#define assert_one_line_error(st, ...)                                                                                 \
-    do {                                                                                                               \
-        tu_assert_status_error((st), __VA_ARGS__);                                                                     \
-        if (strchr(tg_last_error(), '\n')) fail_msg("not one line: %s", tg_last_error());                              \
-    } while (0)
 
 /* ---- files -------------------------------------------------------------------------------- */
 
@@ -341,16 +334,16 @@ static void test_config_errors(void **state)
         int st = tg_decoder_config_from_hf(dir, &c);
         assert_int_equal(st, TG_EFORMAT);
         if (cases[i].expect2)
-            assert_one_line_error(st, path, cases[i].expect1, cases[i].expect2);
+            tu_assert_one_line_error(st, path, cases[i].expect1, cases[i].expect2);
         else
-            assert_one_line_error(st, path, cases[i].expect1);
+            tu_assert_one_line_error(st, path, cases[i].expect1);
         for (size_t k = 0; k < sizeof c; k++) assert_int_equal(((unsigned char *)&c)[k], 0x5a);
     }
     unlink(path);
     tg_decoder_config c;
     int st = tg_decoder_config_from_hf(dir, &c);
     assert_int_equal(st, TG_EIO);
-    assert_one_line_error(st, "config.json", "No such file");
+    tu_assert_one_line_error(st, "config.json", "No such file");
     assert_int_equal(tg_decoder_config_from_hf(NULL, &c), TG_EINVAL);
     assert_int_equal(tg_decoder_config_from_hf(dir, NULL), TG_EINVAL);
     rmdir(dir);
@@ -553,7 +546,7 @@ static void test_gemma3_folder(void **state)
     tg_manual_seed(1);
     tg_module *m = tg_decoder_new(mt, &cfg);
     tu_assert_ok(m);
-    assert_one_line_error(tg_decoder_load_hf(m, g_dir), "its sliding_window is 4, the model's 5");
+    tu_assert_one_line_error(tg_decoder_load_hf(m, g_dir), "its sliding_window is 4, the model's 5");
     tg_tape_free(mt);
     g_hf = saved;
     memcpy(g_dir, saved_dir, sizeof g_dir);
@@ -661,7 +654,7 @@ static void test_llama_round_trip(void **state)
     tg_module *c = tg_decoder_new(tp, &cfg);
     tg_tensor *w = tg_module_get_parameter(c, "trf_blocks.0.att.W_key.weight"), *w0 = tg_clone(tp, w);
     int st = tg_decoder_load_hf(c, dir);
-    assert_one_line_error(st, "config.json", "rope_base is 10000, the model's 500000");
+    tu_assert_one_line_error(st, "config.json", "rope_base is 10000, the model's 500000");
     tu_assert_close(w, w0, 0, 0, "unchanged");
     /* a Qwen3 model of the same sizes reads the same names, but config.json says llama */
     tg_decoder_config q = cfg;
@@ -669,13 +662,13 @@ static void test_llama_round_trip(void **state)
     tg_module *qm = tg_decoder_new(tp, &q);
     tu_assert_ok(qm);
     write_text(dir, "config.json", LLAMA_TINY);
-    assert_one_line_error(tg_decoder_load_hf(qm, dir), "config.json",
+    tu_assert_one_line_error(tg_decoder_load_hf(qm, dir), "config.json",
                           "it describes a Llama3Model, the model is a Qwen3Model");
     /* and a GPTModel is not this loader's */
     tg_gpt_config g = {64, 16, 32, 4, 2, 0.0, true};
     tg_module *gpt = tg_gpt_new(tp, &g);
-    assert_one_line_error(tg_decoder_load_hf(gpt, dir), "it describes a Llama3Model, the model is a GPTModel");
-    assert_one_line_error(tg_decoder_load_hf(tg_module_get_submodule(b, "trf_blocks"), dir),
+    tu_assert_one_line_error(tg_decoder_load_hf(gpt, dir), "it describes a Llama3Model, the model is a GPTModel");
+    tu_assert_one_line_error(tg_decoder_load_hf(tg_module_get_submodule(b, "trf_blocks"), dir),
                           "not a Qwen3Model, Llama3Model or Gemma3Model");
 
     free(list);
@@ -743,7 +736,7 @@ static void test_errors(void **state)
     assert_int_equal(unlink(path), 0);
     st = tg_decoder_load_hf(m, dir);
     assert_int_equal(st, TG_EIO);
-    assert_one_line_error(st, "cannot open", s2, "No such file");
+    tu_assert_one_line_error(st, "cannot open", s2, "No such file");
     assert_unchanged(&snap, "shard missing");
     copy_in(dir, s2);
 
@@ -751,7 +744,7 @@ static void test_errors(void **state)
     edit_file(dir, s2, "model.layers.1.self_attn.q_proj.weight", "model.layers.1.self_attn.q_prox.weight");
     st = tg_decoder_load_hf(m, dir);
     assert_int_equal(st, TG_EFORMAT);
-    assert_one_line_error(st, "unexpected tensor 'model.layers.1.self_attn.q_prox.weight' (64,16) in", s2,
+    tu_assert_one_line_error(st, "unexpected tensor 'model.layers.1.self_attn.q_prox.weight' (64,16) in", s2,
                           "'model.layers.1.self_attn.q_proj.weight' (64,16) is missing");
     assert_unchanged(&snap, "renamed");
     copy_in(dir, s2);
@@ -760,21 +753,21 @@ static void test_errors(void **state)
     rewrite_shard(dir, s2, "model.norm.weight", NULL, 0);
     st = tg_decoder_load_hf(m, dir);
     assert_int_equal(st, TG_EFORMAT);
-    assert_one_line_error(st, "missing tensor 'model.norm.weight' (16) (the model's 'final_norm.scale')");
+    tu_assert_one_line_error(st, "missing tensor 'model.norm.weight' (16) (the model's 'final_norm.scale')");
     assert_unchanged(&snap, "missing");
     copy_in(dir, s2);
     rewrite_shard(dir, s2, NULL, "model.layers.2.mlp.gate_proj.weight", 16);
-    assert_one_line_error(tg_decoder_load_hf(m, dir), "unexpected tensor 'model.layers.2.mlp.gate_proj.weight' (16) in",
+    tu_assert_one_line_error(tg_decoder_load_hf(m, dir), "unexpected tensor 'model.layers.2.mlp.gate_proj.weight' (16) in",
                           s2, "(not a tensor of this model)");
     assert_unchanged(&snap, "unexpected");
     rewrite_shard(dir, s1, NULL, "model.layers.1.mlp.bias", 16);
-    assert_one_line_error(tg_decoder_load_hf(m, dir), "unexpected tensor 'model.layers.1.mlp.bias' (16) in", s1,
+    tu_assert_one_line_error(tg_decoder_load_hf(m, dir), "unexpected tensor 'model.layers.1.mlp.bias' (16) in", s1,
                           "(2 unexpected, 0 missing in all)");
     assert_unchanged(&snap, "unexpected");
     copy_in(dir, s1);
     copy_in(dir, s2);
     rewrite_shard(dir, s1, NULL, "model.norm.weight", 16);
-    assert_one_line_error(tg_decoder_load_hf(m, dir), "'model.norm.weight' is in both", s1, s2);
+    tu_assert_one_line_error(tg_decoder_load_hf(m, dir), "'model.norm.weight' is in both", s1, s2);
     assert_unchanged(&snap, "twice");
     copy_in(dir, s1);
     /* a RoPE table some checkpoints carry is not a weight; a float32 shard
@@ -801,13 +794,13 @@ static void test_errors(void **state)
         tg_tensor *k = tg_module_get_parameter(m2, "trf_blocks.0.att.W_key.weight"), *k0 = tg_clone(t2, k);
         st = tg_decoder_load_hf(m2, dir);
         assert_int_equal(st, TG_EFORMAT);
-        assert_one_line_error(st, "size mismatch for 'model.layers.0.self_attn.k_norm.weight'", s1, "the file's (32)",
+        tu_assert_one_line_error(st, "size mismatch for 'model.layers.0.self_attn.k_norm.weight'", s1, "the file's (32)",
                               "the model's 'trf_blocks.0.att.k_norm.scale' (16)");
         tu_assert_close(k, k0, 0, 0, "wrong head_dim: unchanged");
         tg_tape_free(t2);
         /* and the model of the right sizes is told that config.json is not its own */
         st = tg_decoder_load_hf(m, dir);
-        assert_one_line_error(st, "config.json", "head_dim is 16, the model's 32");
+        tu_assert_one_line_error(st, "config.json", "head_dim is 16, the model's 32");
         assert_unchanged(&snap, "wrong head_dim");
     }
     copy_in(dir, "config.json");
@@ -816,11 +809,11 @@ static void test_errors(void **state)
     edit_file(dir, index, s2, "../x");
     st = tg_decoder_load_hf(m, dir);
     assert_int_equal(st, TG_EFORMAT);
-    assert_one_line_error(st, index, "is \"../x\", not a file name in the folder");
+    tu_assert_one_line_error(st, index, "is \"../x\", not a file name in the folder");
     assert_unchanged(&snap, "index ../x");
     copy_in(dir, index);
     edit_file(dir, index, "\"weight_map\"", "\"weights\"");
-    assert_one_line_error(tg_decoder_load_hf(m, dir), index, "'weight_map' is missing or not an object");
+    tu_assert_one_line_error(tg_decoder_load_hf(m, dir), index, "'weight_map' is missing or not an object");
     copy_in(dir, index);
 
     /* a truncated shard (the second: the first would load if the check came later) */
@@ -832,7 +825,7 @@ static void test_errors(void **state)
         free(b);
         st = tg_decoder_load_hf(m, dir);
         assert_int_equal(st, TG_EFORMAT);
-        assert_one_line_error(st, s2, "beyond the data buffer");
+        tu_assert_one_line_error(st, s2, "beyond the data buffer");
         assert_unchanged(&snap, "truncated");
         copy_in(dir, s2);
     }
@@ -844,9 +837,9 @@ static void test_errors(void **state)
         tg_decoder_config c;
         st = tg_decoder_config_from_hf(dir, &c);
         assert_int_equal(st, TG_EFORMAT);
-        assert_one_line_error(st, "config.json", "key 'n_positions' is missing");
+        tu_assert_one_line_error(st, "config.json", "key 'n_positions' is missing");
         st = tg_decoder_load_hf(m, dir);
-        assert_one_line_error(st, "config.json", "key 'n_positions' is missing");
+        tu_assert_one_line_error(st, "config.json", "key 'n_positions' is missing");
         assert_unchanged(&snap, "gpt2");
     }
     copy_in(dir, "config.json");
@@ -854,7 +847,7 @@ static void test_errors(void **state)
     /* no weights at all */
     snprintf(path, sizeof path, "%s/%s", dir, index);
     unlink(path);
-    assert_one_line_error(tg_decoder_load_hf(m, dir), "no model.safetensors and no model.safetensors.index.json");
+    tu_assert_one_line_error(tg_decoder_load_hf(m, dir), "no model.safetensors and no model.safetensors.index.json");
     assert_unchanged(&snap, "no weights");
     copy_in(dir, index);
 
@@ -862,8 +855,8 @@ static void test_errors(void **state)
     if (tg_decoder_load_hf(m, dir) != TG_OK) fail_msg("restored copy: %s", tg_last_error());
     check_logits(m, "restored copy");
 
-    assert_one_line_error(tg_decoder_load_hf(NULL, dir), "NULL");
-    assert_one_line_error(tg_decoder_load_hf(m, NULL), "NULL");
+    tu_assert_one_line_error(tg_decoder_load_hf(NULL, dir), "NULL");
+    tu_assert_one_line_error(tg_decoder_load_hf(m, NULL), "NULL");
     remove_folder(dir, NULL, 0);
     tg_tape_free(tp);
     tg_tape_free(mt);

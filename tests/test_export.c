@@ -38,11 +38,6 @@ static int setup(void **state)
     return 0;
 }
 
-#define assert_one_line_error(st, ...)                                                                                 \
-    do {                                                                                                               \
-        tu_assert_status_error((st), __VA_ARGS__);                                                                     \
-        if (strchr(tg_last_error(), '\n')) fail_msg("not one line: %s", tg_last_error());                              \
-    } while (0)
 
 /* ---- folders --------------------------------------------------------------------------------------- */
 
@@ -555,7 +550,7 @@ static void test_half_types(void **state)
 
     /* Q8_0 is GGUF's only */
     remove_tree(dir);
-    assert_one_line_error(tg_export_hf(a, dir, &(tg_export_options){.type = TG_EXPORT_Q8_0}), "q8_0", "GGUF");
+    tu_assert_one_line_error(tg_export_hf(a, dir, &(tg_export_options){.type = TG_EXPORT_Q8_0}), "q8_0", "GGUF");
     assert_listing(parent, "");
     tg_tape_free(tp);
     remove_tree(parent);
@@ -635,7 +630,7 @@ static void test_shards(void **state)
      * export's files only: no force needed) */
     export_ok(a, dir, &(tg_export_options){.max_shard_size = 1 << 30, .tokenizer = g_qwen_tok});
     assert_listing(dir, MODEL_FILES);
-    assert_one_line_error(tg_export_hf(a, dir, &(tg_export_options){.max_shard_size = -1}), "max_shard_size");
+    tu_assert_one_line_error(tg_export_hf(a, dir, &(tg_export_options){.max_shard_size = -1}), "max_shard_size");
 
     /* GPT-2 from shards too */
     c = tiny(TG_GPT_FAMILY_GPT2);
@@ -659,11 +654,11 @@ static void test_adapter(void **state)
     tg_decoder_config c = tiny(TG_GPT_FAMILY_QWEN3);
     tg_module *m = build(tp, &c, 9);
     /* without LoRA layers there is no adapter; with them, no plain export */
-    assert_one_line_error(tg_export_hf(m, dir, &(tg_export_options){.adapter = true, .tokenizer = g_qwen_tok}),
+    tu_assert_one_line_error(tg_export_hf(m, dir, &(tg_export_options){.adapter = true, .tokenizer = g_qwen_tok}),
                           "no LoRA layers");
     assert_int_equal(tg_lora_replace_linear(tp, m, 2, 4.0), TG_OK);
     randomize(tp, m, 9);
-    assert_one_line_error(tg_export_hf(m, dir, &(tg_export_options){.tokenizer = g_qwen_tok}), "LoRA",
+    tu_assert_one_line_error(tg_export_hf(m, dir, &(tg_export_options){.tokenizer = g_qwen_tok}), "LoRA",
                           "tg_lora_merge");
     assert_listing(parent, "");
 
@@ -756,32 +751,32 @@ static void test_refused(void **state)
     tg_tape *tp = tg_tape_new();
     tg_decoder_config c = tiny(TG_GPT_FAMILY_GPT2);
     c.norm = TG_NORM_RMS;
-    assert_one_line_error(tg_export_hf(build(tp, &c, 1), dir, &(tg_export_options){.tokenizer = g_gpt2_tok}),
+    tu_assert_one_line_error(tg_export_hf(build(tp, &c, 1), dir, &(tg_export_options){.tokenizer = g_gpt2_tok}),
                           "GPT-2", "RMSNorm");
     c = tiny(TG_GPT_FAMILY_GPT2);
     c.positions = TG_POSITIONS_ROPE, c.head_dim = 8;
-    assert_one_line_error(tg_export_hf(build(tp, &c, 1), dir, &(tg_export_options){.tokenizer = g_gpt2_tok}),
+    tu_assert_one_line_error(tg_export_hf(build(tp, &c, 1), dir, &(tg_export_options){.tokenizer = g_gpt2_tok}),
                           "GPT-2", "RoPE");
     c = tiny(TG_GPT_FAMILY_QWEN3);
     c.qkv_bias = true;
-    assert_one_line_error(tg_export_hf(build(tp, &c, 1), dir, &(tg_export_options){.tokenizer = g_qwen_tok}),
+    tu_assert_one_line_error(tg_export_hf(build(tp, &c, 1), dir, &(tg_export_options){.tokenizer = g_qwen_tok}),
                           "Qwen3", "bias");
     c = tiny(TG_GPT_FAMILY_QWEN3);
     c.qk_norm = false;
-    assert_one_line_error(tg_export_hf(build(tp, &c, 1), dir, &(tg_export_options){.tokenizer = g_qwen_tok}),
+    tu_assert_one_line_error(tg_export_hf(build(tp, &c, 1), dir, &(tg_export_options){.tokenizer = g_qwen_tok}),
                           "Qwen3", "QK-norm");
     c = tiny(TG_GPT_FAMILY_LLAMA3);
     c.mlp = TG_MLP_GEGLU;
-    assert_one_line_error(tg_export_hf(build(tp, &c, 1), dir, &(tg_export_options){.tokenizer = g_qwen_tok}),
+    tu_assert_one_line_error(tg_export_hf(build(tp, &c, 1), dir, &(tg_export_options){.tokenizer = g_qwen_tok}),
                           "Llama 3", "GeGLU");
     /* a tokenizer with more ids than the model's vocabulary */
     c = tiny(TG_GPT_FAMILY_QWEN3);
     c.vocab_size = 1000;
-    assert_one_line_error(tg_export_hf(build(tp, &c, 1), dir, &(tg_export_options){.tokenizer = g_qwen_tok}),
+    tu_assert_one_line_error(tg_export_hf(build(tp, &c, 1), dir, &(tg_export_options){.tokenizer = g_qwen_tok}),
                           "151643", "1000");
     /* not a decoder */
-    assert_one_line_error(tg_export_hf(tg_linear_new(tp, 2, 2, false), dir, NULL), "not a decoder");
-    assert_one_line_error(tg_export_hf(NULL, dir, NULL), "NULL");
+    tu_assert_one_line_error(tg_export_hf(tg_linear_new(tp, 2, 2, false), dir, NULL), "not a decoder");
+    tu_assert_one_line_error(tg_export_hf(NULL, dir, NULL), "NULL");
     assert_listing(parent, "");
     tg_tape_free(tp);
     remove_tree(parent);
@@ -801,7 +796,7 @@ static void test_bad_paths(void **state)
 
     /* a file in the way: refused, the file as it was */
     write_text(dir, "not a folder");
-    assert_one_line_error(tg_export_hf(m, dir, &o), dir, "is a file, not a folder");
+    tu_assert_one_line_error(tg_export_hf(m, dir, &o), dir, "is a file, not a folder");
     assert_listing(parent, "out");
     char *text = tu_read_file(dir, &(size_t){0});
     assert_string_equal(text, "not a folder");
@@ -812,7 +807,7 @@ static void test_bad_paths(void **state)
     assert_int_equal(mkdir(dir, 0755), 0);
     char *notes = path_in(dir, "notes.txt");
     write_text(notes, "mine");
-    assert_one_line_error(tg_export_hf(m, dir, &o), dir, "notes.txt", "force");
+    tu_assert_one_line_error(tg_export_hf(m, dir, &o), dir, "notes.txt", "force");
     assert_listing(parent, "out");
     assert_listing(dir, "notes.txt");
     o.force = true;
@@ -827,23 +822,23 @@ static void test_bad_paths(void **state)
 
     /* a parent that is not a folder, or cannot be written */
     char *under_file = path_in(parent, "out/config.json/x");
-    assert_one_line_error(tg_export_hf(m, under_file, &o), under_file, "parent");
+    tu_assert_one_line_error(tg_export_hf(m, under_file, &o), under_file, "parent");
     free(under_file);
     char *nowhere = path_in(parent, "missing/x");
-    assert_one_line_error(tg_export_hf(m, nowhere, &o), nowhere, "parent");
+    tu_assert_one_line_error(tg_export_hf(m, nowhere, &o), nowhere, "parent");
     free(nowhere);
     if (geteuid() != 0) {
         char *ro = path_in(parent, "ro"), *target = path_in(parent, "ro/x");
         assert_int_equal(mkdir(ro, 0555), 0);
-        assert_one_line_error(tg_export_hf(m, target, &o), target);
+        tu_assert_one_line_error(tg_export_hf(m, target, &o), target);
         assert_listing(ro, "");
         rmdir(ro);
         free(ro), free(target);
     }
     /* (as root too: /proc takes no new folder) */
-    assert_one_line_error(tg_export_hf(m, "/proc/tg_export_test", &o), "/proc/tg_export_test");
-    assert_one_line_error(tg_export_hf(m, "", &o), "no folder");
-    assert_one_line_error(tg_export_hf(m, "/", &o), "/");
+    tu_assert_one_line_error(tg_export_hf(m, "/proc/tg_export_test", &o), "/proc/tg_export_test");
+    tu_assert_one_line_error(tg_export_hf(m, "", &o), "no folder");
+    tu_assert_one_line_error(tg_export_hf(m, "/", &o), "/");
     assert_listing(parent, "out");
     tg_tape_free(tp);
     remove_tree(parent);
@@ -921,13 +916,13 @@ static void test_atomic_file(void **state)
     tg__export_file o;
     /* not a regular file in the way: refused */
     assert_int_equal(mkdir(path, 0755), 0);
-    assert_one_line_error(tg__export_file_begin(&o, path, "export_gguf"), "export_gguf", path, "a folder");
+    tu_assert_one_line_error(tg__export_file_begin(&o, path, "export_gguf"), "export_gguf", path, "a folder");
     rmdir(path);
     assert_int_equal(mkfifo(path, 0644), 0);
-    assert_one_line_error(tg__export_file_begin(&o, path, "export_gguf"), path, "a FIFO");
+    tu_assert_one_line_error(tg__export_file_begin(&o, path, "export_gguf"), path, "a FIFO");
     unlink(path);
     char *nowhere = path_in(parent, "missing/out.gguf");
-    assert_one_line_error(tg__export_file_begin(&o, nowhere, "export_gguf"), nowhere);
+    tu_assert_one_line_error(tg__export_file_begin(&o, nowhere, "export_gguf"), nowhere);
     free(nowhere);
     assert_listing(parent, "");
 

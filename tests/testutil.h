@@ -60,6 +60,12 @@ void tu_assert_error_(bool failed, const char *file, int line, ...);
     tu_assert_error_((ptr) == NULL, __FILE__, __LINE__, __VA_ARGS__, (const char *)NULL)
 #define tu_assert_status_error(st, ...) \
     tu_assert_error_((st) != TG_OK, __FILE__, __LINE__, __VA_ARGS__, (const char *)NULL)
+/* The same, and the message is one line. */
+#define tu_assert_one_line_error(st, ...)                                                  \
+    do {                                                                                   \
+        tu_assert_status_error((st), __VA_ARGS__);                                         \
+        if (strchr(tg_last_error(), '\n')) fail_msg("not one line: %s", tg_last_error()); \
+    } while (0)
 
 /* Fails unless two gradcheck results are the same: verdict, worst element,
  * its values (to the bit) and message. */

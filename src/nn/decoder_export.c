@@ -6,7 +6,6 @@
 #include "nn_internal.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,21 +104,6 @@ typedef struct {
     tg_tensor **tensors;
 } out_list;
 
-static char *tape_printf(tg_tape *tp, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int len = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    char *s = len >= 0 ? tg_tape_alloc(tp, (size_t)len + 1, false) : NULL;
-    if (s) {
-        va_start(ap, fmt);
-        vsnprintf(s, (size_t)len + 1, fmt, ap);
-        va_end(ap);
-    }
-    return s;
-}
-
 static int push(out_list *o, const char *name, tg_tensor *t)
 {
     if (!name || !t) return TG_ENOMEM;
@@ -168,7 +152,7 @@ static tg_tensor *gpt2_entry(out_list *o, const tg__hf_part *rows, int i, const 
     int np = 0;
     for (int k = i; rows[k].hf && np < 3; k++) {
         if (strcmp(rows[k].hf, row->hf) != 0) continue;
-        char *name = tape_printf(o->tp, "%s%s", prefix, rows[k].ours);
+        char *name = tg__tape_printf(o->tp, "%s%s", prefix, rows[k].ours);
         if (!name) return NULL;
         tg_tensor *t = tg_module_get_parameter(o->model, name);
         if (!t && rows[k].part >= 0 && strstr(rows[k].ours, ".bias")) {
@@ -205,7 +189,7 @@ static int gpt2_list(out_list *o, const tg_decoder_config *r, const tg__family *
         bool seen = false;
         for (int j = 0; j < k; j++) seen |= strcmp(file[j].hf, file[k].hf) == 0 && strcmp(file[j].ours, "out_head.weight");
         if (seen) continue;
-        int st = push(o, tape_printf(o->tp, "transformer.%s", file[k].hf), gpt2_entry(o, file, k, ""));
+        int st = push(o, tg__tape_printf(o->tp, "transformer.%s", file[k].hf), gpt2_entry(o, file, k, ""));
         if (st != TG_OK) return st;
     }
     const tg__hf_part *layer = &file[k + 1];
@@ -216,7 +200,7 @@ static int gpt2_list(out_list *o, const tg_decoder_config *r, const tg__family *
             bool seen = false;
             for (int j = 0; j < i; j++) seen |= strcmp(layer[j].hf, layer[i].hf) == 0;
             if (seen) continue;
-            int st = push(o, tape_printf(o->tp, "transformer.h.%lld.%s", (long long)l, layer[i].hf),
+            int st = push(o, tg__tape_printf(o->tp, "transformer.h.%lld.%s", (long long)l, layer[i].hf),
                           gpt2_entry(o, layer, i, prefix));
             if (st != TG_OK) return st;
         }
@@ -235,13 +219,13 @@ static int decoder_list(out_list *o, const tg_decoder_config *r, const tg__famil
         for (int i = 0; st == TG_OK && i < TG__HF_MAX_PARTS && f->hf_parts[i].hf; i++) {
             const tg__hf_part *part = &f->hf_parts[i];
             if (part->qk_norm && !r->qk_norm) continue;
-            char *ours = tape_printf(o->tp, "%s.%lld.%s%s%s", f->blocks, (long long)l, part->ours,
+            char *ours = tg__tape_printf(o->tp, "%s.%lld.%s%s%s", f->blocks, (long long)l, part->ours,
                                      part->norm ? "." : "", part->norm ? norm : "");
             tg_tensor *t = ours ? param(o, ours) : NULL;
             if (ours && !t) return TG_EINVAL;
-            st = push(o, tape_printf(o->tp, "model.layers.%lld.%s", (long long)l, part->hf), t);
+            st = push(o, tg__tape_printf(o->tp, "model.layers.%lld.%s", (long long)l, part->hf), t);
         }
-    char *fn = st == TG_OK ? tape_printf(o->tp, "final_norm.%s", norm) : NULL;
+    char *fn = st == TG_OK ? tg__tape_printf(o->tp, "final_norm.%s", norm) : NULL;
     tg_tensor *fnorm = fn ? param(o, fn) : NULL;
     if (st == TG_OK && !fnorm) return fn ? TG_EINVAL : TG_ENOMEM;
     if (st == TG_OK) st = push(o, "model.norm.weight", fnorm);
@@ -294,8 +278,8 @@ static const char *hf_module(tg_tape *tp, const char *ours, const tg_decoder_con
         if (strncmp(rows[i].ours, rest, n) != 0 || strcmp(rows[i].ours + n, ".weight") != 0) continue;
         size_t hn = strlen(rows[i].hf) - strlen(".weight");
         *part = rows[i].part;
-        return f->hf_file ? tape_printf(tp, "transformer.h.%lld.%.*s", l, (int)hn, rows[i].hf)
-                          : tape_printf(tp, "model.layers.%lld.%.*s", l, (int)hn, rows[i].hf);
+        return f->hf_file ? tg__tape_printf(tp, "transformer.h.%lld.%.*s", l, (int)hn, rows[i].hf)
+                          : tg__tape_printf(tp, "model.layers.%lld.%.*s", l, (int)hn, rows[i].hf);
     }
     return NULL;
 }
@@ -330,7 +314,7 @@ int tg_decoder_peft_state_dict(tg_tape *tp, const tg_module *model, tg_named_lis
     for (int i = 0; i < sd.n; i++) {
         size_t len = strlen(sd.names[i]);
         if (len < 7 || strcmp(sd.names[i] + len - 7, ".lora.A") != 0) continue;
-        char *ours = tape_printf(tp, "%.*s", (int)(len - 7), sd.names[i]);
+        char *ours = tg__tape_printf(tp, "%.*s", (int)(len - 7), sd.names[i]);
         tg_module *w = ours ? tg_module_get_submodule(model, ours) : NULL, *lin;
         tg_tensor *a, *b;
         double scale;
@@ -377,8 +361,8 @@ int tg_decoder_peft_state_dict(tg_tape *tp, const tg_module *model, tg_named_lis
             row0 += ad[k].b[p]->shape[1];
         }
         const char *m = ad[k].module;
-        if ((st = push(&o, tape_printf(tp, "base_model.model.%s.lora_A.weight", m), la)) != TG_OK ||
-            (st = push(&o, tape_printf(tp, "base_model.model.%s.lora_B.weight", m), lb)) != TG_OK)
+        if ((st = push(&o, tg__tape_printf(tp, "base_model.model.%s.lora_A.weight", m), la)) != TG_OK ||
+            (st = push(&o, tg__tape_printf(tp, "base_model.model.%s.lora_B.weight", m), lb)) != TG_OK)
             return st;
         const char *last = strrchr(m, '.') ? strrchr(m, '.') + 1 : m;
         if (parts == 3) info->fused = last;

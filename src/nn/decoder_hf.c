@@ -30,7 +30,6 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -380,22 +379,6 @@ static bool skipped(const char *name)
            strcmp(name + n - s, ".self_attn.rotary_emb.inv_freq") == 0;
 }
 
-/* printf into tp; NULL when out of memory. */
-static char *tape_printf(tg_tape *tp, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int len = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    char *s = len >= 0 ? tg_tape_alloc(tp, (size_t)len + 1, false) : NULL;
-    if (s) {
-        va_start(ap, fmt);
-        vsnprintf(s, (size_t)len + 1, fmt, ap);
-        va_end(ap);
-    }
-    return s;
-}
-
 /* Every tensor of the model's family and configuration, with its parameter. */
 static int make_slots(tg_tape *tp, tg_module *model, const tg_decoder_config *cfg, const tg__family *f, slot **out)
 {
@@ -404,7 +387,7 @@ static int make_slots(tg_tape *tp, tg_module *model, const tg_decoder_config *cf
     slot *s = tg_tape_alloc(tp, sizeof *s * (size_t)n, true);
     if (!s) return TG_ENOMEM;
     s[SLOT_EMBED] = (slot){"model.embed_tokens.weight", "tok_emb.weight", NULL, -1};
-    s[SLOT_NORM] = (slot){"model.norm.weight", tape_printf(tp, "final_norm.%s", norm), NULL, -1};
+    s[SLOT_NORM] = (slot){"model.norm.weight", tg__tape_printf(tp, "final_norm.%s", norm), NULL, -1};
     s[SLOT_HEAD] = (slot){"lm_head.weight", "out_head.weight", NULL, -1};
     if (!s[SLOT_NORM].ours) return TG_ENOMEM;
     for (int64_t l = 0; l < cfg->n_layers; l++)
@@ -412,8 +395,8 @@ static int make_slots(tg_tape *tp, tg_module *model, const tg_decoder_config *cf
             const tg__hf_part *part = &f->hf_parts[i];
             if (part->qk_norm && !cfg->qk_norm) continue;
             slot *t = &s[SLOT_LAYERS + l * NPARTS + i];
-            *t = (slot){tape_printf(tp, "model.layers.%lld.%s", (long long)l, part->hf),
-                        tape_printf(tp, "%s.%lld.%s%s%s", f->blocks, (long long)l, part->ours, part->norm ? "." : "",
+            *t = (slot){tg__tape_printf(tp, "model.layers.%lld.%s", (long long)l, part->hf),
+                        tg__tape_printf(tp, "%s.%lld.%s%s%s", f->blocks, (long long)l, part->ours, part->norm ? "." : "",
                                     part->norm ? norm : ""),
                         NULL, -1};
             if (!t->hf || !t->ours) return TG_ENOMEM;
@@ -440,7 +423,7 @@ typedef struct {
     const char **path; /* and their paths */
 } folder;
 
-static const char *join(tg_tape *tp, const char *dir, const char *name) { return tape_printf(tp, "%s/%s", dir, name); }
+static const char *join(tg_tape *tp, const char *dir, const char *name) { return tg__tape_printf(tp, "%s/%s", dir, name); }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
@@ -495,7 +478,7 @@ static int list_shards(folder *f)
         if (!f->file || !f->path) st = TG_ENOMEM;
         for (size_t i = 0; st == TG_OK && i < k; i++) {
             if (f->n_shards > 0 && strcmp(names[i], f->file[f->n_shards - 1]) == 0) continue;
-            const char *file = tape_printf(f->tp, "%s", names[i]), *path = join(f->tp, f->dir, names[i]);
+            const char *file = tg__tape_printf(f->tp, "%s", names[i]), *path = join(f->tp, f->dir, names[i]);
             if (!file || !path)
                 st = TG_ENOMEM;
             else

@@ -177,14 +177,6 @@ tg_tensor *tg_optimizer_param(const tg_optimizer *o, int i)
 
 /* ---- state_dict ------------------------------------------------------------------------ */
 
-static char *tape_printf(tg_tape *tp, const char *fmt, int i, const char *what)
-{
-    int len = snprintf(NULL, 0, fmt, i, what);
-    char *s = tg_tape_alloc(tp, (size_t)len + 1, false);
-    if (s) snprintf(s, (size_t)len + 1, fmt, i, what);
-    return s;
-}
-
 static bool has_step_entry(const tg_optimizer *o) { return !o->no_step_entry; }
 
 int tg_optimizer_state_dict(tg_tape *tp, const tg_optimizer *o, tg_named_list *out)
@@ -203,13 +195,13 @@ int tg_optimizer_state_dict(tg_tape *tp, const tg_optimizer *o, tg_named_list *o
         if (o->steps[i] == 0) continue; /* as PyTorch: a parameter never stepped has no state */
         if (has_step_entry(o)) {
             tg_tensor *step = tg_scalar(tp, TG_F32, (double)o->steps[i]);
-            char *name = tape_printf(tp, "state.%d.%s", i, "step");
+            char *name = tg__tape_printf(tp, "state.%d.%s", i, "step");
             if (!step || !name) return TG_ENOMEM;
             out->names[out->n] = name;
             out->tensors[out->n++] = step;
         }
         for (int k = 0; k < t->nstate; k++) {
-            char *name = tape_printf(tp, "state.%d.%s", i, t->state_names[k]);
+            char *name = tg__tape_printf(tp, "state.%d.%s", i, t->state_names[k]);
             if (!name) return TG_ENOMEM;
             out->names[out->n] = name;
             out->tensors[out->n++] = o->state[(size_t)i * (size_t)t->nstate + (size_t)k];

@@ -24,6 +24,9 @@ static inline void *tg__ptr(const tg_tensor *x, int64_t off)
     return (char *)x->data + (size_t)off * tg_dtype_size(x->dtype);
 }
 
+/* printf into a string in tp; NULL when out of memory (no message). */
+char *tg__tape_printf(tg_tape *tp, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* A tensor header in tp sharing x's storage (a view), with no autograd state. */
 tg_tensor *tg__alias(tg_tape *tp, const tg_tensor *x);
 

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #define TG_ALIGN 64
@@ -339,4 +340,19 @@ void *tg__tape_scratch(tg_tape *tp, size_t nbytes)
         tp->scratch = p, tp->scratch_size = nbytes;
     }
     return tp->scratch;
+}
+
+char *tg__tape_printf(tg_tape *tp, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int len = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *s = len >= 0 ? tg_tape_alloc(tp, (size_t)len + 1, false) : NULL;
+    if (s) {
+        va_start(ap, fmt);
+        vsnprintf(s, (size_t)len + 1, fmt, ap);
+        va_end(ap);
+    }
+    return s;
 }

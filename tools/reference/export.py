@@ -102,10 +102,8 @@ tests/ref/export.json:
       model's, eval mode}]
 """
 import argparse
-import ast
 import contextlib
 import copy
-import hashlib
 import importlib
 import json
 import os
@@ -250,39 +248,10 @@ def load_gpt2_notebook(root):
     """The cells of the chapter-5 safetensors notebook that define assign and
     load_weights_into_gpt, executed in a namespace holding torch (the
     notebook imports it in a later cell)."""
-    path = os.path.join(root, GPT2_NOTEBOOK)
-    with open(path, "rb") as f:
-        raw = f.read()
-    nb = json.loads(raw.decode("utf-8"))
     ns = {"__name__": "gpt2_hf_notebook", "torch": torch}
-    found, cells = {}, []
-    for i, cell in enumerate(nb["cells"]):
-        if cell["cell_type"] != "code":
-            continue
-        src = "".join(cell["source"])
-        try:
-            tree = ast.parse(src)
-        except SyntaxError:
-            continue
-        defs = [gem._defined(s) for s in tree.body]
-        names = [n for d in defs if d for n in d]
-        if not any(n in GPT2_NAMES for n in names):
-            continue
-        for s, d in zip(tree.body, defs):
-            if d is None or any(n not in GPT2_NAMES for n in d):
-                raise RuntimeError("%s cell %d: %r besides the definitions taken from it"
-                                   % (GPT2_NOTEBOOK, i, ast.dump(s)[:80]))
-        for n in names:
-            if n in found:
-                raise RuntimeError("%s: %s defined in cells %d and %d" % (GPT2_NOTEBOOK, n, found[n], i))
-            found[n] = i
-        exec(compile(src, "%s[cell %d]" % (GPT2_NOTEBOOK, i), "exec"), ns)
-        cells.append(i)
-    missing = [n for n in GPT2_NAMES if n not in found]
-    if missing:
-        raise RuntimeError("%s defines no %s" % (GPT2_NOTEBOOK, ", ".join(missing)))
+    cells, sha256 = gem.notebook_definitions(root, GPT2_NOTEBOOK, GPT2_NAMES, ns)
     return {"load": ns["load_weights_into_gpt"], "assign": ns["assign"], "path": GPT2_NOTEBOOK,
-            "sha256": hashlib.sha256(raw).hexdigest(), "cells": cells}
+            "sha256": sha256, "cells": cells}
 
 
 class Book:

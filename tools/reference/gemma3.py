@@ -301,16 +301,14 @@ def _defined(stmt):
     return None
 
 
-def load_notebook(root, which):
-    """The notebook's code cells that define the WANTED names, executed in a
-    fresh namespace. A selected cell must hold nothing but imports and those
-    definitions; every name must be defined exactly once."""
-    path = os.path.join(root, NOTEBOOKS[which])
-    with open(path, "rb") as f:
+def notebook_definitions(root, relpath, wanted, ns):
+    """The code cells of the notebook root/relpath that define the wanted
+    names, executed in the namespace ns. A selected cell must hold nothing but
+    imports and those definitions; every name must be defined exactly once.
+    Returns the cells' indices and the notebook file's sha256."""
+    with open(os.path.join(root, relpath), "rb") as f:
         raw = f.read()
     nb = json.loads(raw.decode("utf-8"))
-    wanted = WANTED[which]
-    ns = {"__name__": "gemma3_" + which}
     found, cells = {}, []
     for i, cell in enumerate(nb["cells"]):
         if cell["cell_type"] != "code":
@@ -327,19 +325,28 @@ def load_notebook(root, which):
         for s, d in zip(tree.body, defs):
             if d is None or any(n not in wanted for n in d):
                 raise RuntimeError("%s cell %d: %r besides the definitions taken from it"
-                                   % (NOTEBOOKS[which], i, ast.dump(s)[:80]))
+                                   % (relpath, i, ast.dump(s)[:80]))
         for n in names:
             if n in found:
-                raise RuntimeError("%s: %s defined in cells %d and %d" % (NOTEBOOKS[which], n, found[n], i))
+                raise RuntimeError("%s: %s defined in cells %d and %d" % (relpath, n, found[n], i))
             found[n] = i
-        exec(compile(src, "%s[cell %d]" % (NOTEBOOKS[which], i), "exec"), ns)
+        exec(compile(src, "%s[cell %d]" % (relpath, i), "exec"), ns)
         cells.append(i)
     missing = [n for n in wanted if n not in found]
     if missing:
-        raise RuntimeError("%s defines no %s" % (NOTEBOOKS[which], ", ".join(missing)))
+        raise RuntimeError("%s defines no %s" % (relpath, ", ".join(missing)))
+    return cells, hashlib.sha256(raw).hexdigest()
+
+
+def load_notebook(root, which):
+    """The notebook's WANTED definitions (notebook_definitions), executed in a
+    fresh namespace."""
+    wanted = WANTED[which]
+    ns = {"__name__": "gemma3_" + which}
+    cells, sha256 = notebook_definitions(root, NOTEBOOKS[which], wanted, ns)
     m = types.SimpleNamespace(**{n: ns[n] for n in wanted})
     m.cells = cells
-    m.sha256 = hashlib.sha256(raw).hexdigest()
+    m.sha256 = sha256
     m.path = NOTEBOOKS[which]
     return m
 
