@@ -262,6 +262,104 @@ static void test_round_trip(void **state)
     }
 }
 
+/* ---- a LoRA model merged ------------------------------------------------------------------ */
+
+/* Each case's model with every Linear wrapped (rank 2, alpha 4; B given
+ * values, as after training), then tg_lora_merge: the merged model's
+ * logits are the LoRA model's within 1e-5 (float32), the wrappers are gone,
+ * a tied head keeps the embedding as it was, and the merged model written
+ * with tg_export_hf reads back to its own logits bit for bit. */
+static void test_lora_merge(void **state)
+{
+    (void)state;
+    const json_t *cases = jget(g_ref, "cases"), *c;
+    size_t i;
+    json_array_foreach(cases, i, c) {
+        const char *name = jstr(c, "name");
+        for (int tied = 0; tied < 2; tied++) {
+            tg_tape *mt = tg_tape_new(), *tp = tg_tape_new();
+            tg_decoder_config cfg = case_config(c);
+            cfg.tie_head = tied;
+            tg_manual_seed((uint64_t)json_integer_value(jget(c, "seed")));
+            tg_module *m = tg_decoder_new(mt, &cfg);
+            tu_assert_ok(m);
+            tg_tensor *emb = tg_module_get_parameter(m, "tok_emb.weight");
+            tg_tensor *emb_before = tg_contiguous(tp, emb);
+            emb_before = tg_from_data(tp, TG_F32, emb->ndim, emb->shape, tg_data_ptr(emb_before));
+            assert_int_equal(tg_lora_replace_linear(mt, m, 2, 4.0), TG_OK);
+            tg_named_list sd;
+            assert_int_equal(tg_module_state_dict(tp, m, &sd), TG_OK);
+            int n_lora = 0;
+            for (int k = 0; k < sd.n; k++) {
+                size_t len = strlen(sd.names[k]);
+                if (len < 7 || strcmp(sd.names[k] + len - 7, ".lora.B") != 0) continue;
+                float *b = tg_data_ptr(sd.tensors[k]);
+                for (int64_t e = 0; e < tg_numel(sd.tensors[k]); e++) b[e] = 0.01f * (float)((e * 7 + k) % 11 - 5);
+                n_lora++;
+            }
+            assert_true(n_lora >= 5);
+            tg_tensor *unmerged = logits_of(tp, m, c);
+            assert_int_equal(tg_lora_merge(m), TG_OK);
+            tg_named_list after;
+            assert_int_equal(tg_module_state_dict(tp, m, &after), TG_OK);
+            for (int k = 0; k < after.n; k++)
+                if (strstr(after.names[k], ".lora.") || strstr(after.names[k], ".linear."))
+                    fail_msg("%s: '%s' left after the merge", name, after.names[k]);
+            tg_tensor *merged = logits_of(tp, m, c);
+            const float *u = tg_data_ptr(unmerged), *g = tg_data_ptr(merged);
+            /* within 1e-5, and 1e-6 of the logit past 10 (torch.allclose's
+             * atol 1e-5, rtol 1e-6): both are float32 sums of the same
+             * products in other orders */
+            double worst = 0, moved = 0, biggest = 0;
+            for (int64_t k = 0; k < tg_numel(merged); k++) {
+                double d = fabs((double)u[k] - (double)g[k]);
+                worst = fmax(worst, d);
+                biggest = fmax(biggest, fabs((double)u[k]));
+                if (!(d <= 1e-5 + 1e-6 * fabs((double)u[k])))
+                    fail_msg("%s: merged logit %lld is %.9g, the LoRA model's %.9g", name, (long long)k, g[k], u[k]);
+            }
+            tg_tensor *plain = NULL;
+            {
+                tg_tape *pt = tg_tape_new();
+                tg_manual_seed((uint64_t)json_integer_value(jget(c, "seed")));
+                tg_module *base = tg_decoder_new(pt, &cfg);
+                tg_tensor *y = logits_of(tp, base, c);
+                plain = y;
+                tg_tape_free(pt);
+            }
+            for (int64_t k = 0; k < tg_numel(merged); k++) moved = fmax(moved, fabs((double)g[k] - ((float *)tg_data_ptr(plain))[k]));
+            print_message("%-14s %s: merged against LoRA max |diff| %.3g, logits up to %.3g (the adapters move them "
+                          "by %.3g)\n",
+                          name, tied ? "tied head" : "own head ", worst, biggest, moved);
+            assert_true(moved > 1e-3); /* the adapters do change the model */
+            /* a tied embedding keeps its values: the merged head has its own tensor */
+            assert_memory_equal(tg_data_ptr(tg_contiguous(tp, tg_module_get_parameter(m, "tok_emb.weight"))),
+                                tg_data_ptr(emb_before), sizeof(float) * (size_t)tg_numel(emb_before));
+            if (tied)
+                assert_ptr_not_equal(tg_module_get_parameter(m, "out_head.weight"),
+                                     tg_module_get_parameter(m, "tok_emb.weight"));
+
+            char dir[1200];
+            snprintf(dir, sizeof dir, "%s/%s-merged", g_dir, name);
+            tg_export_options opt = {.tokenizer = g_tok};
+            if (tg_export_hf(m, dir, &opt) != TG_OK) fail_msg("%s: export_hf: %s", name, tg_last_error());
+            tg_decoder_config b;
+            if (tg_decoder_config_from_hf(dir, &b) != TG_OK) fail_msg("%s: %s", name, tg_last_error());
+            assert_false(b.tie_head); /* the merged head is not the embedding */
+            tg_tape *mt2 = tg_tape_new();
+            tg_module *back = tg_decoder_new(mt2, &b);
+            tu_assert_ok(back);
+            if (tg_decoder_load_hf(back, dir) != TG_OK) fail_msg("%s: load_hf: %s", name, tg_last_error());
+            tg_tensor *got = logits_of(tp, back, c);
+            assert_memory_equal(tg_data_ptr(got), g, sizeof(float) * (size_t)tg_numel(merged));
+            remove_folder(dir);
+            tg_tape_free(mt2);
+            tg_tape_free(tp);
+            tg_tape_free(mt);
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -269,6 +367,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_book_loaders),
         cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_lora_merge),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
