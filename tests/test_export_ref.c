@@ -262,6 +262,48 @@ static void test_round_trip(void **state)
     }
 }
 
+/* ---- a tied head --------------------------------------------------------------------------- */
+
+/* Each case's model with its head tied to the embedding: config.json says
+ * tie_word_embeddings, no lm_head.weight is written (GPT-2's included),
+ * and the folder reads back to the same logits bit for bit. */
+static void test_tied_round_trip(void **state)
+{
+    (void)state;
+    const json_t *cases = jget(g_ref, "cases"), *c;
+    size_t i;
+    json_array_foreach(cases, i, c) {
+        const char *name = jstr(c, "name");
+        tg_tape *mt = tg_tape_new(), *tp = tg_tape_new(), *mt2 = tg_tape_new();
+        tg_decoder_config cfg = case_config(c), b;
+        cfg.tie_head = true;
+        tg_manual_seed((uint64_t)json_integer_value(jget(c, "seed")));
+        tg_module *m = tg_decoder_new(mt, &cfg);
+        tu_assert_ok(m);
+        tg_tensor *want = logits_of(tp, m, c);
+        char dir[1200], file[1300];
+        snprintf(dir, sizeof dir, "%s/%s-tied", g_dir, name);
+        tg_export_options opt = {.tokenizer = g_tok};
+        if (tg_export_hf(m, dir, &opt) != TG_OK) fail_msg("%s: export_hf: %s", name, tg_last_error());
+        if (tg_decoder_config_from_hf(dir, &b) != TG_OK) fail_msg("%s: %s", name, tg_last_error());
+        assert_true(b.tie_head);
+        snprintf(file, sizeof file, "%s/model.safetensors", dir);
+        tg_safetensors st;
+        assert_int_equal(tg_safetensors_load(tp, file, &st), TG_OK);
+        assert_null(tg_safetensors_get(&st, "lm_head.weight"));
+        tg_module *back = tg_decoder_new(mt2, &b);
+        tu_assert_ok(back);
+        if (tg_decoder_load_hf(back, dir) != TG_OK) fail_msg("%s: load_hf: %s", name, tg_last_error());
+        assert_ptr_equal(tg_module_get_parameter(back, "out_head.weight"), tg_module_get_parameter(back, "tok_emb.weight"));
+        tg_tensor *got = logits_of(tp, back, c);
+        assert_memory_equal(tg_data_ptr(got), tg_data_ptr(want), sizeof(float) * (size_t)tg_numel(want));
+        remove_folder(dir);
+        tg_tape_free(mt2);
+        tg_tape_free(tp);
+        tg_tape_free(mt);
+    }
+}
+
 /* ---- a LoRA model merged ------------------------------------------------------------------ */
 
 /* Each case's model with every Linear wrapped (rank 2, alpha 4; B given
@@ -367,6 +409,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_book_loaders),
         cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_tied_round_trip),
         cmocka_unit_test(test_lora_merge),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
