@@ -1,11 +1,15 @@
 /* GGUF export (src/export/gguf.c, tokenizer.c, quant.c): tiny models of the
  * four families written and parsed back by the small GGUF reader below:
- * keys, tensor names, shapes and types, the values (GPT-2's Conv1D weights
- * transposed, Llama's query and key rows permuted, Gemma 3's norms plus
- * one, Llama 3's rope_freqs), the tokenizer arrays; the conversions against
- * tests/ref/q8_0.json (tools/reference/quant.py: gguf-py's Q8_0 and
- * numpy's float16); GPT-2's tokenizer.json built from encoder.json and
- * vocab.bpe read back by tg_tokenizer_load_json; and the refusals. That
+ * keys, tensor names, shapes and types (each type for each family, bfloat16
+ * weights too), the values (GPT-2's Conv1D weights transposed, Llama's
+ * query and key rows permuted, Gemma 3's norms plus one, Llama 3's
+ * rope_freqs), heads tied and untied, the tokenizer arrays, special ids and
+ * flags; the conversions against tests/ref/q8_0.json
+ * (tools/reference/quant.py: gguf-py's Q8_0 and numpy's float16); GPT-2's
+ * tokenizer.json built from encoder.json and vocab.bpe read back by
+ * tg_tokenizer_load_json; the tokenizer reader's checks of each source file
+ * (tokenizer.json, GPT-2's two files, tokenizer_config.json, rank files);
+ * and the refusals. That
  * llama.cpp itself loads such files, tokenizes as tapegrad does and
  * generates tapegrad's greedy ids is checked with llama.cpp's binaries by
  * tests/check_llamacpp.py. */
@@ -950,6 +954,690 @@ static void test_tokenizer_errors(void **state)
     tg__export_tokenizer_free(&t);
 }
 
+/* ---- each type for each family ---------------------------------------------------------------------- */
+
+/* A small GPT-2 folder: encoder.json of 10 byte-level tokens and <|endoftext|> (id 10), vocab.bpe. */
+static void gpt2_files(const char *dir)
+{
+    char path[256];
+    assert_int_equal(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/encoder.json", dir);
+    write_json(path, json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i}", "a", 0, "b", 1, "ab", 2,
+                               "\xc4\xa0", 3, "\xc4\xa0" "a", 4, "c", 5, "x", 6, "y", 7, "z", 8, "abc", 9,
+                               "<|endoftext|>", 10));
+    snprintf(path, sizeof path, "%s/vocab.bpe", dir);
+    write_text(path, "#version: 0.2\r\na b\r\n\r\n\xc4\xa0 a\nab c\n");
+}
+
+/* Bytes of a GGML tensor of n values. */
+static uint64_t ggml_bytes(uint32_t type, uint64_t n) { return type == 8 ? n / 32 * 34 : type == 0 ? 4 * n : 2 * n; }
+
+/* Every tensor lies inside the file, after the one before it. */
+static void assert_layout(const gguf *g)
+{
+    uint64_t end = 0;
+    for (uint64_t i = 0; i < g->n_t; i++) {
+        const gtensor *t = &g->t[i];
+        uint64_t n = t->ne[0] * (t->ndim == 2 ? t->ne[1] : 1);
+        assert_true(t->offset >= end);
+        end = t->offset + ggml_bytes(t->type, n);
+    }
+    assert_true((size_t)(g->data - g->file) + end <= g->len);
+}
+
+static void test_types(void **state)
+{
+    (void)state;
+    char qdir[128], gdir[128], mdir[128], path[256];
+    tmp(qdir, sizeof qdir, "types_qwen");
+    assert_int_equal(mkdir(qdir, 0755), 0);
+    qwen_tokens(qdir);
+    tmp(gdir, sizeof gdir, "types_gpt2");
+    gpt2_files(gdir);
+    tmp(mdir, sizeof mdir, "types_gemma");
+    assert_int_equal(mkdir(mdir, 0755), 0);
+    gemma_tokens(mdir);
+    const struct {
+        const char *preset, *tokenizer, *down, *arch;
+        void (*tweak)(tg_decoder_config *);
+    } fam[] = {
+        {"gpt2-small", gdir, "trf_blocks.0.ff.layers.2.weight", "gpt2", NULL},
+        {"qwen3-0.6b", qdir, "trf_blocks.0.ff.fc3.weight", "qwen3", NULL},
+        {"llama3.2-1b", qdir, "trf_blocks.0.ff.fc3.weight", "llama", NULL},
+        {"gemma3-270m", mdir, "blocks.0.ff.fc3.weight", "gemma3", gemma_tweak},
+    };
+    static const uint32_t ggml[] = {0, 1, 30, 8}, ftype[] = {0, 1, 32, 7};
+    tg_tape *tp = tg_tape_new();
+    for (int f = 0; f < 4; f++) {
+        tg_module *m = tiny(tp, fam[f].preset, 32, fam[f].tweak);
+        for (int t = 0; t < 4; t++) {
+            tg_export_options o = {.type = (tg_export_type)t, .tokenizer = fam[f].tokenizer};
+            snprintf(path, sizeof path, "%s/%s_%d.gguf", g_tmp, fam[f].arch, t);
+            if (tg_export_gguf(m, path, &o) != TG_OK) fail_msg("%s %d: %s", fam[f].arch, t, tg_last_error());
+            gguf g;
+            gguf_open(&g, path);
+            assert_kv_str(&g, "general.architecture", fam[f].arch);
+            assert_int_equal(kv_u32(&g, "general.file_type"), ftype[t]);
+            assert_layout(&g);
+            /* the matrices in the type; 1-D tensors and norms F32 */
+            tensor(&g, "token_embd.weight", ggml[t], 64, 32);
+            tensor(&g, "blk.1.attn_norm.weight", 0, 64, 0);
+            const gtensor *down = tensor(&g, "blk.0.ffn_down.weight", ggml[t], 96, 64);
+            if (f == 0) tensor(&g, "position_embd.weight", 0, 64, 64);
+            /* row 5 of the feed-forward's down projection */
+            float row[96];
+            for (int c = 0; c < 96; c++) row[c] = pval(m, fam[f].down, 5, c);
+            if (t == 3) {
+                uint8_t want[3 * 34];
+                tg__q8_0_quantize(row, 96, want);
+                assert_memory_equal(g.data + down->offset + 5 * 3 * 34, want, sizeof want);
+            } else {
+                for (int c = 0; c < 96; c += 7) {
+                    float want = t == 0 ? row[c] : t == 1 ? tg__f32_from_f16(tg__f16_from_f32(row[c]))
+                                                          : (float)tu_bf16(row[c]);
+                    if (t_elem(&g, down, (uint64_t)(5 * 96 + c)) != want)
+                        fail_msg("%s %s: ffn_down[5, %d] is %.9g, expected %.9g", fam[f].arch,
+                                 tg_export_type_name(o.type), c, (double)t_elem(&g, down, (uint64_t)(5 * 96 + c)),
+                                 (double)want);
+                }
+            }
+            gguf_close(&g);
+        }
+    }
+    tg_tape_free(tp);
+}
+
+/* ---- bfloat16 weights ------------------------------------------------------------------------------- */
+
+static void bf16_weights(tg_decoder_config *c) { c->weights = TG_BF16; }
+
+/* bf16 value i of a bf16 parameter, widened */
+static float bf16_at(const tg_module *m, const char *name, int64_t i)
+{
+    const tg_tensor *t = tg_module_get_parameter(m, name);
+    if (!t || t->dtype != TG_BF16) fail_msg("no bf16 parameter %s", name);
+    uint32_t u = (uint32_t)((const uint16_t *)tg_data_ptr(t))[i] << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void test_bf16_weights(void **state)
+{
+    (void)state;
+    char dir[128], path[256];
+    tmp(dir, sizeof dir, "bf16_qwen");
+    assert_int_equal(mkdir(dir, 0755), 0);
+    qwen_tokens(dir);
+    tg_tape *tp = tg_tape_new();
+    tg_module *m = tiny(tp, "llama3.2-1b", 32, bf16_weights);
+    tmp(path, sizeof path, "bf16.gguf");
+    for (int t = 0; t < 4; t++) {
+        if (t == 1) continue;
+        tg_export_options o = {.type = (tg_export_type)t, .tokenizer = dir};
+        assert_int_equal(tg_export_gguf(m, path, &o), TG_OK);
+        gguf g;
+        gguf_open(&g, path);
+        /* the query's rows permuted from the bf16 weight, widened exactly */
+        const gtensor *q = tensor(&g, "blk.1.attn_q.weight", t == 0 ? 0 : t == 2 ? 30 : 8, 64, 64);
+        if (t == 3) {
+            float row[64];
+            int64_t from = 5 / 16 * 16 + (5 % 2) * 8 + (5 % 16) / 2; /* GGUF row 5 */
+            for (int c = 0; c < 64; c++) row[c] = bf16_at(m, "trf_blocks.1.att.W_query.weight", from * 64 + c);
+            uint8_t want[2 * 34];
+            tg__q8_0_quantize(row, 64, want);
+            assert_memory_equal(g.data + q->offset + 5 * 2 * 34, want, sizeof want);
+        } else {
+            for (int64_t r = 0; r < 64; r += 3) {
+                int64_t from = r / 16 * 16 + (r % 2) * 8 + (r % 16) / 2;
+                for (int64_t c = 0; c < 64; c += 11)
+                    assert_true(t_elem(&g, q, (uint64_t)(r * 64 + c)) ==
+                                bf16_at(m, "trf_blocks.1.att.W_query.weight", from * 64 + c));
+            }
+            const gtensor *e = tensor(&g, "token_embd.weight", t == 0 ? 0 : 30, 64, 32);
+            assert_true(t_elem(&g, e, 7 * 64 + 9) == bf16_at(m, "tok_emb.weight", 7 * 64 + 9));
+        }
+        /* the norms: float32 parameters, F32 */
+        const gtensor *n = tensor(&g, "blk.0.ffn_norm.weight", 0, 64, 0);
+        assert_true(t_elem(&g, n, 3) == pval(m, "trf_blocks.0.norm2.weight", 3, 0));
+        gguf_close(&g);
+    }
+    tg_tape_free(tp);
+}
+
+/* ---- heads: untied written, tied left out --------------------------------------------------------- */
+
+static void test_heads(void **state)
+{
+    (void)state;
+    char dir[128], gdir[128], path[256];
+    tmp(dir, sizeof dir, "heads_qwen");
+    assert_int_equal(mkdir(dir, 0755), 0);
+    qwen_tokens(dir);
+    tg_tape *tp = tg_tape_new();
+    /* Qwen3 untied: output.weight, the head's values */
+    tg_module *m = tiny(tp, "qwen3-0.6b", 32, NULL);
+    assert_int_equal(tg_export_gguf(m, tmp(path, sizeof path, "untied.gguf"), &(tg_export_options){.tokenizer = dir}),
+                     TG_OK);
+    gguf g;
+    gguf_open(&g, path);
+    assert_int_equal(g.n_t, 2 + 2 * 11 + 1);
+    const gtensor *out = tensor(&g, "output.weight", 0, 64, 32);
+    assert_true(t_elem(&g, out, 9 * 64 + 4) == pval(m, "out_head.weight", 9, 4));
+    assert_true(t_elem(&g, out, 9 * 64 + 4) != pval(m, "tok_emb.weight", 9, 4));
+    gguf_close(&g);
+    /* GPT-2 whose head holds the embedding's values: tied, no output.weight */
+    tmp(gdir, sizeof gdir, "heads_gpt2");
+    gpt2_files(gdir);
+    tg_module *gm = tiny(tp, "gpt2-small", 32, NULL);
+    tg_tensor *emb = tg_module_get_parameter(gm, "tok_emb.weight");
+    tg_tensor *head = tg_module_get_parameter(gm, "out_head.weight");
+    memcpy(tg_data_ptr(head), tg_data_ptr(emb), 32 * 64 * sizeof(float));
+    assert_int_equal(tg_export_gguf(gm, tmp(path, sizeof path, "tied.gguf"), &(tg_export_options){.tokenizer = gdir}),
+                     TG_OK);
+    gguf_open(&g, path);
+    assert_int_equal(g.n_t, 4 + 2 * 12);
+    assert_null(find_t(&g, "output.weight"));
+    /* GPT-2's tokenizer from its two files: merges as strings ("\r\n" lines, a blank line skipped) */
+    assert_kv_str(&g, "tokenizer.ggml.pre", "gpt-2");
+    assert_int_equal(arr_len(&g, "tokenizer.ggml.merges", G_STR), 3);
+    assert_arr_str(&g, "tokenizer.ggml.merges", 0, "a b");
+    assert_arr_str(&g, "tokenizer.ggml.merges", 1, "\xc4\xa0 a");
+    assert_arr_str(&g, "tokenizer.ggml.tokens", 10, "<|endoftext|>");
+    assert_int_equal(arr_i32(&g, "tokenizer.ggml.token_type", 10), 3);
+    assert_int_equal(kv_u32(&g, "tokenizer.ggml.eos_token_id"), 10);
+    gguf_close(&g);
+    tg_tape_free(tp);
+}
+
+/* ---- the pre-tokenizer, the special tokens, the flags ------------------------------------------------ */
+
+/* A Qwen-like tokenizer.json in dir with the given pre-tokenizer (stolen). */
+static void tokenizer_with_pre(const char *dir, json_t *pre)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    qwen_tokens(dir);
+    json_t *j = json_load_file(path, 0, NULL);
+    assert_non_null(j);
+    json_object_set_new(j, "pre_tokenizer", pre);
+    write_json(path, j);
+}
+
+static void test_pretokenizers(void **state)
+{
+    (void)state;
+    char dir[128], path[256];
+    tmp(dir, sizeof dir, "pre");
+    assert_int_equal(mkdir(dir, 0755), 0);
+    tg_tape *tp = tg_tape_new();
+    tg_module *m = tiny(tp, "qwen3-0.6b", 32, NULL);
+    tmp(path, sizeof path, "pre.gguf");
+    json_t *refused[] = {
+        json_pack("{s:s}", "type", "Whitespace"),
+        json_null(),
+        json_pack("{s:s, s:b}", "type", "ByteLevel", "use_regex", false),
+        json_pack("{s:s, s:[{s:s, s:{s:s}}, {s:s}]}", "type", "Sequence", "pretokenizers", "type", "Split", "pattern",
+                  "Regex", "\\s+", "type", "ByteLevel"),
+        json_pack("{s:s, s:[{s:s, s:{s:s}}, {s:s}, {s:s}]}", "type", "Sequence", "pretokenizers", "type", "Split",
+                  "pattern", "Regex", QWEN2_REGEX, "type", "ByteLevel", "type", "Digits"),
+        json_pack("{s:s, s:[{s:s, s:{s:s}}, {s:s}]}", "type", "Sequence", "pretokenizers", "type", "Split", "pattern",
+                  "Regex", QWEN2_REGEX, "type", "Metaspace"),
+        json_pack("{s:s, s:[{s:s, s:{s:s}}, {s:s}]}", "type", "Sequence", "pretokenizers", "type", "Split", "pattern",
+                  "String", " ", "type", "ByteLevel"),
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        assert_non_null(refused[i]);
+        tokenizer_with_pre(dir, refused[i]);
+        tu_assert_one_line_error(tg_export_gguf(m, path, &(tg_export_options){.tokenizer = dir}), "export_gguf",
+                                 "pre-tokenizer is none llama.cpp names");
+    }
+    assert_int_equal(access(path, F_OK), -1);
+    /* GPT-2's ByteLevel with its regex: "gpt-2"; Llama 3's pattern: "llama-bpe";
+     * with a config that does not say, llama.cpp's default BOS for each */
+    char cfg[256];
+    snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", dir);
+    write_text(cfg, "{\"eos_token\": \"<|im_end|>\"}");
+    tokenizer_with_pre(dir, json_pack("{s:s, s:b}", "type", "ByteLevel", "add_prefix_space", false));
+    assert_int_equal(tg_export_gguf(m, path, &(tg_export_options){.tokenizer = dir}), TG_OK);
+    gguf g;
+    gguf_open(&g, path);
+    assert_kv_str(&g, "tokenizer.ggml.pre", "gpt-2");
+    assert_false(kv_bool(&g, "tokenizer.ggml.add_bos_token"));
+    gguf_close(&g);
+    tokenizer_with_pre(dir, json_pack("{s:s, s:[{s:s, s:{s:s}}, {s:s}]}", "type", "Sequence", "pretokenizers", "type",
+                                      "Split", "pattern", "Regex", TG_LLAMA3_PATTERN, "type", "ByteLevel"));
+    assert_int_equal(tg_export_gguf(m, path, &(tg_export_options){.tokenizer = dir}), TG_OK);
+    gguf_open(&g, path);
+    assert_kv_str(&g, "tokenizer.ggml.pre", "llama-bpe");
+    assert_true(kv_bool(&g, "tokenizer.ggml.add_bos_token")); /* llama.cpp's default for llama-bpe */
+    gguf_close(&g);
+    tg_tape_free(tp);
+}
+
+static void test_specials(void **state)
+{
+    (void)state;
+    char dir[128], path[256], cfg[256];
+    tmp(dir, sizeof dir, "specials");
+    assert_int_equal(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    /* a post-processor Sequence whose template puts <|endoftext|> first; an
+     * added token past the model's 32 rows; merges in both spellings */
+    json_t *post = json_pack("{s:s, s:[{s:s}, {s:s, s:[{s:{s:s, s:i}}, {s:{s:s, s:i}}]}]}", "type", "Sequence",
+                             "processors", "type", "ByteLevel", "type", "TemplateProcessing", "single", "SpecialToken",
+                             "id", "<|endoftext|>", "type_id", 0, "Sequence", "id", "A", "type_id", 0);
+    byte_level_tokenizer(path, QWEN2_REGEX,
+                         json_pack("[o, o, o, o, o, o, o, o, o, o]", added(10, "<|endoftext|>", true),
+                                   added(11, "<|im_start|>", true), added(12, "<|im_end|>", true),
+                                   added(40, "<|extra|>", true), added(13, "<unused7>", false),
+                                   added(14, "<\xef\xbd\x9c" "begin\xef\xbd\x9c>", false), added(15, "[@BOS@]", false),
+                                   added(16, "<unused7", false), added(17, "<|>", false), added(18, "<2mass>", false)),
+                         post);
+    json_t *j = json_load_file(path, 0, NULL);
+    json_t *merges = json_object_get(json_object_get(j, "model"), "merges");
+    json_array_set_new(merges, 2, json_string("ab c"));
+    write_json(path, j);
+    snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", dir);
+    write_text(cfg, "{\"eos_token\": \"<|im_end|>\", \"pad_token\": \"<|extra|>\", \"add_eos_token\": true, "
+                    "\"chat_template\": [{\"name\": \"rag\", \"template\": \"r\"}, {\"name\": \"default\", "
+                    "\"template\": \"{{ default }}\"}]}");
+    tg_tape *tp = tg_tape_new();
+    tg_module *m = tiny(tp, "qwen3-0.6b", 32, NULL);
+    char out[256];
+    assert_int_equal(tg_export_gguf(m, tmp(out, sizeof out, "specials.gguf"), &(tg_export_options){.tokenizer = dir}),
+                     TG_OK);
+    gguf g;
+    gguf_open(&g, out);
+    assert_int_equal(arr_len(&g, "tokenizer.ggml.tokens", G_STR), 32);
+    assert_arr_str(&g, "tokenizer.ggml.tokens", 31, "[PAD31]");
+    assert_null(find_kv(&g, "tokenizer.ggml.padding_token_id")); /* id 40: past the rows */
+    assert_int_equal(kv_u32(&g, "tokenizer.ggml.bos_token_id"), 10);
+    assert_int_equal(kv_u32(&g, "tokenizer.ggml.eos_token_id"), 12);
+    assert_true(kv_bool(&g, "tokenizer.ggml.add_bos_token"));
+    assert_true(kv_bool(&g, "tokenizer.ggml.add_eos_token"));
+    assert_kv_str(&g, "tokenizer.chat_template", "{{ default }}");
+    assert_arr_str(&g, "tokenizer.ggml.merges", 1, "\xc4\xa0 a");
+    assert_arr_str(&g, "tokenizer.ggml.merges", 2, "ab c");
+    assert_arr_str(&g, "tokenizer.ggml.merges", 3, "x\xc4\xa0y z");
+    /* added tokens that are not special but look it (the converter's
+     * does_token_look_special): control tokens; the others user-defined */
+    static const int32_t types[] = {3, 3, 3, 3, 3, 3, 4, 4, 3};
+    for (int i = 0; i < 9; i++)
+        assert_int_equal(arr_i32(&g, "tokenizer.ggml.token_type", (uint64_t)(10 + i)), types[i]);
+    gguf_close(&g);
+    /* a template of the text alone adds no BOS; the config's add_bos_token wins over it */
+    post = json_pack("{s:s, s:[{s:{s:s, s:i}}]}", "type", "TemplateProcessing", "single", "Sequence", "id", "A",
+                     "type_id", 0);
+    byte_level_tokenizer(path, QWEN2_REGEX, json_pack("[o, o, o]", added(10, "<|endoftext|>", true),
+                                                      added(11, "<|im_start|>", true), added(12, "<|im_end|>", true)),
+                         post);
+    write_text(cfg, "{\"eos_token\": \"<|im_end|>\"}");
+    assert_int_equal(tg_export_gguf(m, out, &(tg_export_options){.tokenizer = dir}), TG_OK);
+    gguf_open(&g, out);
+    assert_false(kv_bool(&g, "tokenizer.ggml.add_bos_token"));
+    assert_null(find_kv(&g, "tokenizer.ggml.add_eos_token"));
+    assert_null(find_kv(&g, "tokenizer.chat_template"));
+    gguf_close(&g);
+    write_text(cfg, "{\"eos_token\": \"<|im_end|>\", \"add_bos_token\": true, \"chat_template\": null}");
+    assert_int_equal(tg_export_gguf(m, out, &(tg_export_options){.tokenizer = dir}), TG_OK);
+    gguf_open(&g, out);
+    assert_true(kv_bool(&g, "tokenizer.ggml.add_bos_token"));
+    gguf_close(&g);
+
+    /* Gemma 3's SentencePiece form: the unknown token given as an object;
+     * a merge that makes no token of the vocabulary changes no score */
+    tmp(dir, sizeof dir, "specials_gemma");
+    assert_int_equal(mkdir(dir, 0755), 0);
+    gemma_tokens(dir);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    j = json_load_file(path, 0, NULL);
+    /* merges in both spellings, one making no token; tokens that only look like bytes */
+    json_t *gm_merges = json_object_get(json_object_get(j, "model"), "merges");
+    json_array_set_new(gm_merges, 1, json_string("a b"));
+    json_array_append_new(gm_merges, json_string("b a"));
+    json_t *gv = json_object_get(json_object_get(j, "model"), "vocab");
+    json_object_set_new(gv, "<0xG1>", json_integer(15));
+    json_object_set_new(gv, "<0x4>", json_integer(16));
+    json_object_set_new(gv, "<0x41]", json_integer(17));
+    json_object_set_new(gv, "<0x4A>", json_integer(18));
+    write_json(path, j);
+    snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", dir);
+    write_text(cfg, "{\"bos_token\": \"<bos>\", \"eos_token\": {\"content\": \"<end_of_turn>\"}, \"unk_token\": "
+                    "{\"content\": \"<unk>\"}, \"pad_token\": null}");
+    tg_module *gm = tiny(tp, "gemma3-270m", 20, gemma_tweak);
+    assert_int_equal(tg_export_gguf(gm, out, &(tg_export_options){.tokenizer = dir}), TG_OK);
+    gguf_open(&g, out);
+    assert_int_equal(kv_u32(&g, "tokenizer.ggml.unknown_token_id"), 3);
+    assert_int_equal(kv_u32(&g, "tokenizer.ggml.eos_token_id"), 12);
+    assert_int_equal(kv_u32(&g, "tokenizer.ggml.eot_token_id"), 12);
+    assert_null(find_kv(&g, "tokenizer.ggml.padding_token_id"));
+    assert_true(kv_bool(&g, "tokenizer.ggml.add_bos_token")); /* SentencePiece's default */
+    static const float scores[] = {-1000, -1000, -1000, -1000, 0, 0, 0, 0, -1, -2, -3, -1000, -1000, -5, -1000};
+    for (int i = 0; i < 15; i++) assert_true(arr_f32(&g, "tokenizer.ggml.scores", (uint64_t)i) == scores[i]);
+    static const int32_t byte_types[] = {1, 1, 1, 6};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(arr_i32(&g, "tokenizer.ggml.token_type", (uint64_t)(15 + i)), byte_types[i]);
+    gguf_close(&g);
+    tg_tape_free(tp);
+}
+
+/* ---- Gemma 3's layouts ------------------------------------------------------------------------------- */
+
+static void all_full(tg_decoder_config *c)
+{
+    gemma_tweak(c);
+    tg_decoder_config_layer_pattern(c, 1);
+}
+
+static void no_qk_norm(tg_decoder_config *c)
+{
+    gemma_tweak(c);
+    c->qk_norm = false;
+}
+
+/* 62 layers (Gemma 3 27B's count): llama.cpp scales queries by
+ * 1 / sqrt(emb_dim / n_heads), not 1 / sqrt(head_dim) */
+static void layers_62(tg_decoder_config *c)
+{
+    c->n_layers = 62, c->head_dim = 32, c->hidden_dim = 32, c->sliding_window = 8, c->query_pre_attn_scalar = 32;
+    tg_decoder_config_layer_pattern(c, 6);
+}
+
+static void test_gemma3_layouts(void **state)
+{
+    (void)state;
+    char dir[128], path[256];
+    tmp(dir, sizeof dir, "gemma_layouts");
+    assert_int_equal(mkdir(dir, 0755), 0);
+    gemma_tokens(dir);
+    tg_tape *tp = tg_tape_new();
+    tmp(path, sizeof path, "gemma_layouts.gguf");
+    tg_export_options o = {.type = TG_EXPORT_F16, .tokenizer = dir};
+    /* no sliding layer: llama.cpp's period of 6 whose sliding layers see the
+     * whole context with the full layers' base */
+    tg_module *m = tiny(tp, "gemma3-270m", 20, all_full);
+    assert_int_equal(tg_export_gguf(m, path, &o), TG_OK);
+    gguf g;
+    gguf_open(&g, path);
+    assert_int_equal(kv_u32(&g, "gemma3.attention.sliding_window"), 64);
+    assert_true(kv_f32(&g, "gemma3.rope.freq_base_swa") == 1e6f);
+    assert_null(find_kv(&g, "gemma3.attention.sliding_window_pattern"));
+    gguf_close(&g);
+    /* without query and key norms: refused */
+    tu_assert_one_line_error(tg_export_gguf(tiny(tp, "gemma3-270m", 20, no_qk_norm), path, &o), "export_gguf",
+                             "needs the query and key norms");
+    /* 62 layers: the query norm folds sqrt((64 / 4) / 32) */
+    m = tiny(tp, "gemma3-270m", 20, layers_62);
+    assert_int_equal(tg_export_gguf(m, path, &o), TG_OK);
+    gguf_open(&g, path);
+    assert_int_equal(kv_u32(&g, "gemma3.block_count"), 62);
+    assert_null(find_kv(&g, "gemma3.attention.sliding_window_pattern"));
+    const gtensor *qn = tensor(&g, "blk.61.attn_q_norm.weight", 0, 32, 0);
+    const gtensor *kn = tensor(&g, "blk.61.attn_k_norm.weight", 0, 32, 0);
+    for (int j = 0; j < 32; j += 5) {
+        assert_true(t_elem(&g, qn, (uint64_t)j) == (pval(m, "blocks.61.att.q_norm.scale", j, 0) + 1.0f) * sqrtf(0.5f));
+        assert_true(t_elem(&g, kn, (uint64_t)j) == pval(m, "blocks.61.att.k_norm.scale", j, 0) + 1.0f);
+    }
+    gguf_close(&g);
+    tg_tape_free(tp);
+}
+
+/* ---- arguments ----------------------------------------------------------------------------------------- */
+
+static void test_arguments(void **state)
+{
+    (void)state;
+    char path[256], data[4096];
+    tg_tape *tp = tg_tape_new();
+    tg_module *m = tiny(tp, "llama3.2-1b", 32, NULL);
+    tmp(path, sizeof path, "args.gguf");
+    tu_assert_one_line_error(tg_export_gguf(m, NULL, NULL), "export_gguf", "NULL path");
+    tu_assert_one_line_error(tg_export_gguf(tg_linear_new(tp, 2, 2, false), path, NULL), "export_gguf",
+                             "is a Linear, not a decoder");
+    /* no options: float32 and the family's installed tokenizer, which Llama 3 has not */
+    data_dir(data, sizeof data);
+    char *saved = getenv("TAPEGRAD_DATA") ? strdup(getenv("TAPEGRAD_DATA")) : NULL;
+    assert_int_equal(setenv("TAPEGRAD_DATA", data, 1), 0);
+    tu_assert_one_line_error(tg_export_gguf(m, path, NULL), "Llama 3's tokenizer is not installed");
+    /* a data folder without GPT-2's files: the reason, and what to give instead */
+    assert_int_equal(setenv("TAPEGRAD_DATA", g_tmp, 1), 0);
+    tu_assert_one_line_error(tg_export_gguf(m, path, NULL), "Llama 3's tokenizer", "has no gpt2/encoder.json",
+                             "give the tokenizer's files");
+    if (saved) setenv("TAPEGRAD_DATA", saved, 1);
+    else unsetenv("TAPEGRAD_DATA");
+    free(saved);
+    assert_int_equal(access(path, F_OK), -1);
+    tg_tape_free(tp);
+}
+
+/* ---- tokenizer sources ------------------------------------------------------------------------------- */
+
+/* tg__export_tokenizer_load of text written to name in g_tmp: fails with each of the substrings. */
+#define assert_tokenizer_refused(name, text, family, ...)                                                        \
+    do {                                                                                                         \
+        char p_[256];                                                                                            \
+        tg__export_tokenizer t_;                                                                                 \
+        write_text(tmp(p_, sizeof p_, name), text);                                                              \
+        tu_assert_one_line_error(tg__export_tokenizer_load(p_, family, &t_), __VA_ARGS__);                       \
+        assert_null(t_.tokenizer), assert_null(t_.config);                                                       \
+    } while (0)
+
+static void test_tokenizer_sources(void **state)
+{
+    (void)state;
+    const tg_gpt_family Q = TG_GPT_FAMILY_QWEN3;
+    tu_assert_one_line_error(tg__export_tokenizer_load(NULL, Q, NULL), "NULL tokenizer");
+    /* tokenizer.json's checks */
+    assert_tokenizer_refused("t.json", "[1, 2]", Q, "t.json is not a JSON object");
+    assert_tokenizer_refused("t.json", "", Q, "t.json line");
+    assert_tokenizer_refused("t.json", "{\"model\": {\"type\": 3, \"vocab\": {\"a\": 0}, \"merges\": []}}", Q,
+                             "model type ?: only BPE");
+    assert_tokenizer_refused("t.json", "{\"model\": \"BPE\"}", Q, "no \"model\" object");
+    assert_tokenizer_refused("t.json", "{\"model\": {\"vocab\": {\"a\": 0}, \"merges\": [[1, \"a\"]]}}", Q,
+                             "model.merges[0]");
+    assert_tokenizer_refused("t.json",
+                             "{\"model\": {\"vocab\": {\"a\": 0}, \"merges\": []}, \"added_tokens\": [{\"id\": "
+                             "16777216, \"content\": \"b\"}]}",
+                             Q, "added_tokens[0]");
+    assert_tokenizer_refused("t.json",
+                             "{\"model\": {\"vocab\": {\"a\": 0}, \"merges\": []}, \"added_tokens\": [{\"id\": 1, "
+                             "\"content\": 2}]}",
+                             Q, "added_tokens[0]");
+    assert_tokenizer_refused("t.json",
+                             "{\"model\": {\"vocab\": {\"a\": 0}, \"merges\": []}, \"added_tokens\": [{\"id\": -1, "
+                             "\"content\": \"b\"}]}",
+                             Q, "added_tokens[0]");
+    assert_tokenizer_refused("t.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": [\"a\"], \"merges\": []}}", Q,
+                             "model.vocab must be a non-empty object");
+    assert_tokenizer_refused("t.json", "{\"model\": {\"vocab\": {}, \"merges\": []}}", Q,
+                             "model.vocab must be a non-empty object");
+    assert_tokenizer_refused("t.json", "{\"model\": {\"vocab\": {\"a\": 0, \"b\": -1}, \"merges\": []}}", Q,
+                             "the id of \"b\" is not an integer in [0, 2^24)");
+    assert_tokenizer_refused("t.json", "{\"model\": {\"vocab\": {\"a\": \"0\"}, \"merges\": []}}", Q,
+                             "the id of \"a\"");
+    assert_tokenizer_refused("t.json", "{\"model\": {\"vocab\": {\"a\": 16777216}, \"merges\": []}}", Q, "the id of");
+    assert_tokenizer_refused("t.json", "{\"model\": {\"vocab\": {\"a\": 0}, \"merges\": {}}}", Q,
+                             "model.merges must be an array");
+    assert_tokenizer_refused("t.json", "{\"model\": {\"vocab\": {\"a\": 0}}}", Q, "model.merges must be an array");
+    assert_tokenizer_refused("t.json",
+                             "{\"model\": {\"vocab\": {\"a\": 0}, \"merges\": [\"a a\", [\"a\", \"a\", \"a\"]]}}", Q,
+                             "model.merges[1]");
+    assert_tokenizer_refused("t.json", "{\"model\": {\"vocab\": {\"a\": 0}, \"merges\": [[\"a\", 1]]}}", Q,
+                             "model.merges[0]");
+    assert_tokenizer_refused("t.json", "{\"model\": {\"vocab\": {\"a\": 0}, \"merges\": [3]}}", Q, "model.merges[0]");
+    assert_tokenizer_refused("t.json", "{\"model\": {\"vocab\": {\"a\": 0}, \"merges\": []}, \"added_tokens\": {}}", Q,
+                             "added_tokens must be an array");
+    assert_tokenizer_refused("t.json",
+                             "{\"model\": {\"vocab\": {\"a\": 0}, \"merges\": []}, \"added_tokens\": [{\"id\": 1, "
+                             "\"content\": \"b\"}, {\"id\": 2, \"content\": \"\"}]}",
+                             Q, "added_tokens[1]");
+    assert_tokenizer_refused("t.json",
+                             "{\"model\": {\"vocab\": {\"a\": 0}, \"merges\": []}, \"added_tokens\": [{\"id\": \"1\", "
+                             "\"content\": \"b\"}]}",
+                             Q, "added_tokens[0]");
+    if (geteuid() != 0) { /* a file that cannot be read (root reads it) */
+        char p[256];
+        write_text(tmp(p, sizeof p, "unreadable.json"), "{}");
+        assert_int_equal(chmod(p, 0), 0);
+        tg__export_tokenizer u;
+        tu_assert_one_line_error(tg__export_tokenizer_load(p, Q, &u), "cannot read", "unreadable.json");
+    }
+    /* merges in both spellings, an untyped model: read */
+    char path[256], dir[128], cfg[256];
+    tg__export_tokenizer t;
+    write_text(tmp(path, sizeof path, "both.json"),
+               "{\"model\": {\"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2, \"abb\": 5}, "
+               "\"merges\": [\"a b\", [\"ab\", \"b\"]]}, "
+               "\"added_tokens\": [{\"id\": 7, \"content\": \"<|endoftext|>\"}]}");
+    assert_int_equal(tg__export_tokenizer_load(path, TG_GPT_FAMILY_GPT2, &t), TG_OK);
+    assert_int_equal(t.n_base, 6);
+    assert_int_equal(t.n_vocab, 8);
+    assert_int_equal(t.eos, 7); /* GPT-2's config written for it: <|endoftext|> for all */
+    assert_int_equal(t.bos, 7);
+    assert_int_equal(t.eot, 7);
+    assert_int_equal(t.pad, -1);
+    assert_null(t.chat_template);
+    assert_null(t.config_path);
+    assert_string_equal(t.json_path, path);
+    assert_int_equal(tg__export_tokenizer_id(&t, "abb"), 5);
+    assert_int_equal(tg__export_tokenizer_id(&t, "<|endoftext|>"), 7);
+    assert_int_equal(tg__export_tokenizer_id(&t, "ba"), -1);
+    assert_int_equal(tg__export_tokenizer_id(&t, NULL), -1);
+    assert_int_equal(tg__export_tokenizer_id(NULL, "a"), -1);
+    assert_int_equal(tg__export_tokenizer_fits(&t, 6, "export_gguf"), TG_OK);
+    tu_assert_one_line_error(tg__export_tokenizer_fits(&t, 5, "export_gguf"), "export_gguf", "has 6 ids", "5 rows");
+    tg__export_tokenizer_free(&t);
+    assert_int_equal(tg__export_tokenizer_id(&t, "a"), -1);
+    tg__export_tokenizer_free(&t); /* freed: nothing */
+    tg__export_tokenizer_free(NULL);
+
+    /* what is a tiktoken rank file and what is not */
+    tmp(dir, sizeof dir, "ranks");
+    assert_int_equal(mkdir(dir, 0755), 0);
+    assert_tokenizer_refused("ranks/r1.txt", "QQ== 0", TG_GPT_FAMILY_LLAMA3, "r1.txt is a tiktoken rank file");
+    assert_tokenizer_refused("ranks/r2.txt", "QQ== 0\r\nQg== 1\r\n", TG_GPT_FAMILY_LLAMA3, "tiktoken rank file");
+    assert_tokenizer_refused("ranks/n1.txt", "QQ==0\n", TG_GPT_FAMILY_LLAMA3, "n1.txt line");
+    assert_tokenizer_refused("ranks/n2.txt", "QQ== x\n", TG_GPT_FAMILY_LLAMA3, "n2.txt line");
+    assert_tokenizer_refused("ranks/n3.txt", "QQ== 12 3\n", TG_GPT_FAMILY_LLAMA3, "n3.txt line");
+    assert_tokenizer_refused("ranks/n4.txt", " 0\n", TG_GPT_FAMILY_LLAMA3, "n4.txt line");
+    assert_tokenizer_refused("ranks/n5.txt", "QQ==", TG_GPT_FAMILY_LLAMA3, "n5.txt line");
+    /* a folder's tokenizer.model that is not one: no tokenizer */
+    write_text(tmp(path, sizeof path, "ranks/tokenizer.model"), "\x0a\x0b<unk>");
+    tu_assert_one_line_error(tg__export_tokenizer_load(dir, TG_GPT_FAMILY_LLAMA3, &t), dir,
+                             "holds no tokenizer.json, nor GPT-2's encoder.json and vocab.bpe");
+    write_text(path, "QQ== 0\n");
+    tu_assert_one_line_error(tg__export_tokenizer_load(dir, Q, &t), "ranks/tokenizer.model is a tiktoken rank file");
+
+    /* GPT-2's files: given by folder or by encoder.json; each file's checks */
+    tmp(dir, sizeof dir, "g2");
+    assert_int_equal(mkdir(dir, 0755), 0);
+    char enc[256], bpe[256];
+    snprintf(enc, sizeof enc, "%s/encoder.json", dir);
+    snprintf(bpe, sizeof bpe, "%s/vocab.bpe", dir);
+    write_text(enc, "{\"a\": 0, \"b\": 1, \"ab\": 2, \"<|endoftext|>\": 3}");
+    /* encoder.json alone is no tokenizer.json */
+    tu_assert_one_line_error(tg__export_tokenizer_load(enc, TG_GPT_FAMILY_GPT2, &t), "encoder.json", "no \"model\"");
+    tu_assert_one_line_error(tg__export_tokenizer_load(dir, TG_GPT_FAMILY_GPT2, &t), "holds no tokenizer.json");
+    write_text(bpe, "#version: 0.2\na b\n");
+    assert_int_equal(tg__export_tokenizer_load(enc, TG_GPT_FAMILY_GPT2, &t), TG_OK);
+    assert_null(t.json_path);
+    assert_int_equal(t.n_vocab, 4);
+    assert_string_equal(json_string_value(json_object_get(t.config, "tokenizer_class")), "GPT2Tokenizer");
+    tg__export_tokenizer_free(&t);
+    static const struct {
+        const char *encoder, *merges, *want;
+    } bad[] = {
+        {"[0]", "#version: 0.2\na b\n", "encoder.json is not a JSON object"},
+        {"{\"a\": 0, \"<|endoftext|>\": -3}", "a b\n", "the vocabulary: the id of \"<|endoftext|>\""},
+        {"{\"a\": 0, \"b\": 1}", "a b\n", "encoder.json: no \"<|endoftext|>\" token"},
+        {"{\"a\": 0, \"<|endoftext|>\": 1}", "#version: 0.2\n", "vocab.bpe: no merges"},
+        {"{\"a\": 0, \"<|endoftext|>\": 1}", "", "vocab.bpe: no merges"},
+        {"{\"a\": 0, \"<|endoftext|>\": 1}", "a b\n\xff b\n", "vocab.bpe line 2: not UTF-8"},
+        {"{\"a\": 0, \"<|endoftext|>\": 1}", "#version: 0.2\n a\n", "vocab.bpe line 2: expected two tokens"},
+        {"{\"a\": 0, \"<|endoftext|>\": 1}", "a \n", "vocab.bpe line 1: expected two tokens"},
+        {"{\"a\": 0, \"<|endoftext|>\": 1}", "a b\nab\n", "vocab.bpe line 2"},
+        {"{\"a\": 0, \"<|endoftext|>\": 1}", "a b\na b c\n", "vocab.bpe line 2"},
+        {"{\"a\": 0, \"<|endoftext|>\": 1}", "a b\na  b\n", "vocab.bpe line 2"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        write_text(enc, bad[i].encoder);
+        write_text(bpe, bad[i].merges);
+        if (tg__export_tokenizer_load(dir, TG_GPT_FAMILY_GPT2, &t) == TG_OK) fail_msg("case %zu read", i);
+        tu_assert_one_line_error(TG_EINVAL, bad[i].want);
+        assert_null(t.tokenizer);
+    }
+
+    /* tokenizer_config.json's checks */
+    tmp(dir, sizeof dir, "cfgs");
+    assert_int_equal(mkdir(dir, 0755), 0);
+    qwen_tokens(dir);
+    snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", dir);
+    static const struct {
+        const char *config, *want;
+    } cfgs[] = {
+        {"[]", "tokenizer_config.json is not a JSON object"},
+        {"{\"bos_token\": 3}", "\"bos_token\" must be a token's text, an object with \"content\" or null"},
+        {"{\"bos_token\": \"<s>\"}", "bos_token \"<s>\" is not a token of the tokenizer"},
+        {"{\"pad_token\": {\"content\": \"<pad>\"}}", "pad_token \"<pad>\" is not a token"},
+        {"{\"eos_token\": [\"<|im_end|>\"]}", "\"eos_token\" must be"},
+        {"{\"chat_template\": 3}", "\"chat_template\" must be a string, a list of named templates or null"},
+        {"{\"chat_template\": {\"default\": \"x\"}}", "\"chat_template\" must be"},
+    };
+    for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) {
+        write_text(cfg, cfgs[i].config);
+        tu_assert_one_line_error(tg__export_tokenizer_load(dir, Q, &t), "tokenizer_config.json", cfgs[i].want);
+        assert_null(t.tokenizer);
+    }
+    /* a list of templates without a "default": none; tokens given as objects or null */
+    write_text(cfg, "{\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"t\"}, {\"name\": \"default\"}, 3], "
+                    "\"bos_token\": {\"content\": \"<|endoftext|>\"}, \"eos_token\": null, \"pad_token\": {}}");
+    assert_int_equal(tg__export_tokenizer_load(dir, Q, &t), TG_OK);
+    assert_null(t.chat_template);
+    assert_int_equal(t.bos, 10);
+    assert_int_equal(t.eos, -1);
+    assert_int_equal(t.pad, -1);
+    assert_int_equal(t.eot, 12); /* Qwen's chat tokens: <|im_end|> */
+    assert_non_null(t.config_path);
+    tg__export_tokenizer_free(&t);
+
+    /* configs written for each chat format's tokens */
+    unlink(cfg);
+    assert_int_equal(tg__export_tokenizer_load(dir, Q, &t), TG_OK);
+    assert_string_equal(json_string_value(json_object_get(t.config, "tokenizer_class")), "Qwen2Tokenizer");
+    assert_int_equal(t.eos, 12), assert_int_equal(t.pad, 10), assert_int_equal(t.bos, -1);
+    assert_non_null(strstr(t.chat_template, "enable_thinking"));
+    tg__export_tokenizer_free(&t);
+    tmp(dir, sizeof dir, "gemma_eot");
+    assert_int_equal(mkdir(dir, 0755), 0);
+    gemma_tokens(dir);
+    assert_int_equal(tg__export_tokenizer_load(dir, TG_GPT_FAMILY_GEMMA3, &t), TG_OK);
+    assert_string_equal(json_string_value(json_object_get(t.config, "tokenizer_class")), "GemmaTokenizer");
+    assert_int_equal(t.bos, 2), assert_int_equal(t.eos, 1), assert_int_equal(t.pad, 0), assert_int_equal(t.eot, 12);
+    assert_string_equal(json_string_value(json_object_get(t.config, "unk_token")), "<unk>");
+    tg__export_tokenizer_free(&t);
+    /* Gemma's tokens without <eos>, <pad> and <unk>: the end of a turn ends the text */
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    json_t *j = json_load_file(path, 0, NULL);
+    json_t *vocab = json_object_get(json_object_get(j, "model"), "vocab");
+    json_object_del(vocab, "<eos>"), json_object_del(vocab, "<pad>"), json_object_del(vocab, "<unk>");
+    json_t *add = json_array();
+    size_t i;
+    json_t *a;
+    json_array_foreach(json_object_get(j, "added_tokens"), i, a) {
+        const char *c = json_string_value(json_object_get(a, "content"));
+        if (strcmp(c, "<eos>") && strcmp(c, "<pad>") && strcmp(c, "<unk>")) json_array_append(add, a);
+    }
+    json_object_set_new(j, "added_tokens", add);
+    json_object_del(json_object_get(j, "model"), "unk_token");
+    write_json(path, j);
+    assert_int_equal(tg__export_tokenizer_load(dir, TG_GPT_FAMILY_GEMMA3, &t), TG_OK);
+    assert_int_equal(t.eos, 12), assert_int_equal(t.pad, -1);
+    assert_string_equal(json_string_value(json_object_get(t.config, "eos_token")), "<end_of_turn>");
+    assert_true(json_is_null(json_object_get(t.config, "unk_token")));
+    tg__export_tokenizer_free(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -959,6 +1647,10 @@ int main(void)
         cmocka_unit_test(test_q8_0_fallback),  cmocka_unit_test(test_llama3),
         cmocka_unit_test(test_gemma3),
         cmocka_unit_test(test_refusals),       cmocka_unit_test(test_tokenizer_errors),
+        cmocka_unit_test(test_types),          cmocka_unit_test(test_heads),
+        cmocka_unit_test(test_pretokenizers),  cmocka_unit_test(test_specials),
+        cmocka_unit_test(test_gemma3_layouts), cmocka_unit_test(test_arguments),
+        cmocka_unit_test(test_tokenizer_sources), cmocka_unit_test(test_bf16_weights),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

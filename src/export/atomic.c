@@ -109,7 +109,14 @@ static char *unused_name(const char *parent, const char *base, const char *tag)
         free(dot_base);
         if (!p) return NULL;
         struct stat sb;
-        if (lstat(p, &sb) != 0 && errno == ENOENT) return p;
+        if (lstat(p, &sb) != 0) {
+            if (errno == ENOENT) return p;
+            /* a name too long, a parent that went away: no other name helps */
+            int err = errno;
+            free(p);
+            errno = err;
+            return NULL;
+        }
         free(p);
     }
     errno = EEXIST;
@@ -326,6 +333,9 @@ int tg__export_file_begin(tg__export_file *o, const char *path, const char *what
 {
     memset(o, 0, sizeof *o);
     if (!path || !*path) return tg_error_status(TG_EINVAL, "%s: no file given", what);
+    /* "x.gguf/": no file can be renamed to it; refused before anything is written */
+    if (path[strlen(path) - 1] == '/')
+        return tg_error_status(TG_EINVAL, "%s: '%s' does not name a file (it ends with /)", what, path);
     struct stat sb;
     bool exists = stat(path, &sb) == 0;
     if (!exists && errno != ENOENT)

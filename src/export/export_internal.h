@@ -88,8 +88,9 @@ void tg__export_dir_abort(tg__export_dir *d);
 
 /* A file written beside path under a temporary name (parent/.name.tmp-XXXXXX,
  * o->f open for writing), then renamed. begin: TG_EINVAL for a path that
- * exists and is not a regular file, TG_EIO when the temporary file cannot be
- * made (naming the path). */
+ * exists and is not a regular file or that names no file (empty, ending in
+ * '/'), TG_EIO when the temporary file cannot be made (naming the path). A
+ * symbolic link is replaced by the file, what it points to left as it is. */
 typedef struct {
     char *path, *tmp;
     FILE *f;

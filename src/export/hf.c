@@ -664,7 +664,16 @@ static int write_tokenizer(const tg__export_dir *d, const tg__export_tokenizer *
     int st = tok->json_path ? write_file(d, "tokenizer.json", NULL, 0, tok->json_path)
                             : write_json(d, "tokenizer.json", tok->tokenizer, 0, false);
     if (st != TG_OK) return st;
-    json_t *beside = tok->config_path ? json_load_file(tok->config_path, 0, NULL) : NULL;
+    /* read as the tokenizer's reader reads it: an integer past 64 bits
+     * (Llama 3's model_max_length) as a real, so that such a file is still
+     * copied as it is, its other integers integers */
+    json_t *beside = NULL;
+    if (tok->config_path) {
+        json_error_t err;
+        beside = json_load_file(tok->config_path, 0, &err);
+        if (!beside && strstr(err.text, "too big integer"))
+            beside = json_load_file(tok->config_path, JSON_DECODE_INT_AS_REAL, NULL);
+    }
     if (beside && json_equal(beside, tok->config))
         st = write_file(d, "tokenizer_config.json", NULL, 0, tok->config_path);
     else
