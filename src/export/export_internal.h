@@ -51,9 +51,9 @@ int64_t tg__export_tokenizer_id(const tg__export_tokenizer *t, const char *conte
 /* ---- conversions (quant.c) ---------------------------------------------------------------- */
 
 /* float32 -> IEEE half, round to nearest even (torch's .half(), ggml's
- * GGML_FP32_TO_FP16), overflow to infinity, NaN kept a NaN. */
+ * GGML_FP32_TO_FP16), overflow to infinity, NaN kept a NaN; the other way:
+ * tg__f32_from_f16 (src/tensor/internal.h). */
 uint16_t tg__f16_from_f32(float x);
-float tg__f32_from_f16(uint16_t h);
 /* ggml's quantize_row_q8_0 (the reference rounding of ggml-quants.c): n a
  * multiple of 32; out receives n / 32 blocks of 34 bytes (the f16 scale
  * d = max|x| / 127, then 32 int8 values round(x / d)). */

@@ -53,24 +53,6 @@ uint16_t tg__f16_from_f32(float x)
     return (uint16_t)(sign | h);
 }
 
-float tg__f32_from_f16(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, b;
-    if (e == 0x1f) {
-        b = sign | 0x7f800000u | (m << 13);
-    } else if (e) {
-        b = sign | ((e + 112) << 23) | (m << 13);
-    } else if (m) { /* subnormal: m * 2^-24, exact in float32 */
-        float v = (float)m * 0x1p-24f;
-        return sign ? -v : v;
-    } else {
-        b = sign;
-    }
-    float x;
-    memcpy(&x, &b, sizeof x);
-    return x;
-}
-
 /* ---- Q8_0 ------------------------------------------------------------------------------------- */
 
 /* Block of 32: d = max|x| / 127 (float32, stored as half), id = 1 / d (0 when

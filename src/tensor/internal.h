@@ -325,6 +325,24 @@ static inline uint16_t tg__bf16_bits(float x)
     return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? q : r);
 }
 /* The float32 a bf16 value's 16 bits stand for (exact). */
+/* IEEE half (1, 5, 10 bits) to float32, exactly: infinities and NaN payloads
+ * kept, subnormals scaled (safetensors' F16, GGUF's f16). */
+static inline float tg__f32_from_f16(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | man << 13;
+    } else if (exp != 0) {
+        bits = sign | (exp + 112) << 23 | man << 13;
+    } else {
+        float f = (float)man * 0x1p-24f; /* zero or subnormal: man * 2^-24, exact in float32 */
+        memcpy(&bits, &f, sizeof bits);
+        bits |= sign;
+    }
+    float y;
+    memcpy(&y, &bits, sizeof y);
+    return y;
+}
 static inline float tg__bf16_to_f32(uint16_t b)
 {
     uint32_t u = (uint32_t)b << 16;

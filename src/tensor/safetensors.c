@@ -90,19 +90,6 @@ static void swap_elements(void *p, size_t count, size_t esize)
         }
 }
 
-/* IEEE half (1, 5, 10 bits) to float32, exactly: infinities and NaN payloads
- * kept, subnormals scaled. */
-static uint32_t f16_bits_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
-    if (exp == 0x1f) return sign | 0x7f800000u | man << 13;
-    if (exp != 0) return sign | (exp + 112) << 23 | man << 13;
-    float f = (float)man * 0x1p-24f; /* zero or subnormal: man * 2^-24, exact in float32 */
-    uint32_t bits;
-    memcpy(&bits, &f, sizeof bits);
-    return sign | bits;
-}
-
 /* count 16-bit little-endian values at src to float32 at dst. dst may be
  * the start of a buffer whose second half is src (dst + count == src as
  * floats of two halves): each value is read before its bytes are written. */
@@ -110,8 +97,7 @@ static void widen(float *dst, const uint8_t *src, size_t count, st_widen how)
 {
     for (size_t i = 0; i < count; i++) {
         uint16_t h = (uint16_t)(src[2 * i] | src[2 * i + 1] << 8);
-        uint32_t bits = how == ST_WIDEN_BF16 ? (uint32_t)h << 16 : f16_bits_to_f32(h);
-        memcpy(dst + i, &bits, sizeof bits);
+        dst[i] = how == ST_WIDEN_BF16 ? tg__bf16_to_f32(h) : tg__f32_from_f16(h);
     }
 }
 
