@@ -1,19 +1,21 @@
 #!/usr/bin/env python3
 """Runs `tapegrad finetune` with the settings of one committed PyTorch
 fine-tuning run (tests/ref/finetune.json, written by
-tools/reference/finetune.py) and checks that its standard output is, line for
-line, the run's "lines" (the book's loss table, accuracies, samples and
-responses).
+tools/reference/finetune.py; tests/ref/dpo.json, by tools/reference/dpo.py)
+and checks that its standard output is, line for line, the run's "lines"
+(the book's loss table, accuracies, samples and responses).
 
     check_finetune_output.py --cli TAPEGRAD REF_JSON RUN_NAME [EXTRA...]
 
-The program is `TAPEGRAD finetune classify|instruct` with the run's settings
-as options, then EXTRA (--threads N, ...). The run's fixtures (CSV files,
-instruction JSON) are named relative to REF_JSON's folder. A run that starts
-from pretrained weights ("init_pretrain_args") first runs `TAPEGRAD pretrain
-<init_pretrain_args> --save FILE` in a temporary folder (its --text relative
-to the source tree, two folders above REF_JSON's), checks that pretraining's
-lines are PyTorch's, and passes `--init FILE`.
+The program is `TAPEGRAD finetune classify|instruct|dpo` (the run's "kind")
+with the run's settings as options, then EXTRA (--threads N, ...). The run's
+fixtures (CSV files, instruction JSON) are named relative to REF_JSON's
+folder, a dpo run's "data" relative to the source tree (two folders above
+REF_JSON's). A run that starts from pretrained weights
+("init_pretrain_args") first runs `TAPEGRAD pretrain <init_pretrain_args>
+--save FILE` in a temporary folder (its --text relative to the source tree),
+checks that pretraining's lines are PyTorch's, and passes `--init FILE`
+(for dpo, the option the run's "pretrained" names: --load or --reference).
 
     check_finetune_output.py PROGRAM REF_JSON RUN_NAME -- ARGS...
 
@@ -26,7 +28,9 @@ compares numbers instead of lines (a policy that is not PyTorch's bits,
 --precision fast or bf16): the --json line's rows (every train and val loss
 within X of PyTorch's, the same epochs, steps and examples or tokens seen),
 the accuracies within X, the same number of trainable parameters and of
-responses, and "precision" as EXTRA asks.
+responses, and "precision" as EXTRA asks. For dpo the rows' four rewards
+(train and val, chosen and rejected) are within X too, and so are "before"'s
+losses and reward margins.
 
 Output is split at "\\n" only (not str.splitlines): a generated text may hold
 "\\r" or U+2028 inside one printed line.
@@ -67,14 +71,22 @@ def number(x):
     return repr(x) if isinstance(x, float) else str(x)
 
 
-def cli_args(run, base, init=None):
-    """The finetune command line for a run; fixtures relative to base."""
+def cli_args(run, base, root, init=None):
+    """The finetune command line for a run; fixtures relative to base, a dpo
+    run's data relative to root (the source tree)."""
     if run["kind"] == "classify":
         a = ["finetune", "classify", "--train", os.path.join(base, run["train"]),
              "--val", os.path.join(base, run["val"]), "--test", os.path.join(base, run["test"])]
         a += model_args(run) + train_args(run)
         if run["max_length"] is not None:
             a += ["--max-length", run["max_length"]]
+    elif run["kind"] == "dpo":
+        a = ["finetune", "dpo", "--data", os.path.join(root, run["data"]), "--max-entries", run["max_entries"]]
+        a += model_args(run) + train_args(run)
+        a += ["--beta", number(run["beta"]), "--allowed-max-length", run["allowed_max_length"],
+              "--max-new-tokens", run["max_new_tokens"]]
+        if run["format"] != "alpaca":
+            a += ["--format", run["format"]]
     else:
         a = ["finetune", "instruct", "--data", os.path.join(base, run["data"]), "--limit", run["limit"]]
         a += model_args(run) + train_args(run)
@@ -84,7 +96,7 @@ def cli_args(run, base, init=None):
     if run["lora_rank"] is not None:
         a += ["--lora-rank", number(run["lora_rank"]), "--lora-alpha", number(run["lora_alpha"])]
     if init is not None:
-        a += ["--init", init]
+        a += [run["pretrained"] if run["kind"] == "dpo" else "--init", init]
     return [str(x) for x in a]
 
 
@@ -144,6 +156,9 @@ def check_tol(prog, args, run, tol):
                                                                    run["trainable_parameters"]))
         bad += 1
     seen = "examples_seen" if run["kind"] == "classify" else "tokens_seen"
+    numbers = ("train_loss", "val_loss")
+    if run["kind"] == "dpo":
+        numbers += ("train_chosen_reward", "train_rejected_reward", "val_chosen_reward", "val_rejected_reward")
     rows, ref = got["rows"], run["rows"]
     if len(rows) != len(ref):
         print("%d rows, PyTorch's run has %d" % (len(rows), len(ref)))
@@ -153,11 +168,21 @@ def check_tol(prog, args, run, tol):
         if (g["epoch"], g["step"], g.get(seen)) != (w["epoch"], w["step"], w[seen]):
             print("row %r differs from PyTorch's %r" % (g, w))
             bad += 1
-        for k in ("train_loss", "val_loss"):
+        for k in numbers:
+            if not isinstance(g.get(k), (int, float)):
+                print("Ep %d step %d: %s is %r" % (g["epoch"], g["step"], k, g.get(k)))
+                bad += 1
+                continue
             d = abs(g[k] - w[k])
             worst = max(worst, d)
             if not d <= tol:
                 print("Ep %d step %d %s: %.6f, PyTorch %.6f (|d| %.2e > %g)" % (g["epoch"], g["step"], k, g[k], w[k], d, tol))
+                bad += 1
+    if run["kind"] == "dpo":
+        before = got.get("before") or {}
+        for k, w in run["before"].items():
+            if not close(before.get(k), w, tol):
+                print("before training, %s: %r, PyTorch %r (tolerance %g)" % (k, before.get(k), w, tol))
                 bad += 1
     if run["kind"] == "classify":
         for k in ("train_accuracy", "val_accuracy"):
@@ -180,7 +205,8 @@ def check_tol(prog, args, run, tol):
         else:
             same = sum(g == w for g, w in zip(resp, run["responses"]))
             print("%d of %d responses equal PyTorch's" % (same, len(resp)))
-    print("%d rows, largest loss difference from PyTorch's %.2e (tolerance %g, %s)" % (len(rows), worst, tol, run["name"]))
+    what = "loss and reward" if run["kind"] == "dpo" else "loss"
+    print("%d rows, largest %s difference from PyTorch's %.2e (tolerance %g, %s)" % (len(rows), what, worst, tol, run["name"]))
     return 1 if bad else 0
 
 
@@ -210,6 +236,8 @@ def main():
         print(__doc__.strip().split("\n\n")[1], file=sys.stderr)
         return 2
     prog, ref, name = argv[:3]
+    if os.sep in prog:  # the pretraining runs in a temporary folder
+        prog = os.path.abspath(prog)
     extra = argv[3:]
     with open(ref, encoding="utf-8") as f:
         data = json.load(f)
@@ -224,7 +252,7 @@ def main():
             if init is None:
                 return 1
         try:
-            args = cli_args(run, base, init) + extra
+            args = cli_args(run, base, root, init) + extra
         except decoder_run_args.Skip as e:
             print("skipped: %s" % e)
             return 77

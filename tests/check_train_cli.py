@@ -2,14 +2,14 @@
 """What the library's one training loop gives every training command
 (include/tapegrad/train.h), checked through the tapegrad executable:
 
-  - many processes: `mpirun -np 2 tapegrad finetune classify|instruct` prints
-    the one-process run's rows (losses within 1e-6 relative, the same epochs,
-    steps and examples or tokens seen), accuracies and responses, with
-    dropout 0 and 0.1;
-  - resume: a `finetune classify` and a `finetune instruct` run killed with
-    SIGKILL after a checkpoint (after an epoch, and in the middle of one with
-    --checkpoint-every 1) and resumed print the uninterrupted run's lines
-    exactly; a changed setting is refused;
+  - many processes: `mpirun -np 2 tapegrad finetune classify|instruct|dpo`
+    prints the one-process run's rows (losses, and DPO's rewards, within 1e-6
+    relative, the same epochs, steps and examples or tokens seen), accuracies,
+    DPO's values before training and the responses, with dropout 0 and 0.1;
+  - resume: `finetune classify`, `finetune instruct` and `finetune dpo` runs
+    killed with SIGKILL after a checkpoint (after an epoch, and in the middle
+    of one with --checkpoint-every 1) and resumed print the uninterrupted
+    run's lines exactly; a changed setting is refused;
   - accumulation: with dropout 0, `--accumulate 2 --batch 4` gives `--batch
     8`'s rows within 1e-5 (relative) for pretrain and finetune classify, on
     sets whose sizes are multiples of 8 and evaluation over whole loaders.
@@ -17,8 +17,10 @@
     check_train_cli.py [--quick] TAPEGRAD FINETUNE_REF_DIR TEXT
 
 --quick (the instrumented build, several times slower): dropout 0.1 only on 2
-ranks, the resume with a checkpoint every step only, and the classifier's
-accumulation only. The parts under mpirun say they were skipped when mpirun
+ranks, the resume with a checkpoint every step only, the classifier's
+accumulation only, and no DPO run (its vocabulary-wide heads are the slowest;
+the release build runs them, dropout 0.1 on 2 ranks and the resume with a
+checkpoint every step). The parts under mpirun say they were skipped when mpirun
 is not installed.
 """
 import json
@@ -71,6 +73,16 @@ def same_rows(got, want, seen, tol, what):
             worst = max(worst, d)
             if d > tol:
                 failures.append(f"{what}: step {w['step']} {k} {g[k]!r}, expected {w[k]!r}")
+        # DPO's rewards are differences of mean log-probabilities (about -11
+        # here): the ranks' forwards on half batches round those to float32
+        # otherwise, by a few 1e-6 absolute
+        for k in (k for k in DPO_COLUMNS if k in w):
+            if abs(g[k] - w[k]) > REWARD_TOL:
+                failures.append(f"{what}: step {w['step']} {k} {g[k]!r}, expected {w[k]!r}")
+    for k in ("before",):
+        for c, v in (want.get(k) or {}).items():
+            if abs(got.get(k, {}).get(c, float("inf")) - v) > (1e-6 * abs(v) if c.endswith("loss") else REWARD_TOL):
+                failures.append(f"{what}: {k} {c} {got.get(k, {}).get(c)!r}, expected {v!r}")
     for k in ("train_accuracy", "val_accuracy", "test_accuracy", "responses"):
         if k in want and got.get(k) != want[k]:
             failures.append(f"{what}: {k} {got.get(k)!r}, expected {want[k]!r}")
@@ -90,16 +102,26 @@ def instruct_args(ref):
             "--max-new-tokens", "8", "--allowed-max-length", "64"] + TINY
 
 
+def dpo_args(data):
+    # 14 entries: 11 training, 1 test, 2 validation; 5 batches of 2 an epoch
+    return ["finetune", "dpo", "--data", data, "--max-entries", "14", "--batch", "2", "--epochs", "2",
+            "--eval-freq", "2", "--eval-iter", "1", "--lr", "5e-4", "--max-new-tokens", "8"] + TINY + ["--context", "192"]
+
+
+REWARD_TOL = 1e-5
+DPO_COLUMNS = ("train_chosen_reward", "train_rejected_reward", "val_chosen_reward", "val_rejected_reward")
 QUICK = False
 
 
-def many_processes(tg, ref):
+def many_processes(tg, ref, data):
     if shutil.which("mpirun") is None:
         print("skipped: many processes (mpirun not found)")
         return
-    for kind, args, seen in (("classify", classify_args(ref), "examples_seen"),
-                             ("instruct", instruct_args(ref), "tokens_seen")):
-        for p in ("0.1",) if QUICK else ("0", "0.1"):
+    kinds = (("classify", classify_args(ref), "examples_seen"), ("instruct", instruct_args(ref), "tokens_seen"))
+    if not QUICK:
+        kinds += (("dpo", dpo_args(data), "tokens_seen"),)
+    for kind, args, seen in kinds:
+        for p in ("0.1",) if QUICK or kind == "dpo" else ("0", "0.1"):
             a = [tg] + args + ["--dropout", p]
             one = result(a, f"{kind} dropout {p}, 1 process")
             two = result(mpirun(2, a), f"{kind} dropout {p}, 2 ranks")
@@ -147,9 +169,12 @@ def killed_and_resumed(tg, args, tmp, what, every):
               f"{len(full.splitlines())} lines equal")
 
 
-def resume(tg, ref, tmp):
-    for kind, args in (("classify", classify_args(ref)), ("instruct", instruct_args(ref))):
-        for every in (True,) if QUICK else (False, True):
+def resume(tg, ref, tmp, data):
+    kinds = (("classify", classify_args(ref)), ("instruct", instruct_args(ref)))
+    if not QUICK:
+        kinds += (("dpo", dpo_args(data)),)
+    for kind, args in kinds:
+        for every in (True,) if QUICK or kind == "dpo" else (False, True):
             killed_and_resumed(tg, args + ["--dropout", "0.1"], tmp, f"{kind} resume"
                                + (" (checkpoint every step)" if every else ""), every)
     # a changed setting is refused, naming it
@@ -212,8 +237,10 @@ def main():
     tmp = tempfile.mkdtemp(prefix="tapegrad-train-")
     try:
         accumulation(tg, ref, text, tmp)
-        resume(tg, ref, tmp)
-        many_processes(tg, ref)
+        data = os.path.join(os.path.dirname(os.path.abspath(text)), "preference",
+                            "instruction-data-with-preference.json")
+        resume(tg, ref, tmp, data)
+        many_processes(tg, ref, data)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     for f in failures:

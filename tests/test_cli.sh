@@ -592,6 +592,54 @@ if "$TG" finetune instruct --data "$FT/instruction-40.json" --limit 20 --context
     expect_load_hint "generate --load plain file with --lora-rank" "holds no LoRA adapters" \
         --load "$TMP/ftplain.safetensors" --lora-rank 2
 else bad "finetune instruct --save: $(head -1 "$TMP/err")"; fi
+# finetune dpo's bad input: exit status 2 and one line naming the problem
+PREF=$(dirname "$0")/../data/preference/instruction-data-with-preference.json
+DPOTINY="--data $PREF --max-entries 14 --batch 2 --context 192 --emb 8 --heads 2 --layers 1 --threads 1"
+printf '[{"instruction": "a", "input": "", "rejected": "b"}]' >"$TMP/nochosen.json"
+printf '[{"instruction": "a", "input": "", "chosen": "b"}]' >"$TMP/norejected.json"
+printf '[{"instruction": "a", "input": "", "chosen": "b", "rejected": 3}]' >"$TMP/badrejected.json"
+expect_dpo_error() { # NEEDLE ARGS...
+    needle=$1
+    shift
+    "$TG" finetune dpo "$@" >/dev/null 2>"$TMP/err"
+    st=$?
+    if [ $st -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -qF -- "$needle" "$TMP/err"; then ok; else
+        bad "finetune dpo $*: exit $st, expected one line with '$needle': $(head -2 "$TMP/err" | tr '\n' '|')"
+    fi
+}
+# shellcheck disable=SC2086
+{
+    expect_dpo_error "--beta: must be a finite number above 0, got 0" $DPOTINY --beta 0
+    expect_dpo_error "--beta: must be a finite number above 0, got -0.5" $DPOTINY --beta -0.5
+    expect_dpo_error "--beta" $DPOTINY --beta nan
+    expect_dpo_error "entry 0: \"chosen\" is missing" --data "$TMP/nochosen.json"
+    expect_dpo_error "entry 0: \"rejected\" is missing" --data "$TMP/norejected.json"
+    expect_dpo_error "entry 0: \"rejected\" is not a string" --data "$TMP/badrejected.json"
+    expect_dpo_error "entry 0's chosen answer has 74 ids, more than --allowed-max-length 64" $DPOTINY \
+        --allowed-max-length 64
+    expect_dpo_error "more than the model's context length 64 (give a larger --context)" $DPOTINY --context 64
+    expect_dpo_error "--reference" $DPOTINY --reference "$TMP/mha.safetensors"
+    expect_dpo_error "--reference" $DPOTINY --reference "$TMP/ftplain.safetensors"
+    expect_dpo_error "--reference" $DPOTINY --reference "$TMP/no/such/file.safetensors"
+    expect_dpo_error "--format chat" $DPOTINY --format chat
+    expect_dpo_error "training needs --batch 2" $DPOTINY --max-entries 2
+    expect_dpo_error "--data FILE.json is required" --beta 0.1
+}
+# finetune dpo: --json's rows and values, both plots, --save; a --reference
+# equal to the starting weights changes no line
+# shellcheck disable=SC2086
+if "$TG" finetune dpo $DPOTINY --epochs 1 --eval-freq 2 --eval-iter 1 --max-new-tokens 2 --json \
+    --plot "$TMP/dpo.svg" --save "$TMP/dpo1.safetensors" >"$TMP/dpo.txt" 2>"$TMP/err"; then
+    for k in '"train_reward_margin"' '"val_rejected_reward"' '"before"' '"responses"' '"reference"' '"policy"'; do
+        if tail -1 "$TMP/dpo.txt" | grep -qF "$k"; then ok; else bad "finetune dpo --json lacks $k"; fi
+    done
+    if [ -s "$TMP/dpo.svg" ] && [ -s "$TMP/dpo-reward-margins.svg" ]; then ok; else bad "finetune dpo --plot: no plots"; fi
+    "$TG" finetune dpo $DPOTINY --epochs 1 --max-new-tokens 2 --load "$TMP/dpo1.safetensors" >"$TMP/dpo2.txt" 2>"$TMP/err"
+    "$TG" finetune dpo $DPOTINY --epochs 1 --max-new-tokens 2 --load "$TMP/dpo1.safetensors" \
+        --reference "$TMP/dpo1.safetensors" >"$TMP/dpo3.txt" 2>>"$TMP/err"
+    if [ -s "$TMP/dpo2.txt" ] && cmp -s "$TMP/dpo2.txt" "$TMP/dpo3.txt"; then ok; else
+        bad "finetune dpo --reference equal to --load: other lines ($(head -1 "$TMP/err"))"; fi
+else bad "finetune dpo --json --plot --save: $(head -1 "$TMP/err")"; fi
 # finetune with --recompute: the same lines (LoRA inside the blocks, dropout)
 # shellcheck disable=SC2086
 for extra in "--dropout 0.1" "--lora-rank 2 --lora-alpha 4 --dropout 0.1"; do

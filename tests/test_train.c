@@ -208,7 +208,7 @@ static void test_table(void **state)
     tg_tape *tp = tg_trainer_tape(tr);
     tg_module_train(r.model, false);
     int64_t idx[8] = {0, 1, 2, 3, 4, 5, 6, 7};
-    tg_batch b[2];
+    tg_batch b[2] = {0};
     assert_int_equal(points_batch(tp, &data, 4, idx, &b[0]), TG_OK);
     assert_int_equal(points_batch(tp, &data, 4, idx + 4, &b[1]), TG_OK);
     double want = 0;
@@ -216,7 +216,7 @@ static void test_table(void **state)
     double got;
     assert_int_equal(tg_trainer_step(tr, 2, b, &got), TG_OK);
     assert_true(fabs(got - want) <= 1e-7 * fabs(want));
-    tg_batch none = {NULL, NULL};
+    tg_batch none = {0};
     tu_assert_status_error(tg_trainer_step(tr, 1, &none, &got), "a batch needs an input");
     tu_assert_status_error(tg_trainer_step(tr, 0, b, &got), "trainer_step: bad argument");
     tg_trainer_free(tr);

@@ -8,10 +8,11 @@ Run with Debian's python3 (python3-torch 1.13):
 Every module of the tools/reference package that defines generate(outdir) is
 run, in name order (or only the modules named on the command line).
 
-The generators that run the book's own code (decoder, decoder_train, export,
-gemma3, gemma3_train) need LLMS_FROM_SCRATCH_DIR (the book's package folder;
-gemma3's and export's also read its notebooks: LLMS_FROM_SCRATCH_ROOT, default
-the parent of that folder); export also runs a built tapegrad ($TAPEGRAD);
+The generators that run the book's own code (decoder, decoder_train, dpo,
+export, gemma3, gemma3_train) need LLMS_FROM_SCRATCH_DIR (the book's package
+folder; dpo's, gemma3's and export's also read its notebooks:
+LLMS_FROM_SCRATCH_ROOT, default the parent of that folder); export also runs a
+built tapegrad ($TAPEGRAD);
 without them they say why and write nothing (see their docstrings).
 """
 import argparse

@@ -234,6 +234,42 @@ TG_API tg_tensor *tg_nll_loss_ignore(tg_tape *tp, tg_tensor *logp, const tg_tens
  * (docs/memory.md). Results equal the two calls' to float32 rounding. */
 TG_API tg_tensor *tg_linear_cross_entropy(tg_tape *tp, tg_tensor *x, tg_tensor *weight, tg_tensor *bias,
                                           const tg_tensor *target, tg_reduction r, int64_t ignore_index);
+/* F.logsigmoid(x) = log(1 / (1 + exp(-x))) elementwise, in one node
+ * (LogSigmoidBackward0) with PyTorch 1.13's CPU formulas and bits:
+ * min(x, 0) - log1p(exp(-|x|)), and the backward from the kept exp(-|x|).
+ * Float32 or float64 of any shape; an error for other dtypes. */
+TG_API tg_tensor *tg_logsigmoid(tg_tape *tp, tg_tensor *x);
+/* Preference tuning (DPO), the book's compute_logprobs: the mean
+ * log-probability a model gives each sequence's next tokens. logits (B, T, V)
+ * float32 or float64, labels TG_I64 (B, T) (the sequences themselves: token
+ * t + 1 is predicted at t), mask TG_BOOL (B, T) or NULL. Takes labels[:, 1:],
+ * log_softmax(logits[:, :-1, :], -1) and gathers the labels' entries:
+ * selected (B, T-1). With a mask, (selected * mask[:, 1:]).sum(-1) /
+ * mask[:, 1:].sum(-1) (the mask read as 0/1 of the logits' dtype, the count
+ * converted: nan for a row with no true entry after its first), else
+ * selected.mean(-1). Returns (B) of the logits' dtype in tp, recorded as
+ * PyTorch records the notebook's graph (DivBackward0 or MeanBackward1 on
+ * top, SliceBackward0 at the logits), with PyTorch's bits in float32 (in
+ * float64 the logits' gradient to rounding: tg_log_softmax's float64
+ * backward is not PyTorch's vectorised kernel). NULL with an error for a
+ * NULL logits or labels, wrong dims or dtypes, shapes that disagree, T < 2,
+ * or a label in labels[:, 1:] outside [0, V). */
+TG_API tg_tensor *tg_compute_logprobs(tg_tape *tp, tg_tensor *logits, const tg_tensor *labels, const tg_tensor *mask);
+/* The book's compute_dpo_loss from the four (B) log-probabilities (the
+ * policy's and the reference model's, on the chosen and on the rejected
+ * responses; float32 or float64, all one dtype and shape):
+ * losses = -logsigmoid(beta * ((policy_chosen - policy_rejected) -
+ * (reference_chosen - reference_rejected))); returns losses.mean() (0-dim,
+ * MeanBackward0, differentiable w.r.t. every input that requires grad).
+ * *chosen_reward = (policy_chosen - reference_chosen).mean() and
+ * *rejected_reward = (policy_rejected - reference_rejected).mean() are 0-dim
+ * tensors in tp outside the graph (the notebook detaches them); either
+ * pointer may be NULL. NULL with an error (the rewards then NULL too) for a
+ * NULL input, inputs not 1-D or differing in shape or dtype, or a beta
+ * that is not finite. */
+TG_API tg_tensor *tg_compute_dpo_loss(tg_tape *tp, tg_tensor *policy_chosen, tg_tensor *policy_rejected,
+                                      tg_tensor *reference_chosen, tg_tensor *reference_rejected, double beta,
+                                      tg_tensor **chosen_reward, tg_tensor **rejected_reward);
 
 /* ---- GPT building blocks ----------------------------------------------------- */
 

@@ -318,6 +318,9 @@ TG_API int tg_class_dataset_batch(const tg_class_dataset *ds, tg_tape *tp, const
 /* ---- instruction data (chapter 7) ---- */
 typedef struct {
     const char *instruction, *input, *output;
+    /* preference data (tg_preference_data_load): the preferred and the
+     * dispreferred answer; NULL in instruction data */
+    const char *chosen, *rejected;
 } tg_instruction;
 typedef struct tg_instruction_data tg_instruction_data;
 /* Reads a JSON array of objects with string members "instruction", "input"
@@ -384,6 +387,44 @@ TG_API int tg_collate_pad(tg_tape *tp, int n, const int64_t *const *ids, const i
 TG_API int tg_instruction_dataset_batch(const tg_instruction_dataset *ds, tg_tape *tp, const int64_t *idx,
                                         int64_t count, int64_t pad_id, int64_t ignore_index,
                                         int64_t allowed_max_length, tg_tensor **inputs, tg_tensor **targets);
+
+/* ---- preference data (chapter 7's DPO notebook) ---- */
+/* Reads a JSON array of objects with string members "instruction", "input",
+ * "chosen" and "rejected" ("output", the answer of instruction tuning, kept
+ * when present, NULL otherwise), as the book's
+ * instruction-data-with-preference.json; the errors of
+ * tg_instruction_data_load, naming the member ("FILE: entry 3: \"chosen\" is
+ * missing"). Free with tg_instruction_data_free. */
+TG_API tg_instruction_data *tg_preference_data_load(const char *json_path);
+/* The notebook's PreferenceDataset over entries [begin, end) of d: each
+ * entry's prompt (format_input(e)), chosen (format_input(e) +
+ * "\n\n### Response:\n" + chosen) and rejected ids, no end-of-text appended;
+ * or with TG_INSTRUCTION_CHAT the conversations (user tg_format_chat_user(e),
+ * assistant the answer) and, as the prompt, the user's turn with the
+ * generation prompt (thinking left open). The prompt mask covers the prompt
+ * and, in the Alpaca format, the 2 ids after it (the notebook's +2, "\n\n"
+ * of the response header). NULL and one line naming the entry for an entry
+ * without chosen or rejected, or an answer with no id after the mask. */
+typedef struct tg_preference_dataset tg_preference_dataset;
+TG_API tg_preference_dataset *tg_preference_dataset_new(const tg_instruction_data *d, int64_t begin, int64_t end,
+                                                        tg_tokenizer *tok, tg_instruction_format format);
+TG_API void tg_preference_dataset_free(tg_preference_dataset *ds);
+TG_API int64_t tg_preference_dataset_len(const tg_preference_dataset *ds);
+/* Entry i's ids (borrowed) and the first position its mask keeps. */
+typedef struct {
+    const int64_t *prompt, *chosen, *rejected;
+    int64_t n_prompt, n_chosen, n_rejected, mask_from;
+} tg_preference_ids;
+TG_API int tg_preference_dataset_get(const tg_preference_dataset *ds, int64_t i, tg_preference_ids *out);
+/* The notebook's custom_collate_fn on entries idx[0..count): one length L =
+ * max(len + 1) over their chosen and rejected ids, each padded with pad_id
+ * to L; masks true on the sequence's own ids (the padding, the first pad
+ * included, false) and, with mask_prompt_tokens, false before mask_from;
+ * then all cut to allowed_max_length when it is > 0. out: chosen, rejected
+ * (count, L) TG_I64, chosen_mask, rejected_mask (count, L) TG_BOOL, in tp. */
+TG_API int tg_preference_dataset_batch(const tg_preference_dataset *ds, tg_tape *tp, const int64_t *idx, int64_t count,
+                                       int64_t pad_id, int64_t allowed_max_length, bool mask_prompt_tokens,
+                                       tg_tensor *out[4]);
 
 #ifdef __cplusplus
 }

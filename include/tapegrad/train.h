@@ -58,11 +58,25 @@
 extern "C" {
 #endif
 
-/* One batch: the input and the target (any shapes; the first dimension
- * counts the rows that ranks and accumulation split). */
+/* One batch: the input and the target, and more tensors by name (DPO's
+ * "chosen", "rejected", "chosen_mask", "rejected_mask"), any shapes; the
+ * first dimension of each counts the rows that ranks split. A batch may
+ * leave input and target NULL when it names its tensors. The batch's lead
+ * tensor is input, else the first named one: its rows are the batch's, and
+ * its elements the tokens a row of the table counts as seen. A batch
+ * starts zeroed (tg_batch b = {0}; a tg_batch_fn receives one so). */
+#define TG_BATCH_MAX_TENSORS 8
 typedef struct {
     tg_tensor *input, *target;
+    int n; /* named tensors */
+    const char *names[TG_BATCH_MAX_TENSORS];
+    tg_tensor *tensors[TG_BATCH_MAX_TENSORS];
 } tg_batch;
+/* The tensor named name ("input" and "target" included); NULL with a
+ * message when the batch has none. */
+TG_API tg_tensor *tg_batch_get(const tg_batch *b, const char *name);
+/* Adds (or replaces) the tensor named name. TG_EINVAL when full. */
+TG_API int tg_batch_set(tg_batch *b, const char *name, tg_tensor *t);
 
 /* Makes the batch of the samples idx[0..count) of dataset in tp. TG_OK or
  * a status with a message. */
@@ -86,6 +100,15 @@ typedef struct {
     int64_t pad_id, ignore_index, allowed_max_length; /* as tg_collate_pad */
 } tg_instruction_batches;
 TG_API int tg_instruction_batch(tg_tape *tp, void *dataset, int64_t count, const int64_t *idx, tg_batch *out);
+/* The DPO notebook's batches of a tg_preference_dataset (data.h): the named
+ * tensors "chosen", "rejected", "chosen_mask", "rejected_mask"
+ * (tg_preference_dataset_batch with mask_prompt_tokens). */
+typedef struct {
+    const tg_preference_dataset *dataset;
+    int64_t pad_id, allowed_max_length;
+    bool keep_prompt; /* mask_prompt_tokens=False */
+} tg_preference_batches;
+TG_API int tg_preference_batch(tg_tape *tp, void *dataset, int64_t count, const int64_t *idx, tg_batch *out);
 
 /* The task's loss of one batch (under mpirun, this rank's slice of it): a
  * scalar, the mean over *weight items. *weight comes in as the batch's rows;
@@ -101,12 +124,32 @@ typedef tg_tensor *(*tg_loss_fn)(tg_tape *tp, tg_module *model, const tg_batch *
 TG_API tg_tensor *tg_loss_lm(tg_tape *tp, tg_module *model, const tg_batch *b, void *task, double *weight);
 TG_API tg_tensor *tg_loss_last(tg_tape *tp, tg_module *model, const tg_batch *b, void *task, double *weight);
 
+/* Direct Preference Optimization (the book's DPO notebook): the policy
+ * (the trained model) and a frozen reference, each on the batch's chosen
+ * and rejected sequences (tg_preference_batch), compute_logprobs of each
+ * (tg_compute_logprobs), compute_dpo_loss (tg_compute_dpo_loss) with beta.
+ * The forwards in the notebook's order: the policy on chosen, then on
+ * rejected, then the reference on both in eval mode under no-grad. task: a
+ * tg_dpo_task, where the batch's rewards are left for the table's columns
+ * (tg_dpo_columns: "chosen_reward", "rejected_reward"). */
+typedef struct {
+    tg_module *reference; /* borrowed; put in eval mode by the loss */
+    double beta;
+    double chosen_reward, rejected_reward; /* the last batch's (set by the loss) */
+} tg_dpo_task;
+TG_API tg_tensor *tg_loss_dpo(tg_tape *tp, tg_module *policy, const tg_batch *b, void *task, double *weight);
+TG_API int tg_dpo_columns(void *task, double *values);
+TG_API extern const char *const tg_dpo_column_names[2];
+
 typedef struct tg_trainer tg_trainer;
 
-/* One row of the book's table. */
+/* One row of the book's table, and the task's own columns (the means of
+ * the values its loss gave over the same batches, as the loss's). */
+#define TG_TRAIN_MAX_COLUMNS 4
 typedef struct {
     int64_t epoch, step, seen; /* epoch from 1; global step from 0; examples or tokens seen */
     double train_loss, val_loss;
+    double train_columns[TG_TRAIN_MAX_COLUMNS], val_columns[TG_TRAIN_MAX_COLUMNS];
 } tg_train_row;
 
 typedef struct {
@@ -121,6 +164,13 @@ typedef struct {
     /* the task: its loss (required), the pointer its callbacks receive */
     tg_loss_fn loss;
     void *task;
+    /* the task's own columns of the table (at most TG_TRAIN_MAX_COLUMNS;
+     * DPO's rewards): their names, and the values of the batch whose loss
+     * was just computed, read after each evaluation loss (the loss leaves
+     * them in the task) */
+    int n_columns;
+    const char *const *columns;
+    int (*column_values)(void *task, double *values);
     /* epochs to train until (required, >= 1); evaluation every eval_freq
      * optimizer steps (0: never) over eval_iter batches of each loader (0:
      * the whole loader) */
@@ -158,6 +208,13 @@ typedef struct {
      * than TG_OK stops training with it. epoch counts from 1. */
     int (*on_epoch_end)(tg_trainer *tr, int64_t epoch, void *task);
     int (*on_train_end)(tg_trainer *tr, void *task);
+    /* before the first step of a run that starts afresh (not of a resumed
+     * one: what it printed and recorded is in the checkpoint), in training
+     * mode: DPO's losses and margins before training */
+    int (*on_train_begin)(tg_trainer *tr, void *task);
+    /* a row's line (NULL: the book's "Ep 1 (Step 000000): Train loss
+     * 9.781, Val loss 9.933"), printed with tg_trainer_printf */
+    int (*print_row)(tg_trainer *tr, const tg_train_row *row, void *task);
     /* output: rows not printed (quiet); where lines go (NULL: stdout); a
      * progress line on stderr (when it is a terminal, say) */
     bool quiet, progress;
@@ -225,6 +282,12 @@ TG_API int tg_trainer_eval(tg_trainer *tr, const tg_data *d, int64_t num_batches
  * num_batches batches (0: all) of d, in eval mode under no-grad; NaN for
  * an empty loader. */
 TG_API int tg_trainer_loss(tg_trainer *tr, const tg_data *d, int64_t num_batches, double *loss);
+/* The table's evaluation as a row would have it: the mean loss and
+ * columns of eval_iter batches of the training loader, then of the
+ * validation loader (NaN without one), in eval mode under no-grad (the
+ * model is left in training mode, as the book's evaluate_model leaves it).
+ * row's epoch, step and seen are the trainer's so far. */
+TG_API int tg_trainer_evaluate(tg_trainer *tr, tg_train_row *row);
 /* The book's calc_accuracy_loader for a classifier: argmax of
  * tg_gpt_forward_last against the labels over num_batches (0: all) of d;
  * the model is left in eval mode, as the book's code leaves it. */

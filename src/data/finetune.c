@@ -385,7 +385,9 @@ struct tg_instruction_data {
     tg_instruction *e; /* strings malloc'd, one allocation per entry */
 };
 
-static const char *const FIELDS[3] = {"instruction", "input", "output"};
+/* The members of an entry: the instruction data's three, and the preference
+ * data's chosen and rejected answers (its output optional). */
+static const char *const FIELDS[5] = {"instruction", "input", "output", "chosen", "rejected"};
 
 void tg_instruction_data_free(tg_instruction_data *d)
 {
@@ -395,17 +397,20 @@ void tg_instruction_data_free(tg_instruction_data *d)
     free(d);
 }
 
-/* Entry i of the array into d->e[i]. */
-static int load_entry(tg_instruction_data *d, const char *path, const json_t *o, size_t i)
+/* Entry i of the array into d->e[i]: the members of `need` required, those
+ * of `may` kept when present (bit k: FIELDS[k]). */
+static int load_entry(tg_instruction_data *d, const char *path, const json_t *o, size_t i, unsigned need, unsigned may)
 {
     if (!json_is_object(o))
-        return tg_error_status(TG_EFORMAT, "%s: entry %zu: not a JSON object (each entry has \"instruction\", \"input\" "
-                               "and \"output\")",
-                               path, i);
-    size_t len[3], total = 0;
-    const json_t *v[3];
-    for (int k = 0; k < 3; k++) {
+        return tg_error_status(TG_EFORMAT, "%s: entry %zu: not a JSON object (each entry has %s)", path, i,
+                               need & 24u ? "\"instruction\", \"input\", \"chosen\" and \"rejected\""
+                                          : "\"instruction\", \"input\" and \"output\"");
+    size_t len[5] = {0}, total = 0;
+    const json_t *v[5] = {NULL};
+    for (int k = 0; k < 5; k++) {
+        if (!((need | may) >> k & 1u)) continue;
         v[k] = json_object_get(o, FIELDS[k]);
+        if (!v[k] && !(need >> k & 1u)) continue;
         if (!v[k]) return tg_error_status(TG_EFORMAT, "%s: entry %zu: \"%s\" is missing", path, i, FIELDS[k]);
         if (!json_is_string(v[k])) return tg_error_status(TG_EFORMAT, "%s: entry %zu: \"%s\" is not a string", path, i, FIELDS[k]);
         len[k] = json_string_length(v[k]);
@@ -416,8 +421,10 @@ static int load_entry(tg_instruction_data *d, const char *path, const json_t *o,
     }
     char *s = malloc(total);
     if (!s) return tg_error_status(TG_ENOMEM, "%s: out of memory", path);
-    const char **dst[3] = {&d->e[i].instruction, &d->e[i].input, &d->e[i].output};
-    for (int k = 0; k < 3; k++) {
+    const char **dst[5] = {&d->e[i].instruction, &d->e[i].input, &d->e[i].output, &d->e[i].chosen,
+                           &d->e[i].rejected};
+    for (int k = 0; k < 5; k++) {
+        if (!v[k]) continue;
         memcpy(s, json_string_value(v[k]), len[k] + 1);
         *dst[k] = s;
         s += len[k] + 1;
@@ -426,7 +433,7 @@ static int load_entry(tg_instruction_data *d, const char *path, const json_t *o,
     return TG_OK;
 }
 
-tg_instruction_data *tg_instruction_data_load(const char *json_path)
+static tg_instruction_data *data_load(const char *json_path, unsigned need, unsigned may)
 {
     if (!json_path) return tg_error("instruction data: NULL path");
     size_t len = 0;
@@ -458,7 +465,8 @@ tg_instruction_data *tg_instruction_data_load(const char *json_path)
     else if (json_array_size(root) == 0) st = tg_error_status(TG_EFORMAT, "%s: the array has no entries", json_path);
     else if (!(d = calloc(1, sizeof *d)) || !(d->e = calloc(json_array_size(root), sizeof *d->e)))
         st = tg_error_status(TG_ENOMEM, "%s: out of memory", json_path);
-    for (size_t i = 0; st == TG_OK && i < json_array_size(root); i++) st = load_entry(d, json_path, json_array_get(root, i), i);
+    for (size_t i = 0; st == TG_OK && i < json_array_size(root); i++)
+        st = load_entry(d, json_path, json_array_get(root, i), i, need, may);
     json_decref(root);
     if (st != TG_OK) {
         tg_instruction_data_free(d);
@@ -466,6 +474,10 @@ tg_instruction_data *tg_instruction_data_load(const char *json_path)
     }
     return d;
 }
+
+tg_instruction_data *tg_instruction_data_load(const char *json_path) { return data_load(json_path, 7u, 0u); }
+
+tg_instruction_data *tg_preference_data_load(const char *json_path) { return data_load(json_path, 27u, 4u); }
 
 int64_t tg_instruction_data_len(const tg_instruction_data *d) { return d ? d->n : 0; }
 
@@ -688,4 +700,171 @@ int tg_instruction_dataset_batch(const tg_instruction_dataset *ds, tg_tape *tp, 
         if (!seqs[b]) return TG_EINVAL;
     }
     return tg_collate_pad(tp, (int)count, seqs, lens, pad_id, ignore_index, allowed_max_length, inputs, targets);
+}
+
+/* ---- PreferenceDataset and the DPO notebook's collate ------------------------------------------------ */
+
+struct tg_preference_dataset {
+    int64_t n;
+    int64_t *ids;  /* entry i: its prompt, chosen and rejected ids, one after the other */
+    int64_t *off;  /* entry i: ids[off[3i] ..), lengths len[3i], len[3i + 1], len[3i + 2] */
+    int64_t *len;
+    int64_t *mask_from; /* the first position of the answer in the mask */
+};
+
+void tg_preference_dataset_free(tg_preference_dataset *ds)
+{
+    if (!ds) return;
+    free(ds->ids);
+    free(ds->off);
+    free(ds);
+}
+
+/* The answer's ids: format_input(e) + "\n\n### Response:\n" + answer, or the
+ * conversation (user, assistant: answer) in the chat format. */
+static int encode_answer(tg_tokenizer *tok, const tg_instruction *e, const char *answer, tg_instruction_format format,
+                         int64_t **ids, size_t *n)
+{
+    tg_instruction a = *e;
+    a.output = answer;
+    return encode_entry(tok, &a, format, ids, n);
+}
+
+/* The prompt's ids: format_input(e), or the user's turn and the assistant's
+ * header (thinking left open). */
+static int encode_prompt(tg_tokenizer *tok, const tg_instruction *e, tg_instruction_format format, int64_t **ids,
+                         size_t *n)
+{
+    char *text = format == TG_INSTRUCTION_CHAT ? tg_format_chat_user(e) : tg_format_input(e);
+    if (!text) return TG_ENOMEM;
+    int st;
+    if (format == TG_INSTRUCTION_CHAT) {
+        const tg_chat_message m = {"user", text};
+        const tg_chat_options o = {.add_generation_prompt = true, .thinking = true};
+        st = tg_tokenizer_encode_chat(tok, &m, 1, &o, ids, n);
+    } else {
+        st = tg_tokenizer_encode(tok, text, strlen(text), ids, n);
+    }
+    free(text);
+    return st;
+}
+
+tg_preference_dataset *tg_preference_dataset_new(const tg_instruction_data *d, int64_t begin, int64_t end,
+                                                 tg_tokenizer *tok, tg_instruction_format format)
+{
+    if (!d || !tok) return tg_error("preference dataset: NULL argument");
+    if (format != TG_INSTRUCTION_ALPACA && format != TG_INSTRUCTION_CHAT)
+        return tg_error("preference dataset: format %d is not alpaca or chat", (int)format);
+    if (format == TG_INSTRUCTION_CHAT && tg_tokenizer_chat_format(tok) == TG_CHAT_NONE)
+        return tg_error("preference dataset: the chat format needs a tokenizer with one (Qwen3's, Llama 3's, Gemma 3's)");
+    if (begin < 0 || begin > end || end > d->n)
+        return tg_error("preference dataset: entries [%lld, %lld) are not a range of the %lld entries", (long long)begin,
+                        (long long)end, (long long)d->n);
+    int64_t n = end - begin;
+    tg_preference_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds || !(ds->off = malloc((size_t)(5 * n + 1) * sizeof *ds->off))) {
+        free(ds);
+        return tg_error("preference dataset: out of memory");
+    }
+    ds->len = ds->off + n;
+    ds->mask_from = ds->off + 4 * n;
+    size_t nids = 0, cap = 0;
+    int st = TG_OK;
+    static const char *const part[3] = {"prompt", "chosen answer", "rejected answer"};
+    for (int64_t i = begin; st == TG_OK && i < end; i++) {
+        const tg_instruction *e = &d->e[i];
+        if (!e->chosen || !e->rejected) {
+            st = tg_error_status(TG_EINVAL, "preference dataset: entry %lld has no \"%s\" (read the file with "
+                                            "tg_preference_data_load)", (long long)i, e->chosen ? "rejected" : "chosen");
+            break;
+        }
+        int64_t k = i - begin;
+        ds->off[k] = (int64_t)nids;
+        for (int p = 0; p < 3 && st == TG_OK; p++) {
+            int64_t *ids = NULL;
+            size_t len = 0;
+            st = p == 0 ? encode_prompt(tok, e, format, &ids, &len)
+                        : encode_answer(tok, e, p == 1 ? e->chosen : e->rejected, format, &ids, &len);
+            if (st != TG_OK) {
+                char msg[512];
+                snprintf(msg, sizeof msg, "%s", tg_last_error());
+                st = tg_error_status(st, "preference dataset: entry %lld's %s: %s", (long long)i, part[p], msg);
+            } else if (!push_ids(&ds->ids, &nids, &cap, ids, len)) {
+                st = tg_error_status(TG_ENOMEM, "preference dataset: out of memory");
+            }
+            free(ids);
+            ds->len[3 * k + p] = (int64_t)len;
+        }
+        if (st != TG_OK) break;
+        /* the notebook masks the prompt and the 2 "\n" of "\n\n### Response:";
+         * in the chat format the prompt ends with the assistant's header */
+        ds->mask_from[k] = ds->len[3 * k] + (format == TG_INSTRUCTION_CHAT ? 0 : 2);
+        for (int p = 1; p < 3 && st == TG_OK; p++)
+            if (ds->len[3 * k + p] <= ds->mask_from[k])
+                st = tg_error_status(TG_EINVAL, "preference dataset: entry %lld's %s has no ids after its prompt "
+                                                "(%lld ids, the prompt %lld)",
+                                     (long long)i, part[p], (long long)ds->len[3 * k + p], (long long)ds->mask_from[k]);
+    }
+    if (st != TG_OK) {
+        tg_preference_dataset_free(ds);
+        return NULL;
+    }
+    ds->n = n;
+    return ds;
+}
+
+int64_t tg_preference_dataset_len(const tg_preference_dataset *ds) { return ds ? ds->n : 0; }
+
+int tg_preference_dataset_get(const tg_preference_dataset *ds, int64_t i, tg_preference_ids *out)
+{
+    if (out) *out = (tg_preference_ids){0};
+    if (!ds || !out) return tg_error_status(TG_EINVAL, "preference dataset: NULL argument");
+    if (i < 0 || i >= ds->n)
+        return tg_error_status(TG_EINVAL, "preference dataset: entry %lld out of range (%lld entries)", (long long)i,
+                               (long long)ds->n);
+    const int64_t *p = ds->ids + ds->off[i], *len = ds->len + 3 * i;
+    *out = (tg_preference_ids){.prompt = p, .chosen = p + len[0], .rejected = p + len[0] + len[1],
+                               .n_prompt = len[0], .n_chosen = len[1], .n_rejected = len[2],
+                               .mask_from = ds->mask_from[i]};
+    return TG_OK;
+}
+
+int tg_preference_dataset_batch(const tg_preference_dataset *ds, tg_tape *tp, const int64_t *idx, int64_t count,
+                                int64_t pad_id, int64_t allowed_max_length, bool mask_prompt_tokens,
+                                tg_tensor *out[4])
+{
+    if (out) out[0] = out[1] = out[2] = out[3] = NULL;
+    if (!ds || !tp || (!idx && count) || !out) return tg_error_status(TG_EINVAL, "preference batch: NULL argument");
+    if (count < 1 || count > INT32_MAX)
+        return tg_error_status(TG_EINVAL, "preference batch: batch of %lld entries", (long long)count);
+    if (allowed_max_length < 0)
+        return tg_error_status(TG_EINVAL, "preference batch: allowed_max_length must be >= 0 (0: no limit), got %lld",
+                               (long long)allowed_max_length);
+    tg_preference_ids *e = tg_tape_alloc(tp, (size_t)count * sizeof *e, false);
+    if (!e) return TG_ENOMEM;
+    /* max_length_common = max(len(item[key]) + 1) over chosen and rejected */
+    int64_t L = 0;
+    for (int64_t b = 0; b < count; b++) {
+        int st = tg_preference_dataset_get(ds, idx[b], &e[b]);
+        if (st != TG_OK) return st;
+        int64_t m = (e[b].n_chosen > e[b].n_rejected ? e[b].n_chosen : e[b].n_rejected) + 1;
+        if (m > L) L = m;
+    }
+    /* tensor_stack[:, :allowed_max_length] */
+    if (allowed_max_length > 0 && allowed_max_length < L) L = allowed_max_length;
+    int64_t shape[2] = {count, L};
+    for (int k = 0; k < 4; k++)
+        if (!(out[k] = tg_empty(tp, k < 2 ? TG_I64 : TG_BOOL, 2, shape))) return TG_ENOMEM;
+    for (int64_t b = 0; b < count; b++)
+        for (int k = 0; k < 2; k++) {
+            const int64_t *seq = k == 0 ? e[b].chosen : e[b].rejected;
+            int64_t len = k == 0 ? e[b].n_chosen : e[b].n_rejected;
+            int64_t *x = (int64_t *)out[k]->data + b * L;
+            uint8_t *m = (uint8_t *)out[k + 2]->data + b * L;
+            for (int64_t j = 0; j < L; j++) {
+                x[j] = j < len ? seq[j] : pad_id;
+                m[j] = j < len && (!mask_prompt_tokens || j >= e[b].mask_from);
+            }
+        }
+    return TG_OK;
 }

@@ -79,6 +79,70 @@ int tg_instruction_batch(tg_tape *tp, void *dataset, int64_t count, const int64_
                                         &out->input, &out->target);
 }
 
+tg_tensor *tg_batch_get(const tg_batch *b, const char *name)
+{
+    if (!b || !name) return tg_error("batch_get: NULL argument");
+    if (strcmp(name, "input") == 0 && b->input) return b->input;
+    if (strcmp(name, "target") == 0 && b->target) return b->target;
+    for (int i = 0; i < b->n && i < TG_BATCH_MAX_TENSORS; i++)
+        if (b->names[i] && strcmp(b->names[i], name) == 0) return b->tensors[i];
+    return tg_error("batch: no tensor named '%.100s'", name);
+}
+
+int tg_batch_set(tg_batch *b, const char *name, tg_tensor *t)
+{
+    if (!b || !name || !t) return tg_error_status(TG_EINVAL, "batch_set: NULL argument");
+    if (b->n < 0 || b->n > TG_BATCH_MAX_TENSORS) return tg_error_status(TG_EINVAL, "batch_set: a batch of %d tensors", b->n);
+    for (int i = 0; i < b->n; i++)
+        if (b->names[i] && strcmp(b->names[i], name) == 0) {
+            b->tensors[i] = t;
+            return TG_OK;
+        }
+    if (b->n == TG_BATCH_MAX_TENSORS)
+        return tg_error_status(TG_EINVAL, "batch_set: a batch holds at most %d named tensors", TG_BATCH_MAX_TENSORS);
+    b->names[b->n] = name, b->tensors[b->n++] = t;
+    return TG_OK;
+}
+
+/* The batch's lead tensor (its rows are the batch's); NULL when it has none. */
+static tg_tensor *lead(const tg_batch *b)
+{
+    if (b->input) return b->input;
+    return b->n > 0 && b->n <= TG_BATCH_MAX_TENSORS ? b->tensors[0] : NULL;
+}
+
+/* Whether every tensor of b has rows (a first dimension) and the lead's count. */
+static int check_batch(const tg_batch *b)
+{
+    tg_tensor *l = lead(b);
+    if (!l || l->ndim < 1)
+        return tg_error_status(TG_EINVAL, "trainer: a batch needs an input (or a named tensor) whose first dimension "
+                                          "counts its rows");
+    if (b->n < 0 || b->n > TG_BATCH_MAX_TENSORS)
+        return tg_error_status(TG_EINVAL, "trainer: a batch of %d named tensors (at most %d)", b->n, TG_BATCH_MAX_TENSORS);
+    for (int i = -1; i < b->n; i++) {
+        const tg_tensor *t = i < 0 ? b->target : b->tensors[i];
+        if (i >= 0 && (!t || !b->names[i])) return tg_error_status(TG_EINVAL, "trainer: the batch's tensor %d has no name or value", i);
+        if (t && (t->ndim < 1 || t->shape[0] != l->shape[0]))
+            return tg_error_status(TG_EINVAL, "trainer: the batch's %s has %lld rows, its lead %lld",
+                                   i < 0 ? "target" : b->names[i], t->ndim < 1 ? 0LL : (long long)t->shape[0],
+                                   (long long)l->shape[0]);
+    }
+    return TG_OK;
+}
+
+int tg_preference_batch(tg_tape *tp, void *dataset, int64_t count, const int64_t *idx, tg_batch *out)
+{
+    const tg_preference_batches *p = dataset;
+    if (!p || !out) return tg_error_status(TG_EINVAL, "preference_batch: NULL argument");
+    static const char *const names[4] = {"chosen", "rejected", "chosen_mask", "rejected_mask"};
+    tg_tensor *t[4];
+    int st = tg_preference_dataset_batch(p->dataset, tp, idx, count, p->pad_id, p->allowed_max_length, !p->keep_prompt, t);
+    *out = (tg_batch){0};
+    for (int k = 0; st == TG_OK && k < 4; k++) st = tg_batch_set(out, names[k], t[k]);
+    return st;
+}
+
 /* The pass's next batch of d in tp: 1, 0 at the end, a negative status. */
 static int next_batch(tg_tape *tp, const tg_data *d, tg_loader_iter *it, tg_batch *b)
 {
@@ -89,16 +153,24 @@ static int next_batch(tg_tape *tp, const tg_data *d, tg_loader_iter *it, tg_batc
     int got = tg_loader_iter_next_indices(it, idx, &count);
     if (got != 1) return got;
     int st = d->batch(tp, d->dataset, count, idx, b);
-    if (st == TG_OK && (!b->input || !b->target))
-        st = tg_error_status(TG_EINVAL, "trainer: the batch function gave no input or target");
+    if (st == TG_OK && !lead(b)) st = tg_error_status(TG_EINVAL, "trainer: the batch function gave no tensor");
+    if (st == TG_OK) st = check_batch(b);
     return st == TG_OK ? 1 : st;
 }
 
-/* Rows [start, start + count) of the batch (the whole batch alone). */
+/* Rows [start, start + count) of every tensor of the batch (the whole batch
+ * alone); the lead NULL when out of memory. */
 static tg_batch rows_of(tg_tape *tp, const tg_batch *b, int64_t start, int64_t count)
 {
-    if (start == 0 && count == b->input->shape[0]) return *b;
-    return (tg_batch){tg_narrow(tp, b->input, 0, start, count), tg_narrow(tp, b->target, 0, start, count)};
+    if (start == 0 && count == lead(b)->shape[0]) return *b;
+    tg_batch s = *b;
+    bool ok = true;
+    for (int i = -2; i < b->n; i++) {
+        tg_tensor **t = i == -2 ? &s.input : i == -1 ? &s.target : &s.tensors[i];
+        if (*t && !(*t = tg_narrow(tp, *t, 0, start, count))) ok = false;
+    }
+    if (!ok) s.input = NULL, s.n = 0;
+    return s;
 }
 
 /* This rank's rows of a global batch of `rows` (uneven when rows does not divide). */
@@ -141,6 +213,48 @@ tg_tensor *tg_loss_last(tg_tape *tp, tg_module *model, const tg_batch *b, void *
     (void)task, (void)weight;
     if (!b) return tg_error("loss_last: NULL batch");
     return tg_cross_entropy(tp, tg_gpt_forward_last(tp, model, b->input), b->target, TG_REDUCE_MEAN);
+}
+
+/* ---- DPO ------------------------------------------------------------------------------------- */
+
+const char *const tg_dpo_column_names[2] = {"chosen_reward", "rejected_reward"};
+
+/* compute_logprobs(model(batch[key]), batch[key], batch[key + "_mask"]) */
+static tg_tensor *dpo_logprobs(tg_tape *tp, tg_module *m, const tg_batch *b, const char *key, const char *mask)
+{
+    tg_tensor *ids = tg_batch_get(b, key), *sel = ids ? tg_batch_get(b, mask) : NULL;
+    tg_tensor *logits = sel ? tg_module_forward(tp, m, ids) : NULL;
+    return logits ? tg_compute_logprobs(tp, logits, ids, sel) : NULL;
+}
+
+tg_tensor *tg_loss_dpo(tg_tape *tp, tg_module *policy, const tg_batch *b, void *task, double *weight)
+{
+    (void)weight; /* the mean over the batch's rows */
+    tg_dpo_task *t = task;
+    if (!tp || !policy || !b || !t || !t->reference) return tg_error("loss_dpo: NULL argument (a tg_dpo_task with a reference)");
+    if (!(t->beta > 0) || !isfinite(t->beta)) return tg_error("loss_dpo: beta must be finite and > 0, got %g", t->beta);
+    tg_tensor *pc = dpo_logprobs(tp, policy, b, "chosen", "chosen_mask");
+    tg_tensor *pr = pc ? dpo_logprobs(tp, policy, b, "rejected", "rejected_mask") : NULL;
+    if (!pr) return NULL;
+    /* the reference: eval mode, no graph */
+    tg_module_train(t->reference, false);
+    bool prev = tg_set_grad_enabled(false);
+    tg_tensor *rc = dpo_logprobs(tp, t->reference, b, "chosen", "chosen_mask");
+    tg_tensor *rr = rc ? dpo_logprobs(tp, t->reference, b, "rejected", "rejected_mask") : NULL;
+    tg_set_grad_enabled(prev);
+    tg_tensor *cr = NULL, *rj = NULL;
+    tg_tensor *loss = rr ? tg_compute_dpo_loss(tp, pc, pr, rc, rr, t->beta, &cr, &rj) : NULL;
+    if (!loss) return NULL;
+    t->chosen_reward = tg_item(cr), t->rejected_reward = tg_item(rj);
+    return loss;
+}
+
+int tg_dpo_columns(void *task, double *values)
+{
+    const tg_dpo_task *t = task;
+    if (!t || !values) return tg_error_status(TG_EINVAL, "dpo_columns: NULL argument");
+    values[0] = t->chosen_reward, values[1] = t->rejected_reward;
+    return TG_OK;
 }
 
 /* ---- output and records ------------------------------------------------------------------------ */
@@ -334,10 +448,10 @@ static int eval_pass(tg_trainer *tr, const tg_data *d, int64_t num_batches, pass
                                                  (long long)i, (long long)num_batches);
         } else {
             int64_t start, count;
-            rank_rows(tr, b.input->shape[0], &start, &count);
+            rank_rows(tr, lead(&b)->shape[0], &start, &count);
             if (count > 0) { /* a short batch may leave a rank no row */
                 tg_batch s = rows_of(tr->tp, &b, start, count);
-                st = s.input && s.target ? each(tr, &s, i, ctx) : TG_ENOMEM;
+                st = lead(&s) ? each(tr, &s, i, ctx) : TG_ENOMEM;
             }
         }
         tg_tape_reset(tr->tp);
@@ -348,47 +462,64 @@ static int eval_pass(tg_trainer *tr, const tg_data *d, int64_t num_batches, pass
     return st;
 }
 
-/* the loss of a slice: alone, its value; with ranks, its weighted share */
+/* The loss and the task's columns of a slice: alone, their values summed
+ * over the batches; with ranks, each batch's weighted shares (num) and
+ * weight (den), one value after another. */
+#define NV (1 + TG_TRAIN_MAX_COLUMNS)
 typedef struct {
-    double total, *num, *den;
+    double total[NV], *num, *den;
 } loss_ctx;
 
 static int loss_each(tg_trainer *tr, const tg_batch *b, int64_t i, void *ctx)
 {
     loss_ctx *c = ctx;
-    double w = (double)b->input->shape[0];
+    double w = (double)lead(b)->shape[0], v[NV] = {0};
     tg_tensor *loss = tr->o.loss(tr->tp, tr->o.model, b, tr->o.task, &w);
     if (!loss) return TG_EINVAL;
-    double l = tg_item(loss);
-    if (tr->size == 1) {
-        c->total += l;
-    } else {
-        c->num[i] = w > 0 ? l * w : 0;
-        c->den[i] = w;
+    v[0] = tg_item(loss);
+    int k = tr->o.n_columns, st = k > 0 ? tr->o.column_values(tr->o.task, v + 1) : TG_OK;
+    if (st != TG_OK) return st;
+    for (int j = 0; j <= k; j++) {
+        if (tr->size == 1) {
+            c->total[j] += v[j];
+        } else {
+            c->num[i * NV + j] = w > 0 ? v[j] * w : 0;
+            c->den[i] = w;
+        }
     }
     return TG_OK;
+}
+
+/* The mean loss (out[0]) and columns (out[1..]) over num_batches of d. */
+static int loss_pass(tg_trainer *tr, const tg_data *d, int64_t num_batches, double out[NV])
+{
+    for (int j = 0; j < NV; j++) out[j] = NAN;
+    int64_t len = tg_loader_len(d->loader);
+    if (len == 0) return TG_OK;
+    if (num_batches == 0 || num_batches > len) num_batches = len;
+    loss_ctx c = {{0}, NULL, NULL};
+    if (tr->size > 1) {
+        c.num = calloc((size_t)num_batches * (NV + 1), sizeof *c.num);
+        if (!c.num) return tg_error_status(TG_ENOMEM, "trainer: out of memory");
+        c.den = c.num + num_batches * NV;
+    }
+    int st = eval_pass(tr, d, num_batches, loss_each, &c);
+    if (st == TG_OK && tr->size > 1) {
+        st = tg_dist_all_reduce_f64(c.num, (NV + 1) * num_batches, TG_DIST_SUM);
+        for (int64_t i = 0; i < num_batches; i++)
+            for (int j = 0; j < NV; j++) c.total[j] += c.num[i * NV + j] / c.den[i];
+    }
+    free(c.num);
+    for (int j = 0; j <= tr->o.n_columns; j++) out[j] = c.total[j] / (double)num_batches;
+    return st;
 }
 
 int tg_trainer_loss(tg_trainer *tr, const tg_data *d, int64_t num_batches, double *out)
 {
     if (!tr || !d || !out) return tg_error_status(TG_EINVAL, "trainer_loss: NULL argument");
-    *out = NAN;
-    int64_t len = tg_loader_len(d->loader);
-    if (len == 0) return TG_OK;
-    if (num_batches == 0 || num_batches > len) num_batches = len;
-    loss_ctx c = {0};
-    if (tr->size > 1) {
-        c.num = calloc((size_t)num_batches * 2, sizeof *c.num);
-        if (!c.num) return tg_error_status(TG_ENOMEM, "trainer: out of memory");
-        c.den = c.num + num_batches;
-    }
-    int st = eval_pass(tr, d, num_batches, loss_each, &c);
-    if (st == TG_OK && tr->size > 1) {
-        st = tg_dist_all_reduce_f64(c.num, 2 * num_batches, TG_DIST_SUM);
-        for (int64_t i = 0; i < num_batches; i++) c.total += c.num[i] / c.den[i];
-    }
-    free(c.num);
-    *out = c.total / (double)num_batches;
+    double v[NV];
+    int st = loss_pass(tr, d, num_batches, v);
+    *out = v[0];
     return st;
 }
 
@@ -443,15 +574,29 @@ int tg_trainer_accuracy(tg_trainer *tr, const tg_data *d, int64_t num_batches, d
     return st;
 }
 
-/* evaluate_model: both loaders, eval mode, no grad. */
-static int evaluate(tg_trainer *tr, double *train, double *val)
+/* evaluate_model: both loaders, eval mode, no grad; the row's losses and
+ * columns. */
+static int evaluate(tg_trainer *tr, tg_train_row *r)
 {
+    double v[NV];
     tg_module_train(tr->o.model, false);
-    int st = tg_trainer_loss(tr, &tr->o.train, tr->o.eval_iter, train);
-    *val = NAN;
-    if (st == TG_OK && tr->o.val.loader) st = tg_trainer_loss(tr, &tr->o.val, tr->o.eval_iter, val);
+    int st = loss_pass(tr, &tr->o.train, tr->o.eval_iter, v);
+    r->train_loss = v[0];
+    for (int j = 0; j < tr->o.n_columns; j++) r->train_columns[j] = v[j + 1];
+    for (int j = 0; j < NV; j++) v[j] = NAN;
+    if (st == TG_OK && tr->o.val.loader) st = loss_pass(tr, &tr->o.val, tr->o.eval_iter, v);
+    r->val_loss = v[0];
+    for (int j = 0; j < tr->o.n_columns; j++) r->val_columns[j] = v[j + 1];
     tg_module_train(tr->o.model, true);
     return st;
+}
+
+int tg_trainer_evaluate(tg_trainer *tr, tg_train_row *row)
+{
+    if (!tr || !row) return tg_error_status(TG_EINVAL, "trainer_evaluate: NULL argument");
+    if (!tr->o.train.loader) return tg_error_status(TG_EINVAL, "trainer_evaluate: no training loader");
+    *row = (tg_train_row){tr->epoch + 1, tr->step, tr->seen, NAN, NAN, {0}, {0}};
+    return evaluate(tr, row);
 }
 
 /* ---- one optimizer step ----------------------------------------------------------------------- */
@@ -475,19 +620,19 @@ static int micro_step(tg_trainer *tr, const tg_batch *b, int64_t n)
     double t0 = now();
     tg_tape *tp = tr->tp;
     tg_batch s = *b;
-    if (!b->input || b->input->ndim < 1)
-        return tg_error_status(TG_EINVAL, "trainer: a batch needs an input whose first dimension counts its rows");
+    int st = check_batch(b);
+    if (st != TG_OK) return st;
     if (tr->size > 1) {
-        s.input = tg_dist_batch_slice(tp, b->input);
-        s.target = s.input ? tg_dist_batch_slice(tp, b->target) : NULL;
-        if (!s.target) return TG_EINVAL;
+        for (int i = -2; i < b->n; i++) {
+            tg_tensor **t = i == -2 ? &s.input : i == -1 ? &s.target : &s.tensors[i];
+            if (*t && !(*t = tg_dist_batch_slice(tp, *t))) return TG_EINVAL;
+        }
     }
-    double w = (double)s.input->shape[0], all;
+    double w = (double)lead(&s)->shape[0], all;
     tg_tensor *loss = tr->o.loss(tp, tr->o.model, &s, tr->o.task, &w);
     if (!loss) return TG_EINVAL;
     if (loss->ndim != 0 && tg_numel(loss) != 1)
         return tg_error_status(TG_EINVAL, "trainer: the task's loss is not a scalar");
-    int st;
     all = w;
     if (tr->size > 1 && (st = tg_dist_all_reduce_f64(&all, 1, TG_DIST_SUM)) != TG_OK) return st;
     /* the global batch's gradient: the ranks' mean, each slice weighted by
@@ -577,9 +722,15 @@ static char *log_dump(const tg_trainer *tr, const tg_loader_iter *pass)
     bool bad = false; /* a text that is not UTF-8, or no memory */
     for (int64_t i = 0; i < tr->n_rows; i++) {
         const tg_train_row *r = &tr->rows[i];
-        json_array_append_new(rows, json_pack("[IIIoo]", (json_int_t)r->epoch, (json_int_t)r->step,
-                                              (json_int_t)r->seen, real_or_null(r->train_loss),
-                                              real_or_null(r->val_loss)));
+        json_t *row = json_pack("[IIIoo]", (json_int_t)r->epoch, (json_int_t)r->step, (json_int_t)r->seen,
+                                real_or_null(r->train_loss), real_or_null(r->val_loss));
+        if (tr->o.n_columns > 0) { /* the task's columns: train's, then val's */
+            json_t *cols = json_array();
+            for (int j = 0; j < tr->o.n_columns; j++) json_array_append_new(cols, real_or_null(r->train_columns[j]));
+            for (int j = 0; j < tr->o.n_columns; j++) json_array_append_new(cols, real_or_null(r->val_columns[j]));
+            json_array_append_new(row, cols);
+        }
+        json_array_append_new(rows, row);
     }
     for (int i = 0; i < tr->n_sr; i++) {
         const series *s = &tr->sr[i];
@@ -659,12 +810,20 @@ static int log_load(tg_trainer *tr, const char *path, const tg_tensor *t)
     json_array_foreach(st == TG_OK ? rows : NULL, i, r)
     {
         json_int_t a, b, c;
-        json_t *l1, *l2;
-        if (json_unpack(r, "[IIIoo!]", &a, &b, &c, &l1, &l2) != 0 || a < 1 || b < 0 || c < 0) {
+        json_t *l1, *l2, *cols = NULL;
+        int k = tr->o.n_columns;
+        if ((k ? json_unpack(r, "[IIIooo!]", &a, &b, &c, &l1, &l2, &cols)
+               : json_unpack(r, "[IIIoo!]", &a, &b, &c, &l1, &l2)) != 0 ||
+            a < 1 || b < 0 || c < 0 || (k && (!json_is_array(cols) || json_array_size(cols) != 2 * (size_t)k))) {
             st = corrupt(path, "a row");
             break;
         }
-        if ((st = add_row(tr, (tg_train_row){a, b, c, real_of(l1), real_of(l2)})) != TG_OK) break;
+        tg_train_row w = {a, b, c, real_of(l1), real_of(l2), {0}, {0}};
+        for (int j = 0; j < k; j++) {
+            w.train_columns[j] = real_of(json_array_get(cols, (size_t)j));
+            w.val_columns[j] = real_of(json_array_get(cols, (size_t)(k + j)));
+        }
+        if ((st = add_row(tr, w)) != TG_OK) break;
     }
     const char *key;
     json_t *s;
@@ -800,6 +959,9 @@ static int check_options(const tg_trainer_options *o)
                                           "must be >= 0");
     if (!(o->clip_grad_norm >= 0) || !isfinite(o->clip_grad_norm))
         return tg_error_status(TG_EINVAL, "trainer: clip_grad_norm must be finite and >= 0, got %g", o->clip_grad_norm);
+    if (o->n_columns < 0 || o->n_columns > TG_TRAIN_MAX_COLUMNS || (o->n_columns > 0 && (!o->columns || !o->column_values)))
+        return tg_error_status(TG_EINVAL, "trainer: %d columns (at most %d, each named, with column_values)", o->n_columns,
+                               TG_TRAIN_MAX_COLUMNS);
     if (o->n_identity < 0 || (o->n_identity > 0 && !o->identity))
         return tg_error_status(TG_EINVAL, "trainer: %d identity values without an array", o->n_identity);
     return TG_OK;
@@ -890,9 +1052,10 @@ static int after_step(tg_trainer *tr, int64_t epoch, const tg_loader_iter *pass)
     const tg_trainer_options *o = &tr->o;
     int st = TG_OK;
     if (o->eval_freq > 0 && tr->step % o->eval_freq == 0) {
-        tg_train_row w = {epoch + 1, tr->step, tr->seen, NAN, NAN};
-        if ((st = evaluate(tr, &w.train_loss, &w.val_loss)) != TG_OK || (st = add_row(tr, w)) != TG_OK) return st;
-        if (!o->quiet)
+        tg_train_row w = {epoch + 1, tr->step, tr->seen, NAN, NAN, {0}, {0}};
+        if ((st = evaluate(tr, &w)) != TG_OK || (st = add_row(tr, w)) != TG_OK) return st;
+        if (!o->quiet && o->print_row) st = o->print_row(tr, &w, o->task);
+        else if (!o->quiet)
             st = tg_trainer_printf(tr, "Ep %lld (Step %06lld): Train loss %.3f, Val loss %.3f", (long long)w.epoch,
                                    (long long)w.step, w.train_loss, w.val_loss);
     }
@@ -919,7 +1082,7 @@ static int epoch_loop(tg_trainer *tr, int64_t epoch, tg_loader_iter *it)
                 break;
             }
             /* examples_seen += input_batch.shape[0] / tokens_seen += input_batch.numel() */
-            int64_t seen = tr->o.count_tokens ? tg_numel(b.input) : b.input->shape[0];
+            int64_t seen = tr->o.count_tokens ? tg_numel(lead(&b)) : lead(&b)->shape[0];
             st = micro_step(tr, &b, n);
             tr->tape_bytes = tg_tape_used(tp);
             tg_tape_reset(tp);
@@ -950,6 +1113,11 @@ int tg_trainer_fit(tg_trainer *tr)
     }
     tr->t0 = now();
     int st = TG_OK;
+    /* a run that starts afresh: the task's lines before training */
+    if (o->on_train_begin && tr->step < 0 && tr->epoch == 0 && !tr->resumed && !tr->t_len) {
+        tg_module_train(o->model, true);
+        if ((st = o->on_train_begin(tr, o->task)) != TG_OK) return st;
+    }
     for (; tr->epoch < o->epochs && st == TG_OK; tr->epoch++) {
         tg_module_train(o->model, true);
         tg_loader_iter *it = tr->resumed ? tr->resumed : tg_loader_iter_new(o->train.loader);

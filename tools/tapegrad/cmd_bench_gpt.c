@@ -172,7 +172,7 @@ static int run(const gpt_bench_args *a, const tg_cli_model *mo, const tg_decoder
     tg_module *gpt = model_tape && g ? tg_cli_model_build(model_tape, mo, cfg) : NULL;
     tg_optimizer *opt = NULL;
     tg_trainer *tr = NULL;
-    tg_batch b = {NULL, NULL};
+    tg_batch b = {0};
     if (gpt && a->classify && make_classifier(model_tape, gpt, a, mo) != TG_OK) gpt = NULL;
     /* a LoRA fine-tuning step (appendix E): the base frozen, every Linear wrapped */
     if (gpt && !a->classify && a->lora_rank_seen &&

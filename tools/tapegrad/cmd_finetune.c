@@ -1,7 +1,9 @@
-/* tapegrad finetune classify|instruct: the book's chapter 6 (a classifier on
- * GPTModel's last position, train_classifier_simple) and chapter 7 (an
- * instruction follower, train_model_simple on custom_collate_fn batches),
- * each with or without appendix E's LoRA, printing the book's lines
+/* tapegrad finetune classify|instruct|dpo: the book's chapter 6 (a
+ * classifier on GPTModel's last position, train_classifier_simple), chapter
+ * 7 (an instruction follower, train_model_simple on custom_collate_fn
+ * batches) and chapter 7's DPO notebook (preference tuning against a frozen
+ * reference, train_model_dpo_simple), each with or without appendix E's
+ * LoRA, printing the book's lines
  * (docs/fine-tuning.md). The command reads the data, builds the model and
  * names the task (its loss, its lines after each epoch and after training);
  * the library's trainer (include/tapegrad/train.h) trains, on one process
@@ -13,6 +15,7 @@
  * for the same data. */
 #include "finetune.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,7 +51,7 @@ static const char *instruct_help =
     "validation prompt; then each test entry's response.\n"
     "\n"
     "  --data FILE          a JSON array of {instruction, input, output}\n"
-    "  --limit N            keep the first N entries\n"
+    "  --limit N            keep the first N entries (also --max-entries N)\n"
     "  --allowed-max-length N  cut batches to N positions (1024)\n"
     "  --max-new-tokens N   ids per response (256)\n"
     "  --format F           alpaca (the book's prompt, default) or chat: each entry\n"
@@ -61,9 +64,41 @@ static const char *instruct_help =
     "  --eval-freq N        evaluate every N optimizer steps (5)\n"
     "  --eval-iter N        batches per evaluation (5)\n";
 
+static const char *dpo_help =
+    "usage: tapegrad finetune dpo --data FILE.json [MODEL] [options]\n"
+    "\n"
+    "The book's DPO notebook (chapter 7): preference entries (instruction, input,\n"
+    "chosen, rejected; output optional) are split 85/10/5 into training, test and\n"
+    "validation parts; each becomes the prompt and the prompt plus\n"
+    "\"\\n\\n### Response:\\n\" plus the chosen and the rejected answer. The policy (the\n"
+    "model being trained) and a frozen reference (the starting weights, or\n"
+    "--reference) score both answers with the mean log-probability of their ids;\n"
+    "the loss is -logsigmoid(beta * ((policy chosen - policy rejected) -\n"
+    "(reference chosen - reference rejected))). Prints the losses and reward\n"
+    "margins before training, the notebook's rows, a sample after each epoch and\n"
+    "the reference's and the policy's responses to the first validation entries.\n"
+    "\n"
+    "  --data FILE          a JSON array of {instruction, input, chosen, rejected}\n"
+    "  --beta B             the DPO temperature, > 0 (0.1)\n"
+    "  --reference FILE     the reference model's weights (default: the policy's\n"
+    "                       starting weights, from --load or --hf or the seed)\n"
+    "  --max-entries N      keep the first N entries (also --limit N)\n"
+    "  --allowed-max-length N  the longest sequence, in ids (1024)\n"
+    "  --max-new-tokens N   ids per response (256)\n"
+    "  --format F           alpaca (the book's prompt, default) or chat: the prompt is\n"
+    "                       the user's turn in the tokenizer's chat format and each\n"
+    "                       answer the assistant's\n"
+    "  --epochs N           (1)\n"
+    "  --batch N            (8)\n"
+    "  --lr X               AdamW's learning rate (5e-6)\n"
+    "  --weight-decay X     (0.01)\n"
+    "  --eval-freq N        evaluate every N optimizer steps (5)\n"
+    "  --eval-iter N        batches per evaluation (5)\n";
+
 static const char *common_help =
     "\n"
-    "  --init FILE          start from a state_dict (tapegrad pretrain --save)\n"
+    "  --init FILE          start from a state_dict (tapegrad pretrain --save, finetune\n"
+    "                       --save) or a trainer checkpoint (also --load FILE)\n"
     "  --hf PATH            start from Hugging Face weights: GPT-2's model.safetensors\n"
     "                       (sets --qkv-bias) or a Qwen3 / Llama 3 folder\n"
     "                       (config.json, safetensors, tokenizer.json)\n"
@@ -165,6 +200,57 @@ static int load_instruct(ft_run *r)
     return TG_CLI_OK;
 }
 
+/* The preference entries, split as the instruction entries; every training
+ * and validation answer must fit --allowed-max-length and the model's
+ * context. */
+static int load_dpo(ft_run *r)
+{
+    const ft_args *a = r->a;
+    r->entries = tg_preference_data_load(a->data);
+    if (!r->entries) return tg_cli_lib_error(r->cmd, "--data");
+    int64_t n = tg_instruction_data_len(r->entries);
+    if (a->limit_seen && a->limit < n) n = a->limit;
+    int64_t cnt[3], begin[3];
+    if (tg_instruction_split(n, &cnt[TRAIN], &cnt[TEST], &cnt[VAL]) != TG_OK) return tg_cli_lib_error(r->cmd, "--data");
+    begin[TRAIN] = 0, begin[TEST] = cnt[TRAIN], begin[VAL] = cnt[TRAIN] + cnt[TEST];
+    if (cnt[TRAIN] < a->batch || cnt[VAL] < 1)
+        return tg_cli_error(r->cmd,
+                            "--data: %lld entries give %lld training and %lld validation entries; training needs "
+                            "--batch %lld and validation at least 1",
+                            (long long)n, (long long)cnt[TRAIN], (long long)cnt[VAL], (long long)a->batch);
+    for (int k = 0; k < 3; k++) {
+        r->ins_begin[k] = begin[k];
+        r->pref[k] = tg_preference_dataset_new(r->entries, begin[k], begin[k] + cnt[k], r->tok,
+                                               a->chat ? TG_INSTRUCTION_CHAT : TG_INSTRUCTION_ALPACA);
+        if (!r->pref[k]) return tg_cli_lib_error(r->cmd, "--data");
+        for (int64_t i = 0; i < cnt[k]; i++) {
+            tg_preference_ids e;
+            if (tg_preference_dataset_get(r->pref[k], i, &e) != TG_OK) return tg_cli_lib_error(r->cmd, "--data");
+            const int64_t *seq[3] = {e.prompt, e.chosen, e.rejected}, len[3] = {e.n_prompt, e.n_chosen, e.n_rejected};
+            static const char *const what[3] = {"prompt", "chosen answer", "rejected answer"};
+            for (int p = 0; p < 3; p++) {
+                int rc = tg_cli_check_ids(r->cmd, "--data", seq[p], len[p], r->cfg.vocab_size);
+                if (rc != TG_CLI_OK) return rc;
+                /* the collated sequence, len + 1 cut to allowed_max_length, is the
+                 * model's input; the notebook would cut a longer entry silently */
+                if (p == 0 || k == TEST) continue;
+                if (len[p] > a->allowed_max)
+                    return tg_cli_error(r->cmd,
+                                        "--data: entry %lld's %s has %lld ids, more than --allowed-max-length %lld "
+                                        "(give a larger one, or leave the entry out)",
+                                        (long long)(begin[k] + i), what[p], (long long)len[p], (long long)a->allowed_max);
+                if ((len[p] + 1 < a->allowed_max ? len[p] + 1 : a->allowed_max) > r->cfg.context_length)
+                    return tg_cli_error(r->cmd,
+                                        "--data: entry %lld's %s has %lld ids, which with its padding id are more than "
+                                        "the model's context length %lld (give a larger --context)",
+                                        (long long)(begin[k] + i), what[p], (long long)len[p],
+                                        (long long)r->cfg.context_length);
+            }
+        }
+    }
+    return TG_CLI_OK;
+}
+
 /* ---- the model -------------------------------------------------------------------------------------- */
 
 /* At least the book's 2; the loader caps it (TG_CLASS_DATASET_MAX_CLASSES). */
@@ -183,22 +269,34 @@ static int build_model(ft_run *r, const tg_cli_model *m)
     /* torch.manual_seed(s); model = GPTModel(cfg); load the weights */
     if (!(r->gpt = tg_cli_model_build(r->model_tape, m, &r->cfg))) return tg_cli_lib_error(r->cmd, NULL);
     tg_cli_gpt_set_layers(r->gpt, a->composed);
-    if (a->init && tg_module_load(r->gpt, a->init) != TG_OK) return tg_cli_lib_error(r->cmd, "--init");
+    if (a->init && tg_checkpoint_load_model(r->gpt, a->init) != TG_OK) return tg_cli_lib_error(r->cmd, "--init");
     if (a->hf && !tg_cli_is_dir(a->hf) && tg_gpt_load_hf(r->gpt, a->hf) != TG_OK) return tg_cli_lib_error(r->cmd, "--hf");
     /* classify: torch.manual_seed(s); model.out_head = Linear(emb_dim,
      * num_classes); freezing; LoRA or the last block trainable */
-    if (tg_gpt_prepare_finetune(r->model_tape, r->gpt, a->instruct ? 0 : num_classes(r), r->seed,
+    if (tg_gpt_prepare_finetune(r->model_tape, r->gpt, a->instruct || a->dpo ? 0 : num_classes(r), r->seed,
                                 a->lora_rank_seen ? a->lora_rank : 0, a->lora_alpha) != TG_OK)
         return tg_cli_lib_error(r->cmd, a->lora_rank_seen ? "--lora-rank" : NULL);
     /* the new modules take the model's layers (the step tape's policy
      * covers them as any module) */
     tg_cli_gpt_set_layers(r->gpt, a->composed);
     /* torch.manual_seed(s) (classify: before AdamW; instruct: after it) */
-    if (!a->instruct) tg_manual_seed(r->seed);
+    if (!a->instruct && !a->dpo) tg_manual_seed(r->seed);
     tg_adam_options o = {a->lr, {0.9, 0.999}, 1e-8, a->weight_decay, false};
     r->opt = tg_adamw_new(r->model_tape, r->gpt, o);
     if (!r->opt) return tg_cli_lib_error(r->cmd, NULL);
-    if (a->instruct) tg_manual_seed(r->seed);
+    if (a->dpo) { /* the reference: the same weights, frozen, in eval mode */
+        tg_manual_seed(r->seed);
+        if (!(r->ref = tg_cli_model_build(r->model_tape, m, &r->cfg))) return tg_cli_lib_error(r->cmd, NULL);
+        tg_cli_gpt_set_layers(r->ref, a->composed);
+        const char *from = a->reference ? a->reference : a->init, *opt = a->reference ? "--reference" : "--init";
+        if (from && tg_checkpoint_load_model(r->ref, from) != TG_OK) return tg_cli_lib_error(r->cmd, opt);
+        if (!a->reference && a->hf && !tg_cli_is_dir(a->hf) && tg_gpt_load_hf(r->ref, a->hf) != TG_OK)
+            return tg_cli_lib_error(r->cmd, "--hf");
+        tg_module_requires_grad_(r->ref, false);
+        tg_module_train(r->ref, false);
+        r->dpo = (tg_dpo_task){.reference = r->ref, .beta = a->beta};
+    }
+    if (a->instruct || a->dpo) tg_manual_seed(r->seed);
     return TG_CLI_OK;
 }
 
@@ -223,17 +321,31 @@ static int load_data(ft_run *r)
     if (r->cfg.vocab_size <= r->pad_id)
         return tg_cli_error(r->cmd, "--vocab %lld: the padding id %lld needs a vocabulary of at least %lld",
                             (long long)r->cfg.vocab_size, (long long)r->pad_id, (long long)r->pad_id + 1);
-    int rc = a->instruct ? load_instruct(r) : load_classify(r);
+    int rc = a->dpo ? load_dpo(r) : a->instruct ? load_instruct(r) : load_classify(r);
     if (rc != TG_CLI_OK) return rc;
     r->digest = 1469598103934665603ull;
     for (int k = 0; k < 3; k++) {
-        int64_t n = a->instruct ? tg_instruction_dataset_len(r->ins[k]) : r->cls[k] ? tg_class_dataset_len(r->cls[k]) : -1;
+        int64_t n = a->dpo        ? tg_preference_dataset_len(r->pref[k])
+                    : a->instruct ? tg_instruction_dataset_len(r->ins[k])
+                    : r->cls[k]   ? tg_class_dataset_len(r->cls[k])
+                                  : -1;
         if (n < 0) continue;
         r->ib[k] = (tg_instruction_batches){r->ins[k], r->pad_id, TG_IGNORE_INDEX, a->allowed_max};
+        r->pb[k] = (tg_preference_batches){r->pref[k], r->pad_id, a->allowed_max, false};
         tg_loader_options lo = {.batch_size = a->batch, .shuffle = k == TRAIN, .drop_last = k == TRAIN};
-        r->set[k] = a->instruct ? (tg_data){tg_loader_new(n, lo), tg_instruction_batch, &r->ib[k]}
-                                : (tg_data){tg_loader_new(n, lo), tg_class_batch, r->cls[k]};
+        r->set[k] = a->dpo        ? (tg_data){tg_loader_new(n, lo), tg_preference_batch, &r->pb[k]}
+                    : a->instruct ? (tg_data){tg_loader_new(n, lo), tg_instruction_batch, &r->ib[k]}
+                                  : (tg_data){tg_loader_new(n, lo), tg_class_batch, r->cls[k]};
         if (!r->set[k].loader) return tg_cli_lib_error(r->cmd, NULL);
+        if (a->dpo) { /* each entry's three sequences */
+            for (int64_t i = 0; i < n; i++) {
+                tg_preference_ids e;
+                tg_preference_dataset_get(r->pref[k], i, &e);
+                r->digest = fnv1a(fnv1a(fnv1a(r->digest, e.prompt, e.n_prompt), e.chosen, e.n_chosen), e.rejected,
+                                  e.n_rejected);
+            }
+            continue;
+        }
         int64_t len = a->instruct ? 0 : tg_class_dataset_max_length(r->cls[k]), label;
         int64_t *row = malloc(sizeof *row * (size_t)(len + 1));
         for (int64_t i = 0; row && i < n; i++) {
@@ -246,7 +358,7 @@ static int load_data(ft_run *r)
     return TG_CLI_OK;
 }
 
-#define FT_NIDENTITY (TG_CLI_MODEL_NIDENTITY + 6)
+#define FT_NIDENTITY (TG_CLI_MODEL_NIDENTITY + 8)
 static int run(ft_run *r, const tg_cli_model *m)
 {
     const ft_args *a = r->a;
@@ -261,6 +373,8 @@ static int run(ft_run *r, const tg_cli_model *m)
         {.name = "--init or --hf (1)", .i = a->init || a->hf},
         {.name = "--weight-decay", .is_float = true, .f = a->weight_decay},
         {.name = "--lora-alpha", .is_float = true, .f = a->lora_rank_seen ? a->lora_alpha : 0},
+        {.name = "--beta", .is_float = true, .f = a->dpo ? a->beta : 0},
+        {.name = "--reference (1)", .i = a->reference != NULL},
     };
     memcpy(id + k, own, sizeof own);
     tg_trainer_options o = {.model = r->gpt, .optimizer = r->opt, .train = r->set[TRAIN], .val = r->set[VAL],
@@ -270,6 +384,12 @@ static int run(ft_run *r, const tg_cli_model *m)
                             .on_epoch_end = a->instruct ? tg_ft_instruct_epoch_end : tg_ft_classify_epoch_end,
                             .on_train_end = a->instruct ? tg_ft_instruct_end : tg_ft_classify_end,
                             .numerics = m->numerics};
+    if (a->dpo) {
+        o.loss = tg_ft_dpo_loss, o.count_tokens = true;
+        o.n_columns = 2, o.columns = tg_dpo_column_names, o.column_values = tg_ft_dpo_columns;
+        o.on_train_begin = tg_ft_dpo_begin, o.print_row = tg_ft_dpo_row;
+        o.on_epoch_end = tg_ft_dpo_epoch_end, o.on_train_end = tg_ft_dpo_end;
+    }
     tg_cli_train_options(&a->t, &o);
     tg_trainer *tr;
     rc = tg_cli_train_run(r->cmd, rc, &o, &tr);
@@ -279,7 +399,7 @@ static int run(ft_run *r, const tg_cli_model *m)
         if (rc == TG_CLI_OK && a->t.json) rc = tg_ft_json(r, tr);
         if (rc == TG_CLI_OK && !a->t.json && !tg_cli_flush_stdout()) rc = tg_cli_stdout_error(0);
         if (rc == TG_CLI_OK && !a->t.json) { /* the speed, unless the table was lost */
-            tg_cli_train_summary(tr, a->instruct ? "tokens" : "examples");
+            tg_cli_train_summary(tr, a->instruct || a->dpo ? "tokens" : "examples");
             fprintf(stderr, "%lld trainable parameters\n", (long long)tg_module_num_trainable_parameters(r->gpt));
         }
     }
@@ -293,6 +413,7 @@ static void run_free(ft_run *r)
         tg_loader_free(r->set[k].loader);
         tg_class_dataset_free(r->cls[k]);
         tg_instruction_dataset_free(r->ins[k]);
+        tg_preference_dataset_free(r->pref[k]);
     }
     tg_instruction_data_free(r->entries);
     tg_tape_free(r->model_tape);
@@ -302,16 +423,20 @@ static int finetune(int argc, char **argv)
 {
     const char *kind = argc > 1 && argv[1] ? argv[1] : NULL;
     if (kind && (strcmp(kind, "--help") == 0 || strcmp(kind, "-h") == 0)) {
-        fputs("usage: tapegrad finetune classify|instruct [options] (see tapegrad finetune classify --help)\n", stdout);
+        fputs("usage: tapegrad finetune classify|instruct|dpo [options] (see tapegrad finetune classify --help)\n",
+              stdout);
         return TG_CLI_OK;
     }
-    ft_args a = {.batch = 8, .lr = 5e-5, .weight_decay = 0.1, .eval_iter = 5, .allowed_max = 1024, .max_new = 256};
+    ft_args a = {.batch = 8, .lr = 5e-5, .weight_decay = 0.1, .eval_iter = 5, .allowed_max = 1024, .max_new = 256,
+                 .beta = 0.1};
     if (kind && strcmp(kind, "classify") == 0) {
         a.cmd = "finetune classify", a.epochs = 5, a.eval_freq = 50;
     } else if (kind && strcmp(kind, "instruct") == 0) {
         a.cmd = "finetune instruct", a.epochs = 2, a.eval_freq = 5, a.instruct = true;
+    } else if (kind && strcmp(kind, "dpo") == 0) { /* the notebook's settings */
+        a.cmd = "finetune dpo", a.epochs = 1, a.eval_freq = 5, a.dpo = true, a.lr = 5e-6, a.weight_decay = 0.01;
     } else {
-        return tg_cli_error("finetune", "expected classify or instruct, got '%.100s'", kind ? kind : "");
+        return tg_cli_error("finetune", "expected classify, instruct or dpo, got '%.100s'", kind ? kind : "");
     }
     /* each kind's own options, then the common ones */
     const tg_opt classify_opts[] = {
@@ -327,9 +452,16 @@ static int finetune(int argc, char **argv)
         {.name = "--allowed-max-length", .type = TG_OPT_INT, .dest = &a.allowed_max, .imin = 1, .imax = 65536},
         {.name = "--max-new-tokens", .type = TG_OPT_INT, .dest = &a.max_new, .imin = 0, .imax = 100000},
         {.name = "--format", .type = TG_OPT_STRING, .dest = &a.format},
+        {.name = "--max-entries", .type = TG_OPT_INT, .dest = &a.limit, .imin = 1, .imax = INT32_MAX,
+         .seen = &a.limit_seen},
+    };
+    const tg_opt dpo_opts[] = {
+        {.name = "--beta", .type = TG_OPT_DOUBLE, .dest = &a.beta, .dmin = -1e9, .dmax = 1e9},
+        {.name = "--reference", .type = TG_OPT_STRING, .dest = &a.reference},
     };
     const tg_opt common[] = {
         {.name = "--init", .type = TG_OPT_STRING, .dest = &a.init},
+        {.name = "--load", .type = TG_OPT_STRING, .dest = &a.init},
         {.name = "--hf", .type = TG_OPT_STRING, .dest = &a.hf},
         TG_CLI_TOKENIZER_OPT(a.tokenizer),
         {.name = "--epochs", .type = TG_OPT_INT, .dest = &a.epochs, .imin = 1, .imax = 1000000},
@@ -346,9 +478,13 @@ static int finetune(int argc, char **argv)
         TG_CLI_TRAIN_OPTS(a.t),
     };
     _Static_assert(sizeof classify_opts <= sizeof instruct_opts, "instruct has the most options of its own");
-    tg_opt own[TG_CLI_NOPTS(common) + TG_CLI_NOPTS(instruct_opts)];
-    int n_own = a.instruct ? TG_CLI_NOPTS(instruct_opts) : TG_CLI_NOPTS(classify_opts);
-    memcpy(own, a.instruct ? instruct_opts : classify_opts, sizeof *own * (size_t)n_own);
+    tg_opt own[TG_CLI_NOPTS(common) + TG_CLI_NOPTS(instruct_opts) + TG_CLI_NOPTS(dpo_opts)];
+    int n_own = a.instruct || a.dpo ? TG_CLI_NOPTS(instruct_opts) : TG_CLI_NOPTS(classify_opts);
+    memcpy(own, a.instruct || a.dpo ? instruct_opts : classify_opts, sizeof *own * (size_t)n_own);
+    if (a.dpo) {
+        memcpy(own + n_own, dpo_opts, sizeof dpo_opts);
+        n_own += TG_CLI_NOPTS(dpo_opts);
+    }
     memcpy(own + n_own, common, sizeof common);
     n_own += TG_CLI_NOPTS(common);
     tg_cli_model m;
@@ -359,14 +495,16 @@ static int finetune(int argc, char **argv)
     m.hf = &a.hf;
     m.follow_hf = &a.lora_rank_seen; /* a LoRA run keeps a BF16 folder's frozen base in bf16 */
     int rc;
-    tg_cli_command c = {.name = a.cmd, .help = a.instruct ? instruct_help : classify_help, .opts = own,
+    tg_cli_command c = {.name = a.cmd, .help = a.dpo ? dpo_help : a.instruct ? instruct_help : classify_help, .opts = own,
                         .nopts = n_own, .help_more = {common_help, TG_CLI_TRAIN_HELP, end_help}};
     if (!tg_cli_model_parse(&c, argc - 1, argv + 1, &m, &r.cfg, &rc)) return rc;
-    if (a.instruct && !a.data) return tg_cli_error(a.cmd, "--data FILE.json is required");
+    if ((a.instruct || a.dpo) && !a.data) return tg_cli_error(a.cmd, "--data FILE.json is required");
+    if (a.dpo && (!(a.beta > 0) || !isfinite(a.beta)))
+        return tg_cli_error(a.cmd, "--beta: must be a finite number above 0, got %g", a.beta);
     if (a.format && strcmp(a.format, "alpaca") != 0 && strcmp(a.format, "chat") != 0)
         return tg_cli_error(a.cmd, "--format: expected alpaca or chat, got '%.200s'", a.format);
     a.chat = a.format && strcmp(a.format, "chat") == 0;
-    if (!a.instruct && (!a.train || !a.val)) return tg_cli_error(a.cmd, "--train and --val are required");
+    if (!a.instruct && !a.dpo && (!a.train || !a.val)) return tg_cli_error(a.cmd, "--train and --val are required");
     if (a.init && a.hf) return tg_cli_error(a.cmd, "--init and --hf are exclusive");
     if (a.lora_alpha_seen && !a.lora_rank_seen) return tg_cli_error(a.cmd, "--lora-alpha needs --lora-rank");
     if (a.lora_rank_seen && !a.lora_alpha_seen) a.lora_alpha = (double)a.lora_rank;
@@ -374,8 +512,8 @@ static int finetune(int argc, char **argv)
     r.seed = m.seed;
     if (tg_cli_check_only) return TG_CLI_OK;
     if ((rc = tg_cli_train_begin(a.cmd, &a.t, a.batch)) != TG_CLI_OK) return rc;
-    if (!a.instruct && a.t.plot && tg_dist_rank() == 0) { /* the accuracy plot beside --plot's */
-        char *acc = tg_ft_accuracy_plot_path(a.t.plot);
+    if (!a.instruct && a.t.plot && tg_dist_rank() == 0) { /* the accuracy or margins plot beside --plot's */
+        char *acc = tg_ft_accuracy_plot_path(a.t.plot, a.dpo ? "-reward-margins" : "-accuracy");
         rc = acc ? tg_cli_check_output(a.cmd, "--plot", acc) : tg_cli_error(a.cmd, "out of memory");
         free(acc);
         if (rc != TG_CLI_OK) return rc;

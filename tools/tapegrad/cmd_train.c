@@ -155,7 +155,7 @@ static int run(tg_tape *model, tg_tape *step, double *losses, FILE *plot, const 
            wrapper ? "MultiHeadAttentionWrapper" : "MultiHeadAttention", D_MODEL, HEADS, TOKENS, BATCH,
            (long long)a->steps, a->lr, a->momentum);
     for (int64_t it = 0; it < a->steps; it++) {
-        tg_batch b = {tg_rand(step, TG_F32, 3, shape, g), NULL};
+        tg_batch b = {.input = tg_rand(step, TG_F32, 3, shape, g)};
         double l;
         if (!b.input || tg_trainer_step(tr, 1, &b, &l) != TG_OK) {
             rc = tg_cli_lib_error(CMD, NULL);

@@ -7,11 +7,11 @@
 #include "cli.h"
 
 typedef struct {
-    bool instruct;
+    bool instruct, dpo; /* finetune instruct, finetune dpo (else classify) */
     const char *cmd;
-    const char *train, *val, *test, *data, *init, *hf, *tokenizer, *format;
+    const char *train, *val, *test, *data, *init, *hf, *tokenizer, *format, *reference;
     int64_t max_length, limit, allowed_max, max_new, epochs, batch, eval_freq, eval_iter, lora_rank;
-    double lr, weight_decay, lora_alpha;
+    double lr, weight_decay, lora_alpha, beta;
     bool max_length_seen, limit_seen, lora_rank_seen, lora_alpha_seen, composed;
     bool chat; /* --format chat */
     tg_cli_train t;
@@ -33,6 +33,11 @@ typedef struct {
     tg_instruction_data *entries;
     tg_instruction_dataset *ins[3];
     tg_instruction_batches ib[3];
+    /* dpo: the preference sets, their batches, the frozen reference model */
+    tg_preference_dataset *pref[3];
+    tg_preference_batches pb[3];
+    tg_module *ref;
+    tg_dpo_task dpo;
     int64_t ins_begin[3];
     tg_data set[3];
     uint64_t digest; /* of every set's ids: a checkpoint's data */
@@ -47,11 +52,22 @@ int tg_ft_instruct_epoch_end(tg_trainer *tr, int64_t epoch, void *task);
 int tg_ft_instruct_end(tg_trainer *tr, void *task);
 int tg_ft_classify_epoch_end(tg_trainer *tr, int64_t epoch, void *task);
 int tg_ft_classify_end(tg_trainer *tr, void *task);
+/* DPO (task: the ft_run): the losses and reward margins before training,
+ * the notebook's rows, the sample after each epoch (the third validation
+ * entry's prompt), and the reference's and the policy's responses to the
+ * first three validation entries; the reward columns (tg_dpo_columns on
+ * the run's tg_dpo_task). */
+int tg_ft_dpo_begin(tg_trainer *tr, void *task);
+int tg_ft_dpo_row(tg_trainer *tr, const tg_train_row *row, void *task);
+int tg_ft_dpo_epoch_end(tg_trainer *tr, int64_t epoch, void *task);
+int tg_ft_dpo_end(tg_trainer *tr, void *task);
+int tg_ft_dpo_columns(void *task, double *values);
+tg_tensor *tg_ft_dpo_loss(tg_tape *tp, tg_module *model, const tg_batch *b, void *task, double *weight);
 /* --json's line; --plot's loss plot and the classifier's accuracy plot. */
 int tg_ft_json(const ft_run *r, const tg_trainer *tr);
 int tg_ft_write_plots(const ft_run *r, const tg_trainer *tr, const char *path);
-/* The accuracy plot's path for --plot path ("loss.svg" -> "loss-accuracy.svg"),
- * malloc'd; NULL when out of memory. */
-char *tg_ft_accuracy_plot_path(const char *path);
+/* The second plot's path for --plot path and a suffix ("loss.svg" and
+ * "-accuracy" -> "loss-accuracy.svg"), malloc'd; NULL when out of memory. */
+char *tg_ft_accuracy_plot_path(const char *path, const char *suffix);
 
 #endif
