@@ -15,6 +15,10 @@
  *     to the repository, skipped when absent): 1,100 entries split
  *     935/110/55, and the widths of the first train batches after
  *     manual_seed(123), as the book prints them.
+ * (e) preference data (the DPO notebook): the reader's members and errors,
+ *     PreferenceDataset's prompt, chosen and rejected ids and its mask
+ *     start, the collate's padding, masks and cut, and the notebook's own
+ *     printed batch of the book's first two entries.
  * Token ids are checked against tg_tokenizer_encode of the same text (the
  * tokenizer itself is checked against tiktoken by test_tokenizer) and, for
  * a few words, against GPT-2's published ids. */
@@ -636,6 +640,195 @@ static void test_book_instruction_data(void **state)
     tg_instruction_data_free(d);
 }
 
+/* ---- (e) preference data (the DPO notebook) ----------------------------------------------------------- */
+
+static const char g_pref_json[] =
+    "[{\"instruction\": \"Rewrite.\", \"input\": \"It is hot.\", \"chosen\": \"It is warm.\", \"rejected\": \"Hot!\", "
+    "\"output\": \"It's hot.\"},\n"
+    " {\"instruction\": \"Say caf\\u00e9.\", \"input\": \"\", \"chosen\": \"Caf\\u00e9, please.\", \"rejected\": \"No.\"}]";
+
+/* The ids of a and b concatenated as text. */
+static int64_t *encode2(const char *a, const char *b, const char *c, size_t *n)
+{
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s%s%s", a, b, c);
+    return encode(buf, n);
+}
+
+static void test_preference_data(void **state)
+{
+    (void)state;
+    char path[256];
+    write_tmp(path, sizeof path, "pref.json", g_pref_json, -1);
+    tg_instruction_data *d = tg_preference_data_load(path);
+    tu_assert_ok(d);
+    assert_int_equal(tg_instruction_data_len(d), 2);
+    const tg_instruction *e0 = tg_instruction_data_get(d, 0), *e1 = tg_instruction_data_get(d, 1);
+    assert_string_equal(e0->chosen, "It is warm.");
+    assert_string_equal(e0->rejected, "Hot!");
+    assert_string_equal(e0->output, "It's hot.");
+    assert_string_equal(e1->chosen, "Caf\xc3\xa9, please.");
+    assert_null(e1->output); /* optional in preference data */
+    /* the instruction reader wants output, and keeps no answers */
+    tu_assert_null_error(tg_instruction_data_load(path), ": entry 1: \"output\" is missing");
+
+    /* PreferenceDataset: prompt, prompt + response header + answer; the
+     * mask from the prompt's end + 2 */
+    tg_preference_dataset *ds = tg_preference_dataset_new(d, 0, 2, tok, TG_INSTRUCTION_ALPACA);
+    tu_assert_ok(ds);
+    assert_int_equal(tg_preference_dataset_len(ds), 2);
+    int64_t L = 0;
+    for (int i = 0; i < 2; i++) {
+        const tg_instruction *e = i ? e1 : e0;
+        tg_preference_ids got;
+        assert_int_equal(tg_preference_dataset_get(ds, i, &got), TG_OK);
+        char *prompt = tg_format_input(e);
+        size_t np, nc, nr;
+        int64_t *p = encode(prompt, &np), *c = encode2(prompt, "\n\n### Response:\n", e->chosen, &nc),
+                *r = encode2(prompt, "\n\n### Response:\n", e->rejected, &nr);
+        assert_int_equal(got.n_prompt, (int64_t)np);
+        assert_int_equal(got.n_chosen, (int64_t)nc);
+        assert_int_equal(got.n_rejected, (int64_t)nr);
+        assert_int_equal(got.mask_from, (int64_t)np + 2);
+        assert_row(got.prompt, p, got.n_prompt, "prompt");
+        assert_row(got.chosen, c, got.n_chosen, "chosen");
+        assert_row(got.rejected, r, got.n_rejected, "rejected");
+        int64_t m = (int64_t)(nc > nr ? nc : nr) + 1;
+        if (m > L) L = m;
+        free(prompt), free(p), free(c), free(r);
+    }
+    tu_assert_status_error(tg_preference_dataset_get(ds, 2, &(tg_preference_ids){0}), "entry 2 out of range (2 entries)");
+
+    /* the collate: one length, pad ids, masks; cut to allowed_max_length */
+    tg_tape *tp = tg_tape_new();
+    int64_t idx[2] = {1, 0};
+    for (int cut = 0; cut < 3; cut++) {
+        int64_t allowed = cut == 0 ? 0 : cut == 1 ? L - 3 : L + 5, want_L = allowed && allowed < L ? allowed : L;
+        for (int keep = 0; keep < 2; keep++) {
+            tg_tensor *t[4];
+            assert_int_equal(tg_preference_dataset_batch(ds, tp, idx, 2, PAD, allowed, keep == 0, t), TG_OK);
+            for (int k = 0; k < 4; k++) {
+                assert_int_equal(t[k]->ndim, 2);
+                assert_int_equal(t[k]->shape[0], 2);
+                assert_int_equal(t[k]->shape[1], want_L);
+                assert_int_equal(t[k]->dtype, k < 2 ? TG_I64 : TG_BOOL);
+            }
+            for (int b = 0; b < 2; b++) {
+                tg_preference_ids e;
+                tg_preference_dataset_get(ds, idx[b], &e);
+                for (int k = 0; k < 2; k++) {
+                    const int64_t *seq = k ? e.rejected : e.chosen, len = k ? e.n_rejected : e.n_chosen;
+                    const int64_t *x = (const int64_t *)tg_data_ptr(t[k]) + b * want_L;
+                    const uint8_t *mk = (const uint8_t *)tg_data_ptr(t[k + 2]) + b * want_L;
+                    for (int64_t j = 0; j < want_L; j++) {
+                        assert_int_equal(x[j], j < len ? seq[j] : PAD);
+                        assert_int_equal(mk[j], j < len && (keep || j >= e.mask_from));
+                    }
+                }
+            }
+        }
+    }
+    tu_assert_status_error(tg_preference_dataset_batch(ds, tp, idx, 0, PAD, 0, true, (tg_tensor *[4]){0}),
+                           "batch of 0 entries");
+    tu_assert_status_error(tg_preference_dataset_batch(ds, tp, (int64_t[]){5}, 1, PAD, 0, true, (tg_tensor *[4]){0}),
+                           "entry 5 out of range");
+    tu_assert_status_error(tg_preference_dataset_batch(ds, tp, idx, 2, PAD, -1, true, (tg_tensor *[4]){0}),
+                           "allowed_max_length must be >= 0");
+    tg_tape_free(tp);
+    tg_preference_dataset_free(ds);
+    tu_assert_null_error(tg_preference_dataset_new(d, 1, 3, tok, TG_INSTRUCTION_ALPACA),
+                         "entries [1, 3) are not a range of the 2 entries");
+    tu_assert_null_error(tg_preference_dataset_new(d, 0, 2, tok, TG_INSTRUCTION_CHAT), "needs a tokenizer with one");
+    tg_instruction_data_free(d);
+
+    /* instruction data has no answers to prefer */
+    write_tmp(path, sizeof path, "instr2.json", g_json, -1);
+    d = tg_instruction_data_load(path);
+    tu_assert_ok(d);
+    tu_assert_null_error(tg_preference_dataset_new(d, 0, 1, tok, TG_INSTRUCTION_ALPACA),
+                         "entry 0 has no \"chosen\" (read the file with tg_preference_data_load)");
+    tg_instruction_data_free(d);
+}
+
+static void test_preference_errors(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *json, *msg;
+    } cases[] = {
+        {"[{\"instruction\": \"a\", \"input\": \"\", \"rejected\": \"b\"}]", ": entry 0: \"chosen\" is missing"},
+        {"[{\"instruction\": \"a\", \"input\": \"\", \"chosen\": \"b\", \"rejected\": \"c\"}, {\"instruction\": \"a\", "
+         "\"input\": \"\", \"chosen\": \"b\"}]",
+         ": entry 1: \"rejected\" is missing"},
+        {"[{\"instruction\": \"a\", \"input\": \"\", \"chosen\": [], \"rejected\": \"c\"}]", ": entry 0: \"chosen\" is not a string"},
+        {"[{\"instruction\": \"a\", \"input\": \"\", \"chosen\": \"b\", \"rejected\": \"c\", \"output\": 1}]",
+         ": entry 0: \"output\" is not a string"},
+        {"[{\"instruction\": \"a\", \"input\": \"\", \"chosen\": \"b\\u0000\", \"rejected\": \"c\"}]",
+         ": entry 0: \"chosen\" contains a NUL character"},
+        {"[{\"instruction\": \"a\", \"chosen\": \"b\", \"rejected\": \"c\"}]", ": entry 0: \"input\" is missing"},
+        {"[3]", ": entry 0: not a JSON object (each entry has \"instruction\", \"input\", \"chosen\" and \"rejected\")"},
+        {"[]", ": the array has no entries"},
+        {"{}", ": not a JSON array"},
+        {"[{\"instruction\": \"a\",", ": JSON syntax error at line 1:"},
+    };
+    char path[256];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_tmp(path, sizeof path, "bad_pref.json", cases[i].json, -1);
+        tu_assert_null_error(tg_preference_data_load(path), cases[i].msg);
+    }
+    /* an empty answer still scores the response header's ids after the mask */
+    write_tmp(path, sizeof path, "empty_pref.json", "[{\"instruction\": \"a\", \"input\": \"\", \"chosen\": \"\", "
+                                                    "\"rejected\": \"\"}]", -1);
+    tg_instruction_data *d = tg_preference_data_load(path);
+    tu_assert_ok(d);
+    tg_preference_dataset *ds = tg_preference_dataset_new(d, 0, 1, tok, TG_INSTRUCTION_ALPACA);
+    tu_assert_ok(ds);
+    tg_preference_ids e;
+    assert_int_equal(tg_preference_dataset_get(ds, 0, &e), TG_OK);
+    assert_int_equal(e.n_chosen, e.mask_from + 4); /* "###", " Response", ":", "\n" */
+    tg_preference_dataset_free(ds);
+    tg_instruction_data_free(d);
+}
+
+/* The notebook's own batch (its cells 43-57): the book's first two
+ * preference entries collated with allowed_max_length 1024; the chosen ids
+ * and the first row's mask as the notebook prints them. */
+static void test_preference_book_batch(void **state)
+{
+    (void)state;
+    char path[4096];
+    tg_instruction_data *d = tg_preference_data_load(data_path(path, sizeof path, "preference/instruction-data-with-preference.json"));
+    tu_assert_ok(d);
+    assert_int_equal(tg_instruction_data_len(d), 1100);
+    tg_preference_dataset *ds = tg_preference_dataset_new(d, 0, 2, tok, TG_INSTRUCTION_ALPACA);
+    tu_assert_ok(ds);
+    static const int64_t chosen0[74] = {
+        21106, 318,   281,   12064, 326,   8477,  257,   4876,  13,    19430, 257,   2882,  326,   20431, 32543,
+        262,   2581,  13,    198,   198,   21017, 46486, 25,    198,   36,    2100,  4985,  262,   1708,  9546,
+        416,   25449, 340,   656,   262,   24993, 1813,  13,    198,   198,   21017, 23412, 25,    198,   19503,
+        521,   14610, 1545,  198,   198,   21017, 18261, 25,    198,   464,   24993, 286,   262,   1813,  9546,
+        366,   19503, 521,   1,     318,   11491, 11,    262,   3376,  24993, 318,   366,   6726,  1911};
+    static const int64_t chosen1[59] = {
+        21106, 318,   281,   12064, 326,  8477, 257,   4876,  13,  19430, 257,   2882,  326,   20431, 32543,
+        262,   2581,  13,    198,   198,  21017, 46486, 25,    198, 18378, 262,   1708,  6827,  329,   23491,
+        13,    198,   198,   21017, 23412, 25,  198,   1544,  467, 284,   262,   3952,  790,   1110,  13,
+        198,   198,   21017, 18261, 25,   198,  1544,  2925,  284, 262,   3952,  790,   1110,  13};
+    tg_tape *tp = tg_tape_new();
+    tg_tensor *t[4];
+    assert_int_equal(tg_preference_dataset_batch(ds, tp, (int64_t[]){0, 1}, 2, PAD, 1024, true, t), TG_OK);
+    assert_int_equal(t[0]->shape[1], 81); /* "chosen inputs: torch.Size([81])" */
+    const int64_t *x = tg_data_ptr(t[0]);
+    const uint8_t *m = tg_data_ptr(t[2]);
+    for (int64_t j = 0; j < 81; j++) {
+        assert_int_equal(x[j], j < 74 ? chosen0[j] : PAD);
+        assert_int_equal(x[81 + j], j < 59 ? chosen1[j] : PAD);
+        assert_int_equal(m[j], j >= 50 && j < 74); /* 50 False, 24 True, 7 False */
+    }
+    tg_tape_free(tp);
+    tg_preference_dataset_free(ds);
+    tg_instruction_data_free(d);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -660,7 +853,8 @@ int main(void)
         cmocka_unit_test(test_csv_errors),        cmocka_unit_test(test_instruction_data),
         cmocka_unit_test(test_instruction_split), cmocka_unit_test(test_instruction_errors),
         cmocka_unit_test(test_collate),           cmocka_unit_test(test_book_instruction_data),
-        cmocka_unit_test(test_instruction_chat),
+        cmocka_unit_test(test_instruction_chat),  cmocka_unit_test(test_preference_data),
+        cmocka_unit_test(test_preference_errors), cmocka_unit_test(test_preference_book_batch),
     };
     return cmocka_run_group_tests_name("finetune_data", tests, setup, teardown);
 }

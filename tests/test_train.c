@@ -5,6 +5,9 @@
  * (a) the options' errors, and a loss that is not finite (TG_EDIVERGED);
  * (b) the table: rows at every eval_freq optimizer steps, printed in the
  *     book's format and kept; the step's loss; evaluation over whole loaders;
+ * (b2) batches of named tensors, the task's columns (means over the
+ *     evaluation's batches, as the loss's), its rows' line and its lines
+ *     before training, kept through a checkpoint and not run again on resume;
  * (c) accumulation: 2 micro-batches of 4 give the rows of batches of 8
  *     (no dropout), each micro-batch's loss divided by 2;
  * (d) checkpoints: a run that fails in the middle of an epoch, resumed from
@@ -258,6 +261,150 @@ static void test_accumulate(void **state)
     run_free(&b);
 }
 
+/* ---- (b2) named tensors and the task's columns ------------------------------------------------------ */
+
+/* the points as named tensors "x" and "y" (no input or target) */
+static int named_batch(tg_tape *tp, void *dataset, int64_t count, const int64_t *idx, tg_batch *out)
+{
+    tg_batch b = {0};
+    int st = points_batch(tp, dataset, count, idx, &b);
+    if (st == TG_OK) st = tg_batch_set(out, "x", b.input);
+    if (st == TG_OK) st = tg_batch_set(out, "y", b.target);
+    return st;
+}
+
+/* MSE on the named tensors; the columns: the loss itself, and the rows */
+typedef struct {
+    double last[2];
+    int begun, rows_printed;
+} col_task;
+
+static tg_tensor *named_mse(tg_tape *tp, tg_module *model, const tg_batch *b, void *ud, double *weight)
+{
+    (void)weight;
+    col_task *t = ud;
+    tg_tensor *x = tg_batch_get(b, "x"), *y = tg_batch_get(b, "y");
+    if (!x || !y) return NULL;
+    tg_tensor *l = tg_mse_loss(tp, tg_module_forward(tp, model, x), y, TG_REDUCE_MEAN);
+    t->last[0] = l ? tg_item(l) : NAN, t->last[1] = (double)x->shape[0];
+    return l;
+}
+
+static int col_values(void *ud, double *v)
+{
+    col_task *t = ud;
+    v[0] = t->last[0], v[1] = t->last[1];
+    return TG_OK;
+}
+
+static int col_begin(tg_trainer *tr, void *ud)
+{
+    col_task *t = ud;
+    t->begun++;
+    tg_train_row w;
+    int st = tg_trainer_evaluate(tr, &w);
+    if (st == TG_OK && (w.train_columns[0] != w.train_loss || w.val_columns[0] != w.val_loss))
+        return tg_error_status(TG_EINVAL, "the loss column is not the loss");
+    return st == TG_OK ? tg_trainer_printf(tr, "before: %.6f %.6f", w.train_loss, w.val_loss) : st;
+}
+
+static int col_row(tg_trainer *tr, const tg_train_row *w, void *ud)
+{
+    col_task *t = ud;
+    t->rows_printed++;
+    return tg_trainer_printf(tr, "step %lld: %.6f (%.6f) rows %g", (long long)w->step, w->train_loss, w->train_columns[0],
+                             w->train_columns[1]);
+}
+
+static void test_columns(void **state)
+{
+    (void)state;
+    static const char *const names[2] = {"loss", "rows"};
+    char ck[128], *full = NULL, *resumed = NULL;
+    tmp_path(ck, sizeof ck, "cols.ckpt");
+    run a, c;
+    col_task ta = {0}, tc = {0};
+    run_new(&a, 0.1, 8, 1e-2);
+    a.o.train.batch = a.o.val.batch = named_batch, a.o.loss = named_mse;
+    a.o.n_columns = 2, a.o.columns = names, a.o.column_values = col_values;
+    a.o.on_train_begin = col_begin, a.o.print_row = col_row;
+    size_t len;
+    FILE *f = open_memstream(&full, &len);
+    a.o.quiet = false, a.o.out = f, a.o.task = &ta;
+    tg_trainer *tr = tg_trainer_new(&a.o);
+    tu_assert_ok(tr);
+    assert_int_equal(tg_trainer_fit(tr), TG_OK);
+    fclose(f);
+    assert_int_equal(ta.begun, 1);
+    int64_t n;
+    const tg_train_row *rows = tg_trainer_rows(tr, &n);
+    assert_int_equal(n, 5);
+    assert_int_equal(ta.rows_printed, 5);
+    for (int64_t i = 0; i < n; i++) { /* the same batches, the same means */
+        assert_true(rows[i].train_columns[0] == rows[i].train_loss);
+        assert_true(rows[i].val_columns[0] == rows[i].val_loss);
+        assert_true(rows[i].train_columns[1] == 8.0 && rows[i].val_columns[1] == 8.0);
+        assert_true(rows[i].train_columns[2] == 0.0 && rows[i].val_columns[3] == 0.0); /* unused: zero */
+    }
+    assert_non_null(strstr(full, "before: "));
+    assert_non_null(strstr(full, "step 000000") == NULL ? strstr(full, "step 0: ") : NULL);
+    /* a checkpoint after epoch 1, resumed: the same lines and rows, columns
+     * included; the task's first lines come from the checkpoint */
+    run_new(&c, 0.1, 8, 1e-2);
+    c.o = a.o;
+    c.o.train.loader = c.tl, c.o.val.loader = c.vl, c.o.model = c.model, c.o.optimizer = c.opt;
+    c.o.epochs = 1, c.o.checkpoint = ck, c.o.task = &tc, c.o.out = f = open_memstream(&resumed, &len);
+    tg_trainer *t1 = tg_trainer_new(&c.o);
+    assert_int_equal(tg_trainer_fit(t1), TG_OK);
+    tg_trainer_free(t1);
+    fclose(f);
+    free(resumed);
+    run_free(&c);
+    run_new(&c, 0.1, 8, 1e-2);
+    tc = (col_task){0};
+    c.o = a.o;
+    c.o.train.loader = c.tl, c.o.val.loader = c.vl, c.o.model = c.model, c.o.optimizer = c.opt;
+    c.o.resume = ck, c.o.task = &tc, c.o.out = f = open_memstream(&resumed, &len);
+    t1 = tg_trainer_new(&c.o);
+    tu_assert_ok(t1);
+    assert_int_equal(tg_trainer_fit(t1), TG_OK);
+    fclose(f);
+    assert_int_equal(tc.begun, 0);
+    assert_string_equal(resumed, full);
+    int64_t nc;
+    const tg_train_row *rc = tg_trainer_rows(t1, &nc);
+    assert_int_equal(nc, n);
+    assert_memory_equal(rc, rows, sizeof *rows * (size_t)n);
+    tg_trainer_free(t1);
+    /* the options' errors */
+    tg_trainer_options o = a.o;
+    o.n_columns = TG_TRAIN_MAX_COLUMNS + 1;
+    tu_assert_null_error(tg_trainer_new(&o), "trainer: 5 columns (at most 4");
+    o.n_columns = 1, o.column_values = NULL;
+    tu_assert_null_error(tg_trainer_new(&o), "each named, with column_values");
+    /* tg_batch_get / tg_batch_set */
+    tg_batch b = {0};
+    tg_tensor *x = tg_zeros(a.tp, TG_F32, 1, (int64_t[]){2});
+    tu_assert_null_error(tg_batch_get(&b, "x"), "batch: no tensor named 'x'");
+    tu_assert_null_error(tg_batch_get(&b, "input"), "batch: no tensor named 'input'");
+    static const char *const eight[TG_BATCH_MAX_TENSORS] = {"loss", "rows", "a", "b", "c", "d", "e", "f"};
+    for (int i = 0; i < TG_BATCH_MAX_TENSORS; i++) assert_int_equal(tg_batch_set(&b, eight[i], x), TG_OK);
+    tu_assert_status_error(tg_batch_set(&b, "more", x), "a batch holds at most 8 named tensors");
+    assert_int_equal(tg_batch_set(&b, "loss", x), TG_OK); /* replaces */
+    assert_ptr_equal(tg_batch_get(&b, "rows"), x);
+    tu_assert_status_error(tg_batch_set(&b, "z", NULL), "batch_set: NULL argument");
+    /* a batch whose tensors disagree on their rows is refused */
+    tg_batch bad = {0};
+    tg_batch_set(&bad, "x", tg_zeros(a.tp, TG_F32, 2, (int64_t[]){4, 3}));
+    tg_batch_set(&bad, "y", tg_zeros(a.tp, TG_F32, 2, (int64_t[]){3, 1}));
+    tu_assert_status_error(tg_trainer_step(tr, 1, &bad, NULL), "the batch's y has 3 rows, its lead 4");
+    tg_trainer_free(tr);
+    free(full);
+    free(resumed);
+    run_free(&c);
+    run_free(&a);
+}
+
 /* ---- (d) checkpoints and resume ------------------------------------------------------------------------ */
 
 static int record(tg_trainer *tr, int64_t epoch, void *ud)
@@ -467,6 +614,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_errors),         cmocka_unit_test(test_table),
         cmocka_unit_test(test_accumulate),     cmocka_unit_test(test_resume),
+        cmocka_unit_test(test_columns),
         cmocka_unit_test(test_resume_refused), cmocka_unit_test(test_helpers),
     };
     return cmocka_run_group_tests(tests, NULL, teardown);

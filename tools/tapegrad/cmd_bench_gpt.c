@@ -6,7 +6,9 @@
  * Under mpirun it runs as pretrain does there: each rank its slice of the
  * global batch, gradients all-reduced in buckets during backward; it then
  * also times the wait after backward, the same all-reduces alone, and the
- * share of them that backward hid (README.md, "Many processes"). */
+ * share of them that backward hid (README.md, "Many processes").
+ * --model classify and --model dpo time the book's fine-tuning steps
+ * (chapter 6's classifier, chapter 7's DPO notebook) the same way. */
 #include "cli.h"
 
 #include <omp.h>
@@ -19,7 +21,7 @@
 #define CMD "bench"
 
 const char *const tg_cli_bench_gpt_help =
-    "usage: tapegrad bench --model gpt|classify [MODEL] [options]\n"
+    "usage: tapegrad bench --model gpt|classify|dpo [MODEL] [options]\n"
     "\n"
     "Times one training step of the book's GPTModel (forward, cross-entropy on\n"
     "random target ids, backward, AdamW lr 4e-4 weight decay 0.1) in training\n"
@@ -35,9 +37,20 @@ const char *const tg_cli_bench_gpt_help =
     "LoRA adapters on every Linear with --lora-rank R --lora-alpha A), the loss\n"
     "on the last position against random labels (tg_gpt_forward_last).\n"
     "\n"
-    "  --batch N       batch size (2); the global batch under mpirun\n"
-    "  --tokens N      tokens per row (256); the context length too unless\n"
-    "                  --context is given\n"
+    "--model dpo times a step of the book's DPO notebook (chapter 7): the policy\n"
+    "and a frozen reference (the same weights, eval mode, no graph) each score\n"
+    "--batch random chosen and rejected rows of --tokens ids (masks true from\n"
+    "--tokens / 2 on), the loss is tg_loss_dpo with beta 0.1 (two policy and two\n"
+    "reference forwards: the forward time), then backward and AdamW lr 5e-6\n"
+    "weight decay 0.01; every Linear of the policy alone under LoRA with\n"
+    "--lora-rank R --lora-alpha A. Defaults as the notebook's GPT-2: --qkv-bias\n"
+    "(GPT-2 presets), --dropout 0, the preset's context (1024), --batch 8,\n"
+    "--tokens 79 (the median padded length of its training batches); tokens/s\n"
+    "counts the chosen rows' B * T, as its tokens_seen.\n"
+    "\n"
+    "  --batch N       batch size (2; dpo 8); the global batch under mpirun\n"
+    "  --tokens N      tokens per row (256; dpo 79, at least 2); the context\n"
+    "                  length too unless --context is given (dpo: the preset's)\n"
     "  --steps N       timed steps (5)\n"
     "  --threads N     OpenMP threads (default: OpenMP's default; under mpirun\n"
     "                  the cores shared among the ranks on the machine)\n"
@@ -55,14 +68,21 @@ const char *const tg_cli_bench_gpt_help =
     "\n" TG_CLI_MODEL_HELP
     "\n"
     "FLOPs = 6 * (weights of every Linear, out_head included) * B * T\n"
-    "      + 12 * n_layers * B * T^2 * n_heads * head_dim (emb_dim for GPT-2).\n";
+    "      + 12 * n_layers * B * T^2 * n_heads * head_dim (emb_dim for GPT-2);\n"
+    "dpo: 16 and 32 instead of 6 and 12 (two policy steps, two reference\n"
+    "forwards).\n";
 
 typedef struct {
     const char *model;
     int64_t batch, tokens, steps, threads, lora_rank;
     double lora_alpha;
-    bool threads_set, json, dist, classify, lora_rank_seen, lora_alpha_seen, memory;
+    bool threads_set, json, dist, classify, dpo, lora_rank_seen, lora_alpha_seen, memory;
 } gpt_bench_args;
+
+/* The DPO notebook's step (--model dpo): beta, AdamW's rate and weight decay. */
+#define DPO_BETA 0.1
+#define DPO_LR 5e-6
+#define DPO_WEIGHT_DECAY 0.01
 
 /* Phases of a step, each a median over the timed steps. */
 enum { T_FWD, T_BWD, T_WAIT, T_OPT, T_STEP, T_ALONE, T_N };
