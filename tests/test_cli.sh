@@ -213,6 +213,21 @@ for p in exact fast bf16; do
     if "$TG" bench --model gpt --layers 1 --emb 16 --heads 2 --vocab 50 --tokens 8 --steps 1 --precision $p --json >"$TMP/bg.json" 2>"$TMP/err" &&
         $PY -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["precision"] == sys.argv[2], d; assert ("bf16" in d) == (sys.argv[2] == "bf16")' "$TMP/bg.json" $p; then ok; else bad "bench --model gpt --precision $p: $(head -1 "$TMP/err")"; fi
 done
+# bench --model dpo: the DPO notebook's step (a policy of 9,880 parameters, a
+# frozen reference of the same weights): its keys, the notebook's model
+# settings, the FLOP count (16 * 1,168 Linear weights * B * T + 32 * L * B *
+# T^2 * emb) and the warm-up step's loss ln 2 (policy = reference)
+if "$TG" bench --model dpo --layers 1 --emb 8 --heads 2 --vocab 50 --tokens 8 --batch 2 --steps 1 --json >"$TMP/bd.json" 2>"$TMP/err" &&
+    $PY -c '
+import json, math, sys
+d = json.load(open(sys.argv[1]))
+for k in ("fwd_ms", "bwd_ms", "opt_ms", "step_ms", "tokens_per_s", "gflops", "peak_rss_mib", "step_tape_mib"):
+    assert isinstance(d[k], (int, float)) and d[k] > 0, k
+assert (d["model"], d["batch"], d["tokens"], d["beta"], d["dropout"], d["qkv_bias"], d["context"]) == ("dpo", 2, 8, 0.1, 0.0, True, 1024), d
+assert d["trainable_parameters"] == 9880 and abs(d["gflop"] - 331776e-9) < 1e-12, d
+assert abs(d["tokens_per_s"] - 16e3 / d["step_ms"]) < 1e-6 * d["tokens_per_s"], d
+assert abs(d["first_loss"] - math.log(2)) < 1e-6, d["first_loss"]
+' "$TMP/bd.json"; then ok; else bad "bench --model dpo --json: $(head -1 "$TMP/err")"; fi
 if [ "$QUICK" = 0 ]; then
 if "$TG" generate --max-new-tokens 3 --temperature 1 --top-k 50 --json >"$TMP/gen.json" 2>"$TMP/err" &&
     $PY -c '
@@ -860,6 +875,7 @@ generate --hf $(dirname "$0")/ref
 generate --hf $(dirname "$0")/ref/hf_qwen3_tiny --no-qk-norm
 bench --model gpt --layers 1 --emb 8 --heads 2 --vocab 50 --tokens 4 --precision fp16
 bench --model gpt --layers 1 --emb 8 --heads 2 --vocab 50 --tokens 4 --weights bf16
+bench --model dpo --layers 1 --emb 8 --heads 2 --vocab 50 --tokens 1
 generate --hf $(dirname "$0")/ref/hf_qwen3_tiny --weights f16
 generate --precision EXACT
 pretrain --text data/the-verdict.txt --precision

@@ -5,7 +5,7 @@
  *   backward dx = (m - s * (b / (1 + b))) * dy,  m = x < 0 ? 1 : 0, s = x < 0 ? 1 : -1
  * The forward's loop and its tail both run on Vectorized<T>, so on an AVX2
  * and FMA machine every element takes SLEEF's 1.0-ulp exp and log1p (the
- * one-lane functions here: the same bits, checked on 8 million float32 and
+ * one-lane functions of src/tensor/vmath.c: the same bits, checked on 8 million float32 and
  * float64 arguments against PyTorch's); elsewhere PyTorch maps the C
  * library's. The backward has no transcendental function: its vector and
  * scalar paths agree, and s * q is exact, so no contraction can change it. */
@@ -14,17 +14,6 @@
 #include <math.h>
 
 #define OP "logsigmoid"
-
-/* SLEEF's one-lane functions (sleef.h declares them to AVX2 code only);
- * called only where tg__vec_math() found AVX2 and FMA. */
-float Sleef_log1pf1_u10purecfma(float);
-double Sleef_expd1_u10purecfma(double);
-double Sleef_log1pd1_u10purecfma(double);
-
-static inline float log1p_f32(bool vec, float x) { return vec ? Sleef_log1pf1_u10purecfma(x) : log1pf(x); }
-static inline float exp_f32(bool vec, float x) { return vec ? tg__expf(x) : expf(x); }
-static inline double log1p_f64(bool vec, double x) { return vec ? Sleef_log1pd1_u10purecfma(x) : log1p(x); }
-static inline double exp_f64(bool vec, double x) { return vec ? Sleef_expd1_u10purecfma(x) : exp(x); }
 
 tg_tensor *tg_logsigmoid(tg_tape *tp, tg_tensor *x)
 {
@@ -37,14 +26,13 @@ tg_tensor *tg_logsigmoid(tg_tape *tp, tg_tensor *x)
     tg_tensor *buf = out && record ? tg__new_like(tp, x) : NULL;
     if (!out || (record && !buf)) return NULL;
     int64_t n = tg_numel(x);
-    bool vec = tg__vec_math();
     if (x->dtype == TG_F32) {
         const float *a = tg__ptr(xd, xd->offset);
         float *y = tg__ptr(out, out->offset), *b = buf ? tg__ptr(buf, buf->offset) : NULL;
 #pragma omp parallel for if (n > TG_PAR_MIN) schedule(static)
         for (int64_t i = 0; i < n; i++) {
-            float e = exp_f32(vec, -fabsf(a[i]));
-            y[i] = (a[i] < 0 ? a[i] : 0.0f) - log1p_f32(vec, e);
+            float e = tg__expf(-fabsf(a[i]));
+            y[i] = (a[i] < 0 ? a[i] : 0.0f) - tg__log1pf(e);
             if (b) b[i] = e;
         }
     } else {
@@ -52,8 +40,8 @@ tg_tensor *tg_logsigmoid(tg_tape *tp, tg_tensor *x)
         double *y = tg__ptr(out, out->offset), *b = buf ? tg__ptr(buf, buf->offset) : NULL;
 #pragma omp parallel for if (n > TG_PAR_MIN) schedule(static)
         for (int64_t i = 0; i < n; i++) {
-            double e = exp_f64(vec, -fabs(a[i]));
-            y[i] = (a[i] < 0 ? a[i] : 0.0) - log1p_f64(vec, e);
+            double e = tg__exp(-fabs(a[i]));
+            y[i] = (a[i] < 0 ? a[i] : 0.0) - tg__log1p(e);
             if (b) b[i] = e;
         }
     }

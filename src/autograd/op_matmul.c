@@ -153,12 +153,14 @@ static int grad_product(tg_node *n, tg_tensor *t, const tg_tensor *like, bool ex
                         const tg_tensor *y, bool ty)
 {
     if (!tg__needs_grad(t)) return TG_OK;
-    /* Straight into the gradient buffer (beta = 1 when it holds a sum
-     * already) for a fresh buffer or a leaf's .grad; under EXACT a non-leaf's
-     * partial sum gets the product rounded first and then added, as PyTorch
-     * adds the gradients reaching one tensor (FAST and BF16 accumulate in
-     * place). */
-    if (exact && t->grad_fn && t->grad_fn->grad && n->numerics == TG_NUMERICS_EXACT) exact = false;
+    /* Straight into a fresh gradient buffer; under EXACT a buffer that holds
+     * a gradient already (a non-leaf's partial sum, a leaf's .grad from an
+     * earlier use in this backward, as DPO's chosen and rejected forwards
+     * give each weight, or from an earlier backward) gets the product rounded
+     * first and then added, as PyTorch adds the gradients reaching one tensor
+     * (FAST and BF16 accumulate in place, beta = 1). */
+    const tg_tensor *held = t->grad_fn ? t->grad_fn->grad : t->grad;
+    if (exact && held && n->numerics == TG_NUMERICS_EXACT) exact = false;
     if (exact) {
         bool fresh;
         tg_tensor *buf = tg__grad_buf(t, &fresh, false);

@@ -328,8 +328,12 @@ int tg__embedding_backward(tg_node *n)
     const tg_tensor *flat = n->saved[0];
     const tg_tensor *g = tg__dense(tg__btape(n), n->grad);
     if (!g) return TG_ENOMEM;
-    bool fresh;
-    tg_tensor *buf = tg__grad_buf(w, &fresh, true);
+    /* under EXACT a weight whose gradient holds a sum already (a second
+     * lookup in this backward, as DPO's two forwards make) gets this
+     * lookup's gradient whole first, then added, as PyTorch adds them */
+    const tg_tensor *held = w->grad_fn ? w->grad_fn->grad : w->grad;
+    bool fresh, apart = held && n->numerics == TG_NUMERICS_EXACT && tg__needs_grad(w);
+    tg_tensor *buf = apart ? tg_zeros(tg__btape(n), w->dtype, w->ndim, w->shape) : tg__grad_buf(w, &fresh, true);
     if (!buf) return TG_ENOMEM;
     int64_t cnt = flat->shape[0], dim = w->shape[1];
     const int64_t *id = (const int64_t *)flat->data + flat->offset;
@@ -344,7 +348,7 @@ int tg__embedding_backward(tg_node *n)
         for (int64_t i = 0; i < cnt; i++)
             for (int64_t k = 0; k < dim; k++) b[id[i] * dim + k] += gy[i * dim + k];
     }
-    return TG_OK;
+    return apart ? tg__accum(w, buf) : TG_OK;
 }
 
 /* ---- fused LayerNorm (the book's: scale * (x - mean) / sqrt(var + eps) + shift) ------------------------ */

@@ -217,6 +217,12 @@ void tg__blas_threads(void);
 #endif
 float tg__logf(float x);
 float tg__expf(float x);
+/* log1pf, and exp and log1p in double, as PyTorch's Vectorized<T> computes
+ * them (SLEEF's 1.0-ulp functions where tg__vec_math(), the C library's
+ * elsewhere) */
+float tg__log1pf(float x);
+double tg__exp(double x);
+double tg__log1p(double x);
 void tg__vexpf(float *y, const float *x, int64_t n);
 void tg__vlogf(float *y, const float *x, int64_t n);
 void tg__vtanhf(float *y, const float *x, int64_t n);

@@ -19,6 +19,9 @@
 float Sleef_expf1_u10purecfma(float);
 float Sleef_logf1_u10purecfma(float);
 float Sleef_tanhf1_u10purecfma(float);
+float Sleef_log1pf1_u10purecfma(float);
+double Sleef_expd1_u10purecfma(double);
+double Sleef_log1pd1_u10purecfma(double);
 #endif
 
 static int sleef_state = -1; /* -1 unknown, 0 no FMA, 1 SLEEF */
@@ -42,6 +45,9 @@ bool tg__vec_math(void)
 
 float tg__logf(float x) { return tg__vec_math() ? Sleef_logf1_u10purecfma(x) : logf(x); }
 float tg__expf(float x) { return tg__vec_math() ? Sleef_expf1_u10purecfma(x) : expf(x); }
+float tg__log1pf(float x) { return tg__vec_math() ? Sleef_log1pf1_u10purecfma(x) : log1pf(x); }
+double tg__exp(double x) { return tg__vec_math() ? Sleef_expd1_u10purecfma(x) : exp(x); }
+double tg__log1p(double x) { return tg__vec_math() ? Sleef_log1pd1_u10purecfma(x) : log1p(x); }
 
 #if defined(TG_SLEEF_AVX2)
 #define VEC_MAP(NAME, V8, S1)                                                            \

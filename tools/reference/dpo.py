@@ -261,31 +261,31 @@ def qwen_sample_printer(tok, fmt, context_size, notes, name):
 # finetune.py's pretraining (pretrained(context)) of the same model size
 GPT = dict(config=dict(vocab_size=50257, context_length=256, emb_dim=32, n_heads=2, n_layers=2, drop_rate=0.0,
                        qkv_bias=False),
-           format="alpaca", seed=123, epochs=1, batch=4, lr=5e-4, weight_decay=0.01, eval_freq=2, eval_iter=2,
-           beta=0.1, max_entries=42, allowed_max_length=256, max_new_tokens=20, lora_rank=None, lora_alpha=None,
+           format="alpaca", seed=123, epochs=1, batch=4, lr=5e-4, weight_decay=0.01, eval_freq=2, eval_iter=1,
+           beta=0.1, max_entries=24, allowed_max_length=256, max_new_tokens=8, lora_rank=None, lora_alpha=None,
            pretrained=None)
 
+# Small enough for the test suite: every forward computes a 50,257-id head
+# (151,936 for Qwen3) over each sequence.
 RUNS = [
-    # 27 entries: 22 for training (5 batches, 2 left over), 3 for validation;
-    # two epochs
-    dict(GPT, name="dpo", max_entries=27, epochs=2),
-    # 42 entries: 35 for training (8 batches), 3 for validation
-    dict(GPT, name="dpo_dropout", config=dict(GPT["config"], drop_rate=0.1)),
-    # 40 entries: a validation set of 2 (the sample's prompt is val_data[-1],
-    # two responses)
-    dict(GPT, name="dpo_lora", config=dict(GPT["config"], drop_rate=0.1), max_entries=40, lora_rank=4,
-         lora_alpha=8),
+    # 14 entries: 11 for training (2 batches, 3 left over), 1 for testing, 2
+    # for validation (the sample's prompt is val_data[-1]); two epochs
+    dict(GPT, name="dpo", max_entries=14, epochs=2),
+    # 24 entries: 20 for training (5 batches), 2 for validation; dropout and LoRA
+    dict(GPT, name="dpo_lora", config=dict(GPT["config"], drop_rate=0.1), lora_rank=4, lora_alpha=8),
     dict(GPT, name="dpo_load", pretrained="--load", beta=0.5),
-    # the reference is the pretraining, the policy a fresh model: the losses
-    # and margins before training are not log(2) and 0
-    dict(GPT, name="dpo_reference", pretrained="--reference"),
+    # the reference is the pretraining, the policy a fresh model with dropout:
+    # the losses and margins before training are not log(2) and 0; 27
+    # entries: 3 for validation (the sample's prompt is val_data[2])
+    dict(GPT, name="dpo_reference", config=dict(GPT["config"], drop_rate=0.1), pretrained="--reference",
+         max_entries=27),
     # decoder_train.json's qwen3_instruct_chat_lora model with a context of 128
-    # (its 64 is shorter than these conversations: up to 66 ids); 24 entries:
-    # 20 for training (5 batches), 2 for validation
+    # (its 64 is shorter than these conversations: up to 66 ids); 14 entries:
+    # 11 for training (2 batches), 2 for validation
     dict(name="qwen3_dpo_chat_lora", family="qwen3", format="chat",
          model=dict(dt.INSTRUCT_BASE["model"], context_length=128), seed=7, epochs=1, batch=4, lr=5e-4,
-         weight_decay=0.01, eval_freq=2, eval_iter=1, beta=0.1, max_entries=24, allowed_max_length=128,
-         max_new_tokens=20, lora_rank=4, lora_alpha=8, pretrained=None),
+         weight_decay=0.01, eval_freq=1, eval_iter=1, beta=0.1, max_entries=14, allowed_max_length=128,
+         max_new_tokens=8, lora_rank=4, lora_alpha=8, pretrained=None),
 ]
 
 
