@@ -14,7 +14,12 @@
  *     of format_input + "\n\n### Response:\n" + output;
  *   - a batch of the dataset's entries (at most 8, with an
  *     allowed_max_length drawn from the input) equals custom_collate_fn
- *     computed here from the ids: shape, inputs, targets.
+ *     computed here from the ids: shape, inputs, targets;
+ *   - the same bytes as preference data (tg_preference_data_load): a
+ *     failure is one line beginning with the path; loaded entries have
+ *     chosen and rejected; PreferenceDataset's answers start with its prompt
+ *     and its batch equals the DPO notebook's collate computed here: one
+ *     length, the pad id after each sequence, the masks.
  */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -98,10 +103,72 @@ static void check_batch(const tg_instruction_dataset *ds, const int64_t *idx, in
     free(padded);
 }
 
+/* The DPO notebook's collate here, against the library's. */
+static void check_preference_batch(const tg_preference_dataset *ds, const int64_t *idx, int count, int64_t allowed)
+{
+    tg_tensor *t[4];
+    CHECK_MSG(tg_preference_dataset_batch(ds, tp, idx, count, PAD, allowed, true, t) == TG_OK, tg_last_error());
+    tg_preference_ids e[MAXB];
+    int64_t L = 0;
+    for (int b = 0; b < count; b++) {
+        CHECK(tg_preference_dataset_get(ds, idx[b], &e[b]) == TG_OK);
+        int64_t m = (e[b].n_chosen > e[b].n_rejected ? e[b].n_chosen : e[b].n_rejected) + 1;
+        if (m > L) L = m;
+    }
+    if (allowed > 0 && allowed < L) L = allowed;
+    for (int k = 0; k < 4; k++) CHECK(t[k]->ndim == 2 && t[k]->shape[0] == count && t[k]->shape[1] == L);
+    for (int b = 0; b < count; b++)
+        for (int k = 0; k < 2; k++) {
+            const int64_t *seq = k ? e[b].rejected : e[b].chosen, len = k ? e[b].n_rejected : e[b].n_chosen;
+            const int64_t *x = (const int64_t *)t[k]->data + b * L;
+            const uint8_t *m = (const uint8_t *)t[k + 2]->data + b * L;
+            for (int64_t j = 0; j < L; j++)
+                CHECK(x[j] == (j < len ? seq[j] : PAD) && m[j] == (j < len && j >= e[b].mask_from));
+        }
+}
+
+/* The bytes as preference data. */
+static void preference(size_t size)
+{
+    tg_clear_error();
+    tg_instruction_data *d = tg_preference_data_load(path);
+    if (!d) {
+        const char *e = tg_last_error();
+        CHECK_MSG(strncmp(e, path, strlen(path)) == 0 && e[strlen(path)] == ':', e);
+        CHECK_MSG(!strchr(e, '\n') && !strchr(e, '\r'), e);
+        return;
+    }
+    int64_t n = tg_instruction_data_len(d);
+    size_t total = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const tg_instruction *e = tg_instruction_data_get(d, i);
+        CHECK(e && e->instruction && e->input && e->chosen && e->rejected);
+        total += strlen(e->instruction) + strlen(e->input) + strlen(e->chosen) + strlen(e->rejected);
+    }
+    tg_preference_dataset *ds = total <= (1u << 17) ? tg_preference_dataset_new(d, 0, n, tok, TG_INSTRUCTION_ALPACA) : NULL;
+    if (total <= (1u << 17)) CHECK_MSG(ds || !strchr(tg_last_error(), '\n'), tg_last_error());
+    for (int64_t i = 0; ds && i < n; i++) {
+        tg_preference_ids e;
+        CHECK(tg_preference_dataset_get(ds, i, &e) == TG_OK);
+        CHECK(e.mask_from == e.n_prompt + 2 && e.n_chosen > e.mask_from && e.n_rejected > e.mask_from);
+    }
+    if (ds) {
+        int64_t idx[MAXB];
+        int count = n < MAXB ? (int)n : MAXB;
+        for (int b = 0; b < count; b++) idx[b] = (b * 5 + (int64_t)size) % n;
+        check_preference_batch(ds, idx, count, 0);
+        check_preference_batch(ds, idx, count, 1 + (int64_t)(size % 89));
+    }
+    tg_preference_dataset_free(ds);
+    tg_instruction_data_free(d);
+    tg_tape_reset(tp);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size > (1u << 16)) return 0;
     fuzz_file_set(memfd, data, size);
+    preference(size);
     tg_clear_error();
     tg_instruction_data *d = tg_instruction_data_load(path);
     if (!d) {
