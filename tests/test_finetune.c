@@ -326,6 +326,15 @@ static void test_lora_gpt(void **state)
     }
     assert_int_equal(nout[0], 23);
     assert_memory_equal(out[0], out[1], sizeof out[0]);
+    /* the adapters off (PEFT's disable_adapter): the frozen base's output to
+     * the bit, with B no longer zero; on again: the LoRA model's */
+    tg_tensor *with = tg_module_forward(tp, g, x);
+    assert_int_equal(tg_lora_set_enabled(g, false), 2 * 6 + 1);
+    tu_assert_close(tg_module_forward(tp, g, x), before, 0, 0, "LoRA model with its adapters off");
+    assert_int_equal(tg_lora_set_enabled(g, true), 13);
+    tu_assert_close(tg_module_forward(tp, g, x), with, 0, 0, "LoRA model with its adapters on again");
+    assert_int_equal(tg_lora_set_enabled(tg_module_get_submodule(g, "trf_blocks.0.norm1"), false), 0);
+    tu_assert_status_error((int)tg_lora_set_enabled(NULL, false), "lora_set_enabled: NULL model");
     tg_tape_free(step);
     tg_tape_free(tp);
 }

@@ -269,6 +269,12 @@ TG_API tg_module *tg_mha_new(tg_tape *tp, int64_t d_in, int64_t d_out, int64_t c
 TG_API tg_module *tg_lora_layer_new(tg_tape *tp, int64_t in_dim, int64_t out_dim, int64_t rank, double alpha);
 TG_API tg_module *tg_linear_with_lora_new(tg_tape *tp, tg_module *linear, int64_t rank, double alpha);
 TG_API int tg_lora_replace_linear(tg_tape *tp, tg_module *model, int64_t rank, double alpha);
+/* PEFT's disable_adapter(): with enabled false every LinearWithLoRA of the
+ * tree gives its Linear's output alone (linear(x), not linear(x) + 0), so a
+ * LoRA model runs as its frozen base; true puts the adapters back. Returns
+ * the number of LoRA layers switched (0: the model has none), or a negative
+ * status for a NULL model. */
+TG_API int64_t tg_lora_set_enabled(tg_module *model, bool enabled);
 /* Merges every LinearWithLoRA of model into its Linear, which takes the
  * wrapper's place: weight <- weight + (alpha / rank) * (A @ B)^T (appendix
  * E's x @ A @ B * alpha / rank in the Linear's (out, in) layout), computed

@@ -131,9 +131,13 @@ TG_API tg_tensor *tg_loss_last(tg_tape *tp, tg_module *model, const tg_batch *b,
  * The forwards in the notebook's order: the policy on chosen, then on
  * rejected, then the reference on both in eval mode under no-grad. task: a
  * tg_dpo_task, where the batch's rewards are left for the table's columns
- * (tg_dpo_columns: "chosen_reward", "rejected_reward"). */
+ * (tg_dpo_columns: "chosen_reward", "rejected_reward"). A NULL reference is
+ * the policy itself with its LoRA adapters off (tg_lora_set_enabled), its
+ * frozen starting weights, as PEFT's disable_adapter() serves TRL's DPO: the
+ * same numbers as a copy, without a second model in memory; a policy without
+ * adapters then is an error. */
 typedef struct {
-    tg_module *reference; /* borrowed; put in eval mode by the loss */
+    tg_module *reference; /* borrowed (NULL: the policy without its adapters); put in eval mode by the loss */
     double beta;
     double chosen_reward, rejected_reward; /* the last batch's (set by the loss) */
 } tg_dpo_task;

@@ -11,6 +11,7 @@
 typedef struct {
     int64_t rank;
     double alpha;
+    bool off; /* tg_lora_set_enabled(model, false): the wrapper gives linear(x) alone */
 } lora_state;
 
 /* forward: (self.alpha / self.rank) * (x @ self.A @ self.B) */
@@ -33,7 +34,7 @@ tg_module *tg_lora_layer_new(tg_tape *tp, int64_t in_dim, int64_t out_dim, int64
     if (!isfinite(alpha)) return tg_error("LoRALayer: alpha must be finite, got %g", alpha);
     tg_module *m = tg_module_new(tp, &lora_type, sizeof(lora_state));
     if (!m) return NULL;
-    *(lora_state *)tg_module_state(m) = (lora_state){rank, alpha};
+    *(lora_state *)tg_module_state(m) = (lora_state){rank, alpha, false};
     /* self.A = nn.Parameter(torch.empty(in_dim, rank));
      * torch.nn.init.kaiming_uniform_(self.A, a=math.sqrt(5)) */
     int64_t as[2] = {in_dim, rank}, bs[2] = {rank, out_dim};
@@ -51,8 +52,29 @@ static tg_tensor *linear_lora_forward(tg_tape *tp, tg_module *self, int n, tg_te
 {
     if (n != 1) return tg_error("LinearWithLoRA: expected 1 input, got %d", n);
     tg_tensor *y = tg_module_forward(tp, tg_module_get_submodule(self, "linear"), x[0]);
-    tg_tensor *d = y ? tg_module_forward(tp, tg_module_get_submodule(self, "lora"), x[0]) : NULL;
+    tg_module *lora = tg_module_get_submodule(self, "lora");
+    if (y && lora && lora->type == &lora_type && ((const lora_state *)tg_module_state_const(lora))->off) return y;
+    tg_tensor *d = y ? tg_module_forward(tp, lora, x[0]) : NULL;
     return tg_add(tp, y, d);
+}
+
+/* The LoRALayers of the tree (each module once), switched. */
+static int64_t set_enabled(tg_module *m, bool enabled, int depth)
+{
+    if (depth > 64) return 0;
+    int64_t k = 0;
+    if (m->type == &lora_type) {
+        ((lora_state *)tg_module_state(m))->off = !enabled;
+        k++;
+    }
+    for (int i = 0; i < m->children.n; i++) k += set_enabled(m->children.items[i].ptr, enabled, depth + 1);
+    return k;
+}
+
+int64_t tg_lora_set_enabled(tg_module *model, bool enabled)
+{
+    if (!model) return tg_error_status(TG_EINVAL, "lora_set_enabled: NULL model");
+    return set_enabled(model, enabled, 0);
 }
 
 static const tg_module_type linear_lora_type = {.name = "LinearWithLoRA", .forward = linear_lora_forward};

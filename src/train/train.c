@@ -231,17 +231,26 @@ tg_tensor *tg_loss_dpo(tg_tape *tp, tg_module *policy, const tg_batch *b, void *
 {
     (void)weight; /* the mean over the batch's rows */
     tg_dpo_task *t = task;
-    if (!tp || !policy || !b || !t || !t->reference) return tg_error("loss_dpo: NULL argument (a tg_dpo_task with a reference)");
+    if (!tp || !policy || !b || !t) return tg_error("loss_dpo: NULL argument (a tg_dpo_task)");
     if (!(t->beta > 0) || !isfinite(t->beta)) return tg_error("loss_dpo: beta must be finite and > 0, got %g", t->beta);
     tg_tensor *pc = dpo_logprobs(tp, policy, b, "chosen", "chosen_mask");
     tg_tensor *pr = pc ? dpo_logprobs(tp, policy, b, "rejected", "rejected_mask") : NULL;
     if (!pr) return NULL;
-    /* the reference: eval mode, no graph */
-    tg_module_train(t->reference, false);
+    /* the reference: eval mode, no graph; without one, the policy without
+     * its LoRA adapters (its frozen starting weights) */
+    tg_module *ref = t->reference ? t->reference : policy;
+    bool training = tg_module_is_training(ref);
+    if (!t->reference && tg_lora_set_enabled(policy, false) <= 0)
+        return tg_error("loss_dpo: no reference model, and the policy has no LoRA adapters to run without");
+    tg_module_train(ref, false);
     bool prev = tg_set_grad_enabled(false);
-    tg_tensor *rc = dpo_logprobs(tp, t->reference, b, "chosen", "chosen_mask");
-    tg_tensor *rr = rc ? dpo_logprobs(tp, t->reference, b, "rejected", "rejected_mask") : NULL;
+    tg_tensor *rc = dpo_logprobs(tp, ref, b, "chosen", "chosen_mask");
+    tg_tensor *rr = rc ? dpo_logprobs(tp, ref, b, "rejected", "rejected_mask") : NULL;
     tg_set_grad_enabled(prev);
+    if (!t->reference) {
+        tg_lora_set_enabled(policy, true);
+        tg_module_train(policy, training);
+    }
     tg_tensor *cr = NULL, *rj = NULL;
     tg_tensor *loss = rr ? tg_compute_dpo_loss(tp, pc, pr, rc, rr, t->beta, &cr, &rj) : NULL;
     if (!loss) return NULL;

@@ -284,7 +284,10 @@ static int build_model(ft_run *r, const tg_cli_model *m)
     tg_adam_options o = {a->lr, {0.9, 0.999}, 1e-8, a->weight_decay, false};
     r->opt = tg_adamw_new(r->model_tape, r->gpt, o);
     if (!r->opt) return tg_cli_lib_error(r->cmd, NULL);
-    if (a->dpo) { /* the reference: the same weights, frozen, in eval mode */
+    /* the reference: the same weights, frozen, in eval mode; with LoRA the
+     * policy without its adapters is that model (no second copy) */
+    if (a->dpo) r->dpo = (tg_dpo_task){.reference = NULL, .beta = a->beta};
+    if (a->dpo && (a->reference || !a->lora_rank_seen)) {
         tg_manual_seed(r->seed);
         if (!(r->ref = tg_cli_model_build(r->model_tape, m, &r->cfg))) return tg_cli_lib_error(r->cmd, NULL);
         tg_cli_gpt_set_layers(r->ref, a->composed);
@@ -294,7 +297,7 @@ static int build_model(ft_run *r, const tg_cli_model *m)
             return tg_cli_lib_error(r->cmd, "--hf");
         tg_module_requires_grad_(r->ref, false);
         tg_module_train(r->ref, false);
-        r->dpo = (tg_dpo_task){.reference = r->ref, .beta = a->beta};
+        r->dpo.reference = r->ref;
     }
     if (a->instruct || a->dpo) tg_manual_seed(r->seed);
     return TG_CLI_OK;

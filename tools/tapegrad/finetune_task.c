@@ -358,9 +358,14 @@ int tg_ft_dpo_end(tg_trainer *tr, void *task)
             size_t len = 0, plen = 0;
             free(prompt);
             prompt = NULL;
-            st = e ? continue_prompt(r, tr, k == 0 ? r->ref : r->gpt, e, r->a->max_new, r->end_id, &prompt, &text,
-                                     &len, &plen)
+            /* the reference: its own model, or the policy without its
+             * adapters in eval mode */
+            bool training = tg_module_is_training(r->gpt), own = k == 1 || r->ref;
+            if (!own) tg_lora_set_enabled(r->gpt, false), tg_module_train(r->gpt, false);
+            st = e ? continue_prompt(r, tr, own && k == 0 ? r->ref : r->gpt, e, r->a->max_new, r->end_id, &prompt,
+                                     &text, &len, &plen)
                    : TG_EINVAL;
+            if (!own) tg_lora_set_enabled(r->gpt, true), tg_module_train(r->gpt, training);
             if (st == TG_OK && !(resp[k] = response_text(text, len, plen)))
                 st = tg_error_status(TG_ENOMEM, "out of memory");
             if (st == TG_OK) st = tg_trainer_record_text(tr, k == 0 ? "reference_responses" : "policy_responses", resp[k]);
