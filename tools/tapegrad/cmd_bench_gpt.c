@@ -24,42 +24,30 @@ const char *const tg_cli_bench_gpt_help =
     "usage: tapegrad bench --model gpt|classify|dpo [MODEL] [options]\n"
     "\n"
     "Times one training step of the book's GPTModel (forward, cross-entropy on\n"
-    "random target ids, backward, AdamW lr 4e-4 weight decay 0.1) in training\n"
-    "mode, as tapegrad pretrain runs it: one warm-up step, then --steps timed\n"
-    "steps; prints the median forward, backward, optimizer and step times,\n"
-    "tokens/s, GFLOP/s and peak memory. Under mpirun -np N (N dividing --batch)\n"
-    "each rank takes its slice of the batch and the gradients are averaged as\n"
-    "pretrain averages them; it prints the time waiting for the all-reduce\n"
-    "after backward, the same all-reduces alone, and the share backward hid.\n"
+    "random ids, backward, AdamW lr 4e-4 weight decay 0.1) in training mode, as\n"
+    "pretrain runs it: a warm-up step, then --steps timed steps; prints the\n"
+    "median forward, backward, optimizer and step times, tokens/s, GFLOP/s and\n"
+    "peak memory. Under mpirun -np N (N dividing --batch) each rank takes its\n"
+    "slice of the batch, gradients averaged as pretrain does; it prints the wait\n"
+    "for the all-reduce after backward, the all-reduces alone, the share hidden.\n"
     "\n"
-    "--model classify times the book's chapter-6 fine-tuning step instead: a new\n"
-    "out_head Linear(emb, 2), the last block, final norm and head trainable (or\n"
-    "LoRA adapters on every Linear with --lora-rank R --lora-alpha A), the loss\n"
-    "on the last position against random labels (tg_gpt_forward_last).\n"
-    "\n"
-    "--model dpo times a step of the book's DPO notebook (chapter 7): the policy\n"
-    "and a frozen reference (the same weights, eval mode, no graph) each score\n"
-    "--batch random chosen and rejected rows of --tokens ids (masks true from\n"
-    "--tokens / 2 on), the loss is tg_loss_dpo with beta 0.1 (two policy and two\n"
-    "reference forwards: the forward time), then backward and AdamW lr 5e-6\n"
-    "weight decay 0.01; every Linear of the policy alone under LoRA with\n"
-    "--lora-rank R --lora-alpha A. Defaults as the notebook's GPT-2: --qkv-bias\n"
-    "(GPT-2 presets), --dropout 0, the preset's context (1024), --batch 8,\n"
-    "--tokens 79 (the median padded length of its training batches); tokens/s\n"
-    "counts the chosen rows' B * T, as its tokens_seen.\n"
+    "classify: chapter 6's step: a new out_head Linear(emb, 2), the last block,\n"
+    "final norm and head trainable (or LoRA on every Linear: --lora-rank R\n"
+    "--lora-alpha A), the loss on the last position against random labels.\n"
+    "dpo: the DPO notebook's step: the policy (LoRA as in classify) and a frozen\n"
+    "reference (the same weights) score random chosen and rejected rows, masks\n"
+    "true from --tokens / 2; tg_loss_dpo beta 0.1, AdamW lr 5e-6 weight decay\n"
+    "0.01; by default --qkv-bias (GPT-2), --dropout 0, the preset's context.\n"
     "\n"
     "  --batch N       batch size (2; dpo 8); the global batch under mpirun\n"
-    "  --tokens N      tokens per row (256; dpo 79, at least 2); the context\n"
-    "                  length too unless --context is given (dpo: the preset's)\n"
+    "  --tokens N      tokens per row (256; dpo 79: the notebook's median batch\n"
+    "                  length); the context too unless --context is given\n"
     "  --steps N       timed steps (5)\n"
-    "  --threads N     OpenMP threads (default: OpenMP's default; under mpirun\n"
-    "                  the cores shared among the ranks on the machine)\n"
-    "  --dist          data parallel: start with mpirun -np N (a job mpirun\n"
-    "                  started is data parallel anyway; --dist makes a missing\n"
-    "                  mpirun an error)\n"
-    "  --memory        also where the peak memory is: parameters, gradients,\n"
-    "                  optimizer state, weight copies, step tape and the rest\n"
-    "                  (in --json: \"memory\": {\"parameters_mib\", ...})\n"
+    "  --threads N     OpenMP threads (default: OpenMP's; under mpirun the\n"
+    "                  machine's cores shared among its ranks)\n"
+    "  --dist          data parallel: start with mpirun -np N (a missing mpirun\n"
+    "                  is then an error)\n"
+    "  --memory        also where the peak memory is (--json: \"memory\")\n"
     "  --json          one JSON object: step_ms, fwd_ms, bwd_ms, opt_ms,\n"
     "                  tokens_per_s, gflops, peak_rss_mib and the configuration;\n"
     "                  under mpirun also ranks, buckets, grad_mib, wait_ms,\n"
@@ -68,9 +56,8 @@ const char *const tg_cli_bench_gpt_help =
     "\n" TG_CLI_MODEL_HELP
     "\n"
     "FLOPs = 6 * (weights of every Linear, out_head included) * B * T\n"
-    "      + 12 * n_layers * B * T^2 * n_heads * head_dim (emb_dim for GPT-2);\n"
-    "dpo: 16 and 32 instead of 6 and 12 (two policy steps, two reference\n"
-    "forwards).\n";
+    "      + 12 * n_layers * B * T^2 * n_heads * head_dim;\n"
+    "dpo: 16 and 32 (two policy steps, two reference forwards).\n";
 
 typedef struct {
     const char *model;
@@ -95,6 +82,7 @@ static const char *const memory_keys[M_N] = {"parameters", "gradients", "optimiz
 typedef struct {
     double ms[T_N];
     double tape_mib;
+    double first_loss; /* the warm-up step's (DPO: ln 2, the policy being the reference) */
     double mem[M_N];
     tg_dist_ddp_stats dist;
     int64_t trainable;
@@ -111,6 +99,23 @@ static tg_tensor *random_ids(tg_tape *tp, int64_t B, int64_t T, int64_t vocab, t
     int64_t *p = tg_data_ptr(t);
     for (int64_t i = 0; i < B * T; i++) p[i] = (int64_t)(tg_generator_random64(g) % (uint64_t)vocab);
     return t;
+}
+
+/* The DPO notebook's batch (B, T) of named tensors: random "chosen" and
+ * "rejected" ids below vocab, their masks true from T / 2 (a prompt's
+ * length: the cost does not depend on it) to the end. */
+static int dpo_batch(tg_tape *tp, int64_t B, int64_t T, int64_t vocab, tg_generator *g, tg_batch *b)
+{
+    static const char *const keys[2] = {"chosen", "rejected"}, *const masks[2] = {"chosen_mask", "rejected_mask"};
+    int64_t shape[2] = {B, T};
+    for (int k = 0; k < 2; k++) {
+        tg_tensor *ids = random_ids(tp, B, T, vocab, g), *mask = ids ? tg_empty(tp, TG_BOOL, 2, shape) : NULL;
+        if (!mask) return TG_ENOMEM;
+        unsigned char *m = tg_data_ptr(mask);
+        for (int64_t i = 0; i < B * T; i++) m[i] = i % T >= T / 2;
+        if (tg_batch_set(b, keys[k], ids) != TG_OK || tg_batch_set(b, masks[k], mask) != TG_OK) return TG_EINVAL;
+    }
+    return TG_OK;
 }
 
 /* The book's chapter-6 classifier on gpt (tg_gpt_prepare_finetune): a
@@ -166,14 +171,18 @@ static int time_all_reduce_alone(tg_tape *tp, const tg_dist_ddp *ddp, int64_t re
 /* The parts of the memory after the timed steps: the model's parameters
  * and their gradients (each tensor once), the optimizer's state, the
  * weights' bf16 copies; the step tape is the largest a step used. */
-static void measure_memory(tg_tape *tp, const tg_module *gpt, const tg_optimizer *opt, gpt_bench_result *res)
+static void measure_memory(tg_tape *tp, const tg_module *gpt, const tg_module *ref, const tg_optimizer *opt,
+                           gpt_bench_result *res)
 {
-    tg_named_list ps;
-    if (tg_module_named_parameters(tp, gpt, &ps) != TG_OK) return;
-    for (int i = 0; i < ps.n; i++) {
-        const tg_tensor *p = ps.tensors[i];
-        res->mem[M_PARAMS] += (double)tg_numel(p) * (double)tg_dtype_size(p->dtype);
-        if (p->grad) res->mem[M_GRADS] += (double)tg_numel(p->grad) * (double)tg_dtype_size(p->grad->dtype);
+    const tg_module *models[2] = {gpt, ref}; /* DPO's reference: parameters without gradients */
+    for (int k = 0; k < 2 && models[k]; k++) {
+        tg_named_list ps;
+        if (tg_module_named_parameters(tp, models[k], &ps) != TG_OK) return;
+        for (int i = 0; i < ps.n; i++) {
+            const tg_tensor *p = ps.tensors[i];
+            res->mem[M_PARAMS] += (double)tg_numel(p) * (double)tg_dtype_size(p->dtype);
+            if (p->grad) res->mem[M_GRADS] += (double)tg_numel(p->grad) * (double)tg_dtype_size(p->grad->dtype);
+        }
     }
     res->mem[M_OPT] = (double)tg_optimizer_state_bytes(opt);
     res->mem[M_COPIES] = (double)tg_numerics_copy_bytes();
@@ -182,7 +191,9 @@ static void measure_memory(tg_tape *tp, const tg_module *gpt, const tg_optimizer
 /* t[phase][s] (ms): forward with the loss, backward, waiting for the
  * gradients' all-reduce, optimizer, whole step (the library's trainer's
  * step, as pretrain and finetune take it); then the all-reduces alone.
- * dist: under mpirun (the trainer slices the global batch, a ddp). */
+ * dist: under mpirun (the trainer slices the global batch, a ddp). DPO:
+ * the reference is built as the policy (tg_cli_model_build seeds it the
+ * same), before the policy's LoRA, frozen and in eval mode. */
 static int run(const gpt_bench_args *a, const tg_cli_model *mo, const tg_decoder_config *cfg, bool dist, double *t[T_N],
                gpt_bench_result *res)
 {
@@ -190,9 +201,18 @@ static int run(const gpt_bench_args *a, const tg_cli_model *mo, const tg_decoder
     tg_generator *g = tg_generator_new(7);
     int rc = TG_CLI_OK;
     tg_module *gpt = model_tape && g ? tg_cli_model_build(model_tape, mo, cfg) : NULL;
+    tg_module *ref = gpt && a->dpo ? tg_cli_model_build(model_tape, mo, cfg) : NULL;
     tg_optimizer *opt = NULL;
     tg_trainer *tr = NULL;
     tg_batch b = {0};
+    tg_dpo_task dpo = {.reference = ref, .beta = DPO_BETA};
+    if (a->dpo && ref) {
+        tg_cli_gpt_set_layers(ref, false);
+        if (tg_module_requires_grad_(ref, false) != TG_OK) gpt = NULL;
+        tg_module_train(ref, false);
+    } else if (a->dpo) {
+        gpt = NULL;
+    }
     if (gpt && a->classify && make_classifier(model_tape, gpt, a, mo) != TG_OK) gpt = NULL;
     /* a LoRA fine-tuning step (appendix E): the base frozen, every Linear wrapped */
     if (gpt && !a->classify && a->lora_rank_seen &&
@@ -201,31 +221,36 @@ static int run(const gpt_bench_args *a, const tg_cli_model *mo, const tg_decoder
     if (gpt) {
         res->trainable = tg_module_num_trainable_parameters(gpt);
         tg_cli_gpt_set_layers(gpt, false);
-        tg_adam_options o = {4e-4, {0.9, 0.999}, 1e-8, 0.1, false};
+        tg_adam_options o = a->dpo ? (tg_adam_options){DPO_LR, {0.9, 0.999}, 1e-8, DPO_WEIGHT_DECAY, false}
+                                   : (tg_adam_options){4e-4, {0.9, 0.999}, 1e-8, 0.1, false};
         opt = tg_adamw_new(model_tape, gpt, o);
         /* the same global batch on every rank */
-        b.input = opt ? random_ids(model_tape, a->batch, a->tokens, cfg->vocab_size, g) : NULL;
+        if (a->dpo && opt && dpo_batch(model_tape, a->batch, a->tokens, cfg->vocab_size, g, &b) != TG_OK) opt = NULL;
+        b.input = opt && !a->dpo ? random_ids(model_tape, a->batch, a->tokens, cfg->vocab_size, g) : NULL;
         b.target = !b.input ? NULL
                    : a->classify ? random_ids(model_tape, 1, a->batch, 2, g)
                                  : random_ids(model_tape, a->batch, a->tokens, cfg->vocab_size, g);
         int64_t nb = a->batch;
         if (a->classify && b.target) b.target = tg_view(model_tape, b.target, 1, &nb); /* labels (B) */
     }
-    if (!b.target) rc = g ? tg_cli_lib_error(CMD, NULL) : tg_cli_error(CMD, "out of memory");
+    if (a->dpo ? b.n < 4 : !b.target) rc = g ? tg_cli_lib_error(CMD, NULL) : tg_cli_error(CMD, "out of memory");
     if (dist) rc = tg_cli_dist_agree(rc);
     if (rc == TG_CLI_OK) {
-        tg_trainer_options o = {.model = gpt, .optimizer = opt, .loss = a->classify ? tg_loss_last : tg_loss_lm,
-                                .epochs = 1, .quiet = true, .numerics = mo->numerics};
+        tg_trainer_options o = {.model = gpt, .optimizer = opt,
+                                .loss = a->dpo ? tg_loss_dpo : a->classify ? tg_loss_last : tg_loss_lm,
+                                .task = a->dpo ? &dpo : NULL, .epochs = 1, .quiet = true, .numerics = mo->numerics};
         if (!(tr = tg_trainer_new(&o))) rc = *tg_last_error() ? step_failed() : TG_CLI_USAGE;
     }
     if (rc == TG_CLI_OK) tg_module_train(gpt, true);
     for (int64_t s = -1; rc == TG_CLI_OK && s < a->steps; s++) { /* s = -1: the warm-up step */
         double t0 = tg_cli_now();
-        if (tg_trainer_step(tr, 1, &b, NULL) != TG_OK) {
+        double loss;
+        if (tg_trainer_step(tr, 1, &b, &loss) != TG_OK) {
             rc = step_failed();
             break;
         }
         double t1 = tg_cli_now();
+        if (s < 0) res->first_loss = loss;
         tg_trainer_stats st;
         tg_trainer_get_stats(tr, &st);
         res->tape_mib = (double)st.step_tape_bytes / (1024.0 * 1024.0);
@@ -236,7 +261,7 @@ static int run(const gpt_bench_args *a, const tg_cli_model *mo, const tg_decoder
             t[T_STEP][s] = 1e3 * (t1 - t0);
         }
     }
-    if (rc == TG_CLI_OK) measure_memory(model_tape, gpt, opt, res);
+    if (rc == TG_CLI_OK) measure_memory(model_tape, gpt, ref, opt, res);
     const tg_dist_ddp *ddp = tg_trainer_ddp(tr);
     if (rc == TG_CLI_OK && ddp) {
         tg_dist_ddp_get_stats(ddp, &res->dist);
@@ -255,9 +280,24 @@ static int run(const gpt_bench_args *a, const tg_cli_model *mo, const tg_decoder
     return rc;
 }
 
+/* Whether argv asks for --model dpo (the last --model wins, as the parse's):
+ * its defaults differ, and MODEL's are set before the parse. */
+static bool wants_dpo(int argc, char **argv)
+{
+    const char *model = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!argv[i]) continue;
+        if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) model = argv[++i];
+        else if (strncmp(argv[i], "--model=", 8) == 0) model = argv[i] + 8;
+    }
+    return model && strcmp(model, "dpo") == 0;
+}
+
 int tg_cmd_bench_gpt(int argc, char **argv)
 {
-    gpt_bench_args a = {.model = "gpt", .batch = 2, .tokens = 256, .steps = 5};
+    bool dpo_asked = wants_dpo(argc, argv);
+    /* DPO: the notebook's batch of 8 and median padded length (79 ids) */
+    gpt_bench_args a = {.model = "gpt", .batch = dpo_asked ? 8 : 2, .tokens = dpo_asked ? 79 : 256, .steps = 5};
     const tg_opt own[] = {
         {.name = "--model", .type = TG_OPT_STRING, .dest = &a.model},
         {.name = "--batch", .type = TG_OPT_INT, .dest = &a.batch, .imin = 1, .imax = 1 << 20},
@@ -275,16 +315,23 @@ int tg_cmd_bench_gpt(int argc, char **argv)
     /* the context defaults to --tokens, so MODEL is parsed after --tokens is known */
     tg_cli_model mo;
     tg_cli_model_defaults(&mo, 0);
+    mo.dropout_seen = dpo_asked; /* the notebook's drop_rate 0.0 (0 unless --dropout) */
     tg_decoder_config cfg;
     int rc;
     tg_cli_command c = {.name = CMD, .help = tg_cli_bench_gpt_help, .opts = own, .nopts = TG_CLI_NOPTS(own)};
     if (!tg_cli_model_parse(&c, argc, argv, &mo, &cfg, &rc)) return rc;
     a.classify = strcmp(a.model, "classify") == 0;
-    if (strcmp(a.model, "gpt") != 0 && !a.classify)
-        return tg_cli_error(CMD, "--model: expected gpt or classify, got '%.200s'", a.model);
+    a.dpo = strcmp(a.model, "dpo") == 0;
+    if (strcmp(a.model, "gpt") != 0 && !a.classify && !a.dpo)
+        return tg_cli_error(CMD, "--model: expected gpt, classify or dpo, got '%.200s'", a.model);
+    if (a.dpo && a.tokens < 2)
+        return tg_cli_error(CMD, "--tokens: --model dpo needs at least 2 (token t + 1 is scored at t), got %lld",
+                            (long long)a.tokens);
+    /* the notebook's GPT-2 has q/k/v biases, and keeps its context length */
+    if (a.dpo && cfg.family == TG_GPT_FAMILY_GPT2) cfg.qkv_bias = true;
     if (a.lora_alpha_seen && !a.lora_rank_seen) return tg_cli_error(CMD, "--lora-alpha needs --lora-rank");
     if (a.lora_rank_seen && !a.lora_alpha_seen) a.lora_alpha = (double)a.lora_rank;
-    if (!mo.context) cfg.context_length = a.tokens;
+    if (!mo.context && !a.dpo) cfg.context_length = a.tokens;
     if (a.tokens > cfg.context_length)
         return tg_cli_error(CMD, "--tokens %lld exceeds the model's context length %lld", (long long)a.tokens,
                             (long long)cfg.context_length);
@@ -297,14 +344,20 @@ int tg_cmd_bench_gpt(int argc, char **argv)
      * weight's size), each block's activations (a bound: 16 rows of emb
      * and 3 of the feed-forward per token, and the attention's scores
      * under EXACT); with --recompute each block's input and one block's
-     * activations */
-    double rows = (double)a.batch * (double)a.tokens, emb = (double)cfg.emb_dim, vocab = (double)cfg.vocab_size;
+     * activations. DPO: the reference's weights too, the policy's two
+     * forwards' activations, and whole logits (compute_logprobs): the
+     * policy's two with their log-softmax and gradients, the reference's */
+    double seqs = a.dpo ? 2.0 : 1.0; /* sequences per row the policy keeps for backward */
+    double rows = seqs * (double)a.batch * (double)a.tokens, emb = (double)cfg.emb_dim, vocab = (double)cfg.vocab_size;
     double hid = (double)(cfg.hidden_dim ? cfg.hidden_dim : 4 * cfg.emb_dim);
     bool exact = mo.numerics == TG_NUMERICS_EXACT;
     bool frozen = a.lora_rank_seen || cfg.weights == TG_BF16;
     double adapters = a.lora_rank_seen ? 2.0 * (double)a.lora_rank / emb : 0.0;
     double per_param = frozen ? (double)tg_dtype_size(cfg.weights) + 16.0 * (adapters < 1.0 ? adapters : 1.0) : 16.0;
-    double head = exact ? 12.0 * rows * vocab : 4.0 * (rows < emb ? rows : emb) * vocab + (64 << 20);
+    double head = a.dpo ? 4.0 * 4.0 * rows * vocab
+                  : exact ? 12.0 * rows * vocab
+                          : 4.0 * (rows < emb ? rows : emb) * vocab + (64 << 20);
+    if (a.dpo) per_param += (double)tg_dtype_size(cfg.weights);
     double block = 4.0 * rows * (16.0 * emb + 3.0 * hid + (exact ? 3.0 * (double)cfg.n_heads * (double)a.tokens : 0.0));
     double layers = (double)cfg.n_layers;
     double bytes = per_param * (double)tg_decoder_config_num_parameters(&cfg) + head +
@@ -337,7 +390,9 @@ int tg_cmd_bench_gpt(int argc, char **argv)
         /* W_query, W_key, W_value, out_proj, the feed-forward's two (GELU) or three (SwiGLU) and out_head */
         double att = 2 * d * H * hd + 2 * d * G * hd, ff = (cfg.mlp == TG_MLP_GELU ? 2 : 3) * d * h;
         double linear = L * (att + ff) + d * V;
-        double flops = 6 * linear * B * T + 12 * L * B * T * T * H * hd;
+        /* DPO: the policy's step on chosen and on rejected (6 and 12 each),
+         * the reference's two forwards (2 and 4 each) */
+        double flops = (a.dpo ? 16 : 6) * linear * B * T + (a.dpo ? 32 : 12) * L * B * T * T * H * hd;
         for (int k = 0; k < T_N; k++) res.ms[k] = tg_cli_median(t[k], a.steps);
         double fwd = res.ms[T_FWD], bwd = res.ms[T_BWD], opt = res.ms[T_OPT], stp = res.ms[T_STEP];
         double wait = res.ms[T_WAIT], alone = res.ms[T_ALONE];
@@ -367,6 +422,9 @@ int tg_cmd_bench_gpt(int argc, char **argv)
             json_object_set_new(o, "n_heads", json_integer(cfg.n_heads));
             json_object_set_new(o, "vocab_size", json_integer(cfg.vocab_size));
             json_object_set_new(o, "dropout", json_real(cfg.drop_rate));
+            json_object_set_new(o, "context", json_integer(cfg.context_length));
+            json_object_set_new(o, "qkv_bias", json_boolean(cfg.qkv_bias));
+            if (a.dpo) json_object_set_new(o, "beta", json_real(DPO_BETA));
             json_object_set_new(o, "steps", json_integer(a.steps));
             json_object_set_new(o, "threads", json_integer(threads));
             json_object_set_new(o, "blas", json_string(tg_blas_info()));
@@ -382,6 +440,7 @@ int tg_cmd_bench_gpt(int argc, char **argv)
             json_object_set_new(o, "gflops", json_real(gflops));
             json_object_set_new(o, "peak_rss_mib", json_real(rss));
             json_object_set_new(o, "step_tape_mib", json_real(res.tape_mib));
+            json_object_set_new(o, "first_loss", json_real(res.first_loss));
             if (a.memory) {
                 json_t *m = json_object();
                 double known = 0;
@@ -439,6 +498,11 @@ int tg_cmd_bench_gpt(int argc, char **argv)
             if (a.classify)
                 printf("  %-10s %12lld trainable parameters (%s; GFLOP/s counts a full step)\n", "classify",
                        (long long)res.trainable, a.lora_rank_seen ? "LoRA adapters" : "last block, final norm, head");
+            if (a.dpo)
+                printf("  %-10s %12lld trainable parameters (%s), beta %g; forward: two policy and two reference "
+                       "forwards; tokens/s counts the chosen rows\n",
+                       "dpo", (long long)res.trainable, a.lora_rank_seen ? "LoRA adapters" : "the whole policy",
+                       DPO_BETA);
             if (dist) {
                 printf("  %-10s %12.1f ms waiting after backward: %d ranks, %.1f MiB of gradients in %lld buckets, "
                        "%lld started during backward\n",
