@@ -129,7 +129,7 @@ from . import decoder as dec
 from . import decoder_train as dt
 from . import finetune as ft
 from .common import write_json
-from .gemma3 import notebook_commit, notebook_definitions
+from .gemma3 import notebook_commit, notebook_definitions, notebook_root
 from .pretrain import Tokenizer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -146,22 +146,6 @@ SEPARATOR = "-------------------------------------"
 
 
 # ------------------------------------------------------- the notebook's code
-
-def notebook_root():
-    """(root of the book's repository, None) or (None, why not); the
-    variables as gemma3.py's notebook_root reads them."""
-    root = os.environ.get("LLMS_FROM_SCRATCH_ROOT")
-    if not root:
-        pkg = os.environ.get("LLMS_FROM_SCRATCH_DIR")
-        if not pkg:
-            return None, "LLMS_FROM_SCRATCH_ROOT and LLMS_FROM_SCRATCH_DIR unset"
-        root = os.path.dirname(os.path.abspath(pkg))
-    root = os.path.abspath(root)
-    for rel in (NOTEBOOK, PREVIOUS_CHAPTERS):
-        if not os.path.isfile(os.path.join(root, rel)):
-            return None, "no %s under %s (set LLMS_FROM_SCRATCH_ROOT)" % (rel, root)
-    return root, None
-
 
 @contextlib.contextmanager
 def previous_chapters(root):
@@ -483,7 +467,7 @@ def generate(outdir):
     if book_dir is None:
         print("%s: %s not regenerated (see tools/reference/dpo.py)" % (why, OUT_NAME))
         return
-    root, why = notebook_root()
+    root, why = notebook_root((NOTEBOOK, PREVIOUS_CHAPTERS))
     if root is None:
         print("%s: %s not regenerated (see tools/reference/dpo.py)" % (why, OUT_NAME))
         return

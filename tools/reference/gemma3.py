@@ -262,8 +262,9 @@ PRESET_NAME = "gemma3-270m"  # tapegrad's --config name for GEMMA3_CONFIG_270M
 
 # ------------------------------------------------- the book's notebooks
 
-def notebook_root():
-    """(root of the book's repository, None) or (None, why not)."""
+def notebook_root(needed=None):
+    """(root of the book's repository, None) or (None, why not); needed: the
+    files it must hold (default: the Gemma 3 notebooks)."""
     root = os.environ.get("LLMS_FROM_SCRATCH_ROOT")
     if not root:
         pkg = os.environ.get("LLMS_FROM_SCRATCH_DIR")
@@ -271,7 +272,7 @@ def notebook_root():
             return None, "LLMS_FROM_SCRATCH_ROOT and LLMS_FROM_SCRATCH_DIR unset"
         root = os.path.dirname(os.path.abspath(pkg))
     root = os.path.abspath(root)
-    for rel in NOTEBOOKS.values():
+    for rel in needed if needed is not None else NOTEBOOKS.values():
         if not os.path.isfile(os.path.join(root, rel)):
             return None, "no %s under %s (set LLMS_FROM_SCRATCH_ROOT)" % (rel, root)
     return root, None

@@ -160,6 +160,24 @@ static int load_classify(ft_run *r)
     return rc;
 }
 
+/* The first --limit entries split 85/10/5 (train, test, val): counts and
+ * first entries; training needs a batch and validation an entry. */
+static int split_entries(ft_run *r, int64_t cnt[3], int64_t begin[3])
+{
+    const ft_args *a = r->a;
+    int64_t n = tg_instruction_data_len(r->entries);
+    if (a->limit_seen && a->limit < n) n = a->limit;
+    if (tg_instruction_split(n, &cnt[TRAIN], &cnt[TEST], &cnt[VAL]) != TG_OK) return tg_cli_lib_error(r->cmd, "--data");
+    begin[TRAIN] = 0, begin[TEST] = cnt[TRAIN], begin[VAL] = cnt[TRAIN] + cnt[TEST];
+    for (int k = 0; k < 3; k++) r->ins_begin[k] = begin[k];
+    if (cnt[TRAIN] < a->batch || cnt[VAL] < 1)
+        return tg_cli_error(r->cmd,
+                            "--data: %lld entries give %lld training and %lld validation entries; training needs "
+                            "--batch %lld and validation at least 1",
+                            (long long)n, (long long)cnt[TRAIN], (long long)cnt[VAL], (long long)a->batch);
+    return TG_CLI_OK;
+}
+
 /* The instruction entries, split 85/10/5 (train, test, val) and tokenized;
  * each training and validation sequence must fit the model's context once
  * collated. */
@@ -168,18 +186,10 @@ static int load_instruct(ft_run *r)
     const ft_args *a = r->a;
     r->entries = tg_instruction_data_load(a->data);
     if (!r->entries) return tg_cli_lib_error(r->cmd, "--data");
-    int64_t n = tg_instruction_data_len(r->entries);
-    if (a->limit_seen && a->limit < n) n = a->limit;
     int64_t cnt[3], begin[3];
-    if (tg_instruction_split(n, &cnt[TRAIN], &cnt[TEST], &cnt[VAL]) != TG_OK) return tg_cli_lib_error(r->cmd, "--data");
-    begin[TRAIN] = 0, begin[TEST] = cnt[TRAIN], begin[VAL] = cnt[TRAIN] + cnt[TEST];
-    if (cnt[TRAIN] < a->batch || cnt[VAL] < 1)
-        return tg_cli_error(r->cmd,
-                            "--data: %lld entries give %lld training and %lld validation entries; training needs "
-                            "--batch %lld and validation at least 1",
-                            (long long)n, (long long)cnt[TRAIN], (long long)cnt[VAL], (long long)a->batch);
+    int rc0 = split_entries(r, cnt, begin);
+    if (rc0 != TG_CLI_OK) return rc0;
     for (int k = 0; k < 3; k++) {
-        r->ins_begin[k] = begin[k];
         r->ins[k] = tg_instruction_dataset_new_format(r->entries, begin[k], begin[k] + cnt[k], r->tok,
                                                       a->chat ? TG_INSTRUCTION_CHAT : TG_INSTRUCTION_ALPACA);
         if (!r->ins[k]) return tg_cli_lib_error(r->cmd, "--data");
@@ -208,18 +218,10 @@ static int load_dpo(ft_run *r)
     const ft_args *a = r->a;
     r->entries = tg_preference_data_load(a->data);
     if (!r->entries) return tg_cli_lib_error(r->cmd, "--data");
-    int64_t n = tg_instruction_data_len(r->entries);
-    if (a->limit_seen && a->limit < n) n = a->limit;
     int64_t cnt[3], begin[3];
-    if (tg_instruction_split(n, &cnt[TRAIN], &cnt[TEST], &cnt[VAL]) != TG_OK) return tg_cli_lib_error(r->cmd, "--data");
-    begin[TRAIN] = 0, begin[TEST] = cnt[TRAIN], begin[VAL] = cnt[TRAIN] + cnt[TEST];
-    if (cnt[TRAIN] < a->batch || cnt[VAL] < 1)
-        return tg_cli_error(r->cmd,
-                            "--data: %lld entries give %lld training and %lld validation entries; training needs "
-                            "--batch %lld and validation at least 1",
-                            (long long)n, (long long)cnt[TRAIN], (long long)cnt[VAL], (long long)a->batch);
+    int rc0 = split_entries(r, cnt, begin);
+    if (rc0 != TG_CLI_OK) return rc0;
     for (int k = 0; k < 3; k++) {
-        r->ins_begin[k] = begin[k];
         r->pref[k] = tg_preference_dataset_new(r->entries, begin[k], begin[k] + cnt[k], r->tok,
                                                a->chat ? TG_INSTRUCTION_CHAT : TG_INSTRUCTION_ALPACA);
         if (!r->pref[k]) return tg_cli_lib_error(r->cmd, "--data");
