@@ -44,24 +44,10 @@ static int teardown(void **state)
     return 0;
 }
 
-static const json_t *get(const json_t *o, const char *key)
-{
-    const json_t *v = json_object_get(o, key);
-    if (!v) fail_msg("dpo_ops.json: no \"%s\"", key);
-    return v;
-}
-
-static tg_tensor *jt(tg_tape *tp, const json_t *o, const char *key)
-{
-    tg_tensor *t = tu_tensor_from_json(tp, get(o, key), TG_DTYPE_COUNT);
-    tu_assert_ok(t);
-    return t;
-}
-
 /* A leaf requiring grad, from the file. */
 static tg_tensor *jleaf(tg_tape *tp, const json_t *o, const char *key)
 {
-    tg_tensor *t = jt(tp, o, key);
+    tg_tensor *t = tu_json_tensor(tp, o, key);
     assert_int_equal(tg_requires_grad_(t, true), TG_OK);
     return t;
 }
@@ -100,7 +86,7 @@ static void assert_same(const tg_tensor *got, const tg_tensor *want, const char 
 static void test_logsigmoid_ref(void **state)
 {
     (void)state;
-    const json_t *cases = get(ref, "logsigmoid");
+    const json_t *cases = tu_json_get(ref, "logsigmoid");
     size_t i;
     const json_t *c;
     int n32 = 0, nspecial = 0;
@@ -109,18 +95,18 @@ static void test_logsigmoid_ref(void **state)
         tg_tensor *base = jleaf(tp, c, "x");
         n32 += base->dtype == TG_F32;
         for (int64_t k = 0; k < tg_numel(base); k++) nspecial += !isfinite(tg_item_at(base, k));
-        bool tr = json_is_true(get(c, "transpose"));
+        bool tr = json_is_true(tu_json_get(c, "transpose"));
         tg_tensor *x = tr ? tg_transpose(tp, base, 0, 1) : base;
         tg_tensor *y = tg_logsigmoid(tp, x);
-        assert_same(y, jt(tp, c, "output"), "logsigmoid", (int)i);
-        assert_string_equal(tg_grad_fn_name(y), json_string_value(get(c, "grad_fn")));
+        assert_same(y, tu_json_tensor(tp, c, "output"), "logsigmoid", (int)i);
+        assert_string_equal(tg_grad_fn_name(y), json_string_value(tu_json_get(c, "grad_fn")));
         assert_string_equal(tg_grad_fn_name(y), "LogSigmoidBackward0");
-        assert_int_equal(tg_backward(y, jt(tp, c, "grad_output"), false), TG_OK);
-        assert_same(base->grad, jt(tp, c, "grad_x"), "logsigmoid grad", (int)i);
+        assert_int_equal(tg_backward(y, tu_json_tensor(tp, c, "grad_output"), false), TG_OK);
+        assert_same(base->grad, tu_json_tensor(tp, c, "grad_x"), "logsigmoid grad", (int)i);
         /* without grad: the same values and no node */
-        tg_tensor *plain = jt(tp, c, "x");
+        tg_tensor *plain = tu_json_tensor(tp, c, "x");
         tg_tensor *yp = tg_logsigmoid(tp, tr ? tg_transpose(tp, plain, 0, 1) : plain);
-        assert_same(yp, jt(tp, c, "output"), "logsigmoid without grad", (int)i);
+        assert_same(yp, tu_json_tensor(tp, c, "output"), "logsigmoid without grad", (int)i);
         assert_null(tg_grad_fn_name(yp));
         assert_false(yp->requires_grad);
         tg_tape_free(tp);
@@ -134,38 +120,38 @@ static void test_logsigmoid_ref(void **state)
 static void test_logprobs_ref(void **state)
 {
     (void)state;
-    const json_t *cases = get(ref, "logprobs");
+    const json_t *cases = tu_json_get(ref, "logprobs");
     size_t i;
     const json_t *c;
     int nmask = 0;
     json_array_foreach(cases, i, c) {
         tg_tape *tp = tg_tape_new();
-        tg_tensor *logits = jleaf(tp, c, "logits"), *labels = jt(tp, c, "labels");
-        tg_tensor *mask = json_is_null(get(c, "mask")) ? NULL : jt(tp, c, "mask");
+        tg_tensor *logits = jleaf(tp, c, "logits"), *labels = tu_json_tensor(tp, c, "labels");
+        tg_tensor *mask = json_is_null(tu_json_get(c, "mask")) ? NULL : tu_json_tensor(tp, c, "mask");
         nmask += mask != NULL;
         tg_tensor *out = tg_compute_logprobs(tp, logits, labels, mask);
-        assert_same(out, jt(tp, c, "output"), "logprobs", (int)i);
-        assert_string_equal(tg_grad_fn_name(out), json_string_value(get(c, "grad_fn")));
+        assert_same(out, tu_json_tensor(tp, c, "output"), "logprobs", (int)i);
+        assert_string_equal(tg_grad_fn_name(out), json_string_value(tu_json_get(c, "grad_fn")));
         assert_string_equal(tg_grad_fn_name(out), mask ? "DivBackward0" : "MeanBackward1");
-        assert_int_equal(tg_backward(out, jt(tp, c, "grad_output"), false), TG_OK);
+        assert_int_equal(tg_backward(out, tu_json_tensor(tp, c, "grad_output"), false), TG_OK);
         if (logits->dtype == TG_F32) {
-            assert_same(logits->grad, jt(tp, c, "grad_logits"), "logprobs grad", (int)i);
+            assert_same(logits->grad, tu_json_tensor(tp, c, "grad_logits"), "logprobs grad", (int)i);
         } else {
             /* the library's float64 log_softmax backward adds a row in order
              * and takes the C library's exp, where PyTorch's vectorised
              * kernel adds in lanes and takes SLEEF's: to rounding there */
-            tu_assert_close(logits->grad, jt(tp, c, "grad_logits"), 1e-13, 1e-300, "logprobs grad (float64)");
+            tu_assert_close(logits->grad, tu_json_tensor(tp, c, "grad_logits"), 1e-13, 1e-300, "logprobs grad (float64)");
         }
         /* the reference model's call: under no grad, the same values, no node */
         bool prev = tg_set_grad_enabled(false);
         tg_tensor *plain = tg_compute_logprobs(tp, logits, labels, mask);
         tg_set_grad_enabled(prev);
-        assert_same(plain, jt(tp, c, "output"), "logprobs under no grad", (int)i);
+        assert_same(plain, tu_json_tensor(tp, c, "output"), "logprobs under no grad", (int)i);
         assert_null(tg_grad_fn_name(plain));
         /* labels[:, 0] is never read: any value there gives the same result */
-        tg_tensor *lab2 = jt(tp, c, "labels");
+        tg_tensor *lab2 = tu_json_tensor(tp, c, "labels");
         for (int64_t b = 0; b < lab2->shape[0]; b++) ((int64_t *)tg_data_ptr(lab2))[b * lab2->shape[1]] = -7;
-        assert_same(tg_compute_logprobs(tp, jt(tp, c, "logits"), lab2, mask), jt(tp, c, "output"),
+        assert_same(tg_compute_logprobs(tp, tu_json_tensor(tp, c, "logits"), lab2, mask), tu_json_tensor(tp, c, "output"),
                     "logprobs, labels[:, 0] = -7", (int)i);
         tg_tape_free(tp);
     }
@@ -176,9 +162,9 @@ static void test_logprobs_ref(void **state)
 static void test_logprobs_views(void **state)
 {
     (void)state;
-    const json_t *c = json_array_get(get(ref, "logprobs"), 0);
+    const json_t *c = json_array_get(tu_json_get(ref, "logprobs"), 0);
     tg_tape *tp = tg_tape_new();
-    tg_tensor *labels = jt(tp, c, "labels"), *mask = jt(tp, c, "mask");
+    tg_tensor *labels = tu_json_tensor(tp, c, "labels"), *mask = tu_json_tensor(tp, c, "mask");
     int64_t B = labels->shape[0], T = labels->shape[1];
     /* (T, B) tensors transposed */
     tg_tensor *lt = tg_contiguous(tp, tg_transpose(tp, labels, 0, 1));
@@ -186,7 +172,7 @@ static void test_logprobs_views(void **state)
     tg_tensor *lv = tg_transpose(tp, lt, 0, 1), *mv = tg_transpose(tp, mt, 0, 1);
     assert_false(tg_is_contiguous(lv));
     assert_true(lv->shape[0] == B && lv->shape[1] == T);
-    assert_same(tg_compute_logprobs(tp, jt(tp, c, "logits"), lv, mv), jt(tp, c, "output"), "strided labels", 0);
+    assert_same(tg_compute_logprobs(tp, tu_json_tensor(tp, c, "logits"), lv, mv), tu_json_tensor(tp, c, "output"), "strided labels", 0);
     tg_tape_free(tp);
 }
 
@@ -198,22 +184,22 @@ static const char *const dpo_inputs[4] = {"policy_chosen", "policy_rejected", "r
 static void test_dpo_loss_ref(void **state)
 {
     (void)state;
-    const json_t *cases = get(ref, "dpo_loss");
+    const json_t *cases = tu_json_get(ref, "dpo_loss");
     size_t i;
     const json_t *c;
     json_array_foreach(cases, i, c) {
         tg_tape *tp = tg_tape_new();
         tg_tensor *in[4];
         for (int k = 0; k < 4; k++) in[k] = jleaf(tp, c, dpo_inputs[k]);
-        double beta = json_real_value(get(c, "beta"));
+        double beta = json_real_value(tu_json_get(c, "beta"));
         tg_tensor *cr = NULL, *rr = NULL;
         tg_tensor *loss = tg_compute_dpo_loss(tp, in[0], in[1], in[2], in[3], beta, &cr, &rr);
-        assert_same(loss, jt(tp, c, "loss"), "dpo loss", (int)i);
+        assert_same(loss, tu_json_tensor(tp, c, "loss"), "dpo loss", (int)i);
         assert_int_equal(loss->ndim, 0);
-        assert_string_equal(tg_grad_fn_name(loss), json_string_value(get(c, "grad_fn")));
+        assert_string_equal(tg_grad_fn_name(loss), json_string_value(tu_json_get(c, "grad_fn")));
         assert_string_equal(tg_grad_fn_name(loss), "MeanBackward0");
-        assert_same(cr, jt(tp, c, "chosen_reward"), "chosen reward", (int)i);
-        assert_same(rr, jt(tp, c, "rejected_reward"), "rejected reward", (int)i);
+        assert_same(cr, tu_json_tensor(tp, c, "chosen_reward"), "chosen reward", (int)i);
+        assert_same(rr, tu_json_tensor(tp, c, "rejected_reward"), "rejected reward", (int)i);
         assert_int_equal(cr->ndim, 0);
         assert_int_equal(rr->ndim, 0);
         assert_false(cr->requires_grad || rr->requires_grad);
@@ -223,11 +209,11 @@ static void test_dpo_loss_ref(void **state)
         for (int k = 0; k < 4; k++) {
             char key[64];
             snprintf(key, sizeof key, "grad_%s", dpo_inputs[k]);
-            assert_same(in[k]->grad, jt(tp, c, key), key, (int)i);
+            assert_same(in[k]->grad, tu_json_tensor(tp, c, key), key, (int)i);
         }
         /* the rewards are optional */
         tg_tensor *l2 = tg_compute_dpo_loss(tp, in[0], in[1], in[2], in[3], beta, NULL, NULL);
-        assert_same(l2, jt(tp, c, "loss"), "dpo loss without rewards", (int)i);
+        assert_same(l2, tu_json_tensor(tp, c, "loss"), "dpo loss without rewards", (int)i);
         tg_tape_free(tp);
     }
 }
@@ -237,25 +223,25 @@ static void test_dpo_loss_ref(void **state)
 static void test_batch_ref(void **state)
 {
     (void)state;
-    const json_t *c = get(ref, "batch");
+    const json_t *c = tu_json_get(ref, "batch");
     tg_tape *tp = tg_tape_new();
-    tg_tensor *chosen = jt(tp, c, "chosen"), *rejected = jt(tp, c, "rejected");
-    tg_tensor *cmask = jt(tp, c, "chosen_mask"), *rmask = jt(tp, c, "rejected_mask");
+    tg_tensor *chosen = tu_json_tensor(tp, c, "chosen"), *rejected = tu_json_tensor(tp, c, "rejected");
+    tg_tensor *cmask = tu_json_tensor(tp, c, "chosen_mask"), *rmask = tu_json_tensor(tp, c, "rejected_mask");
     tg_tensor *pol_c = jleaf(tp, c, "policy_chosen_logits"), *pol_r = jleaf(tp, c, "policy_rejected_logits");
     tg_tensor *pc = tg_compute_logprobs(tp, pol_c, chosen, cmask);
     tg_tensor *pr = tg_compute_logprobs(tp, pol_r, rejected, rmask);
     bool prev = tg_set_grad_enabled(false);
-    tg_tensor *rc = tg_compute_logprobs(tp, jt(tp, c, "reference_chosen_logits"), chosen, cmask);
-    tg_tensor *rr = tg_compute_logprobs(tp, jt(tp, c, "reference_rejected_logits"), rejected, rmask);
+    tg_tensor *rc = tg_compute_logprobs(tp, tu_json_tensor(tp, c, "reference_chosen_logits"), chosen, cmask);
+    tg_tensor *rr = tg_compute_logprobs(tp, tu_json_tensor(tp, c, "reference_rejected_logits"), rejected, rmask);
     tg_set_grad_enabled(prev);
     tg_tensor *cr, *rj;
-    tg_tensor *loss = tg_compute_dpo_loss(tp, pc, pr, rc, rr, json_real_value(get(c, "beta")), &cr, &rj);
-    assert_same(loss, jt(tp, c, "loss"), "batch loss", 0);
-    assert_same(cr, jt(tp, c, "chosen_reward"), "batch chosen reward", 0);
-    assert_same(rj, jt(tp, c, "rejected_reward"), "batch rejected reward", 0);
+    tg_tensor *loss = tg_compute_dpo_loss(tp, pc, pr, rc, rr, json_real_value(tu_json_get(c, "beta")), &cr, &rj);
+    assert_same(loss, tu_json_tensor(tp, c, "loss"), "batch loss", 0);
+    assert_same(cr, tu_json_tensor(tp, c, "chosen_reward"), "batch chosen reward", 0);
+    assert_same(rj, tu_json_tensor(tp, c, "rejected_reward"), "batch rejected reward", 0);
     assert_int_equal(tg_backward(loss, NULL, false), TG_OK);
-    assert_same(pol_c->grad, jt(tp, c, "grad_policy_chosen_logits"), "batch grad chosen", 0);
-    assert_same(pol_r->grad, jt(tp, c, "grad_policy_rejected_logits"), "batch grad rejected", 0);
+    assert_same(pol_c->grad, tu_json_tensor(tp, c, "grad_policy_chosen_logits"), "batch grad chosen", 0);
+    assert_same(pol_r->grad, tu_json_tensor(tp, c, "grad_policy_rejected_logits"), "batch grad rejected", 0);
     tg_tape_free(tp);
 }
 

@@ -37,19 +37,7 @@ static int teardown(void **state)
     return 0;
 }
 
-static const json_t *get(const json_t *o, const char *key)
-{
-    const json_t *v = json_object_get(o, key);
-    if (!v) fail_msg("finetune_ops.json: no \"%s\"", key);
-    return v;
-}
-
-static tg_tensor *jt(tg_tape *tp, const json_t *o, const char *key)
-{
-    return tu_tensor_from_json(tp, get(o, key), TG_DTYPE_COUNT);
-}
-
-static tg_dtype jdtype(const json_t *o) { return strcmp(json_string_value(get(o, "dtype")), "float32") ? TG_F64 : TG_F32; }
+static tg_dtype jdtype(const json_t *o) { return strcmp(json_string_value(tu_json_get(o, "dtype")), "float32") ? TG_F64 : TG_F32; }
 
 /* got equals want to the bit: same dtype, shape, values (float32 values are
  * exact in double, so comparing as doubles with no tolerance is bitwise). */
@@ -82,30 +70,30 @@ typedef tg_tensor *(*index_op)(tg_tape *tp, tg_tensor *x, int dim, const tg_tens
 
 static void check_indexing(const char *key, index_op op, const char *grad_fn)
 {
-    const json_t *cases = get(ref, key);
+    const json_t *cases = tu_json_get(ref, key);
     assert_true(json_array_size(cases) > 0);
     size_t i;
     const json_t *c;
     int n32 = 0;
     json_array_foreach(cases, i, c) {
         tg_tape *tp = tg_tape_new();
-        tg_tensor *base = jt(tp, c, "x"), *index = jt(tp, c, "index");
+        tg_tensor *base = tu_json_tensor(tp, c, "x"), *index = tu_json_tensor(tp, c, "index");
         assert_int_equal(base->dtype, jdtype(c));
         n32 += base->dtype == TG_F32;
         assert_int_equal(tg_requires_grad_(base, true), TG_OK);
-        tg_tensor *x = json_is_true(get(c, "transpose")) ? tg_transpose(tp, base, 0, 1) : base;
-        int dim = (int)json_integer_value(get(c, "dim"));
+        tg_tensor *x = json_is_true(tu_json_get(c, "transpose")) ? tg_transpose(tp, base, 0, 1) : base;
+        int dim = (int)json_integer_value(tu_json_get(c, "dim"));
         tg_tensor *out = op(tp, x, dim, index);
-        assert_same(out, jt(tp, c, "output"), key, (int)i);
-        assert_string_equal(tg_grad_fn_name(out), json_string_value(get(c, "grad_fn")));
+        assert_same(out, tu_json_tensor(tp, c, "output"), key, (int)i);
+        assert_string_equal(tg_grad_fn_name(out), json_string_value(tu_json_get(c, "grad_fn")));
         assert_string_equal(tg_grad_fn_name(out), grad_fn);
-        assert_int_equal(tg_backward(out, jt(tp, c, "grad_output"), false), TG_OK);
-        assert_same(base->grad, jt(tp, c, "grad_x"), "grad", (int)i);
+        assert_int_equal(tg_backward(out, tu_json_tensor(tp, c, "grad_output"), false), TG_OK);
+        assert_same(base->grad, tu_json_tensor(tp, c, "grad_x"), "grad", (int)i);
         /* the same op on a tensor that needs no grad: the same values, no node */
-        tg_tensor *plain = op(tp, json_is_true(get(c, "transpose")) ? tg_transpose(tp, jt(tp, c, "x"), 0, 1)
-                                                                    : jt(tp, c, "x"),
+        tg_tensor *plain = op(tp, json_is_true(tu_json_get(c, "transpose")) ? tg_transpose(tp, tu_json_tensor(tp, c, "x"), 0, 1)
+                                                                    : tu_json_tensor(tp, c, "x"),
                               dim, index);
-        assert_same(plain, jt(tp, c, "output"), key, (int)i);
+        assert_same(plain, tu_json_tensor(tp, c, "output"), key, (int)i);
         assert_null(tg_grad_fn_name(plain));
         tg_tape_free(tp);
     }
@@ -257,24 +245,24 @@ static void test_indexing_errors(void **state)
 static void test_int_sums_ref(void **state)
 {
     (void)state;
-    const json_t *cases = get(ref, "sum");
+    const json_t *cases = tu_json_get(ref, "sum");
     size_t i;
     const json_t *c;
     json_array_foreach(cases, i, c) {
         tg_tape *tp = tg_tape_new();
-        tg_tensor *x = jt(tp, c, "x");
+        tg_tensor *x = tu_json_tensor(tp, c, "x");
         assert_true(x->dtype == TG_BOOL || x->dtype == TG_I64);
-        if (json_is_true(get(c, "transpose"))) x = tg_transpose(tp, x, 0, 1);
-        const json_t *jd = get(c, "dims");
+        if (json_is_true(tu_json_get(c, "transpose"))) x = tg_transpose(tp, x, 0, 1);
+        const json_t *jd = tu_json_get(c, "dims");
         tg_tensor *out;
         if (json_is_null(jd)) {
             out = tg_sum(tp, x);
         } else {
             int dims[TG_MAX_DIMS], nd = (int)json_array_size(jd);
             for (int k = 0; k < nd; k++) dims[k] = (int)json_integer_value(json_array_get(jd, (size_t)k));
-            out = tg_sum_dims(tp, x, nd, dims, json_is_true(get(c, "keepdim")));
+            out = tg_sum_dims(tp, x, nd, dims, json_is_true(tu_json_get(c, "keepdim")));
         }
-        assert_same_i64(out, jt(tp, c, "output"), "sum", (int)i);
+        assert_same_i64(out, tu_json_tensor(tp, c, "output"), "sum", (int)i);
         assert_null(out->grad_fn);
         assert_false(out->requires_grad);
         tg_tape_free(tp);
@@ -315,22 +303,22 @@ static void test_int_sums(void **state)
 
 static int run_init(const json_t *c, tg_tensor *t, tg_generator *g)
 {
-    const char *fn = json_string_value(get(c, "fn"));
-    const json_t *a = get(c, "args");
+    const char *fn = json_string_value(tu_json_get(c, "fn"));
+    const json_t *a = tu_json_get(c, "args");
     if (!strcmp(fn, "uniform_"))
-        return tg_init_uniform_(t, json_number_value(get(a, "a")), json_number_value(get(a, "b")), g);
+        return tg_init_uniform_(t, json_number_value(tu_json_get(a, "a")), json_number_value(tu_json_get(a, "b")), g);
     if (!strcmp(fn, "normal_"))
-        return tg_init_normal_(t, json_number_value(get(a, "mean")), json_number_value(get(a, "std")), g);
+        return tg_init_normal_(t, json_number_value(tu_json_get(a, "mean")), json_number_value(tu_json_get(a, "std")), g);
     if (!strcmp(fn, "zeros_")) return tg_init_zeros_(t);
     if (!strcmp(fn, "ones_")) return tg_init_ones_(t);
     if (!strncmp(fn, "kaiming_", 8)) {
-        tg_fan_mode mode = strcmp(json_string_value(get(a, "mode")), "fan_in") ? TG_FAN_OUT : TG_FAN_IN;
-        const char *nl = json_string_value(get(a, "nonlinearity"));
-        double slope = json_number_value(get(a, "a"));
+        tg_fan_mode mode = strcmp(json_string_value(tu_json_get(a, "mode")), "fan_in") ? TG_FAN_OUT : TG_FAN_IN;
+        const char *nl = json_string_value(tu_json_get(a, "nonlinearity"));
+        double slope = json_number_value(tu_json_get(a, "a"));
         return !strcmp(fn, "kaiming_uniform_") ? tg_init_kaiming_uniform_(t, slope, mode, nl, g)
                                                : tg_init_kaiming_normal_(t, slope, mode, nl, g);
     }
-    double gain = json_number_value(get(a, "gain"));
+    double gain = json_number_value(tu_json_get(a, "gain"));
     if (!strcmp(fn, "xavier_uniform_")) return tg_init_xavier_uniform_(t, gain, g);
     if (!strcmp(fn, "xavier_normal_")) return tg_init_xavier_normal_(t, gain, g);
     fail_msg("finetune_ops.json: unknown init %s", fn);
@@ -339,7 +327,7 @@ static int run_init(const json_t *c, tg_tensor *t, tg_generator *g)
 
 static tg_tensor *init_target(tg_tape *tp, const json_t *c)
 {
-    const json_t *js = get(c, "shape");
+    const json_t *js = tu_json_get(c, "shape");
     int64_t shape[TG_MAX_DIMS];
     int nd = (int)json_array_size(js);
     for (int k = 0; k < nd; k++) shape[k] = json_integer_value(json_array_get(js, (size_t)k));
@@ -352,27 +340,27 @@ static tg_tensor *init_target(tg_tape *tp, const json_t *c)
 static void test_init_ref(void **state)
 {
     (void)state;
-    const json_t *cases = get(ref, "init");
+    const json_t *cases = tu_json_get(ref, "init");
     size_t i;
     const json_t *c;
     bool lora = false;
     json_array_foreach(cases, i, c) {
         tg_tape *tp = tg_tape_new();
-        uint64_t seed = (uint64_t)json_integer_value(get(c, "seed"));
-        tg_tensor *want = jt(tp, c, "output");
+        uint64_t seed = (uint64_t)json_integer_value(tu_json_get(c, "seed"));
+        tg_tensor *want = tu_json_tensor(tp, c, "output");
         /* the default generator after manual_seed */
         tg_manual_seed(seed);
         tg_tensor *t = init_target(tp, c);
         assert_int_equal(run_init(c, t, NULL), TG_OK);
-        assert_same(t, want, json_string_value(get(c, "fn")), (int)i);
+        assert_same(t, want, json_string_value(tu_json_get(c, "fn")), (int)i);
         assert_null(t->grad_fn);
         /* a generator of its own with the same seed */
         tg_generator *g = tg_generator_new(seed);
         tg_tensor *t2 = init_target(tp, c);
         assert_int_equal(run_init(c, t2, g), TG_OK);
-        assert_same(t2, want, json_string_value(get(c, "fn")), (int)i);
+        assert_same(t2, want, json_string_value(tu_json_get(c, "fn")), (int)i);
         tg_generator_free(g);
-        lora |= !strcmp(json_string_value(get(c, "fn")), "kaiming_uniform_") && t->shape[0] == 768 &&
+        lora |= !strcmp(json_string_value(tu_json_get(c, "fn")), "kaiming_uniform_") && t->shape[0] == 768 &&
                 t->shape[1] == 16;
         tg_tape_free(tp);
     }
@@ -382,10 +370,10 @@ static void test_init_ref(void **state)
 static void test_init_sequence_ref(void **state)
 {
     (void)state;
-    const json_t *seq = get(ref, "init_sequence");
-    const json_t *outs = get(seq, "outputs");
+    const json_t *seq = tu_json_get(ref, "init_sequence");
+    const json_t *outs = tu_json_get(seq, "outputs");
     tg_tape *tp = tg_tape_new();
-    tg_manual_seed((uint64_t)json_integer_value(get(seq, "seed")));
+    tg_manual_seed((uint64_t)json_integer_value(tu_json_get(seq, "seed")));
     tg_tensor *w = tg_empty(tp, TG_F32, 2, SH(8, 12)), *a = tg_empty(tp, TG_F32, 2, SH(12, 4));
     tg_tensor *b = tg_empty(tp, TG_F32, 2, SH(4, 8)), *n = tg_empty(tp, TG_F32, 2, SH(6, 5));
     assert_int_equal(tg_init_kaiming_uniform_(w, sqrt(5.0), TG_FAN_IN, NULL, NULL), TG_OK);
@@ -483,20 +471,20 @@ static void test_init_errors(void **state)
 static void check_retained(tg_tape *tp, const json_t *want, tg_tensor *h, tg_tensor *hv, tg_tensor *x,
                            tg_tensor *loss, int pass)
 {
-    assert_same(h->grad, jt(tp, want, "h"), "h.grad", pass);
-    assert_same(hv->grad, jt(tp, want, "hv"), "hv.grad", pass);
-    assert_same(x->grad, jt(tp, want, "x"), "x.grad", pass);
-    assert_same(loss->grad, jt(tp, want, "loss"), "loss.grad", pass);
+    assert_same(h->grad, tu_json_tensor(tp, want, "h"), "h.grad", pass);
+    assert_same(hv->grad, tu_json_tensor(tp, want, "hv"), "hv.grad", pass);
+    assert_same(x->grad, tu_json_tensor(tp, want, "x"), "x.grad", pass);
+    assert_same(loss->grad, tu_json_tensor(tp, want, "loss"), "loss.grad", pass);
 }
 
 static void test_retain_grad_ref(void **state)
 {
     (void)state;
-    const json_t *c = get(ref, "retain_grad");
+    const json_t *c = tu_json_get(ref, "retain_grad");
     tg_tape *leaves = tg_tape_new(), *tp = tg_tape_new();
-    tg_tensor *x = jt(leaves, c, "x");
+    tg_tensor *x = tu_json_tensor(leaves, c, "x");
     tg_requires_grad_(x, true);
-    tg_tensor *w = jt(leaves, c, "w"), *cc = jt(leaves, c, "c");
+    tg_tensor *w = tu_json_tensor(leaves, c, "w"), *cc = tu_json_tensor(leaves, c, "c");
     tg_tensor *h = tg_mul(tp, x, w);
     assert_int_equal(tg_retain_grad(h), TG_OK);
     tg_tensor *hv = tg_transpose(tp, h, 0, 1);
@@ -505,19 +493,19 @@ static void test_retain_grad_ref(void **state)
     tg_tensor *loss = tg_add(tp, tg_sum(tp, tg_mul(tp, hv, cc)), tg_sum(tp, tg_mul(tp, h, h)));
     /* (PyTorch sums hv * c, laid out as hv, in another order: the loss to
      * float32 rounding; the gradients below to the bit) */
-    tu_assert_close(loss, jt(tp, c, "loss"), 1e-6, 0.0, "loss");
+    tu_assert_close(loss, tu_json_tensor(tp, c, "loss"), 1e-6, 0.0, "loss");
     assert_int_equal(tg_retain_grad(loss), TG_OK);
     assert_int_equal(tg_retain_grad(x), TG_OK); /* a leaf: nothing to do */
     assert_null(h->grad);
     assert_int_equal(tg_backward(loss, NULL, true), TG_OK);
-    check_retained(tp, get(c, "first"), h, hv, x, loss, 1);
+    check_retained(tp, tu_json_get(c, "first"), h, hv, x, loss, 1);
     /* the retained gradients live in the tensors' own tape */
     assert_ptr_equal(h->grad->tape, tp);
     assert_int_equal(tg_backward(loss, NULL, false), TG_OK);
-    check_retained(tp, get(c, "second"), h, hv, x, loss, 2);
+    check_retained(tp, tu_json_get(c, "second"), h, hv, x, loss, 2);
     /* the graph was released: a third backward fails and leaves them as they were */
     assert_int_not_equal(tg_backward(loss, NULL, false), TG_OK);
-    check_retained(tp, get(c, "second"), h, hv, x, loss, 2);
+    check_retained(tp, tu_json_get(c, "second"), h, hv, x, loss, 2);
     /* zero_grad clears a retained gradient */
     tg_zero_grad(h);
     for (int k = 0; k < 12; k++) assert_true(tg_item_at(h->grad, k) == 0);

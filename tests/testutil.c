@@ -75,6 +75,18 @@ json_t *tu_load_ref(const char *file) {
     return root;
 }
 
+const json_t *tu_json_get(const json_t *o, const char *key) {
+    const json_t *v = json_object_get(o, key);
+    if (!v) fail_msg("reference: no \"%s\"", key);
+    return v;
+}
+
+tg_tensor *tu_json_tensor(tg_tape *tp, const json_t *o, const char *key) {
+    tg_tensor *t = tu_tensor_from_json(tp, tu_json_get(o, key), TG_DTYPE_COUNT);
+    if (!t) fail_msg("reference: \"%s\" is not a tensor: %s", key, tg_last_error());
+    return t;
+}
+
 /* A JSON number, boolean or one of the strings "inf", "-inf", "nan". */
 static bool json_to_double(const json_t *v, double *out) {
     if (json_is_integer(v)) {

@@ -41,6 +41,11 @@ char *tu_read_file(const char *path, size_t *len);
  * "data": [...]} (data row-major; "inf", "-inf", "nan" strings allowed).
  * dtype may be overridden with force (pass TG_DTYPE_COUNT to keep the file's). */
 tg_tensor *tu_tensor_from_json(tg_tape *tp, const json_t *j, tg_dtype force);
+/* Member key of a reference object (the test fails, naming it, without
+ * one), and that member as a tensor in its own dtype (the test fails when it
+ * is not one). */
+const json_t *tu_json_get(const json_t *o, const char *key);
+tg_tensor *tu_json_tensor(tg_tape *tp, const json_t *o, const char *key);
 /* x rounded to the nearest bf16 (ties to even), as BF16 numerics round a
  * product's operands (tensor.h). */
 double tu_bf16(float x);
