@@ -17,7 +17,7 @@
 #define CMD "bench"
 
 static const char *help =
-    "usage: tapegrad bench [options]  (an attention module; --model gpt|classify:\n"
+    "usage: tapegrad bench [options]  (an attention module; --model gpt|classify|dpo:\n"
     "       the GPTModel's training step, with the options after this part)\n"
     "\n"
     "Times one training step (forward, MSE loss against zeros, backward) of an\n"

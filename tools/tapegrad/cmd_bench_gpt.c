@@ -193,7 +193,8 @@ static void measure_memory(tg_tape *tp, const tg_module *gpt, const tg_module *r
  * step, as pretrain and finetune take it); then the all-reduces alone.
  * dist: under mpirun (the trainer slices the global batch, a ddp). DPO:
  * the reference is built as the policy (tg_cli_model_build seeds it the
- * same), before the policy's LoRA, frozen and in eval mode. */
+ * same), frozen and in eval mode; with LoRA it is the policy without its
+ * adapters (no second model). */
 static int run(const gpt_bench_args *a, const tg_cli_model *mo, const tg_decoder_config *cfg, bool dist, double *t[T_N],
                gpt_bench_result *res)
 {
@@ -201,7 +202,8 @@ static int run(const gpt_bench_args *a, const tg_cli_model *mo, const tg_decoder
     tg_generator *g = tg_generator_new(7);
     int rc = TG_CLI_OK;
     tg_module *gpt = model_tape && g ? tg_cli_model_build(model_tape, mo, cfg) : NULL;
-    tg_module *ref = gpt && a->dpo ? tg_cli_model_build(model_tape, mo, cfg) : NULL;
+    /* with LoRA the reference is the policy without its adapters, as finetune dpo runs it */
+    tg_module *ref = gpt && a->dpo && !a->lora_rank_seen ? tg_cli_model_build(model_tape, mo, cfg) : NULL;
     tg_optimizer *opt = NULL;
     tg_trainer *tr = NULL;
     tg_batch b = {0};
@@ -210,7 +212,7 @@ static int run(const gpt_bench_args *a, const tg_cli_model *mo, const tg_decoder
         tg_cli_gpt_set_layers(ref, false);
         if (tg_module_requires_grad_(ref, false) != TG_OK) gpt = NULL;
         tg_module_train(ref, false);
-    } else if (a->dpo) {
+    } else if (a->dpo && !a->lora_rank_seen) {
         gpt = NULL;
     }
     if (gpt && a->classify && make_classifier(model_tape, gpt, a, mo) != TG_OK) gpt = NULL;
