@@ -813,6 +813,43 @@ static void test_backward_pool(void **state)
 
 /* ---- (f) backward's status and the error message ---------------------------------------------------- */
 
+/* A weight two products use in one backward (as DPO's chosen and rejected
+ * forwards use each weight) gets, under EXACT, each product's gradient
+ * rounded whole and then added, as PyTorch adds them: a + b, not the second
+ * product accumulated into the first (which rounds otherwise once a product
+ * spans several of the BLAS's K blocks). The same after zero_grad and across
+ * two backwards (gradient accumulation). */
+static void test_grad_sum_of_products(void **state)
+{
+    (void)state;
+    enum { K = 1500, IN = 96, OUT = 64 };
+    tg_tape *tp = tg_tape_new();
+    tg_generator *g = tg_generator_new(9);
+    tg_tensor *w = tg_parameter_new(tp, TG_F32, 2, SH(IN, OUT));
+    assert_int_equal(tg_uniform_(w, -1, 1, g), TG_OK);
+    tg_tensor *x1 = tg_rand(tp, TG_F32, 2, SH(K, IN), g), *x2 = tg_rand(tp, TG_F32, 2, SH(K, IN), g);
+    tg_tensor *g1 = tg_rand(tp, TG_F32, 2, SH(K, OUT), g), *g2 = tg_rand(tp, TG_F32, 2, SH(K, OUT), g);
+    bool prev = tg_set_grad_enabled(false);
+    tg_tensor *a = tg_matmul(tp, tg_t(tp, x1), g1), *b = tg_matmul(tp, tg_t(tp, x2), g2);
+    tg_tensor *want = tg_add(tp, a, b), *want3 = tg_add(tp, want, a);
+    tg_set_grad_enabled(prev);
+    for (int round = 0; round < 2; round++) { /* round 1: after zero_grad (zeros held) */
+        tg_tensor *l = tg_add(tp, tg_sum(tp, tg_mul(tp, tg_matmul(tp, x1, w), g1)),
+                              tg_sum(tp, tg_mul(tp, tg_matmul(tp, x2, w), g2)));
+        assert_int_equal(tg_backward(l, NULL, false), TG_OK);
+        tu_assert_close(w->grad, want, 0, 0, "a weight's gradient from two products");
+        tg_zero_grad(w);
+    }
+    /* accumulated over two backwards: (a + b) + a */
+    tg_tensor *l = tg_add(tp, tg_sum(tp, tg_mul(tp, tg_matmul(tp, x1, w), g1)),
+                          tg_sum(tp, tg_mul(tp, tg_matmul(tp, x2, w), g2)));
+    assert_int_equal(tg_backward(l, NULL, false), TG_OK);
+    assert_int_equal(tg_backward(tg_sum(tp, tg_mul(tp, tg_matmul(tp, x1, w), g1)), NULL, false), TG_OK);
+    tu_assert_close(w->grad, want3, 0, 0, "a gradient accumulated over two backwards");
+    tg_generator_free(g);
+    tg_tape_free(tp);
+}
+
 static void test_backward_status(void **state)
 {
     (void)state;
@@ -857,6 +894,7 @@ int main(void)
         cmocka_unit_test(test_backward_across_tapes),
         cmocka_unit_test(test_deep_chain),
         cmocka_unit_test(test_backward_pool),
+        cmocka_unit_test(test_grad_sum_of_products),
         cmocka_unit_test(test_backward_status),
     };
     return cmocka_run_group_tests_name("autograd", tests, NULL, NULL);

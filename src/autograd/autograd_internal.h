@@ -108,6 +108,10 @@ bool tg__will_record(int nin, tg_tensor *const *in);
  * no grad or on allocation failure (callers check tg__needs_grad first, so
  * NULL means TG_ENOMEM). */
 tg_tensor *tg__grad_buf(tg_tensor *t, bool *fresh, bool zero);
+/* Whether t's gradient buffer holds a gradient already: one this backward
+ * or an earlier one wrote, not the zeros tg_zero_grad left (adding to those
+ * is writing, bit for bit). */
+bool tg__grad_held(const tg_tensor *t);
 /* Adds g into t's gradient, summing over broadcast dims when g's shape is
  * t's broadcast to more dims. No-op if t needs no grad. TG_OK or TG_ENOMEM. */
 int tg__accum(tg_tensor *t, const tg_tensor *g);

@@ -61,6 +61,7 @@ void tg_zero_grad(tg_tensor *x)
 {
     if (x && x->grad) tg__bump(x->grad);
     if (x && x->grad) memset(x->grad->data, 0, (size_t)tg_numel(x->grad) * tg_dtype_size(x->grad->dtype));
+    if (x && x->grad && x->grad->storage) x->grad->storage->grad_zeroed = true;
 }
 
 bool tg__check_float(const char *op, const tg_tensor *x)
@@ -153,11 +154,18 @@ tg_tensor *tg__record(tg_tape *tp, tg_op_id op, tg_tensor *out, int nin, tg_tens
 
 /* ---- gradient buffers ------------------------------------------------------------ */
 
+bool tg__grad_held(const tg_tensor *t)
+{
+    const tg_tensor *g = t->grad_fn ? t->grad_fn->grad : t->grad;
+    return g && !(g->storage && g->storage->grad_zeroed);
+}
+
 tg_tensor *tg__grad_buf(tg_tensor *t, bool *fresh, bool zero)
 {
     if (!tg__needs_grad(t)) return NULL;
     tg_tensor **slot = t->grad_fn ? &t->grad_fn->grad : &t->grad;
     *fresh = false;
+    if (*slot && (*slot)->storage) (*slot)->storage->grad_zeroed = false; /* about to be written */
     if (!*slot) {
         /* A leaf's gradient outlives the step: it lives in the leaf's tape. */
         tg_tape *tp = t->grad_fn ? t->grad_fn->tape : t->tape;

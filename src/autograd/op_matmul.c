@@ -153,14 +153,14 @@ static int grad_product(tg_node *n, tg_tensor *t, const tg_tensor *like, bool ex
                         const tg_tensor *y, bool ty)
 {
     if (!tg__needs_grad(t)) return TG_OK;
-    /* Straight into a fresh gradient buffer; under EXACT a buffer that holds
-     * a gradient already (a non-leaf's partial sum, a leaf's .grad from an
-     * earlier use in this backward, as DPO's chosen and rejected forwards
+    /* Straight into a fresh gradient buffer, or one tg_zero_grad zeroed
+     * (beta = 1: 0 + product, PyTorch's bits); under EXACT a buffer that
+     * holds a gradient already (a non-leaf's partial sum, a leaf's .grad from
+     * an earlier use in this backward, as DPO's chosen and rejected forwards
      * give each weight, or from an earlier backward) gets the product rounded
      * first and then added, as PyTorch adds the gradients reaching one tensor
      * (FAST and BF16 accumulate in place, beta = 1). */
-    const tg_tensor *held = t->grad_fn ? t->grad_fn->grad : t->grad;
-    if (exact && held && n->numerics == TG_NUMERICS_EXACT) exact = false;
+    if (exact && n->numerics == TG_NUMERICS_EXACT && tg__grad_held(t)) exact = false;
     if (exact) {
         bool fresh;
         tg_tensor *buf = tg__grad_buf(t, &fresh, false);

@@ -331,8 +331,7 @@ int tg__embedding_backward(tg_node *n)
     /* under EXACT a weight whose gradient holds a sum already (a second
      * lookup in this backward, as DPO's two forwards make) gets this
      * lookup's gradient whole first, then added, as PyTorch adds them */
-    const tg_tensor *held = w->grad_fn ? w->grad_fn->grad : w->grad;
-    bool fresh, apart = held && n->numerics == TG_NUMERICS_EXACT && tg__needs_grad(w);
+    bool fresh, apart = n->numerics == TG_NUMERICS_EXACT && tg__needs_grad(w) && tg__grad_held(w);
     tg_tensor *buf = apart ? tg_zeros(tg__btape(n), w->dtype, w->ndim, w->shape) : tg__grad_buf(w, &fresh, true);
     if (!buf) return TG_ENOMEM;
     int64_t cnt = flat->shape[0], dim = w->shape[1];

@@ -302,6 +302,9 @@ static inline float tg__tanh_fast_f32(float x)
 typedef struct tg__derived tg__derived;
 struct tg_storage {
     int64_t version;
+    /* a gradient buffer tg_zero_grad zeroed that no backward wrote since
+     * (tg__grad_buf clears it): adding to it is writing it, bit for bit */
+    bool grad_zeroed;
     tg_tape *tape;
     tg__derived *derived;
     tg_storage *next;
