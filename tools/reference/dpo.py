@@ -264,11 +264,11 @@ RUNS = [
     dict(GPT, name="dpo_reference", config=dict(GPT["config"], drop_rate=0.1), pretrained="--reference",
          max_entries=27),
     # decoder_train.json's qwen3_instruct_chat_lora model with a context of 128
-    # (its 64 is shorter than these conversations: up to 66 ids); 14 entries:
-    # 11 for training (2 batches), 2 for validation
+    # (its 64 is shorter than these conversations: up to 66 ids); 8 entries:
+    # 6 for training (3 batches of 2), none for testing, 2 for validation
     dict(name="qwen3_dpo_chat_lora", family="qwen3", format="chat",
-         model=dict(dt.INSTRUCT_BASE["model"], context_length=128), seed=7, epochs=1, batch=4, lr=5e-4,
-         weight_decay=0.01, eval_freq=1, eval_iter=1, beta=0.1, max_entries=14, allowed_max_length=128,
+         model=dict(dt.INSTRUCT_BASE["model"], context_length=128), seed=7, epochs=1, batch=2, lr=5e-4,
+         weight_decay=0.01, eval_freq=2, eval_iter=1, beta=0.1, max_entries=8, allowed_max_length=128,
          max_new_tokens=8, lora_rank=4, lora_alpha=8, pretrained=None),
 ]
 
