@@ -176,7 +176,7 @@ int main(int argc, char **argv)
                                         : tg_trainer_new(&(tg_trainer_options){
                                               .model = policy, .optimizer = opt, .train = set[0], .val = set[2],
                                               .loss = tg_loss_dpo, .task = &dpo, .n_columns = 2,
-                                              .columns = tg_dpo_column_names, .column_values = tg_dpo_columns,
+                                              .columns = tg_dpo_column_names(), .column_values = tg_dpo_columns,
                                               .epochs = epochs, .eval_freq = eval_freq, .eval_iter = eval_iter,
                                               .count_tokens = true, .on_train_begin = before, .print_row = row,
                                               .on_epoch_end = epoch_end, .on_train_end = train_end});

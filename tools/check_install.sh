@@ -47,10 +47,11 @@ RUN_TIMEOUT=120
 # source tree (tests/ref/finetune/), which are not installed; the test suite
 # runs them (classify_example, instruct_example).
 SKIP_RUN=(classify instruct)
-# Examples run with arguments: pretrain and lora the installed data directory
-# (the vocabulary and the-verdict.txt; pretrain's small run). gpt_generate
-# runs with none: it loads the installed vocabulary (tg_tokenizer_load_dir(NULL)).
-declare -A RUN_ARGS=([pretrain]=DATA [lora]=DATA)
+# Examples run with arguments: pretrain, lora and dpo the installed data
+# directory (the vocabulary, the-verdict.txt and the preference data;
+# pretrain's small run). gpt_generate runs with none: it loads the installed
+# vocabulary (tg_tokenizer_load_dir(NULL)).
+declare -A RUN_ARGS=([pretrain]=DATA [lora]=DATA [dpo]=DATA)
 # Linked statically against libtapegrad.a in step (e).
 STATIC_EXAMPLE=train_toy
 

@@ -143,7 +143,8 @@ typedef struct {
 } tg_dpo_task;
 TG_API tg_tensor *tg_loss_dpo(tg_tape *tp, tg_module *policy, const tg_batch *b, void *task, double *weight);
 TG_API int tg_dpo_columns(void *task, double *values);
-TG_API extern const char *const tg_dpo_column_names[2];
+/* The two columns' names, for tg_trainer_options.columns. */
+TG_API const char *const *tg_dpo_column_names(void);
 
 typedef struct tg_trainer tg_trainer;
 

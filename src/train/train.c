@@ -217,7 +217,11 @@ tg_tensor *tg_loss_last(tg_tape *tp, tg_module *model, const tg_batch *b, void *
 
 /* ---- DPO ------------------------------------------------------------------------------------- */
 
-const char *const tg_dpo_column_names[2] = {"chosen_reward", "rejected_reward"};
+const char *const *tg_dpo_column_names(void)
+{
+    static const char *const names[2] = {"chosen_reward", "rejected_reward"};
+    return names;
+}
 
 /* compute_logprobs(model(batch[key]), batch[key], batch[key + "_mask"]) */
 static tg_tensor *dpo_logprobs(tg_tape *tp, tg_module *m, const tg_batch *b, const char *key, const char *mask)

@@ -391,7 +391,7 @@ static int run(ft_run *r, const tg_cli_model *m)
                             .numerics = m->numerics};
     if (a->dpo) {
         o.loss = tg_ft_dpo_loss, o.count_tokens = true;
-        o.n_columns = 2, o.columns = tg_dpo_column_names, o.column_values = tg_ft_dpo_columns;
+        o.n_columns = 2, o.columns = tg_dpo_column_names(), o.column_values = tg_ft_dpo_columns;
         o.on_train_begin = tg_ft_dpo_begin, o.print_row = tg_ft_dpo_row;
         o.on_epoch_end = tg_ft_dpo_epoch_end, o.on_train_end = tg_ft_dpo_end;
     }
