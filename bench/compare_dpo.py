@@ -50,12 +50,13 @@ import copy
 import json
 import math
 import os
-import re
 import resource
 import statistics
-import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare_finetune import cpu_info, last_json, run_checked, table  # noqa: E402
 
 # name, LoRA (rank, alpha) or None, side, precision: tapegrad's --precision or PyTorch's dtype
 PRECISIONS = ["exact", "fast", "bf16"]
@@ -152,28 +153,6 @@ def fail(msg):
     sys.exit("compare_dpo: " + msg)
 
 
-def last_json(out, what, cmd):
-    for line in reversed(out.splitlines()):
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                return json.loads(line)
-            except ValueError:
-                break
-    fail("%s printed no JSON line\n  command: %s\n  stdout (last 500 chars): %s" % (what, " ".join(cmd), out[-500:]))
-
-
-def run_checked(cmd, what, env=None):
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    except OSError as e:
-        fail("cannot run %s: %s\n  command: %s" % (what, e, " ".join(cmd)))
-    if p.returncode != 0:
-        fail("%s failed (exit status %d)\n  command: %s\n  stderr (last 2000 chars):\n%s"
-             % (what, p.returncode, " ".join(cmd), p.stderr[-2000:]))
-    return p.stdout
-
-
 def run_torch(cfg, steps, threads, tokens):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(cfg), "--steps", str(steps),
            "--threads", str(threads), "--tokens", str(tokens)]
@@ -214,32 +193,6 @@ def run_tapegrad(exe, cfg, steps, threads, tokens):
 def medians(rows):
     return {k: statistics.median(r[k] for r in rows) for k in rows[0]
             if isinstance(rows[0][k], (int, float)) and not isinstance(rows[0][k], bool)}
-
-
-def cpu_info():
-    name, flags = "?", set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            text = f.read()
-        m = re.search(r"^model name\s*:\s*(.*)$", text, re.M)
-        if m:
-            name = m.group(1).strip()
-        flags = set(re.findall(r"\b(avx512_bf16|amx_bf16|avx512_vnni|avx512f|avx2)\b", text))
-    except OSError:
-        pass
-    return name, sorted(flags)
-
-
-def table(rows, header, markdown, fmt):
-    if markdown:
-        print("| " + " | ".join(header) + " |")
-        print("|" + "---|" * len(header))
-        for r in rows:
-            print("| " + " | ".join(r) + " |")
-    else:
-        print(fmt % tuple(header))
-        for r in rows:
-            print(fmt % tuple(r))
 
 
 def main():

@@ -121,6 +121,11 @@ def torch_worker(cfg, steps, threads):
 
 # ---- the driver ------------------------------------------------------------------------------
 
+def prog():
+    """The running script's name for its messages (compare_dpo.py uses these helpers too)."""
+    return os.path.splitext(os.path.basename(sys.argv[0]))[0]
+
+
 def last_json(out, what, cmd):
     for line in reversed(out.splitlines()):
         line = line.strip()
@@ -129,18 +134,18 @@ def last_json(out, what, cmd):
                 return json.loads(line)
             except ValueError:
                 break
-    sys.exit("compare_finetune: %s printed no JSON line\n  command: %s\n  stdout (last 500 chars): %s"
-             % (what, " ".join(cmd), out[-500:]))
+    sys.exit("%s: %s printed no JSON line\n  command: %s\n  stdout (last 500 chars): %s"
+             % (prog(), what, " ".join(cmd), out[-500:]))
 
 
 def run_checked(cmd, what, env=None):
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     except OSError as e:
-        sys.exit("compare_finetune: cannot run %s: %s\n  command: %s" % (what, e, " ".join(cmd)))
+        sys.exit("%s: cannot run %s: %s\n  command: %s" % (prog(), what, e, " ".join(cmd)))
     if p.returncode != 0:
-        sys.exit("compare_finetune: %s failed (exit status %d)\n  command: %s\n  stderr (last 2000 chars):\n%s"
-                 % (what, p.returncode, " ".join(cmd), p.stderr[-2000:]))
+        sys.exit("%s: %s failed (exit status %d)\n  command: %s\n  stderr (last 2000 chars):\n%s"
+                 % (prog(), what, p.returncode, " ".join(cmd), p.stderr[-2000:]))
     return p.stdout
 
 
