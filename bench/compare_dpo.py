@@ -56,7 +56,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare_finetune import cpu_info, last_json, run_checked, table  # noqa: E402
+from compare_finetune import cpu_info, last_json, onednn_kernels, run_checked, table  # noqa: E402
 
 # name, LoRA (rank, alpha) or None, side, precision: tapegrad's --precision or PyTorch's dtype
 PRECISIONS = ["exact", "fast", "bf16"]
@@ -160,11 +160,9 @@ def run_torch(cfg, steps, threads, tokens):
     env = dict(os.environ, DNNL_VERBOSE="1") if cfg["precision"] == "bf16" else None
     out = run_checked(cmd, "the PyTorch worker", env)
     r = last_json(out, "the PyTorch worker", cmd)
-    kernels = sorted({f[4] for f in (l.split(",") for l in out.splitlines())
-                      if len(f) > 5 and f[0].endswith("_verbose") and f[1] == "exec"
-                      and f[3] in ("matmul", "inner_product")})
+    kernels = onednn_kernels(out)
     if kernels:
-        r["kernels"] = ", ".join(kernels)
+        r["kernels"] = kernels
     return r
 
 

@@ -126,6 +126,14 @@ def prog():
     return os.path.splitext(os.path.basename(sys.argv[0]))[0]
 
 
+def onednn_kernels(out):
+    """The kernels oneDNN's verbose lines (DNNL_VERBOSE=1) say its matmuls ran on, comma-separated, or None."""
+    kernels = sorted({f[4] for f in (l.split(",") for l in out.splitlines())
+                      if len(f) > 5 and f[0].endswith("_verbose") and f[1] == "exec"
+                      and f[3] in ("matmul", "inner_product")})
+    return ", ".join(kernels) if kernels else None
+
+
 def last_json(out, what, cmd):
     for line in reversed(out.splitlines()):
         line = line.strip()
