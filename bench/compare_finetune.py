@@ -164,11 +164,9 @@ def run_torch(cfg, steps, threads):
     env = dict(os.environ, DNNL_VERBOSE="1") if cfg[3] == "bf16" else None
     out = run_checked(cmd, "the PyTorch worker", env)
     r = last_json(out, "the PyTorch worker", cmd)
-    kernels = sorted({f[4] for f in (l.split(",") for l in out.splitlines())
-                      if len(f) > 5 and f[0].endswith("_verbose") and f[1] == "exec"
-                      and f[3] in ("matmul", "inner_product")})
+    kernels = onednn_kernels(out)
     if kernels:
-        r["kernels"] = ", ".join(kernels)
+        r["kernels"] = kernels
     return r
 
 
