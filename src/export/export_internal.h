@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "internal.h"
+#include "q8.h"
 #include "tapegrad/data.h"
 #include "tapegrad/export.h"
 
@@ -50,14 +51,7 @@ int64_t tg__export_tokenizer_id(const tg__export_tokenizer *t, const char *conte
 
 /* ---- conversions (quant.c) ---------------------------------------------------------------- */
 
-/* float32 -> IEEE half, round to nearest even (torch's .half(), ggml's
- * GGML_FP32_TO_FP16), overflow to infinity, NaN kept a NaN; the other way:
- * tg__f32_from_f16 (src/tensor/internal.h). */
-uint16_t tg__f16_from_f32(float x);
-/* ggml's quantize_row_q8_0 (the reference rounding of ggml-quants.c): n a
- * multiple of 32; out receives n / 32 blocks of 34 bytes (the f16 scale
- * d = max|x| / 127, then 32 int8 values round(x / d)). */
-void tg__q8_0_quantize(const float *x, int64_t n, uint8_t *out);
+/* IEEE half and Q8_0 blocks: src/tensor/q8.h */
 
 /* ---- atomic output (atomic.c) ------------------------------------------------------------- */
 
