@@ -190,7 +190,9 @@ TG_API int tg_module_prepare_numerics(tg_module *m, tg_numerics numerics);
  * parameters keep float32 masters; freeze with tg_module_requires_grad_). Linear, Embedding
  * and LoRA's wrapped Linear read bf16 weights (tensor.h, TG_BF16). The old
  * storage stays in its tape until that tape is freed or reset. From bf16,
- * TG_F32 or TG_F64 widens exactly. */
+ * TG_F32 or TG_F64 widens exactly. TG_Q8 converts the same frozen matrices
+ * whose last dim is a multiple of 32 (llama.cpp's Q8_0 blocks; the others
+ * stay as they are), to float32 widens them (q * d). */
 TG_API int tg_module_to_dtype(tg_tape *tp, tg_module *m, tg_dtype dt);
 
 /* PyTorch's print(model): "Linear(in_features=3, out_features=2, bias=False)"

@@ -39,6 +39,23 @@ typedef enum {
                  * and tg_linear's second operand); other arithmetic refuses
                  * it with an error naming the op, and it cannot require
                  * grad (README.md, "bf16 weights"). */
+    TG_Q8,      /* llama.cpp's Q8_0 blocks: each run of 32 values along the
+                 * last dim (a multiple of 32) stored as an IEEE half scale
+                 * d and 32 int8 q (value q * d), 34 bytes a block, ggml's
+                 * rounding (d = max|x| / 127, q = round(x / d), halves
+                 * away from zero). Frozen weights' storage, as TG_BF16 is:
+                 * made by tg_to_dtype (both ways), tg_empty, tg_zeros,
+                 * tg_from_data (the raw blocks) and safetensors files
+                 * ("Q8_0"); read by element (tg_get), printed, and read by
+                 * the weight-reading ops (tg_embedding's weight, tg_matmul's
+                 * and tg_linear's second operand): with grad mode off,
+                 * products quantize the activations per block and use int8
+                 * dot products as llama.cpp's Q8_0 x Q8_0 does; with grad
+                 * mode on, the blocks are widened to float32 and the policy's
+                 * product runs (README.md, "Int8 weights"). It cannot require
+                 * grad; other ops refuse it. tg_dtype_size gives 0 (a block
+                 * is not whole bytes a value): tg_tensor_nbytes tells a
+                 * tensor's bytes. */
     TG_DTYPE_COUNT
 } tg_dtype;
 
@@ -217,6 +234,9 @@ TG_API tg_tensor *tg_to_dtype(tg_tape *tp, const tg_tensor *x, tg_dtype dt);
 /* ---- inspection ------------------------------------------------------ */
 
 TG_API int64_t tg_numel(const tg_tensor *x);
+/* The bytes x's elements take in its dtype (numel times the element size;
+ * a TG_Q8 tensor's blocks: numel / 32 * 34). 0 for NULL. */
+TG_API size_t tg_tensor_nbytes(const tg_tensor *x);
 /* PyTorch's x._version: how many times the library wrote x's storage (0 when
  * made; in-place ops, fills, tg_set, inits, random fills, optimizer steps,
  * state_dict and checkpoint loads, all-reduce and broadcast each add 1). A

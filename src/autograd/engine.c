@@ -32,9 +32,10 @@ int tg_requires_grad_(tg_tensor *x, bool requires_grad)
     if (!x) return tg_error_status(TG_EINVAL, "requires_grad_: NULL tensor");
     if (x->grad_fn)
         return tg_error_status(TG_EINVAL, "requires_grad_: only leaf tensors can change requires_grad");
-    if (requires_grad && x->dtype == TG_BF16)
-        return tg_error_status(TG_EINVAL, "requires_grad_: a bfloat16 tensor cannot require gradients (bf16 "
-                                          "is the storage of frozen weights; train a float32 tensor)");
+    if (requires_grad && (x->dtype == TG_BF16 || x->dtype == TG_Q8))
+        return tg_error_status(TG_EINVAL, "requires_grad_: a %s tensor cannot require gradients (%s "
+                                          "is the storage of frozen weights; train a float32 tensor)",
+                               tg_dtype_name(x->dtype), x->dtype == TG_Q8 ? "q8_0" : "bf16");
     if (requires_grad && !tg__is_float(x->dtype))
         return tg_error_status(TG_EINVAL, "requires_grad_: only floating point tensors can require "
                                           "gradients (got %s)", tg_dtype_name(x->dtype));
@@ -68,8 +69,9 @@ bool tg__check_float(const char *op, const tg_tensor *x)
 {
     if (!tg__is_float(x->dtype)) {
         tg_error("%s: expected a float32 or float64 tensor, got %s%s", op, tg_dtype_name(x->dtype),
-                 x->dtype == TG_BF16 ? " (bfloat16 weights are read by embedding, linear and matmul's second operand)"
-                                     : "");
+                 x->dtype == TG_BF16 || x->dtype == TG_Q8
+                     ? " (bfloat16 and q8_0 weights are read by embedding, linear and matmul's second operand)"
+                     : "");
         return false;
     }
     return true;
@@ -77,9 +79,14 @@ bool tg__check_float(const char *op, const tg_tensor *x)
 
 bool tg__check_weight_dtype(const char *op, const tg_tensor *x, const tg_tensor *w)
 {
-    if (w->dtype != TG_BF16) return tg__check_same_dtype(op, x, w);
+    if (w->dtype != TG_BF16 && w->dtype != TG_Q8) return tg__check_same_dtype(op, x, w);
     if (x->dtype != TG_F32) {
-        tg_error("%s: a bfloat16 weight multiplies float32 inputs, got %s", op, tg_dtype_name(x->dtype));
+        tg_error("%s: a %s weight multiplies float32 inputs, got %s", op, tg_dtype_name(w->dtype),
+                 tg_dtype_name(x->dtype));
+        return false;
+    }
+    if (w->dtype == TG_Q8 && w->ndim != 2) {
+        tg_error("%s: a q8_0 weight must be 2-D, got %d dims", op, w->ndim);
         return false;
     }
     return true;

@@ -132,8 +132,8 @@ static tg_tensor *feed_forward_composed(tg_tape *tp, int n, tg_tensor *const *in
 
 static tg_tensor *feed_forward_exact(tg_tape *tp, int n, tg_tensor *const *in, const tg_layer_args *a)
 {
-    bool bf16 = false; /* frozen bf16 weights: the composed Linear layers read them */
-    for (int i = 1; i < n; i++) bf16 |= in[i] && in[i]->dtype == TG_BF16;
+    bool bf16 = false; /* frozen bf16 or q8_0 weights: the composed Linear layers read them */
+    for (int i = 1; i < n; i++) bf16 |= in[i] && tg__is_compact(in[i]->dtype);
     if (!in[0] || !tg_is_contiguous(in[0]) || bf16) return feed_forward_composed(tp, n, in, a);
     return tg__feed_forward(tp, in[0], in[1], in[2], in[3], in[4]);
 }

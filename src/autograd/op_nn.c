@@ -282,7 +282,7 @@ tg_tensor *tg_embedding(tg_tape *tp, tg_tensor *weight, const tg_tensor *ids)
 {
     char sw[64];
     if (!weight || !ids) return tg__error_null_input("embedding");
-    if (weight->dtype != TG_BF16 && !tg__check_float("embedding", weight)) return NULL;
+    if (weight->dtype != TG_BF16 && weight->dtype != TG_Q8 && !tg__check_float("embedding", weight)) return NULL;
     if (weight->ndim != 2)
         return tg_error("embedding: weight must be (num_embeddings, embedding_dim), got %s",
                         tg_shape_str(weight, sw, sizeof sw));
@@ -303,7 +303,23 @@ tg_tensor *tg_embedding(tg_tape *tp, tg_tensor *weight, const tg_tensor *ids)
     for (int d = 0; d < ids->ndim; d++) shape[d] = ids->shape[d];
     shape[ids->ndim] = dim;
     bool bf16 = weight->dtype == TG_BF16; /* a frozen bf16 table: rows widened to float32, exactly */
-    tg_tensor *out = tg_empty(tp, bf16 ? TG_F32 : weight->dtype, ids->ndim + 1, shape);
+    bool q8 = weight->dtype == TG_Q8;     /* an int8 one: each row's blocks widened, q * d */
+    tg_tensor *out = tg_empty(tp, bf16 || q8 ? TG_F32 : weight->dtype, ids->ndim + 1, shape);
+    if (out && q8) {
+        for (int64_t i = 0; i < cnt; i++) {
+            tg_tensor row = *weight, o = *out;
+            row.ndim = o.ndim = 2;
+            row.shape[0] = o.shape[0] = 1;
+            row.shape[1] = o.shape[1] = dim;
+            row.stride[1] = weight->stride[1];
+            o.stride[0] = row.stride[0] = 0;
+            o.stride[1] = 1;
+            row.offset = weight->offset + id[i] * weight->stride[0];
+            o.offset = out->offset + i * dim;
+            if (!tg__q8_copy(&o, &row)) return NULL;
+        }
+        return tg__record(tp, TG_OP_EMBEDDING, out, 1, &weight, 1, &flat, NULL);
+    }
     const tg_tensor *w = out ? tg__dense(tp, weight) : NULL;
     if (!w) return NULL;
     size_t es = tg_dtype_size(weight->dtype), row = (size_t)dim * es;
@@ -864,7 +880,7 @@ tg_tensor *tg__linear_cross_entropy(tg_tape *tp, tg_tensor *x, tg_tensor *w, tg_
     if (!tp) return tg_error("%s: NULL tape", op);
     if (!x || !w || !target || (!u) != (!bm)) return tg__error_null_input(op);
     /* a bf16 weight: a frozen one, read as the products read it */
-    bool frozen_bf16 = w->dtype == TG_BF16 && !tg__needs_grad(w) && x->dtype == TG_F32;
+    bool frozen_bf16 = tg__is_compact(w->dtype) && !tg__needs_grad(w) && x->dtype == TG_F32;
     if (!tg__check_float(op, x) || (!frozen_bf16 && !tg__check_same_dtype(op, x, w)) ||
         (b && !tg__check_same_dtype(op, x, b)) || (u && (!tg__check_same_dtype(op, x, u) || !tg__check_same_dtype(op, x, bm))))
         return NULL;

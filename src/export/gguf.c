@@ -434,6 +434,10 @@ static float *rope_factors(const tg_decoder_config *c)
 /* n values of src from element off, as float32. */
 static void load(const tg_tensor *src, int64_t off, int64_t n, float *dst)
 {
+    if (src->dtype == TG_Q8) { /* q * d (contiguous: element offsets are the blocks') */
+        for (int64_t i = 0; i < n; i++) dst[i] = tg__q8_load(src, src->offset + off + i);
+        return;
+    }
     const char *p = (const char *)src->data + (size_t)(src->offset + off) * tg_dtype_size(src->dtype);
     if (src->dtype == TG_F32) memcpy(dst, p, sizeof *dst * (size_t)n);
     else if (src->dtype == TG_BF16) tg__bf16_to_f32_n(dst, (const uint16_t *)p, n);
@@ -492,8 +496,32 @@ static void encode(uint32_t type, const float *x, int64_t n, uint8_t *out)
     }
 }
 
+/* A q8_0 tensor written as Q8_0 (rows kept or permuted, nothing added):
+ * its own blocks, row by row, so llama.cpp runs the weights tapegrad holds. */
+static bool own_blocks(const entry *e) { return e->src && e->src->dtype == TG_Q8 && e->type == GGML_Q8_0 &&
+                                                (e->how == T_NONE || e->how == T_PERMUTE); }
+
+static int write_blocks(const entry *e, FILE *f)
+{
+    size_t row = (size_t)(e->cols / 32) * 34;
+    const uint8_t *base = (const uint8_t *)e->src->data + (size_t)(e->src->offset / 32) * 34;
+    int64_t hd = e->how == T_PERMUTE ? e->rows / e->heads : 1;
+    for (int64_t r = 0; r < e->rows; r++) {
+        int64_t from = r;
+        if (e->how == T_PERMUTE) {
+            int64_t h = r / hd, k = r % hd;
+            from = h * hd + (k % 2) * (hd / 2) + k / 2;
+        }
+        if (fwrite(base + (size_t)from * row, 1, row, f) != row) return TG_EIO;
+    }
+    static const uint8_t zeros[ALIGN];
+    size_t pad = (size_t)(-e->nbytes % ALIGN);
+    return pad && fwrite(zeros, 1, pad, f) != pad ? TG_EIO : TG_OK;
+}
+
 static int write_entry(const entry *e, FILE *f)
 {
+    if (own_blocks(e)) return write_blocks(e, f);
     /* about 4M values a chunk; a transposed tensor whole (its columns are read once) */
     int64_t chunk = e->how == T_TRANSPOSE ? e->rows : (4 << 20) / e->cols + 1;
     if (chunk > e->rows) chunk = e->rows;
@@ -798,7 +826,7 @@ static int plan(job *j, const model_info *m, const tg_module *model, int64_t *n_
         e->src = t;
         if ((st = map_name(m, sd.names[i], e)) != TG_OK) return st;
         if (!tg_is_contiguous(t) || t->ndim < 1 || t->ndim > 2 ||
-            (t->dtype != TG_F32 && t->dtype != TG_BF16 && t->dtype != TG_F64))
+            (t->dtype != TG_F32 && t->dtype != TG_BF16 && t->dtype != TG_F64 && t->dtype != TG_Q8))
             return tg_error_status(TG_EINVAL, OP ": '%s' is not a contiguous float tensor of 1 or 2 dims",
                                    sd.names[i]);
         e->ndim = t->ndim;

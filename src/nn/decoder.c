@@ -172,8 +172,8 @@ int tg_decoder_config_check(const tg_decoder_config *c)
         if (sizes[i].v <= 0)
             return tg_error_status(TG_EINVAL, "%s: %s must be positive, got %lld", cls, sizes[i].name,
                                    (long long)sizes[i].v);
-    if (c->weights != TG_F32 && c->weights != TG_BF16)
-        return tg_error_status(TG_EINVAL, "%s: weights must be float32 or bfloat16, got %s", cls,
+    if (c->weights != TG_F32 && c->weights != TG_BF16 && c->weights != TG_Q8)
+        return tg_error_status(TG_EINVAL, "%s: weights must be float32, bfloat16 or q8_0, got %s", cls,
                                tg_dtype_name(c->weights));
     if (!(c->drop_rate >= 0 && c->drop_rate < 1))
         return tg_error_status(TG_EINVAL, "%s: drop_rate %g is outside [0, 1)", cls, c->drop_rate);
@@ -181,16 +181,17 @@ int tg_decoder_config_check(const tg_decoder_config *c)
     if (mismatch(c, why, sizeof why)) return tg_error_status(TG_EINVAL, "%s: %s", cls, why);
     tg_decoder_config r = resolve(c);
     bool learned = r.positions == TG_POSITIONS_LEARNED;
-    if (c->weights == TG_BF16 && learned)
-        return tg_error_status(TG_EINVAL, "%s: bfloat16 weights are built for RoPE models (a model with learned "
-                                          "positions converts its frozen weights with tg_module_to_dtype)", cls);
+    if (c->weights != TG_F32 && learned)
+        return tg_error_status(TG_EINVAL, "%s: %s weights are built for RoPE models (a model with learned "
+                                          "positions converts its frozen weights with tg_module_to_dtype)", cls,
+                               tg_dtype_name(c->weights));
     int64_t max_ctx = learned ? LEARNED_MAX_CONTEXT : ROPE_MAX_CONTEXT;
     if (c->context_length > max_ctx)
         return tg_error_status(TG_EINVAL, "%s: context_length %lld is above %lld", cls, (long long)c->context_length,
                                (long long)max_ctx);
     /* the weights (float32 or bf16) and the (context, context) mask buffers */
     double masks = family_of(c)->dropout ? (double)c->n_layers * (double)c->context_length * (double)c->context_length : 0;
-    double bytes = (double)tg_dtype_size(c->weights) * params_of(c) + 4.0 * masks;
+    double bytes = (c->weights == TG_Q8 ? 34.0 / 32.0 : (double)tg_dtype_size(c->weights)) * params_of(c) + 4.0 * masks;
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     double mem = pages > 0 && page > 0 ? (double)pages * (double)page : 1e18;
     if (bytes > mem)
@@ -683,7 +684,7 @@ static bool chunked_head(tg_tape *tp, tg_module *gpt, head_parts *h)
     if (!head || !tg_module_is_fused(gpt) || tg__module_policy(head, tp) == TG_NUMERICS_EXACT) return false;
     if (!tg__lora_parts(head, &lin, &h->a, &h->bm, &h->scale)) h->a = h->bm = NULL;
     return tg__linear_weights(lin, &h->w, &h->b) &&
-           (h->w->dtype == TG_F32 || (h->w->dtype == TG_BF16 && !h->w->requires_grad));
+           (h->w->dtype == TG_F32 || (tg__is_compact(h->w->dtype) && !h->w->requires_grad));
 }
 
 tg_tensor *tg_gpt_lm_loss(tg_tape *tp, tg_module *gpt, tg_tensor *ids, const tg_tensor *targets, int64_t ignore_index)

@@ -22,13 +22,14 @@ tg_tensor *tg_parameter_new(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *s
 tg_tensor *tg__parameter_drawn(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape,
                                int (*init)(tg_tensor *w, void *ctx), void *ctx)
 {
-    if (dt != TG_BF16) {
+    if (dt != TG_BF16 && dt != TG_Q8) {
         tg_tensor *p = tg_parameter_new(tp, dt, ndim, shape);
         return p && init(p, ctx) == TG_OK ? p : NULL;
     }
-    /* the random fills draw a bf16 tensor as float32 and round each value
-     * as it is made (src/tensor/rng.c): no float32 copy */
-    tg_tensor *p = tg_empty(tp, TG_BF16, ndim, shape);
+    /* the random fills draw a bf16 (q8_0) tensor as float32 and round
+     * (quantize) the values as they are made (src/tensor/rng.c): no float32
+     * copy */
+    tg_tensor *p = tg_empty(tp, dt, ndim, shape);
     if (!p || init(p, ctx) != TG_OK) return NULL;
     p->is_param = true; /* frozen: requires_grad stays false */
     return p;
@@ -198,8 +199,8 @@ int tg_module_register_parameter(tg_module *m, const char *name, tg_tensor *p)
 {
     int st = check_args("register_parameter", m, p);
     if (st) return st;
-    if (!tg__is_float(p->dtype) && p->dtype != TG_BF16)
-        return tg_error_status(TG_EINVAL, "%s: parameter '%s' must be float32 or float64 (or a frozen bfloat16), got %s",
+    if (!tg__is_float(p->dtype) && !tg__is_compact(p->dtype))
+        return tg_error_status(TG_EINVAL, "%s: parameter '%s' must be float32 or float64 (or a frozen bfloat16 or q8_0), got %s",
                                tg_module_type_name(m), name ? name : "(null)", tg_dtype_name(p->dtype));
     if (p->grad_fn)
         return tg_error_status(TG_EINVAL, "%s: cannot register a non-leaf tensor as parameter '%s' (%s); "
@@ -208,7 +209,7 @@ int tg_module_register_parameter(tg_module *m, const char *name, tg_tensor *p)
     st = put(m, 0, name, p, true);
     if (st == TG_OK && !p->is_param) {
         p->is_param = true;
-        p->requires_grad = p->dtype != TG_BF16; /* a bf16 weight is frozen */
+        p->requires_grad = !tg__is_compact(p->dtype); /* a bf16 or q8_0 weight is frozen */
     }
     return st;
 }
@@ -692,9 +693,9 @@ int tg_module_to_dtype(tg_tape *tp, tg_module *m, tg_dtype dt)
 {
     if (!m) return tg_error_status(TG_EINVAL, "to_dtype: NULL module");
     if (!tp) return tg_error_status(TG_EINVAL, "to_dtype: NULL tape");
-    bool bf16 = dt == TG_BF16;
+    bool bf16 = tg__is_compact(dt); /* bf16 or q8_0: the frozen matrices only */
     if (!tg__is_float(dt) && !bf16)
-        return tg_error_status(TG_EINVAL, "to_dtype: modules hold float32 or float64 (and frozen bfloat16 weights), not %s",
+        return tg_error_status(TG_EINVAL, "to_dtype: modules hold float32 or float64 (and frozen bfloat16 or q8_0 weights), not %s",
                                tg_dtype_name(dt));
     /* Every distinct float tensor of the tree (parameters and all buffers;
      * to bf16 the weight matrices only: buffers, biases and norm scales are
@@ -714,12 +715,13 @@ int tg_module_to_dtype(tg_tape *tp, tg_module *m, tg_dtype dt)
     }
     for (int i = 0; st == TG_OK && i < all.n; i++) {
         tg_tensor *t = all.tensors[i];
-        if ((!tg__is_float(t->dtype) && t->dtype != TG_BF16) || t->dtype == dt) continue;
+        if ((!tg__is_float(t->dtype) && !tg__is_compact(t->dtype)) || t->dtype == dt) continue;
         if (bf16 && t->ndim < 2) continue; /* biases and norm scales: float32 arithmetic reads them */
+        if (dt == TG_Q8 && t->shape[t->ndim - 1] % TG_Q8_BLOCK) continue; /* rows of whole blocks only, as llama.cpp */
         if (bf16 && t->requires_grad) {
             st = tg_error_status(TG_EINVAL, "to_dtype: parameter '%s' requires grad: trainable parameters keep "
-                                 "float32 (freeze it with tg_module_requires_grad_ before converting to bfloat16)",
-                                 all.names[i]);
+                                 "float32 (freeze it with tg_module_requires_grad_ before converting to %s)",
+                                 all.names[i], dt == TG_Q8 ? "q8_0" : "bfloat16");
             break;
         }
         vals[i] = tg_to_dtype(tp, t, dt);

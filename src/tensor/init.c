@@ -11,8 +11,9 @@
 static int check_target(const char *op, const tg_tensor *x, bool random)
 {
     if (!x) return tg_error_status(TG_EINVAL, "%s: NULL tensor", op);
-    if (random && !tg__is_float(x->dtype) && x->dtype != TG_BF16) /* bf16: drawn as float32, rounded (rng.c) */
-        return tg_error_status(TG_EINVAL, "%s: expected a float32, float64 or bfloat16 tensor, got %s", op,
+    /* bf16 and q8_0: drawn as float32, rounded or quantized (rng.c) */
+    if (random && !tg__is_float(x->dtype) && x->dtype != TG_BF16 && x->dtype != TG_Q8)
+        return tg_error_status(TG_EINVAL, "%s: expected a float32, float64, bfloat16 or q8_0 tensor, got %s", op,
                                tg_dtype_name(x->dtype));
     if (random && !tg_is_contiguous(x)) return tg_error_status(TG_EINVAL, "%s: tensor must be contiguous", op);
     return TG_OK;

@@ -17,6 +17,17 @@
 #define TG_PAR_MIN 32768
 
 static inline bool tg__is_float(tg_dtype dt) { return dt == TG_F32 || dt == TG_F64; }
+/* the frozen weights' storages: bfloat16 and q8_0 */
+static inline bool tg__is_compact(tg_dtype dt) { return dt == TG_BF16 || dt == TG_Q8; }
+
+#define TG_Q8_BLOCK 32 /* values a TG_Q8 block (src/tensor/q8.h) */
+#define TG_Q8_BYTES 34 /* bytes a block */
+
+/* The bytes of n elements of dt (TG_Q8: n / 32 blocks). */
+static inline size_t tg__dtype_bytes(tg_dtype dt, int64_t n)
+{
+    return dt == TG_Q8 ? (size_t)(n / TG_Q8_BLOCK) * TG_Q8_BYTES : (size_t)n * tg_dtype_size(dt);
+}
 
 /* Address of the element at flat offset `off` (elements) from x->data. */
 static inline void *tg__ptr(const tg_tensor *x, int64_t off)
@@ -352,6 +363,14 @@ static inline float tg__f32_from_f16(uint16_t h)
     memcpy(&y, &bits, sizeof y);
     return y;
 }
+
+/* The value of a TG_Q8 tensor's element at flat offset off (elements from
+ * x->data): its block's q * d. */
+static inline float tg__q8_load(const tg_tensor *x, int64_t off)
+{
+    const uint8_t *b = (const uint8_t *)x->data + (size_t)(off / TG_Q8_BLOCK) * TG_Q8_BYTES;
+    return (float)(int8_t)b[2 + off % TG_Q8_BLOCK] * tg__f32_from_f16((uint16_t)(b[0] | b[1] << 8));
+}
 static inline float tg__bf16_to_f32(uint16_t b)
 {
     uint32_t u = (uint32_t)b << 16;
@@ -420,12 +439,29 @@ int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b,
  * as it is (a Linear's weight), if missing or stale: 0 made or current, 1 not
  * such a parameter, -1 out of memory (error set). */
 int tg__bf16_prepare(const tg_tensor *w);
-/* An emulated product of up to sixteen rows against a parameter's bf16 copy
- * (a Linear's forward in generation, the prompt's and each new id's: c
- * (M, N) = a (M, K) @ W^T, W (N, K)), read in bf16 without expanding the
- * copy: 0 done, 1 not this case (nothing written), -1 failed with an error. */
-int tg__bf16_row_emulated(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
-                          double beta);
+/* tg_k_copy with a TG_Q8 side (src/tensor/q8_ops.c): false with an error
+ * when a TG_Q8 destination does not hold whole blocks along its last dim. */
+bool tg__q8_copy(tg_tensor *out, const tg_tensor *src);
+/* tg_k_gemm with a TG_Q8 operand (src/tensor/gemm_q8.c). */
+void tg__gemm_q8(tg_numerics nm, tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
+                 double beta);
+/* A product of up to sixteen rows against bf16 weights (a Linear's forward
+ * in generation, the prompt's and each new id's: c (M, N) = a (M, K) @ W^T,
+ * W (N, K)): a bfloat16 W read in place, or (round_a only) a float32
+ * parameter's bf16 copy, neither expanded; a float32, rounded to bf16 first
+ * if round_a (BF16; FAST: not). 0 done, 1 not this case (nothing written),
+ * -1 failed with an error. */
+int tg__bf16_rows(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha, double beta,
+                  bool round_a);
+/* x widened to float32 for a product (x itself if not TG_BF16): out has x's
+ * matrices in x's orientation, compact (a broadcast batch dim kept), so a
+ * product of out has the bits of the same product of a float32 tensor
+ * holding x's values. keep: out reads the float32 copy kept with x's
+ * storage for its version (tg_numerics_copy_bytes), made if missing or
+ * stale, unless it would take the kept copies past half the machine's
+ * memory; otherwise out reads *buf, malloc'd for the caller to free (NULL
+ * when not needed). false with an error if out of memory. */
+bool tg__bf16_widen(const tg_tensor *x, bool keep, tg_tensor *out, float **buf);
 /* Records that a product ran emulated (tg_numerics_bf16_kernel). */
 void tg__bf16_note_emulated(void);
 /* One node's backward (on: a built-in op): the products inside it share

@@ -450,6 +450,10 @@ static void copy_row(void *vctx, int64_t n, char *const *p, const int64_t *s)
 
 void tg_k_copy(tg_tensor *out, const tg_tensor *src)
 {
+    if (out->dtype == TG_Q8 || src->dtype == TG_Q8) { /* blocks: src/tensor/q8_ops.c */
+        tg__q8_copy(out, src);
+        return;
+    }
     copy_ctx c = {out->dtype, src->dtype};
     const tg_tensor *ops[2] = {out, src};
     iter_apply(2, ops, copy_row, &c);

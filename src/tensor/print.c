@@ -13,7 +13,10 @@
 
 /* ---- element access --------------------------------------------------------------- */
 
-static double load(const tg_tensor *x, int64_t off) { return tg__load_elem(x->dtype, tg__ptr(x, off)); }
+static double load(const tg_tensor *x, int64_t off)
+{
+    return x->dtype == TG_Q8 ? tg__q8_load(x, off) : tg__load_elem(x->dtype, tg__ptr(x, off));
+}
 
 /* Visits the elements PyTorch's formatter looks at: all of them, or when
  * summarizing only the first and last P_EDGEITEMS along every dimension longer

@@ -10,6 +10,7 @@
  * expression). Checked against torch 1.13 on 10^5-element draws of each kernel.
  */
 #include "internal.h"
+#include "q8.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -219,15 +220,27 @@ static tg_generator *pick(tg_generator *g) { return g ? g : tg_default_generator
 
 /* bf16: uniform_ and normal_ draw a bfloat16 tensor's values as they draw
  * a float32 tensor's and round each (x.to(torch.bfloat16) of that tensor),
- * through a buffer of this many floats: no float32 copy of a weight. */
-enum { BF16_CHUNK = 4096 /* a multiple of normal's 16 */ };
+ * through a buffer of this many floats: no float32 copy of a weight. A
+ * q8_0 tensor's values are drawn the same way and quantized a buffer at a
+ * time (tg_to_dtype of the float32 tensor: whole blocks of 32). */
+enum { BF16_CHUNK = 4096 /* a multiple of normal's 16 and of a q8_0 block's 32 */ };
+
+/* values [i0, i0 + m) of a bf16 or q8_0 x from buf (i0 and, but for
+ * the last, m multiples of 32) */
+static void store_chunk(tg_tensor *x, int64_t i0, const float *buf, int64_t m)
+{
+    if (x->dtype == TG_Q8)
+        tg__q8_0_quantize(buf, m, (uint8_t *)x->data + (size_t)((x->offset + i0) / TG_Q8_BLOCK) * TG_Q8_BYTES);
+    else
+        tg__bf16_from_f32((uint16_t *)tg_data_ptr(x) + i0, buf, m);
+}
 
 static int check_fill_target(const char *op, const tg_tensor *x, bool bf16)
 {
     if (!x) return tg_error_status(TG_EINVAL, "%s: NULL tensor", op);
-    if (!tg__is_float(x->dtype) && !(bf16 && x->dtype == TG_BF16))
+    if (!tg__is_float(x->dtype) && !(bf16 && (x->dtype == TG_BF16 || x->dtype == TG_Q8)))
         return tg_error_status(TG_EINVAL, "%s: expected a float32 or float64%s tensor, got %s", op,
-                               bf16 ? " (or bfloat16)" : "", tg_dtype_name(x->dtype));
+                               bf16 ? " (or bfloat16, q8_0)" : "", tg_dtype_name(x->dtype));
     if (!tg_is_contiguous(x))
         return tg_error_status(TG_EINVAL, "%s: tensor must be contiguous", op);
     return TG_OK;
@@ -255,11 +268,10 @@ int tg_uniform_(tg_tensor *x, double from, double to, tg_generator *g)
             return TG_OK;
         }
         float buf[BF16_CHUNK];
-        uint16_t *o = tg_data_ptr(x);
         for (int64_t i0 = 0; i0 < n; i0 += BF16_CHUNK) {
             int64_t m = n - i0 < BF16_CHUNK ? n - i0 : BF16_CHUNK;
             for (int64_t j = 0; j < m; j++) buf[j] = uniform_f32(g, f, range);
-            tg__bf16_from_f32(o + i0, buf, m);
+            store_chunk(x, i0, buf, m);
         }
     } else {
         double range = to - from;
@@ -424,9 +436,9 @@ static void normal_fill_16_f64(double *d, double mean, double std)
 static int normal_bf16(tg_tensor *x, double mean, double std, tg_generator *g)
 {
     int64_t n = tg_numel(x), whole = n / 16 * 16;
-    uint16_t *o = tg_data_ptr(x);
     float m = (float)mean, s = (float)std, buf[BF16_CHUNK];
-    if (n < 16) {
+    if (n < 16) { /* bf16 only: a q8_0 tensor has whole blocks of 32 */
+        uint16_t *o = tg_data_ptr(x);
         for (int64_t i = 0; i < n; i++) o[i] = tg__bf16_bits((float)normal_scalar(g, mean, std));
         return TG_OK;
     }
@@ -434,12 +446,12 @@ static int normal_bf16(tg_tensor *x, double mean, double std, tg_generator *g)
         int64_t c = n - i0 < BF16_CHUNK ? n - i0 : BF16_CHUNK;
         for (int64_t j = 0; j < c; j++) buf[j] = uniform_f32(g, 0.0f, 1.0f);
         for (int64_t j = 0; j + 16 <= c && i0 + j + 16 <= whole; j += 16) normal_fill_16_f32(buf + j, m, s);
-        tg__bf16_from_f32(o + i0, buf, c);
+        store_chunk(x, i0, buf, c);
     }
     if (n % 16 != 0) {
         for (int i = 0; i < 16; i++) buf[i] = uniform_f32(g, 0.0f, 1.0f);
         normal_fill_16_f32(buf, m, s);
-        tg__bf16_from_f32(o + n - 16, buf, 16);
+        store_chunk(x, n - 16, buf, 16);
     }
     return TG_OK;
 }
@@ -454,7 +466,7 @@ int tg_normal_(tg_tensor *x, double mean, double std, tg_generator *g)
     tg__bump(x);
     g = pick(g);
     int64_t n = tg_numel(x);
-    if (x->dtype == TG_BF16) return normal_bf16(x, mean, std, g);
+    if (x->dtype == TG_BF16 || x->dtype == TG_Q8) return normal_bf16(x, mean, std, g);
     if (n < 16) {
         /* Below 16 elements PyTorch draws one value at a time in double. */
         if (x->dtype == TG_F32) {

@@ -10,6 +10,7 @@ static const struct {
 } dtype_info[TG_DTYPE_COUNT] = {
     [TG_F32] = {4, "float32"}, [TG_F64] = {8, "float64"}, [TG_BOOL] = {1, "bool"},
     [TG_U8] = {1, "uint8"},    [TG_I64] = {8, "int64"},  [TG_BF16] = {2, "bfloat16"},
+    [TG_Q8] = {0, "q8_0"},
 };
 
 size_t tg_dtype_size(tg_dtype dt) { return (unsigned)dt < TG_DTYPE_COUNT ? dtype_info[dt].size : 0; }
@@ -201,6 +202,9 @@ tg_tensor *tg_empty(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape)
     if (!tp) return tg_error("empty: NULL tape");
     if ((unsigned)dt >= TG_DTYPE_COUNT) return tg_error("empty: unknown dtype %d", (int)dt);
     if (!tg__check_shape("empty", ndim, shape, &numel)) return NULL;
+    if (dt == TG_Q8 && (ndim < 1 || shape[ndim - 1] % TG_Q8_BLOCK != 0))
+        return tg_error("empty: a q8_0 tensor's last dim must be a multiple of %d, got %s", TG_Q8_BLOCK,
+                        ndim < 1 ? "a 0-dim shape" : tg__tape_printf(tp, "%lld", (long long)shape[ndim - 1]));
     /* the header and the storage's bookkeeping in one block */
     struct {
         tg_tensor t;
@@ -208,7 +212,7 @@ tg_tensor *tg_empty(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape)
     } *b = tg_tape_alloc(tp, sizeof *b, true);
     if (!b) return NULL;
     tg_tensor *t = &b->t;
-    t->data = tg__tape_alloc_data(tp, (size_t)numel * tg_dtype_size(dt));
+    t->data = tg__tape_alloc_data(tp, tg__dtype_bytes(dt, numel));
     if (!t->data) return NULL;
     b->s.tape = tp;
     t->storage = &b->s;
@@ -223,12 +227,15 @@ tg_tensor *tg_empty(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape)
 tg_tensor *tg_zeros(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape)
 {
     tg_tensor *t = tg_empty(tp, dt, ndim, shape);
-    if (t) memset(t->data, 0, (size_t)tg_numel(t) * tg_dtype_size(dt));
+    if (t) memset(t->data, 0, tg__dtype_bytes(dt, tg_numel(t)));
     return t;
 }
 
 tg_tensor *tg_full(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape, double value)
 {
+    if (dt == TG_Q8 && value != 0)
+        return tg_error("full: a q8_0 tensor is made by quantizing (tg_to_dtype), not filled with %g", value);
+    if (dt == TG_Q8) return tg_zeros(tp, dt, ndim, shape);
     tg_tensor *t = tg_empty(tp, dt, ndim, shape);
     if (t) tg_k_fill(t, value);
     return t;
@@ -243,7 +250,7 @@ tg_tensor *tg_from_data(tg_tape *tp, tg_dtype dt, int ndim, const int64_t *shape
 {
     if (!src) return tg_error("from_data: NULL data");
     tg_tensor *t = tg_empty(tp, dt, ndim, shape);
-    if (t) memcpy(t->data, src, (size_t)tg_numel(t) * tg_dtype_size(dt));
+    if (t) memcpy(t->data, src, tg__dtype_bytes(dt, tg_numel(t)));
     return t;
 }
 
@@ -334,6 +341,8 @@ tg_tensor *tg_to_dtype(tg_tape *tp, const tg_tensor *x, tg_dtype dt)
 
 int64_t tg_tensor_version(const tg_tensor *x) { return x && x->storage ? x->storage->version : 0; }
 
+size_t tg_tensor_nbytes(const tg_tensor *x) { return x ? tg__dtype_bytes(x->dtype, tg_numel(x)) : 0; }
+
 int64_t tg_numel(const tg_tensor *x)
 {
     if (!x) return 0;
@@ -378,7 +387,10 @@ char *tg_shape_str(const tg_tensor *x, char *buf, size_t n)
     return buf;
 }
 
-static double load(const tg_tensor *x, int64_t off) { return tg__load_elem(x->dtype, tg__ptr(x, off)); }
+static double load(const tg_tensor *x, int64_t off)
+{
+    return x->dtype == TG_Q8 ? tg__q8_load(x, off) : tg__load_elem(x->dtype, tg__ptr(x, off));
+}
 
 static void store(tg_tensor *x, int64_t off, double v) { tg__store_elem(x->dtype, tg__ptr(x, off), v); }
 
@@ -423,6 +435,9 @@ static int set_elem(tg_tensor *x, const int64_t *idx, double v)
 {
     int64_t off;
     if (!elem_offset("set", x, idx, &off)) return TG_EINVAL;
+    if (x->dtype == TG_Q8) /* a value changes its block's scale: the whole block is quantized again */
+        return tg_error_status(TG_EINVAL, "set: a q8_0 tensor's values are set by quantizing a float32 tensor "
+                                          "(tg_copy_ or tg_to_dtype), not one by one");
     /* converting NaN or an out-of-range value to an integer type is undefined */
     bool ok = true;
     if (x->dtype == TG_U8) ok = v > -1.0 && v < 256.0;

@@ -116,9 +116,14 @@ typedef struct {
     const char *precision; /* --precision: exact (default), fast, bf16 */
     const char *const *hf; /* the command's --hf: a Hugging Face folder builds the model (NULL: none) */
     const char *hf_opt;    /* that option's name in messages (NULL: "--hf") */
-    const char *weights;   /* --weights: bf16 or f32 (NULL: f32, or what follow_hf says) */
+    const char *weights;   /* --weights: bf16, q8 or f32 (NULL: f32, or what follow_hf says) */
     const bool *follow_hf; /* the command's: when true (generate; a LoRA run), the weights
                             * default to bf16 for a --hf folder storing BF16 (NULL: never) */
+    const bool *frozen;    /* the command's: whether its weights are frozen (generate; a
+                            * LoRA run): --weights bf16 or q8 needs it true (NULL: never) */
+    tg_dtype convert_to;   /* set by tg_cli_model_parse: compact weights of a model with
+                            * learned positions, which tg_cli_model_build converts to
+                            * after the weights are in (TG_F32: none) */
     tg_numerics numerics;  /* what it names, set by tg_cli_model_parse */
 } tg_cli_model;
 /* gpt2-small, seed 123; context 0 keeps the preset's (pretrain passes 256). */
@@ -155,9 +160,9 @@ bool tg_cli_model_parse(const tg_cli_command *c, int argc, char **argv, tg_cli_m
     "  --recompute     training: each transformer block's activations recomputed in\n"     \
     "                  backward (torch.utils.checkpoint), same dropout masks and\n"       \
     "                  numbers, less memory (docs/training.md, \"Memory\")\n"                   \
-    "  --weights W     (RoPE families) bf16 or f32: the frozen weights' storage;\n"      \
-    "                  bf16 draws each weight rounded, half the memory (default f32;\n"   \
-    "                  bf16 for generate and LoRA from a --hf folder storing BF16)\n"
+    "  --weights W     bf16, q8 (Q8_0, int8 products) or f32: a frozen base's\n"      \
+    "                  storage (default f32; bf16 for generate and LoRA from a\n"     \
+    "                  --hf folder storing BF16)\n"
 
 /* tg_manual_seed(seed), then the GPTModel, under --precision's numerics. */
 tg_module *tg_cli_model_build(tg_tape *tp, const tg_cli_model *m, const tg_decoder_config *cfg);

@@ -180,7 +180,7 @@ static void measure_memory(tg_tape *tp, const tg_module *gpt, const tg_module *r
         if (tg_module_named_parameters(tp, models[k], &ps) != TG_OK) return;
         for (int i = 0; i < ps.n; i++) {
             const tg_tensor *p = ps.tensors[i];
-            res->mem[M_PARAMS] += (double)tg_numel(p) * (double)tg_dtype_size(p->dtype);
+            res->mem[M_PARAMS] += (double)tg_tensor_nbytes(p);
             if (p->grad) res->mem[M_GRADS] += (double)tg_numel(p->grad) * (double)tg_dtype_size(p->grad->dtype);
         }
     }
@@ -318,6 +318,7 @@ int tg_cmd_bench_gpt(int argc, char **argv)
     tg_cli_model mo;
     tg_cli_model_defaults(&mo, 0);
     mo.dropout_seen = dpo_asked; /* the notebook's drop_rate 0.0 (0 unless --dropout) */
+    mo.frozen = &a.lora_rank_seen; /* bf16 or q8 weights: LoRA's frozen base */
     tg_decoder_config cfg;
     int rc;
     tg_cli_command c = {.name = CMD, .help = tg_cli_bench_gpt_help, .opts = own, .nopts = TG_CLI_NOPTS(own)};
@@ -353,13 +354,14 @@ int tg_cmd_bench_gpt(int argc, char **argv)
     double rows = seqs * (double)a.batch * (double)a.tokens, emb = (double)cfg.emb_dim, vocab = (double)cfg.vocab_size;
     double hid = (double)(cfg.hidden_dim ? cfg.hidden_dim : 4 * cfg.emb_dim);
     bool exact = mo.numerics == TG_NUMERICS_EXACT;
-    bool frozen = a.lora_rank_seen || cfg.weights == TG_BF16;
+    bool frozen = a.lora_rank_seen;
     double adapters = a.lora_rank_seen ? 2.0 * (double)a.lora_rank / emb : 0.0;
-    double per_param = frozen ? (double)tg_dtype_size(cfg.weights) + 16.0 * (adapters < 1.0 ? adapters : 1.0) : 16.0;
+    double wbytes = cfg.weights == TG_Q8 ? 34.0 / 32.0 : (double)tg_dtype_size(cfg.weights);
+    double per_param = frozen ? wbytes + 16.0 * (adapters < 1.0 ? adapters : 1.0) : 16.0;
     double head = a.dpo ? 4.0 * 4.0 * rows * vocab
                   : exact ? 12.0 * rows * vocab
                           : 4.0 * (rows < emb ? rows : emb) * vocab + (64 << 20);
-    if (a.dpo) per_param += (double)tg_dtype_size(cfg.weights);
+    if (a.dpo) per_param += wbytes;
     double block = 4.0 * rows * (16.0 * emb + 3.0 * hid + (exact ? 3.0 * (double)cfg.n_heads * (double)a.tokens : 0.0));
     double layers = (double)cfg.n_layers;
     double bytes = per_param * (double)tg_decoder_config_num_parameters(&cfg) + head +
@@ -432,7 +434,7 @@ int tg_cmd_bench_gpt(int argc, char **argv)
             json_object_set_new(o, "blas", json_string(tg_blas_info()));
             json_object_set_new(o, "precision", json_string(tg_numerics_name(mo.numerics)));
             tg_cli_json_bf16(o, mo.numerics);
-            json_object_set_new(o, "weights", json_string(tg_dtype_name(cfg.weights)));
+            json_object_set_new(o, "weights", json_string(tg_dtype_name(mo.convert_to != TG_F32 ? mo.convert_to : cfg.weights)));
             json_object_set_new(o, "fwd_ms", json_real(fwd));
             json_object_set_new(o, "bwd_ms", json_real(bwd));
             json_object_set_new(o, "opt_ms", json_real(opt));

@@ -499,6 +499,7 @@ static int finetune(int argc, char **argv)
     m.qkv_bias = tg_cli_hf_gpt2_file(argc, argv); /* GPT-2's released weights have q/k/v biases */
     m.hf = &a.hf;
     m.follow_hf = &a.lora_rank_seen; /* a LoRA run keeps a BF16 folder's frozen base in bf16 */
+    m.frozen = &a.lora_rank_seen;    /* and its base may be bf16 or q8 */
     int rc;
     tg_cli_command c = {.name = a.cmd, .help = a.dpo ? dpo_help : a.instruct ? instruct_help : classify_help, .opts = own,
                         .nopts = n_own, .help_more = {common_help, TG_CLI_TRAIN_HELP, end_help}};

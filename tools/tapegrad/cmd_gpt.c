@@ -90,6 +90,8 @@ int tg_cmd_summary(int argc, char **argv)
     tg_cli_model m;
     tg_decoder_config cfg;
     tg_cli_model_defaults(&m, 0);
+    static const bool any = true; /* a summary of any storage */
+    m.frozen = &any;
     int rc;
     if (!tg_cli_model_parse(&(tg_cli_command){.name = "summary", .help = summary_help}, argc, argv, &m, &cfg, &rc))
         return rc;
@@ -278,6 +280,7 @@ int tg_cmd_generate(int argc, char **argv)
     m.hf = &a.hf;
     static const bool follow = true; /* a BF16 folder generates from bf16 weights */
     m.follow_hf = &follow;
+    m.frozen = &follow; /* generation trains nothing */
     int rc;
     tg_cli_command c = {.name = cmd, .help = generate_help, .opts = own, .nopts = TG_CLI_NOPTS(own)};
     if (!tg_cli_model_parse(&c, argc, argv, &m, &cfg, &rc)) return rc;

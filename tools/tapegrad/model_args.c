@@ -50,15 +50,29 @@ static int model_opts(tg_cli_model *m, tg_opt *opts)
 }
 
 /* --weights into cfg: as named, else bf16 for a folder storing BF16 when
- * the command follows it, else float32. */
-static int model_weights(const char *cmd, const tg_cli_model *m, const char *hf, tg_decoder_config *cfg)
+ * the command follows it, else float32. Compact weights are frozen: a
+ * command that trains every weight refuses them. A model with learned
+ * positions is built in float32 and converted once its weights are in
+ * (m->convert_to). */
+static int model_weights(const char *cmd, tg_cli_model *m, const char *hf, tg_decoder_config *cfg)
 {
     cfg->weights = TG_F32;
-    if (m->weights && strcmp(m->weights, "bf16") != 0 && strcmp(m->weights, "f32") != 0)
-        return tg_cli_error(cmd, "--weights: '%.40s' is not one of bf16, f32", m->weights);
-    if (m->weights) cfg->weights = strcmp(m->weights, "bf16") == 0 ? TG_BF16 : TG_F32;
+    m->convert_to = TG_F32;
+    bool bf16 = m->weights && strcmp(m->weights, "bf16") == 0, q8 = m->weights && strcmp(m->weights, "q8") == 0;
+    if (m->weights && !bf16 && !q8 && strcmp(m->weights, "f32") != 0)
+        return tg_cli_error(cmd, "--weights: '%.40s' is not one of bf16, q8, f32", m->weights);
+    if ((bf16 || q8) && !(m->frozen && *m->frozen))
+        return tg_cli_error(cmd, "--weights %s: %s %s (%s weights are a frozen base: generate, or training "
+                                 "with --lora-rank)", m->weights, cmd,
+                            m->frozen ? "without --lora-rank trains every weight, in float32" : "takes float32 weights",
+                            m->weights);
+    if (m->weights) cfg->weights = bf16 ? TG_BF16 : q8 ? TG_Q8 : TG_F32;
     else if (hf && m->follow_hf && *m->follow_hf && tg_decoder_hf_weights(hf, &cfg->weights) != TG_OK)
         return tg_cli_error(cmd, "%s: %s", m->hf_opt ? m->hf_opt : "--hf", tg_last_error());
+    if (cfg->weights != TG_F32 && (cfg->family == TG_GPT_FAMILY_GPT2 || cfg->positions == TG_POSITIONS_LEARNED)) {
+        m->convert_to = cfg->weights;
+        cfg->weights = TG_F32;
+    }
     return TG_CLI_OK;
 }
 
@@ -171,6 +185,10 @@ tg_module *tg_cli_model_build(tg_tape *tp, const tg_cli_model *m, const tg_decod
         snprintf(msg, sizeof msg, "%s: %s", m->hf_opt ? m->hf_opt : "--hf", tg_last_error());
         return tg_error("%s", msg);
     }
+    /* learned positions: the float32 model's frozen matrices converted */
+    if (gpt && m->convert_to != TG_F32 &&
+        (tg_module_requires_grad_(gpt, false) != TG_OK || tg_module_to_dtype(tp, gpt, m->convert_to) != TG_OK))
+        return NULL;
     return gpt;
 }
 
