@@ -4,6 +4,7 @@
 #include "testutil.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -443,7 +444,7 @@ static void test_malformed_entries(void **state)
     (void)state;
     tg_safetensors st;
     tu_assert_status_error(parse_image("{" T("w", "I32", "[2]", "[0,8]") "}", 8, &st),
-                           "tensor 'w'", "unknown dtype 'I32' (supported: BOOL, U8, F16, BF16, F32, F64, I64)");
+                           "tensor 'w'", "unknown dtype 'I32' (supported: BOOL, U8, F16, BF16, F32, F64, I64, Q8_0)");
     tu_assert_status_error(parse_image("{" T("w", "F8_E4M3", "[2]", "[0,2]") "}", 2, &st), "unknown dtype 'F8_E4M3'");
     tu_assert_status_error(parse_image("{\"w\":{\"shape\":[1],\"data_offsets\":[0,4]}}", 4, &st),
                            "dtype missing");
@@ -647,6 +648,260 @@ static void test_widened_16bit(void **state)
     tg_tape_free(tp);
 }
 
+/* ---- Q8_0: TG_Q8 blocks (a half scale, then 32 int8), 34 bytes a block ---------------- */
+
+/* A file at dir/name holding len bytes of b; the path in path. */
+static void write_file(const char *dir, const char *name, const void *b, size_t len, char *path, size_t size)
+{
+    snprintf(path, size, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(b, 1, len, f), len);
+    fclose(f);
+}
+
+/* nb blocks: block k's scale the half h (little-endian), its values
+ * (k + i) % 64 - 32 for i = 0..31. */
+static void make_blocks(uint8_t *b, size_t nb, uint16_t h)
+{
+    for (size_t k = 0; k < nb; k++) {
+        uint8_t *p = b + k * 34;
+        p[0] = (uint8_t)h;
+        p[1] = (uint8_t)(h >> 8);
+        for (int i = 0; i < 32; i++) p[2 + i] = (uint8_t)(int8_t)((int)((k + (size_t)i) % 64) - 32);
+    }
+}
+
+/* A (3, 64) float32 tensor quantized (tg_to_dtype), saved beside a float32
+ * and a uint8 tensor, read back: the same blocks, the same values. */
+static void test_q8_round_trip(void **state)
+{
+    (void)state;
+    tg_tape *tp = tg_tape_new();
+    float xs[3 * 64];
+    for (int i = 0; i < 3 * 64; i++) xs[i] = (float)((i * 37) % 101 - 50) / 7.0f;
+    for (int i = 64; i < 96; i++) xs[i] = 0.0f; /* a block of zeros: scale 0 */
+    tg_tensor *x = tg_from_data(tp, TG_F32, 2, (int64_t[]){3, 64}, xs);
+    tg_tensor *q = tg_to_dtype(tp, x, TG_Q8);
+    tu_assert_ok(q);
+    assert_int_equal(q->dtype, TG_Q8);
+    assert_int_equal(tg_tensor_nbytes(q), 6 * 34);
+    const float bias[4] = {0.5f, -1.0f, 2.0f, 1e-3f};
+    const uint8_t u8[3] = {7, 0, 255};
+    tg_named_tensor list[] = {
+        {"u8", tg_from_data(tp, TG_U8, 1, (int64_t[]){3}, u8)},
+        {"w", q},
+        {"bias", tg_from_data(tp, TG_F32, 1, (int64_t[]){4}, bias)},
+        {"none", tg_empty(tp, TG_Q8, 2, (int64_t[]){0, 32})},
+    };
+    char *dir = make_tempdir(), path[256];
+    snprintf(path, sizeof path, "%s/q8.safetensors", dir);
+    assert_int_equal(tg_safetensors_save(path, list, 4), TG_OK);
+
+    /* The header: "Q8_0", the logical shape, the blocks' bytes after the
+     * float32 entry and before the uint8 one (sorted where I8 would be). */
+    size_t len;
+    uint8_t *bytes = (uint8_t *)tu_read_file(path, &len);
+    uint64_t hl = 0;
+    for (int i = 7; i >= 0; i--) hl = hl << 8 | bytes[i];
+    assert_int_equal(len, 8 + hl + 16 + 204 + 3);
+    json_error_t jerr;
+    json_t *hdr = json_loadb((const char *)bytes + 8, (size_t)hl, 0, &jerr);
+    assert_non_null(hdr);
+    json_t *w = json_object_get(hdr, "w");
+    assert_string_equal(json_string_value(json_object_get(w, "dtype")), "Q8_0");
+    json_t *shape = json_object_get(w, "shape"), *offs = json_object_get(w, "data_offsets");
+    assert_int_equal(json_array_size(shape), 2);
+    assert_int_equal(json_integer_value(json_array_get(shape, 0)), 3);
+    assert_int_equal(json_integer_value(json_array_get(shape, 1)), 64);
+    assert_int_equal(json_integer_value(json_array_get(offs, 0)), 16);
+    assert_int_equal(json_integer_value(json_array_get(offs, 1)), 16 + 204);
+    json_t *none = json_object_get(hdr, "none");
+    assert_string_equal(json_string_value(json_object_get(none, "dtype")), "Q8_0");
+    assert_int_equal(json_integer_value(json_array_get(json_object_get(none, "data_offsets"), 0)),
+                     json_integer_value(json_array_get(json_object_get(none, "data_offsets"), 1)));
+    assert_string_equal(json_string_value(json_object_get(json_object_get(hdr, "u8"), "dtype")), "U8");
+    assert_memory_equal(bytes + 8 + hl + 16, tg_data_ptr(q), 204); /* the blocks as they are */
+    json_decref(hdr);
+
+    tg_tape *tp2 = tg_tape_new();
+    for (int how = 0; how < 3; how++) { /* load, load_ex keeping bf16, parse from memory */
+        tg_safetensors st;
+        int rc = how == 0   ? tg_safetensors_load(tp2, path, &st)
+                 : how == 1 ? tg_safetensors_load_ex(tp2, path, &(tg_safetensors_options){.keep_bf16 = true}, &st)
+                            : tg_safetensors_parse(tp2, bytes, len, &st);
+        if (rc != TG_OK) fail_msg("way %d: %s", how, tg_last_error());
+        assert_int_equal(st.n, 4);
+        assert_string_equal(st.names[0], "bias"); /* data order */
+        assert_string_equal(st.names[3], "u8");
+        tg_tensor *got = tg_safetensors_get(&st, "w");
+        tu_assert_ok(got);
+        assert_int_equal(got->dtype, TG_Q8);
+        assert_ptr_equal(got->tape, tp2);
+        assert_false(got->requires_grad);
+        assert_true(tg_same_shape(got, q));
+        assert_int_equal(tg_tensor_nbytes(got), 204);
+        assert_memory_equal(tg_data_ptr(got), tg_data_ptr(q), 204);
+        for (int64_t r = 0; r < 3; r++)
+            for (int64_t c = 0; c < 64; c++) {
+                int64_t idx[2] = {r, c};
+                double v = tg_get(got, idx), want = tg_get(q, idx), xv = xs[r * 64 + c];
+                if (v != want) fail_msg("way %d: w[%lld][%lld] = %.9g, expected %.9g", how, (long long)r,
+                                        (long long)c, v, want);
+                /* and the blocks stand for x: within a step of the block's scale */
+                if (fabs(v - xv) > 50.0 / 7.0 / 127.0) fail_msg("w[%lld][%lld] = %.9g, x %.9g", (long long)r,
+                                                               (long long)c, v, xv);
+            }
+        assert_true(tg_get(got, (int64_t[]){1, 5}) == 0.0); /* the zero block */
+        tg_tensor *e = tg_safetensors_get(&st, "none");
+        assert_int_equal(e->dtype, TG_Q8);
+        assert_int_equal(tg_numel(e), 0);
+        assert_int_equal(e->shape[1], 32);
+        tg_tensor *b = tg_safetensors_get(&st, "bias");
+        assert_int_equal(b->dtype, TG_F32);
+        assert_memory_equal(tg_data_ptr(b), bias, sizeof bias);
+        assert_memory_equal(tg_data_ptr(tg_safetensors_get(&st, "u8")), u8, 3);
+        tg_tape_reset(tp2);
+    }
+
+    /* A view whose blocks are not back to back is refused, nothing written. */
+    tg_tensor *view = tg_empty(tp, TG_F32, 0, NULL);
+    *view = *q;
+    view->shape[0] = 64;
+    view->shape[1] = 3;
+    view->stride[0] = 1;
+    view->stride[1] = 64;
+    tg_named_tensor bad[1] = {{"wt", view}};
+    char other[300];
+    snprintf(other, sizeof other, "%s/view.safetensors", dir);
+    tu_assert_one_line_error(tg_safetensors_save(other, bad, 1), "'wt'", "q8_0 view");
+    assert_int_equal(count_entries(dir), 1);
+
+    free(bytes);
+    unlink(path);
+    rmdir(dir);
+    free(dir);
+    tg_tape_free(tp2);
+    tg_tape_free(tp);
+}
+
+/* Blocks written by hand, read from memory: the values are q * d exactly. */
+static void test_q8_parse_memory(void **state)
+{
+    (void)state;
+    uint8_t data[3 * 34 + 2];
+    make_blocks(data, 3, 0x3800); /* d = 0.5 */
+    data[34] = 0x00, data[35] = 0xc0; /* block 1: d = -2 */
+    data[102] = 9, data[103] = 1;     /* "u": U8 (2) after the blocks */
+    size_t len;
+    uint8_t *img = image("{" T("u", "U8", "[2]", "[102,104]") "," T("w", "Q8_0", "[1,96]", "[0,102]") "}", -1, data,
+                         sizeof data, &len);
+    tg_tape *tp = tg_tape_new();
+    tg_safetensors st;
+    int rc = tg_safetensors_parse(tp, img, len, &st);
+    if (rc != TG_OK) fail_msg("%s", tg_last_error());
+    assert_int_equal(st.n, 2);
+    tg_tensor *w = tg_safetensors_get(&st, "w");
+    assert_int_equal(w->dtype, TG_Q8);
+    assert_int_equal(w->ndim, 2);
+    assert_int_equal(w->shape[1], 96);
+    assert_true(tg_is_contiguous(w));
+    assert_memory_equal(tg_data_ptr(w), data, 102);
+    assert_ptr_not_equal(tg_data_ptr(w), img + len - sizeof data); /* its own storage, not the buffer */
+    for (int64_t c = 0; c < 96; c++) {
+        int k = (int)(c / 32), i = (int)(c % 32);
+        double want = (double)(((k + i) % 64) - 32) * (k == 1 ? -2.0 : 0.5);
+        double got = tg_get(w, (int64_t[]){0, c});
+        if (got != want) fail_msg("w[0][%lld] = %.9g, expected %.9g", (long long)c, got, want);
+    }
+    assert_int_equal((int)tg_item_at(tg_safetensors_get(&st, "u"), 1), 1);
+    free(img);
+    tg_tape_free(tp);
+}
+
+/* Malformed Q8_0 entries: one line each, naming the entry. */
+static void test_q8_malformed(void **state)
+{
+    (void)state;
+    tg_tape *tp = tg_tape_new();
+    tg_safetensors st;
+    char *dir = make_tempdir(), path[256];
+
+    /* shapes */
+    int rc = parse_image("{" T("w", "Q8_0", "[2,48]", "[0,102]") "}", 102, &st);
+    assert_int_equal(rc, TG_EFORMAT);
+    tu_assert_one_line_error(rc, "safetensors_parse", "'w'", "Q8_0 last dim 48 is not a multiple of 32");
+    rc = parse_image("{" T("w", "Q8_0", "[]", "[0,34]") "}", 34, &st);
+    assert_int_equal(rc, TG_EFORMAT);
+    tu_assert_one_line_error(rc, "'w'", "Q8_0 with a 0-dim shape");
+    tu_assert_one_line_error(parse_image("{" T("w", "Q8_0", "[64,16]", "[0,1088]") "}", 1088, &st), "'w'",
+                             "last dim 16 is not a multiple of 32");
+
+    /* a byte count that is not numel / 32 * 34 */
+    rc = parse_image("{" T("w", "Q8_0", "[2,32]", "[0,64]") "}", 64, &st);
+    assert_int_equal(rc, TG_EFORMAT);
+    tu_assert_one_line_error(rc, "'w'", "Q8_0 needs 68 bytes (2 blocks of 34), the offsets give 64");
+    tu_assert_one_line_error(parse_image("{" T("w", "Q8_0", "[64]", "[0,256]") "}", 256, &st), "'w'",
+                             "needs 68 bytes (2 blocks of 34), the offsets give 256");
+
+    /* truncated inside the blocks, in memory and on disk */
+    uint8_t blocks[18 * 34];
+    make_blocks(blocks, 18, 0x3c00);
+    size_t len;
+    uint8_t *cut = image("{" T("w", "Q8_0", "[2,32]", "[0,68]") "}", -1, blocks, 50, &len);
+    rc = tg_safetensors_parse(tp, cut, len, &st);
+    assert_int_equal(rc, TG_EFORMAT);
+    tu_assert_one_line_error(rc, "'w'", "end 68 is beyond the data buffer (50 bytes)");
+    write_file(dir, "cut.safetensors", cut, len, path, sizeof path);
+    rc = tg_safetensors_load(tp, path, &st);
+    assert_int_equal(rc, TG_EFORMAT);
+    tu_assert_one_line_error(rc, path, "'w'", "end 68 is beyond the data buffer (50 bytes)");
+    free(cut);
+    unlink(path);
+
+    /* a scale that is NaN or infinite, in any block (18 of them here) */
+    const struct {
+        size_t block;
+        uint16_t h;
+        const char *msg;
+    } bad[] = {
+        {17, 0x7e00, "'w': block 17's scale is NaN"},
+        {9, 0xfc01, "'w': block 9's scale is NaN"},
+        {0, 0x7c00, "'w': block 0's scale is +inf"},
+        {5, 0xfc00, "'w': block 5's scale is -inf"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        uint8_t b[18 * 34];
+        memcpy(b, blocks, sizeof b);
+        b[bad[k].block * 34] = (uint8_t)bad[k].h;
+        b[bad[k].block * 34 + 1] = (uint8_t)(bad[k].h >> 8);
+        uint8_t *img = image("{" T("w", "Q8_0", "[3,192]", "[0,612]") "}", -1, b, sizeof b, &len);
+        rc = tg_safetensors_parse(tp, img, len, &st);
+        assert_int_equal(rc, TG_EFORMAT);
+        tu_assert_one_line_error(rc, "safetensors_parse", bad[k].msg);
+        write_file(dir, "bad.safetensors", img, len, path, sizeof path);
+        rc = tg_safetensors_load(tp, path, &st);
+        assert_int_equal(rc, TG_EFORMAT);
+        tu_assert_one_line_error(rc, path, bad[k].msg);
+        assert_int_equal(st.n, 0);
+        unlink(path);
+        free(img);
+        tg_tape_reset(tp);
+    }
+    /* the largest finite scales and subnormal ones are fine */
+    blocks[0] = 0xff, blocks[1] = 0x7b;   /* 65504 */
+    blocks[34] = 0x01, blocks[35] = 0x80; /* -2^-24 */
+    uint8_t *img = image("{" T("w", "Q8_0", "[3,192]", "[0,612]") "}", -1, blocks, sizeof blocks, &len);
+    rc = tg_safetensors_parse(tp, img, len, &st);
+    if (rc != TG_OK) fail_msg("%s", tg_last_error());
+    assert_true(tg_get(st.tensors[0], (int64_t[]){0, 1}) == 65504.0 * -31);
+    free(img);
+
+    rmdir(dir);
+    free(dir);
+    tg_tape_free(tp);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -661,6 +916,9 @@ int main(void)
         cmocka_unit_test(test_malformed_entries),
         cmocka_unit_test(test_malformed_layout),
         cmocka_unit_test(test_widened_16bit),
+        cmocka_unit_test(test_q8_round_trip),
+        cmocka_unit_test(test_q8_parse_memory),
+        cmocka_unit_test(test_q8_malformed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

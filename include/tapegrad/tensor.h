@@ -162,10 +162,15 @@ TG_API void tg_numerics_bf16_set_emulated(bool on);
  * own row kernel of generation, "emulated (sgemm on bf16-rounded operands)";
  * "" before the first. */
 TG_API const char *tg_numerics_bf16_kernel(void);
-/* Bytes the parameters' bf16 copies hold now (under BF16 each weight a
- * product reads is copied once per version of its storage and kept with
- * it; freed with the parameter's tape): the "weight copies" of tapegrad
- * bench --memory. */
+/* Bytes the kept weight copies hold now: the parameters' bf16 copies
+ * (under BF16 each float32 weight a product reads is copied once per
+ * version of its storage and kept with it) and the bfloat16 weights'
+ * float32 copies (under EXACT, the same way: the products then read the
+ * copy, not a widening of their own). A float32 copy that would take these
+ * bytes past half the machine's physical memory (sysconf) is not made: that
+ * product widens the weight into a buffer of its own, freed after it.
+ * Freed with the weight's tape: the "weight copies" of tapegrad bench
+ * --memory. */
 TG_API size_t tg_numerics_copy_bytes(void);
 /* Deprecated, does nothing: under BF16 a parameter's bf16 copy is made for
  * one version of its storage (tg_tensor_version) and made again after any
@@ -396,9 +401,12 @@ typedef struct {
 } tg_named_tensor;
 
 /* Writes n tensors to path in the safetensors format (names must be unique;
- * TG_BF16 tensors as "BF16", the others under their own dtype).
+ * TG_BF16 tensors as "BF16", TG_Q8 ones as "Q8_0": the logical shape and
+ * the blocks' bytes, numel / 32 * 34, a dtype of tapegrad's that the
+ * reference reader does not know; the others under their own dtype).
  * Writes to a temporary file and renames it, so a failed save leaves no broken
- * file. Returns TG_OK or an error status with a message; TG_EIO, nothing
+ * file. Returns TG_OK or an error status with a message; TG_EINVAL for a
+ * TG_Q8 view whose blocks are not whole and back to back; TG_EIO, nothing
  * written, when path exists and is not a regular file (a directory, a device
  * such as /dev/null, a FIFO or a socket: the rename would replace it). */
 TG_API int tg_safetensors_save(const char *path, const tg_named_tensor *tensors, int n);
@@ -417,7 +425,10 @@ typedef struct {
  * an error status whose message names the problem. Dtypes BOOL, U8, F32,
  * F64 and I64 are read as they are; F16 and BF16 (Hugging Face checkpoints)
  * are widened to float32 tensors, exactly (tg_safetensors_save writes BF16
- * from TG_BF16 tensors, F16 never). Each tensor is read from the file into
+ * from TG_BF16 tensors, F16 never). Q8_0 entries are TG_Q8 tensors holding
+ * the file's blocks; TG_EFORMAT for one with no dims, a last dim that is not
+ * a multiple of 32, a byte range that is not numel / 32 * 34, or a block
+ * whose scale is NaN or infinite. Each tensor is read from the file into
  * its own storage: the tape holds the tensors (twice a 16-bit entry's
  * bytes), not a copy of the file. */
 TG_API int tg_safetensors_load(tg_tape *tp, const char *path, tg_safetensors *out);

@@ -635,7 +635,7 @@ static int apply_shard(folder *f, int s, slot *slots, int64_t n_layers, bool tie
         int k = slot_of(file.names[i], n_layers, slots, f->fam);
         const tg_tensor *src = file.tensors[i];
         if (k < 0 && skipped(file.names[i])) continue;
-        bool is_float = tg__is_float(src->dtype) || src->dtype == TG_BF16; /* bf16 widens (or stays) as it is copied */
+        bool is_float = tg__is_float(src->dtype) || tg__is_compact(src->dtype); /* widens (or stays) as it is copied */
         if (k < 0 || slots[k].shard != s || !tg_same_shape(src, slots[k].dst) || !is_float) {
             st = tg_error_status(TG_EIO, "load_hf %s: %s changed while it was read ('%s')", f->dir, f->file[s],
                                  file.names[i]);
@@ -735,7 +735,7 @@ static int map(hf_ctx *c, const char *hf_key, const char *our_key, bool transpos
     tg_tensor *dst = tg_module_get_parameter(c->gpt, our_key);
     if (!dst) return tg_error_status(TG_EINVAL, "load_hf: the model has no parameter '%s'", our_key);
     tg_tensor src = *c->file->tensors[idx];
-    if (!tg__is_float(src.dtype) && src.dtype != TG_BF16) /* bf16 widens (or stays) as it is copied */
+    if (!tg__is_float(src.dtype) && !tg__is_compact(src.dtype)) /* widens (or stays) as it is copied */
         return tg_error_status(TG_EFORMAT, "load_hf %s: '%s' has dtype %s, expected a float type", c->path, key,
                                tg_dtype_name(src.dtype));
     if (part >= 0) { /* q, k or v: a third of the last dim */

@@ -78,7 +78,7 @@ static int load_entries(tg_tape *tp, tg_module *m, const tg_named_list *file, co
             return tg_error_status(bad, "%s: size mismatch for '%s': %s has %s, module has %s", who, sd.names[i],
                                    bad == TG_EFORMAT ? "file" : "state_dict", tg_shape_str(src[i], a, 64),
                                    tg_shape_str(sd.tensors[i], b, 64));
-        if (!tg__is_float(src[i]->dtype) && src[i]->dtype != TG_BF16) /* bf16 widens or rounds as it is copied */
+        if (!tg__is_float(src[i]->dtype) && !tg__is_compact(src[i]->dtype)) /* bf16, q8_0 widen or round as copied */
             return tg_error_status(bad, "%s: '%s' has dtype %s, expected a float type", who, sd.names[i],
                                    tg_dtype_name(src[i]->dtype));
     }

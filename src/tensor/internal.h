@@ -32,7 +32,7 @@ static inline size_t tg__dtype_bytes(tg_dtype dt, int64_t n)
 /* Address of the element at flat offset `off` (elements) from x->data. */
 static inline void *tg__ptr(const tg_tensor *x, int64_t off)
 {
-    return (char *)x->data + (size_t)off * tg_dtype_size(x->dtype);
+    return (char *)x->data + tg__dtype_bytes(x->dtype, off); /* q8_0: off's block (off a multiple of 32) */
 }
 
 /* printf into a string in tp; NULL when out of memory (no message). */
@@ -435,10 +435,12 @@ int tg__attend_cached(tg_tensor *out, tg_numerics nm, const tg_tensor *q, const 
 bool tg__bf16_native_now(void);
 int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
                   double beta);
-/* Makes the bf16 copy a product reads of w, a float32 matrix parameter taken
- * as it is (a Linear's weight), if missing or stale: 0 made or current, 1 not
- * such a parameter, -1 out of memory (error set). */
-int tg__bf16_prepare(const tg_tensor *w);
+/* Makes the copy a product under nm reads of w taken as it is (a Linear's
+ * weight), if missing or stale: under BF16 a float32 matrix parameter's bf16
+ * copy, under EXACT a bfloat16 weight's float32 one (tg__bf16_widen; none
+ * past its limit). 0 made, current or left to the products, 1 nothing to
+ * make, -1 out of memory (error set). */
+int tg__bf16_prepare(const tg_tensor *w, tg_numerics nm);
 /* tg_k_copy with a TG_Q8 side (src/tensor/q8_ops.c): false with an error
  * when a TG_Q8 destination does not hold whole blocks along its last dim. */
 bool tg__q8_copy(tg_tensor *out, const tg_tensor *src);

@@ -96,7 +96,7 @@ static void width_floats(void *ctx, const tg_tensor *x, int64_t off)
 static void formatter_init(formatter *f, const tg_tensor *x, bool summarize)
 {
     memset(f, 0, sizeof *f);
-    f->floating = tg__is_float(x->dtype) || x->dtype == TG_BF16;
+    f->floating = tg__is_float(x->dtype) || tg__is_compact(x->dtype);
     f->int_mode = true;
     f->max_width = 1;
     if (!f->floating) {
@@ -241,7 +241,8 @@ char *tg_format(const tg_tensor *x)
     int nsuffix = 0;
     int64_t numel = tg_numel(x);
     char dtype_suffix[64];
-    snprintf(dtype_suffix, sizeof dtype_suffix, "dtype=torch.%s", tg_dtype_name(x->dtype));
+    /* q8_0 has no torch dtype: its own name */
+    snprintf(dtype_suffix, sizeof dtype_suffix, "dtype=%s%s", x->dtype == TG_Q8 ? "" : "torch.", tg_dtype_name(x->dtype));
 
     if (numel == 0) {
         tg__sb_puts(&b, "[]");

@@ -14,6 +14,11 @@
  * F16 entries (Hugging Face checkpoints) are read only, widened to float32
  * exactly: a float16 checkpoint loaded into bf16 weights is widened, then
  * rounded to bf16 by the copy (tg_to_dtype's rounding).
+ *
+ * "Q8_0" entries are TG_Q8 tensors both ways: llama.cpp's Q8_0 blocks (an
+ * IEEE half scale, little-endian, then 32 int8 values: 34 bytes a block,
+ * row-major along the last dim) stored as they are in memory. A tapegrad
+ * extension: the reference reader knows no such dtype.
  */
 #include "internal.h"
 
@@ -40,6 +45,8 @@ static const struct {
     {"BOOL", TG_BOOL, 0, ST_NATIVE}, {"U8", TG_U8, 1, ST_NATIVE},        {"F16", TG_F32, 7, ST_WIDEN_F16},
     {"BF16", TG_BF16, 8, ST_NATIVE}, {"F32", TG_F32, 11, ST_NATIVE},    {"F64", TG_F64, 12, ST_NATIVE},
     {"I64", TG_I64, 13, ST_NATIVE},
+    /* not the reference's: sorted where its I8 is (bytes, 1-byte alignment) */
+    {"Q8_0", TG_Q8, 2, ST_NATIVE},
 };
 #define ST_NDTYPES (sizeof st_dtypes / sizeof st_dtypes[0])
 
@@ -63,10 +70,18 @@ static int dtype_index(tg_dtype dt)
     return -1;
 }
 
-/* Bytes of one element in the file. */
+/* Bytes of one element in the file (0 for Q8_0: see file_bytes). */
 static size_t file_esize(int di)
 {
     return st_dtypes[di].widen != ST_NATIVE ? 2 : tg_dtype_size(st_dtypes[di].dt);
+}
+
+static bool is_q8(int di) { return st_dtypes[di].dt == TG_Q8; }
+
+/* Bytes of numel elements of entry di in the file (Q8_0: numel / 32 blocks). */
+static uint64_t file_bytes(int di, uint64_t numel)
+{
+    return is_q8(di) ? numel / TG_Q8_BLOCK * TG_Q8_BYTES : numel * file_esize(di);
 }
 
 static bool host_is_little_endian(void)
@@ -131,6 +146,33 @@ static int cmp_entry(const void *pa, const void *pb)
 
 static bool json_is_count(const json_t *v) { return json_is_integer(v) && json_integer_value(v) >= 0; }
 
+/* A Q8_0 entry's shape: its blocks run along the last dim, a multiple of 32. */
+static int check_q8_shape(const char *who, const st_entry *e)
+{
+    if (e->ndim == 0)
+        return tg_error_status(TG_EFORMAT, "%s: tensor '%s': Q8_0 with a 0-dim shape (its blocks need a last dim)",
+                               who, e->name);
+    int64_t last = e->shape[e->ndim - 1];
+    if (last % TG_Q8_BLOCK != 0)
+        return tg_error_status(TG_EFORMAT, "%s: tensor '%s': Q8_0 last dim %lld is not a multiple of %d", who,
+                               e->name, (long long)last, TG_Q8_BLOCK);
+    return TG_OK;
+}
+
+/* Every block of a Q8_0 entry has a finite scale (a NaN or infinite one
+ * would make all 32 values NaN or infinite). */
+static int check_q8_scales(const char *who, const char *name, const uint8_t *blocks, size_t nblocks)
+{
+    for (size_t b = 0; b < nblocks; b++) {
+        const uint8_t *p = blocks + b * TG_Q8_BYTES;
+        uint16_t h = (uint16_t)(p[0] | p[1] << 8);
+        if ((h & 0x7c00) == 0x7c00)
+            return tg_error_status(TG_EFORMAT, "%s: tensor '%s': block %zu's scale is %s", who, name, b,
+                                   h & 0x03ff ? "NaN" : h & 0x8000 ? "-inf" : "+inf");
+    }
+    return TG_OK;
+}
+
 /* Fills e from one header entry; on error records a message prefixed by who. */
 static int parse_entry(const char *who, const char *name, json_t *info, st_entry *e)
 {
@@ -159,7 +201,7 @@ static int parse_entry(const char *who, const char *name, json_t *info, st_entry
         return tg_error_status(TG_EFORMAT, "%s: tensor '%s': shape has %zu dims, more than %d", who, name,
                                json_array_size(shape), TG_MAX_DIMS);
     e->ndim = (int)json_array_size(shape);
-    uint64_t nbytes = file_esize(di);
+    uint64_t nbytes = is_q8(di) ? 1 : file_esize(di); /* Q8_0: the element count, then its blocks' bytes */
     for (int i = 0; i < e->ndim; i++) {
         json_t *d = json_array_get(shape, (size_t)i);
         if (!json_is_count(d))
@@ -172,6 +214,11 @@ static int parse_entry(const char *who, const char *name, json_t *info, st_entry
             return tg_error_status(TG_EFORMAT, "%s: tensor '%s': shape overflows (too many elements)", who, name);
         nbytes *= (uint64_t)e->shape[i];
     }
+    if (is_q8(di)) {
+        int st = check_q8_shape(who, e);
+        if (st != TG_OK) return st;
+        nbytes = file_bytes(di, nbytes);
+    }
 
     json_t *offs = json_object_get(info, "data_offsets");
     if (!json_is_array(offs) || json_array_size(offs) != 2 || !json_is_count(json_array_get(offs, 0)) ||
@@ -183,6 +230,11 @@ static int parse_entry(const char *who, const char *name, json_t *info, st_entry
     if (e->begin > e->end)
         return tg_error_status(TG_EFORMAT, "%s: tensor '%s': data_offsets begin %llu > end %llu", who, name,
                                (unsigned long long)e->begin, (unsigned long long)e->end);
+    if (is_q8(di) && e->end - e->begin != nbytes)
+        return tg_error_status(TG_EFORMAT,
+                               "%s: tensor '%s': Q8_0 needs %llu bytes (%llu blocks of %d), the offsets give %llu", who,
+                               name, (unsigned long long)nbytes, (unsigned long long)(nbytes / TG_Q8_BYTES),
+                               TG_Q8_BYTES, (unsigned long long)(e->end - e->begin));
     if (e->end - e->begin != nbytes)
         return tg_error_status(TG_EFORMAT,
                                "%s: tensor '%s': byte length %llu does not match shape and dtype (%llu bytes)", who,
@@ -345,6 +397,11 @@ static int fill_tensors(tg_tape *tp, const char *who, const char *path, const st
                 if (dst[k] > 1)
                     return tg_error_status(TG_EFORMAT, "%s: tensor '%s': BOOL element %zu is %u, not 0 or 1", who,
                                            e->name, k, (unsigned)dst[k]);
+        if (is_q8(e->di)) { /* no swap: the scales are little-endian in memory too (q8.h) */
+            int st = check_q8_scales(who, e->name, dst, nbytes / TG_Q8_BYTES);
+            if (st != TG_OK) return st;
+            continue;
+        }
         if (!host_is_little_endian()) swap_elements(dst, nbytes / file_esize(e->di), file_esize(e->di));
     }
     out->n = (int)ne;
@@ -518,7 +575,7 @@ static bool write_all(int fd, const void *p, size_t n)
 }
 
 /* Bytes of an item's data in the file. */
-static uint64_t item_bytes(const save_item *it) { return (uint64_t)tg_numel(it->src) * file_esize(it->di); }
+static uint64_t item_bytes(const save_item *it) { return file_bytes(it->di, (uint64_t)tg_numel(it->src)); }
 
 /* Writes one tensor's elements in row-major order, gathering strided views
  * (and converting, when the item converts) through bounded staging buffers. */
@@ -528,6 +585,9 @@ static bool write_tensor(int fd, const save_item *it)
     size_t es = tg_dtype_size(x->dtype), fes = file_esize(it->di);
     int64_t numel = tg_numel(x);
     if (numel == 0) return true;
+    if (x->dtype == TG_Q8) /* whole blocks, contiguous (check_items): the bytes as they are, on any host */
+        return write_all(fd, (const uint8_t *)x->data + (size_t)(x->offset / TG_Q8_BLOCK) * TG_Q8_BYTES,
+                         tg_tensor_nbytes(x));
     if (!it->convert && tg_is_contiguous(x) && host_is_little_endian())
         return write_all(fd, tg__ptr(x, x->offset), (size_t)numel * es);
     enum { STAGE = 1 << 16 };
@@ -645,6 +705,24 @@ static char *build_header(const save_item *items, const int *order, int n, int n
     return h;
 }
 
+/* A TG_Q8 tensor is stored as Q8_0, its blocks whole and back to back in
+ * row-major order; Q8_0 holds nothing else. */
+static int check_q8_item(const save_item *t)
+{
+    bool q8 = t->src->dtype == TG_Q8;
+    if (q8 != is_q8(t->di) || (q8 && t->convert))
+        return tg_error_status(TG_EINVAL,
+                               "safetensors_save: tensor '%s' is %s, stored as %s: Q8_0 holds q8_0 tensors only",
+                               t->name, tg_dtype_name(t->src->dtype), st_dtypes[t->di].name);
+    const tg_tensor *x = t->src;
+    if (q8 && tg_numel(x) > 0 &&
+        (!tg_is_contiguous(x) || x->ndim < 1 || x->shape[x->ndim - 1] % TG_Q8_BLOCK || x->offset % TG_Q8_BLOCK))
+        return tg_error_status(TG_EINVAL,
+                               "safetensors_save: tensor '%s' is a q8_0 view whose blocks are not whole and back to "
+                               "back (save a contiguous copy)", t->name);
+    return TG_OK;
+}
+
 static int check_items(const char *path, const save_item *items, int n, int n_meta, const char *const *meta)
 {
     if (!path) return tg_error_status(TG_EINVAL, "safetensors_save: NULL path");
@@ -665,6 +743,8 @@ static int check_items(const char *path, const save_item *items, int n, int n_me
             return tg_error_status(TG_EINVAL, "safetensors_save: tensor '%s' has %d dims", t->name, t->src->ndim);
         if (tg_numel(t->src) > 0 && !t->src->data)
             return tg_error_status(TG_EINVAL, "safetensors_save: tensor '%s' has no data", t->name);
+        int st = check_q8_item(t);
+        if (st != TG_OK) return st;
         if (!t->convert && file_esize(t->di) != tg_dtype_size(t->src->dtype))
             return tg_error_status(TG_EINVAL, "safetensors_save: tensor '%s' is %s, stored as %s without a conversion",
                                    t->name, tg_dtype_name(t->src->dtype), st_dtypes[t->di].name);

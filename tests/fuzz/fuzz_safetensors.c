@@ -50,7 +50,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         int64_t n = tg_numel(t);
         CHECK(tg_is_contiguous(t));
         CHECK(n >= 0);
-        size_t nbytes = (size_t)n * tg_dtype_size(t->dtype);
+        size_t nbytes = tg_tensor_nbytes(t);
         total += nbytes;
         /* tensors' bytes come from the input (F16 and BF16 read widened to
          * float32: twice theirs) */
