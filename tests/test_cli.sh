@@ -206,6 +206,16 @@ expect_contains "generate greedy (no cache)" "$HELLO" "$TG" generate --config gp
 # FAST numerics: float32 to rounding, so the same greedy ids here
 expect_contains "generate greedy (fast)" "$HELLO" "$TG" generate --config gpt2-small --seed 123 --prompt "Hello, I am" --max-new-tokens 10 --precision fast
 fi
+# q8 weights: a LoRA step over an int8 base reports them; generation's
+# int8 products are the same arithmetic under every policy (the same ids
+# under exact, fast and bf16)
+if "$TG" bench --model gpt --config qwen3-0.6b --layers 1 --emb 32 --heads 2 --kv-groups 1 --head-dim 16 --hidden 32 --vocab 50 --tokens 8 --steps 1 --lora-rank 2 --weights q8 --json >"$TMP/bq.json" 2>"$TMP/err" &&
+    $PY -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["weights"] == "q8_0", d' "$TMP/bq.json"; then ok; else bad "bench --weights q8: $(head -1 "$TMP/err")"; fi
+Q8M="--config qwen3-0.6b --layers 2 --emb 64 --heads 2 --kv-groups 1 --head-dim 32 --hidden 96 --prompt Hello --max-new-tokens 8 --json --weights q8"
+q8e=$("$TG" generate $Q8M --precision exact 2>"$TMP/err" | sed -n 's/.*"ids":\(\[[0-9,]*\]\).*/\1/p')
+q8f=$("$TG" generate $Q8M --precision fast 2>>"$TMP/err" | sed -n 's/.*"ids":\(\[[0-9,]*\]\).*/\1/p')
+q8b=$("$TG" generate $Q8M --precision bf16 2>>"$TMP/err" | sed -n 's/.*"ids":\(\[[0-9,]*\]\).*/\1/p')
+if [ -n "$q8e" ] && [ "$q8e" = "$q8f" ] && [ "$q8e" = "$q8b" ]; then ok; else bad "generate --weights q8 across policies: '$q8e' '$q8f' '$q8b' $(head -1 "$TMP/err")"; fi
 # bench --model gpt reports the policy it ran, and the weights' dtype
 if "$TG" bench --model gpt --config qwen3-0.6b --layers 1 --emb 16 --heads 2 --kv-groups 1 --head-dim 8 --hidden 32 --vocab 50 --tokens 8 --steps 1 --lora-rank 2 --weights bf16 --json >"$TMP/bw.json" 2>"$TMP/err" &&
     $PY -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["weights"] == "bfloat16", d' "$TMP/bw.json"; then ok; else bad "bench --weights bf16: $(head -1 "$TMP/err")"; fi
@@ -764,6 +774,15 @@ done
 touch "$TMP/empty.safetensors"
 printf 'not a safetensors file' >"$TMP/junk.safetensors"
 mkdir -p "$TMP/dir"
+# a Q8_0 entry whose first block's scale is NaN (half 0x7e00), and one cut short
+$PY - "$TMP" <<'EOF_Q8'
+import json, struct, sys
+for name, scale, cut in (("nan_q8", 0x7e00, 0), ("short_q8", 0x3c00, 10)):
+    data = struct.pack("<H", scale) + bytes(32)
+    h = json.dumps({"tok_emb.weight": {"dtype": "Q8_0", "shape": [1, 32], "data_offsets": [0, 34]}}).encode()
+    h += b" " * (-len(h) % 8)
+    open("%s/%s.safetensors" % (sys.argv[1], name), "wb").write(struct.pack("<Q", len(h)) + h + data[:len(data) - cut])
+EOF_Q8
 while IFS= read -r line; do
     [ -z "$line" ] && continue
     # shellcheck disable=SC2086
@@ -879,6 +898,14 @@ bench --model gpt --layers 1 --emb 8 --heads 2 --vocab 50 --tokens 4 --precision
 bench --model gpt --layers 1 --emb 8 --heads 2 --vocab 50 --tokens 4 --weights bf16
 bench --model dpo --layers 1 --emb 8 --heads 2 --vocab 50 --tokens 1
 generate --hf $(dirname "$0")/ref/hf_qwen3_tiny --weights f16
+generate --weights q4
+generate --config qwen3-0.6b --layers 1 --emb 48 --heads 2 --head-dim 24 --kv-groups 1 --hidden 64 --weights q8
+generate --config qwen3-0.6b --layers 1 --emb 64 --heads 2 --head-dim 32 --kv-groups 1 --hidden 64 --weights q8 --load $TMP/nan_q8.safetensors
+generate --config qwen3-0.6b --layers 1 --emb 64 --heads 2 --head-dim 32 --kv-groups 1 --hidden 64 --weights q8 --load $TMP/short_q8.safetensors
+pretrain --text data/the-verdict.txt --weights q8
+pretrain --text data/the-verdict.txt --config qwen3-0.6b --weights bf16
+bench --model gpt --config qwen3-0.6b --layers 1 --emb 32 --heads 2 --kv-groups 1 --head-dim 16 --hidden 32 --vocab 50 --tokens 4 --weights q8
+finetune classify --train a.csv --val b.csv --weights q8
 generate --precision EXACT
 pretrain --text data/the-verdict.txt --precision
 summary --dropout 1

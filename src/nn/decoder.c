@@ -200,6 +200,15 @@ int tg_decoder_config_check(const tg_decoder_config *c)
     if (c->vocab_size > INT32_MAX || c->emb_dim > INT32_MAX || c->n_layers > INT32_MAX || r.hidden_dim > INT32_MAX ||
         r.head_dim > INT32_MAX || c->n_heads > 65536)
         return tg_error_status(TG_EINVAL, "%s: sizes above 2^31 (or 65536 heads) are not supported", cls);
+    /* q8_0 blocks run along each matrix's input dim (and the embeddings' rows) */
+    const struct {
+        const char *name;
+        int64_t v;
+    } ins[] = {{"emb_dim", c->emb_dim}, {"hidden_dim", r.hidden_dim}, {"n_heads * head_dim", c->n_heads * r.head_dim}};
+    for (size_t i = 0; c->weights == TG_Q8 && i < sizeof ins / sizeof ins[0]; i++)
+        if (ins[i].v % 32)
+            return tg_error_status(TG_EINVAL, "%s: q8_0 weights hold blocks of 32 along each matrix's input, and "
+                                              "%s is %lld", cls, ins[i].name, (long long)ins[i].v);
     return TG_OK;
 }
 
