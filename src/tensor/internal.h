@@ -444,7 +444,7 @@ int tg__bf16_prepare(const tg_tensor *w, tg_numerics nm);
 /* tg_k_copy with a TG_Q8 side (src/tensor/q8_ops.c): false with an error
  * when a TG_Q8 destination does not hold whole blocks along its last dim. */
 bool tg__q8_copy(tg_tensor *out, const tg_tensor *src);
-/* tg_k_gemm with a TG_Q8 operand (src/tensor/gemm_q8.c). */
+/* tg_k_gemm with a TG_Q8 operand (src/tensor/q8_ops.c). */
 void tg__gemm_q8(tg_numerics nm, tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
                  double beta);
 /* A product of up to sixteen rows against bf16 weights (a Linear's forward

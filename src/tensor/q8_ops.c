@@ -243,6 +243,7 @@ void tg__gemm_q8(tg_numerics nm, tg_tensor *c, const tg_tensor *a, bool ta, cons
         else if (beta != 1) tg_k_binary_scalar(&cv, &cv, beta, TG_BIN_MUL, false);
         return;
     }
-    tg__q8_0_matmul((float *)c->data + c->offset, ldc, (const float *)a->data + a->offset, lda, block_at(b, b->offset),
-                    M, N, K, (float)alpha, (float)beta);
+    /* out of memory: the error is set, as gemm's other failures set it */
+    (void)tg__q8_0_matmul((float *)c->data + c->offset, ldc, (const float *)a->data + a->offset, lda,
+                          block_at(b, b->offset), M, N, K, (float)alpha, (float)beta);
 }
