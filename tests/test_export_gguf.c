@@ -722,6 +722,25 @@ static void test_llama3(void **state)
     assert_true(kv_bool(&g, "tokenizer.ggml.add_bos_token"));
     assert_kv_str(&g, "tokenizer.chat_template", "{{ messages }}");
     gguf_close(&g);
+    /* q8_0: the file written from the float32 weights holds the blocks
+     * tapegrad holds for them (TG_Q8): byte for byte the file written from
+     * the model converted to q8_0 (its own blocks, the query's and the key's
+     * rows permuted) */
+    char pa[256], pb[256];
+    o.type = TG_EXPORT_Q8_0;
+    assert_int_equal(tg_export_gguf(m, tmp(pa, sizeof pa, "llama_q8_from_f32.gguf"), &o), TG_OK);
+    assert_int_equal(tg_module_requires_grad_(m, false), TG_OK);
+    assert_int_equal(tg_module_to_dtype(tp, m, TG_Q8), TG_OK);
+    assert_int_equal(tg_module_get_parameter(m, "trf_blocks.1.att.W_query.weight")->dtype, TG_Q8);
+    assert_int_equal(tg_export_gguf(m, tmp(pb, sizeof pb, "llama_q8_own.gguf"), &o), TG_OK);
+    size_t la, lb;
+    char *fa = tu_read_file(pa, &la), *fb = tu_read_file(pb, &lb);
+    assert_non_null(fa);
+    assert_non_null(fb);
+    assert_int_equal(la, lb);
+    assert_memory_equal(fa, fb, la);
+    free(fa);
+    free(fb);
     tg_tape_free(tp);
 }
 

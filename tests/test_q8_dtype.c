@@ -148,6 +148,31 @@ static void test_errors(void **state)
     tg_tensor *q3 = tg_to_dtype(tp, tg_reshape(tp, x, 3, (int64_t[]){1, 2, 32}), TG_Q8);
     tu_assert_null_error(tg_linear(tp, x, q3, NULL), "2-D");
     tu_assert_status_error(tg_uniform_(tg_empty(tp, TG_U8, 1, (int64_t[]){4}), 0, 1, NULL), "q8_0");
+    /* the ops that move or read values one at a time */
+    tg_tensor *idx = tg_from_data(tp, TG_I64, 1, (int64_t[]){1}, (int64_t[]){1});
+    tu_assert_null_error(tg_index_select(tp, q, 0, idx), "index_select", "q8_0");
+    tu_assert_null_error(tg_gather(tp, q, 0, tg_zeros(tp, TG_I64, 2, (int64_t[]){1, 32})), "gather", "q8_0");
+    tu_assert_null_error(tg_compare_scalar(tp, q, 0.0, TG_CMP_GT), "compare", "q8_0");
+    tu_assert_null_error(tg_triu(tp, q, 0), "triu", "q8_0");
+    tu_assert_status_error(tg_fill_(q, 1.0), "fill_", "q8_0");
+    tu_assert_status_error(tg_init_zeros_(q), "zeros_", "q8_0");
+    tu_assert_status_error(tg_init_ones_(q), "ones_", "q8_0");
+    /* and those that move whole blocks keep them */
+    tg_tensor *c0 = tg_cat(tp, 2, (tg_tensor *[]){q, q}, 0), *c1 = tg_cat(tp, 2, (tg_tensor *[]){q, q}, 1);
+    tg_tensor *cl = tg_clone(tp, q), *nr = tg_contiguous(tp, tg_narrow(tp, q, 1, 0, 32));
+    assert_non_null(c0);
+    assert_non_null(c1);
+    assert_non_null(cl);
+    assert_non_null(nr);
+    for (int64_t i = 0; i < 64; i++) {
+        double v = tg_item_at(q, i);
+        assert_true(tg_item_at(c0, i) == v && tg_item_at(c0, 64 + i) == v && tg_item_at(cl, i) == v);
+        assert_true(tg_item_at(c1, i / 32 * 64 + i % 32) == v && tg_item_at(c1, i / 32 * 64 + 32 + i % 32) == v);
+    }
+    assert_true(tg_item_at(nr, 33) == tg_item_at(q, 33));
+    tg_tensor *wide = tg_to_dtype(tp, random_rows(tp, 2, 96, 1.0), TG_Q8), *mid = tg_contiguous(tp, tg_narrow(tp, wide, 1, 32, 32));
+    assert_non_null(mid);
+    for (int64_t i = 0; i < 64; i++) assert_true(tg_item_at(mid, i) == tg_item_at(wide, i / 32 * 96 + 32 + i % 32));
     tg_tape_free(tp);
 }
 

@@ -586,6 +586,7 @@ int tg_backward(tg_tensor *root, const tg_tensor *grad, bool retain_graph)
 static int check_inplace(const char *op, const tg_tensor *x)
 {
     if (!x) return tg_error_status(TG_EINVAL, "%s: NULL tensor", op);
+    if (strcmp(op, "copy_") != 0 && tg__refuse_q8(op, x)) return TG_EINVAL; /* copy_ quantizes */
     if (x->requires_grad && tg_is_grad_enabled())
         return tg_error_status(TG_EINVAL, "%s: a tensor that requires grad is being used in an "
                                           "in-place operation (use no-grad mode)", op);

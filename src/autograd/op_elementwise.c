@@ -339,6 +339,7 @@ int tg__gelu_tanh_backward(tg_node *n)
 tg_tensor *tg_compare(tg_tape *tp, const tg_tensor *a, const tg_tensor *b, tg_cmp op)
 {
     if (!a || !b) return tg__error_null_input("compare");
+    if (tg__refuse_q8("compare", a) || tg__refuse_q8("compare", b)) return NULL;
     if ((unsigned)op > TG_CMP_GE) return tg_error("compare: unknown comparison %d", (int)op);
     int64_t shape[TG_MAX_DIMS];
     char sa[64], sb[64];

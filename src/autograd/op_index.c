@@ -66,6 +66,7 @@ tg_tensor *tg_gather(tg_tape *tp, tg_tensor *x, int dim, const tg_tensor *index)
 {
     char sx[64], si[64];
     if (!x || !index) return tg__error_null_input("gather");
+    if (tg__refuse_q8("gather", x)) return NULL;
     if (index->dtype != TG_I64) return tg_error("gather: index must be int64, got %s", tg_dtype_name(index->dtype));
     int d = tg__wrap_dim("gather", dim, x->ndim);
     if (d < 0) return NULL;
@@ -139,6 +140,7 @@ tg_tensor *tg_index_select(tg_tape *tp, tg_tensor *x, int dim, const tg_tensor *
 {
     char si[64];
     if (!x || !index) return tg__error_null_input("index_select");
+    if (tg__refuse_q8("index_select", x)) return NULL;
     if (index->dtype != TG_I64)
         return tg_error("index_select: index must be int64, got %s", tg_dtype_name(index->dtype));
     if (index->ndim > 1)

@@ -202,7 +202,7 @@ int tg_dist_broadcast_module(tg_module *m)
         if (!tg_is_contiguous(t))
             st = tg_error_status(TG_EINVAL, "dist broadcast_module: '%s' is not contiguous", sd.names[i]);
         else
-            st = tg_dist_broadcast(tg_data_ptr(t), (size_t)tg_numel(t) * tg_dtype_size(t->dtype), 0);
+            st = tg_dist_broadcast(tg_data_ptr(t), tg_tensor_nbytes(t), 0);
         tg__bump(t);
     }
     tg_tape_free(tp);

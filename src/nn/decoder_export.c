@@ -138,8 +138,7 @@ static bool same_values(const tg_tensor *a, const tg_tensor *b)
 {
     if (a == b) return true;
     if (!tg_same_shape(a, b) || a->dtype != b->dtype || !tg_is_contiguous(a) || !tg_is_contiguous(b)) return false;
-    size_t bytes = (size_t)tg_numel(a) * tg_dtype_size(a->dtype);
-    return memcmp(tg__ptr(a, 0), tg__ptr(b, 0), bytes) == 0;
+    return memcmp(tg_data_ptr(a), tg_data_ptr(b), tg_tensor_nbytes(a)) == 0;
 }
 
 /* GPT-2's tensor for the file entry hf: the table's rows naming it (the

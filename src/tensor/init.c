@@ -91,6 +91,7 @@ static int fill(const char *op, tg_tensor *x, double v)
 {
     int st = check_target(op, x, false);
     if (st != TG_OK) return st;
+    if (tg__refuse_q8(op, x)) return TG_EINVAL;
     tg__bump(x);
     tg_k_fill(x, v);
     return TG_OK;

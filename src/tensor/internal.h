@@ -17,6 +17,16 @@
 #define TG_PAR_MIN 32768
 
 static inline bool tg__is_float(tg_dtype dt) { return dt == TG_F32 || dt == TG_F64; }
+/* An op that moves or reads values one at a time, given a q8_0 tensor:
+ * true with the error (its blocks are read by the weight readers, converted
+ * by to_dtype and copy_, moved whole by clone, cat and stack). */
+static inline bool tg__refuse_q8(const char *op, const tg_tensor *x)
+{
+    if (!x || x->dtype != TG_Q8) return false;
+    tg_error("%s: got a q8_0 tensor (q8_0 weights are read by embedding, linear and matmul's second operand; "
+             "tg_to_dtype widens them)", op);
+    return true;
+}
 /* the frozen weights' storages: bfloat16 and q8_0 */
 static inline bool tg__is_compact(tg_dtype dt) { return dt == TG_BF16 || dt == TG_Q8; }
 

@@ -298,6 +298,7 @@ tg_tensor *tg_eye(tg_tape *tp, tg_dtype dt, int64_t n, int64_t m)
 static tg_tensor *tri(const char *op, tg_tape *tp, const tg_tensor *x, int64_t diagonal, bool upper)
 {
     if (!x) return tg__error_null_input(op);
+    if (tg__refuse_q8(op, x)) return NULL;
     if (x->ndim < 2) return tg_error("%s: input must have at least 2 dims, got %d", op, x->ndim);
     tg_tensor *t = tg_empty(tp, x->dtype, x->ndim, x->shape);
     if (!t) return NULL;
