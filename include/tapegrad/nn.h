@@ -171,10 +171,12 @@ TG_API tg_generator *tg_module_generator(const tg_module *m);
 
 /* Makes now what products under numerics read from the weights of the
  * tree's Linear modules (the output head's weight when it is the embedding's
- * included): under TG_NUMERICS_BF16 each weight's bf16 copy, which its first
- * product would otherwise make, so that a model's first forward does not
- * convert the whole model (Qwen3-0.6B: ~0.3 s of its first generated id);
- * nothing under EXACT and FAST. A copy serves until its weight is written
+ * included): under TG_NUMERICS_BF16 each float32 weight's bf16 copy, under
+ * EXACT each bfloat16 weight's float32 copy (within the bound
+ * tg_numerics_copy_bytes describes), which its first product would
+ * otherwise make, so that a model's first forward does not convert the
+ * whole model (Qwen3-0.6B: ~0.3 s of its first generated id); nothing under
+ * FAST. A copy serves until its weight is written
  * (tg_tensor_version), then the next product makes it again. As PyTorch's
  * model.to(torch.bfloat16) before generating. TG_OK, or an error (out of
  * memory). */

@@ -77,15 +77,15 @@ tg_module *tg__linear_new_as(tg_tape *tp, int64_t in_features, int64_t out_featu
     return m;
 }
 
-/* The Linear layers' bf16 weight copies, made now (tg_module_prepare_numerics). */
+/* The Linear layers' weight copies, made now (tg_module_prepare_numerics). */
 int tg_module_prepare_numerics(tg_module *m, tg_numerics numerics)
 {
     if (!m) return tg_error_status(TG_EINVAL, "prepare_numerics: NULL module");
     if (!strcmp(tg_numerics_name(numerics), "?")) return tg_error_status(TG_EINVAL, "prepare_numerics: %d is not a policy", (int)numerics);
-    if (numerics != TG_NUMERICS_BF16) return TG_OK;
+    if (numerics == TG_NUMERICS_FAST) return TG_OK;
     if (tg__is_linear(m)) {
         tg_tensor *w = tg__entry_get(&m->params, "weight");
-        if (w && tg__bf16_prepare(w) < 0) return TG_ENOMEM;
+        if (w && tg__bf16_prepare(w, numerics) < 0) return TG_ENOMEM;
     }
     for (int i = 0; i < m->children.n; i++) {
         int st = tg_module_prepare_numerics(m->children.items[i].ptr, numerics);

@@ -15,8 +15,14 @@
  * is kept with its storage (internal.h, tg_storage) for one version of it
  * (tg_tensor_version): every write through the library bumps the version,
  * so the next product makes the copy again; nothing has to say that weights
- * changed. The copies go with the storage's tape (its reset or free). */
-#define _DEFAULT_SOURCE /* madvise's MADV_HUGEPAGE (Linux) */
+ * changed. The copies go with the storage's tape (its reset or free).
+ *
+ * A bfloat16 tensor (a frozen weight) under the other policies: FAST runs up
+ * to sixteen rows against it on the same row kernels, its activations not
+ * rounded (tg__bf16_rows); EXACT and FAST's other products read it widened
+ * to float32 (tg__bf16_widen), under EXACT into a float32 copy kept as the
+ * bf16 copies are, within half the machine's memory. */
+#define _DEFAULT_SOURCE /* madvise's MADV_HUGEPAGE (Linux), sysconf's _SC_PHYS_PAGES */
 #include "internal.h"
 
 #include <pthread.h>
@@ -24,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
@@ -193,7 +200,7 @@ static TG_UNUSED void fill_bstrides(bf16_mat *m, const tg_tensor *x)
     }
 }
 
-/* ---- parameters' copies ------------------------------------------------------------------------ */
+/* ---- kept copies ------------------------------------------------------------------------------- */
 
 /* Which tensor a copy was made from: its storage, offset, shape and strides. */
 typedef struct {
@@ -221,15 +228,16 @@ static bool key_is(const operand_key *k, const tg_tensor *x)
     return true;
 }
 
-/* A copy kept with a parameter's storage: of one view of it (the key's
- * offset, shape and strides: a weight is read as W and as W^T) at one
- * version. */
+/* A copy kept with a storage: of one view of it (the key's offset, shape
+ * and strides: a weight is read as W and as W^T), in one dtype (a float32
+ * parameter's bf16 copy, a bfloat16 weight's float32 one), at one version. */
 struct tg__derived {
     tg__derived *next;
     operand_key key;
+    tg_dtype dtype;
     int64_t version;
-    uint16_t *copy;
-    size_t cap;
+    void *copy;
+    size_t bytes; /* allocated */
     bool col;
 };
 
@@ -247,7 +255,7 @@ size_t tg_numerics_copy_bytes(void)
 void tg__derived_free(tg__derived *d)
 {
     pthread_mutex_lock(&lock);
-    for (const tg__derived *p = d; p; p = p->next) copy_bytes -= p->cap * sizeof(uint16_t);
+    for (const tg__derived *p = d; p; p = p->next) copy_bytes -= p->bytes;
     pthread_mutex_unlock(&lock);
     while (d) {
         tg__derived *next = d->next;
@@ -257,14 +265,14 @@ void tg__derived_free(tg__derived *d)
     }
 }
 
-/* Memory for a copy of n elements. A large copy (a model's is its size in
+/* Memory for a copy of `bytes`. A large copy (a model's is its size in
  * bf16) is aligned to 2 MiB and asked to live on transparent huge pages
  * where Linux offers them: its first writes then fault a page per 2 MiB, not
  * per 4 KiB (Qwen3-0.6B's first token in generation: 0.64 -> 0.29 s, docs/performance.md).
  * free() releases it. */
-static uint16_t *copy_alloc(size_t n)
+static void *copy_alloc(size_t bytes)
 {
-    size_t bytes = sizeof(uint16_t) * (n ? n : 1);
+    if (!bytes) bytes = 1;
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     enum { HUGE = 2 << 20 };
     if (bytes >= HUGE) {
@@ -277,52 +285,187 @@ static uint16_t *copy_alloc(size_t n)
     return malloc(bytes);
 }
 
+/* x's copy in dtype dt kept with its storage, added (empty, no version)
+ * when missing; NULL if out of memory. Called under lock. */
+static tg__derived *derived_of(const tg_tensor *x, tg_dtype dt)
+{
+    tg_storage *st = x->storage;
+    tg__derived *p = st->derived;
+    while (p && !(p->dtype == dt && key_is(&p->key, x))) p = p->next;
+    if (p) return p;
+    p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    key_set(&p->key, x);
+    p->dtype = dt;
+    p->version = -1;
+    p->next = st->derived;
+    st->derived = p;
+    tg__tape_keep_derived(st);
+    return p;
+}
+
+/* Room for `bytes` in p's copy (the old contents are not kept): false if
+ * out of memory. Called under lock. */
+static bool derived_reserve(tg__derived *p, size_t bytes)
+{
+    p->version = -1; /* not valid until made */
+    if (p->bytes >= bytes) return true;
+    void *c = copy_alloc(bytes);
+    if (!c) return false;
+    free(p->copy);
+    copy_bytes += bytes - p->bytes;
+    p->copy = c;
+    p->bytes = bytes;
+    return true;
+}
+
 /* The bf16 copy of parameter x at its storage's version, made when missing
  * or stale; NULL with an error if out of memory. Called under lock. */
 static const uint16_t *param_bf16(const tg_tensor *x, bool *col)
 {
-    tg_storage *st = x->storage;
-    tg__derived *p = st->derived;
-    while (p && !key_is(&p->key, x)) p = p->next;
-    if (p && p->version == st->version) {
+    tg__derived *p = derived_of(x, TG_BF16);
+    if (p && p->version == x->storage->version) {
         *col = p->col;
         return p->copy;
     }
-    if (!p) {
-        p = calloc(1, sizeof *p);
-        if (!p) {
-            tg_error("gemm: out of memory for a parameter's bf16 copy");
-            return NULL;
-        }
-        key_set(&p->key, x);
-        p->next = st->derived;
-        st->derived = p;
-        tg__tape_keep_derived(st);
+    if (!p || !derived_reserve(p, sizeof(uint16_t) * (size_t)tg_numel(x))) {
+        tg_error("gemm: out of memory for a parameter's bf16 copy");
+        return NULL;
     }
-    size_t need = (size_t)tg_numel(x);
-    if (p->cap < need) {
-        uint16_t *c = copy_alloc(need); /* the old contents are not needed */
-        if (!c) {
-            tg_error("gemm: out of memory for a parameter's bf16 copy");
-            return NULL;
-        }
-        free(p->copy);
-        copy_bytes += (need - p->cap) * sizeof(uint16_t);
-        p->copy = c;
-        p->cap = need;
-    }
-    p->version = -1; /* not valid until converted */
     if (!convert(p->copy, x, &p->col)) return NULL;
-    p->version = st->version;
+    p->version = x->storage->version;
     *col = p->col;
     return p->copy;
 }
 
+/* ---- bfloat16 weights widened (EXACT and FAST) -------------------------------------------------- */
+
+/* The float32 layout a bfloat16 x is widened into for a product: its
+ * matrices in x's orientation (row- or column-major: sgemm is then called
+ * with the flags and shapes x itself would get, so the product has the bits
+ * of the same product of a float32 tensor holding these values), compact, a
+ * broadcast batch dim kept broadcast. out: x's header as float32 with those
+ * strides, its data not set; returns the floats it spans. */
+static int64_t widened_layout(const tg_tensor *x, tg_tensor *out)
+{
+    int n = x->ndim;
+    bool col = false;
+    int64_t ld;
+    if (n >= 2 && !tg__matrix_layout(x, &col, &ld)) col = false;
+    /* dims from the fastest: the matrix's inner one first */
+    int order[TG_MAX_DIMS], k = 0;
+    if (n >= 2) {
+        order[k++] = col ? n - 2 : n - 1;
+        order[k++] = col ? n - 1 : n - 2;
+    }
+    for (int d = (n >= 2 ? n - 3 : n - 1); d >= 0; d--) order[k++] = d;
+    *out = *x;
+    int64_t size = 1;
+    for (int i = 0; i < n; i++) {
+        int d = order[i];
+        bool broadcast = d < n - 2 && x->stride[d] == 0;
+        out->stride[d] = broadcast ? 0 : size;
+        if (!broadcast) size *= x->shape[d] > 0 ? x->shape[d] : 1;
+    }
+    out->dtype = TG_F32;
+    out->data = NULL;
+    out->offset = 0;
+    out->storage = NULL;
+    out->is_param = false;
+    return size;
+}
+
+/* x's values, exactly, into out (widened_layout's, over `size` floats). */
+static void widen_into(const tg_tensor *out, const tg_tensor *x, int64_t size)
+{
+    int n = x->ndim;
+    tg_tensor src = *x, dst = *out; /* each value once: broadcast dims as size 1 */
+    bool same = true; /* x laid out as out: one flat loop, on all threads */
+    for (int d = 0; d < n; d++) {
+        if (out->stride[d] == 0) src.shape[d] = dst.shape[d] = 1;
+        same &= x->shape[d] == 1 || x->stride[d] == out->stride[d];
+    }
+    if (!same) {
+        tg_k_copy(&dst, &src);
+        return;
+    }
+    enum { CHUNK = 1 << 16 };
+    const uint16_t *s = (const uint16_t *)x->data + x->offset;
+    float *d = out->data;
+#pragma omp parallel for if (size > TG_PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < size; i += CHUNK) tg__bf16_to_f32_n(d + i, s + i, size - i < CHUNK ? size - i : CHUNK);
+}
+
+/* The most bytes the kept copies may hold for a new float32 copy to be
+ * made (tensor.h, tg_numerics_copy_bytes): half the machine's physical
+ * memory, no bound where the system does not say it. */
+static size_t copy_limit(void)
+{
+    static size_t limit;
+    if (!limit) { /* under lock */
+        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        limit = pages > 0 && page > 0 ? (size_t)pages / 2 * (size_t)page : SIZE_MAX;
+    }
+    return limit;
+}
+
+/* The float32 copy of bfloat16 x kept with its storage at its version, in
+ * out's layout (`size` floats), made when missing or stale; NULL when it
+ * would take the kept copies past copy_limit() or memory is short. Called
+ * under lock. */
+static float *widened_kept(const tg_tensor *x, const tg_tensor *out, int64_t size)
+{
+    size_t bytes = sizeof(float) * (size_t)size;
+    tg__derived *p = derived_of(x, TG_F32);
+    if (!p) return NULL;
+    if (p->version == x->storage->version) return p->copy;
+    if (p->bytes < bytes && copy_bytes + (bytes - p->bytes) > copy_limit()) return NULL;
+    if (!derived_reserve(p, bytes)) return NULL;
+    tg_tensor dst = *out;
+    dst.data = p->copy;
+    widen_into(&dst, x, size);
+    p->version = x->storage->version;
+    return p->copy;
+}
+
+bool tg__bf16_widen(const tg_tensor *x, bool keep, tg_tensor *out, float **buf)
+{
+    *out = *x;
+    *buf = NULL;
+    if (x->dtype != TG_BF16) return true;
+    int64_t size = widened_layout(x, out);
+    if (keep && x->storage) {
+        pthread_mutex_lock(&lock);
+        float *kept = widened_kept(x, out, size);
+        pthread_mutex_unlock(&lock);
+        if (kept) {
+            out->data = kept;
+            return true;
+        }
+    }
+    *buf = malloc(sizeof(float) * (size_t)size);
+    if (!*buf) {
+        tg_error("gemm: out of memory widening a bfloat16 operand (%lld elements)", (long long)size);
+        return false;
+    }
+    out->data = *buf;
+    widen_into(out, x, size);
+    return true;
+}
+
 #define bf16_f32 tg__bf16_to_f32
 
-int tg__bf16_prepare(const tg_tensor *w)
+int tg__bf16_prepare(const tg_tensor *w, tg_numerics nm)
 {
-    if (!w->is_param || !w->storage || w->dtype != TG_F32 || w->ndim != 2) return 1;
+    if (nm == TG_NUMERICS_EXACT && w->dtype == TG_BF16 && w->storage) {
+        tg_tensor out;
+        int64_t size = widened_layout(w, &out);
+        pthread_mutex_lock(&lock);
+        (void)widened_kept(w, &out, size); /* NULL: left to the products, each widening for itself */
+        pthread_mutex_unlock(&lock);
+        return 0;
+    }
+    if (nm != TG_NUMERICS_BF16 || !w->is_param || !w->storage || w->dtype != TG_F32 || w->ndim != 2) return 1;
     pthread_mutex_lock(&lock);
     bool col = false;
     const uint16_t *c = param_bf16(w, &col);
@@ -330,14 +473,17 @@ int tg__bf16_prepare(const tg_tensor *w)
     return c ? 0 : -1;
 }
 
-/* ---- one row against a parameter's copy, emulated --------------------------------------------- */
+/* ---- a few rows against bf16 weights ----------------------------------------------------------- */
 
 enum { ROW_BLOCK = 16, ROW_MAX_M = 16 /* rows of a read by the row kernels */ };
 
-/* y[j] = sum_k w[j][k] a[k] for the rows j of a parameter's bf16 copy: w
- * bf16, a float32 already rounded to bf16, so each product is exact in
- * float32 and the accumulation is float32's, in an order of the kernel's
- * (bf16's tolerance, docs/numerics.md). The AVX2 kernel reads a row in
+/* y[j] = sum_k w[j][k] a[k] for the rows j of a bf16 matrix (a parameter's
+ * copy, a bfloat16 weight): w widened exactly, a float32, multiply-adds and
+ * accumulation in float32, in an order of the kernel's. Under BF16 a is
+ * rounded to bf16 first, so each product is exact in float32 (bf16's
+ * tolerance, docs/numerics.md); under FAST it is not (float32 activations
+ * times the weight's values: float32's product to float32 rounding, as
+ * llama.cpp multiplies BF16 weights on CPUs without bf16 units). The AVX2 kernel reads a row in
  * blocks of sixteen: a 256-bit load holds sixteen bf16 values, the even ones
  * become float32 by a shift, the odd ones by a mask, and `a` is stored once
  * with each block's even elements before its odd ones (ae) to meet them. Two
@@ -406,14 +552,14 @@ __attribute__((target("avx2,fma"))) static void rows_bf16_avx2(const uint16_t *w
 }
 #endif
 
-int tg__bf16_row_emulated(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
-                          double beta)
+int tg__bf16_rows(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha, double beta,
+                  bool round_a)
 {
     int n = c->ndim;
-    /* a float32 parameter through its bf16 copy, a bfloat16 matrix (a frozen
-     * weight) in place when it is stored row-major */
+    /* a bfloat16 matrix (a frozen weight) in place when it is stored
+     * row-major, a float32 parameter through its bf16 copy (BF16 only) */
     bool direct = b->dtype == TG_BF16 && b->ndim == 2 && tg_is_contiguous(b);
-    if (ta || !tb || !(direct || (b->is_param && b->storage && b->dtype == TG_F32)) || b->ndim != 2 ||
+    if (ta || !tb || !(direct || (round_a && b->is_param && b->storage && b->dtype == TG_F32)) || b->ndim != 2 ||
         a->dtype != TG_F32 || c->dtype != TG_F32 || a->ndim != n)
         return 1;
     int64_t N = b->shape[0], K = b->shape[1], M = a->shape[n - 2];
@@ -421,19 +567,19 @@ int tg__bf16_row_emulated(tg_tensor *c, const tg_tensor *a, bool ta, const tg_te
         tg_numel(c) != M * N)
         return 1;
     float *ar = malloc(sizeof *ar * (size_t)(2 * M * K + 1)), *ae = ar + M * K;
-    if (!ar) return tg_error("gemm: out of memory rounding a row to bf16"), -1;
+    if (!ar) return tg_error("gemm: out of memory for the rows of a product with bf16 weights"), -1;
     const float *ad = (const float *)a->data + a->offset;
     int64_t as = a->stride[n - 1], am = a->stride[n - 2], cs = c->stride[n - 1], cm = c->stride[n - 2];
     int64_t kb = K / ROW_BLOCK * ROW_BLOCK;
     for (int64_t i = 0; i < M; i++) {
         float *ri = ar + i * K, *ei = ae + i * K;
-        for (int64_t k = 0; k < K; k++) ri[k] = tg__bf16_round(ad[i * am + k * as]);
+        for (int64_t k = 0; k < K; k++) ri[k] = round_a ? tg__bf16_round(ad[i * am + k * as]) : ad[i * am + k * as];
         for (int64_t k = 0; k < kb; k++) { /* each block's even elements, then its odd ones */
             int64_t r = k % ROW_BLOCK;
             ei[k] = ri[k - r + (r < ROW_BLOCK / 2 ? 2 * r : 2 * r - ROW_BLOCK + 1)];
         }
     }
-    pthread_mutex_lock(&lock);
+    if (!direct) pthread_mutex_lock(&lock); /* the copy is not remade while it is read */
     bool col = false;
     const uint16_t *w = direct ? (const uint16_t *)b->data + b->offset : param_bf16(b, &col);
     int st = !w ? -1 : col ? 1 : 0;
@@ -471,7 +617,7 @@ int tg__bf16_row_emulated(tg_tensor *c, const tg_tensor *a, bool ta, const tg_te
         }
         (void)vec;
     }
-    pthread_mutex_unlock(&lock);
+    if (!direct) pthread_mutex_unlock(&lock);
     free(ar);
     return st;
 }

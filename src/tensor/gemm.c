@@ -247,72 +247,19 @@ static void gemm_emulated(tg_tensor *c, const tg_tensor *a, bool ta, const tg_te
     free(buf);
 }
 
-/* x (TG_BF16) widened to float32, exactly, into a malloc'd buffer *buf
- * (NULL for an operand of another dtype, x itself then) with x's layout:
- * its matrices in x's orientation (row- or column-major: sgemm is then
- * called with the flags and shapes x itself would get, so the product has
- * the bits of the same product of a float32 tensor holding these values),
- * a broadcast batch dim kept broadcast. false with an error if out of
- * memory. */
-static bool widen_operand(const tg_tensor *x, tg_tensor *out, float **buf)
-{
-    *out = *x;
-    *buf = NULL;
-    if (x->dtype != TG_BF16) return true;
-    int n = x->ndim;
-    bool col = false;
-    int64_t ld;
-    if (n >= 2 && !tg__matrix_layout(x, &col, &ld)) col = false;
-    /* dims from the fastest: the matrix's inner one first */
-    int order[TG_MAX_DIMS], k = 0;
-    if (n >= 2) {
-        order[k++] = col ? n - 2 : n - 1;
-        order[k++] = col ? n - 1 : n - 2;
-    }
-    for (int d = (n >= 2 ? n - 3 : n - 1); d >= 0; d--) order[k++] = d;
-    int64_t size = 1;
-    for (int i = 0; i < n; i++) {
-        int d = order[i];
-        bool broadcast = d < n - 2 && x->stride[d] == 0;
-        out->stride[d] = broadcast ? 0 : size;
-        if (!broadcast) size *= x->shape[d] > 0 ? x->shape[d] : 1;
-    }
-    *buf = malloc(sizeof(float) * (size_t)size);
-    if (!*buf) {
-        tg_error("gemm: out of memory widening a bfloat16 operand (%lld elements)", (long long)size);
-        return false;
-    }
-    out->dtype = TG_F32;
-    out->data = *buf;
-    out->offset = 0;
-    out->storage = NULL;
-    out->is_param = false;
-    tg_tensor src = *x, dst = *out; /* each value once: broadcast dims as size 1 */
-    bool same = true; /* x laid out as out: one flat loop, on all threads */
-    for (int d = 0; d < n; d++) {
-        if (out->stride[d] == 0) src.shape[d] = dst.shape[d] = 1;
-        same &= x->shape[d] == 1 || x->stride[d] == out->stride[d];
-    }
-    if (!same) {
-        tg_k_copy(&dst, &src);
-        return true;
-    }
-    enum { CHUNK = 1 << 16 };
-    const uint16_t *s = (const uint16_t *)x->data + x->offset;
-#pragma omp parallel for if (size > TG_PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < size; i += CHUNK) tg__bf16_to_f32_n(*buf + i, s + i, size - i < CHUNK ? size - i : CHUNK);
-    return true;
-}
-
-/* A product with a bfloat16 operand (a frozen weight) under EXACT or FAST:
- * the operand widened to float32 for this product only (a model's weights
- * are never all widened at once) and float32's product of it. */
+/* A product with a bfloat16 operand (a frozen weight) under EXACT or FAST
+ * (FAST's few rows aside: tg__bf16_rows) and float32's product of it
+ * widened: under EXACT into the float32 copy kept with the weight (made
+ * once per version of it; the same bits, PyTorch's for these values), under
+ * FAST for this product only (a model's weights are never all widened). */
 static void gemm_widened(tg_numerics nm, tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb,
                          double alpha, double beta)
 {
+    bool keep = nm == TG_NUMERICS_EXACT;
     tg_tensor wa, wb;
     float *ba = NULL, *bb = NULL;
-    if (widen_operand(a, &wa, &ba) && widen_operand(b, &wb, &bb)) tg_k_gemm(nm, c, &wa, ta, &wb, tb, alpha, beta);
+    if (tg__bf16_widen(a, keep, &wa, &ba) && tg__bf16_widen(b, keep, &wb, &bb))
+        tg_k_gemm(nm, c, &wa, ta, &wb, tb, alpha, beta);
     free(ba);
     free(bb);
 }
@@ -362,6 +309,13 @@ void tg_k_gemm(tg_numerics nm, tg_tensor *c, const tg_tensor *a, bool ta, const 
                double alpha, double beta)
 {
     tg__blas_threads();
+    if (a->dtype == TG_Q8 || b->dtype == TG_Q8) { /* int8 weights: src/tensor/gemm_q8.c */
+        tg__gemm_q8(nm, c, a, ta, b, tb, alpha, beta);
+        return;
+    }
+    /* FAST: a few rows (generation's) read a bf16 weight in place */
+    if (nm == TG_NUMERICS_FAST && b->dtype == TG_BF16 && tg__bf16_rows(c, a, ta, b, tb, alpha, beta, false) <= 0)
+        return;
     if (gemm_in_blocks(nm, c, a, ta, b, tb, alpha, beta)) return;
     if ((a->dtype == TG_BF16 || b->dtype == TG_BF16) && (nm != TG_NUMERICS_BF16 || c->dtype != TG_F32)) {
         gemm_widened(nm, c, a, ta, b, tb, alpha, beta);
@@ -378,7 +332,7 @@ void tg_k_gemm(tg_numerics nm, tg_tensor *c, const tg_tensor *a, bool ta, const 
             if (st <= 0) return;
         }
         tg__bf16_note_emulated();
-        int row = tg__bf16_row_emulated(c, a, ta, b, tb, alpha, beta);
+        int row = tg__bf16_rows(c, a, ta, b, tb, alpha, beta, true);
         if (row <= 0) return;
         gemm_emulated(c, a, ta, b, tb, alpha, beta);
         return;
