@@ -281,14 +281,9 @@ static bool gemm_in_blocks(tg_numerics nm, tg_tensor *c, const tg_tensor *a, boo
         return false;
     int64_t nblocks = (bytes + WIDEN_BLOCK_BYTES - 1) / WIDEN_BLOCK_BYTES, jb = (N + nblocks - 1) / nblocks;
     jb = (jb + 63) / 64 * 64;
-    int bd = tb ? n - 2 : n - 1; /* b's dim holding c's columns */
     for (int64_t j0 = 0; j0 < N; j0 += jb) {
-        int64_t w = N - j0 < jb ? N - j0 : jb;
-        tg_tensor cb = *c, bb = *b;
-        cb.shape[n - 1] = w;
-        cb.offset += j0 * c->stride[n - 1];
-        bb.shape[bd] = w;
-        bb.offset += j0 * b->stride[bd];
+        tg_tensor cb, bb;
+        tg__gemm_columns(c, b, tb, j0, N - j0 < jb ? N - j0 : jb, &cb, &bb);
         tg_k_gemm(nm, &cb, a, ta, &bb, tb, alpha, beta);
     }
     return true;
@@ -309,7 +304,7 @@ void tg_k_gemm(tg_numerics nm, tg_tensor *c, const tg_tensor *a, bool ta, const 
                double alpha, double beta)
 {
     tg__blas_threads();
-    if (a->dtype == TG_Q8 || b->dtype == TG_Q8) { /* int8 weights: src/tensor/gemm_q8.c */
+    if (a->dtype == TG_Q8 || b->dtype == TG_Q8) { /* int8 weights: src/tensor/q8_ops.c */
         tg__gemm_q8(nm, c, a, ta, b, tb, alpha, beta);
         return;
     }

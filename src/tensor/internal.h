@@ -451,6 +451,19 @@ int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b,
  * past its limit). 0 made, current or left to the products, 1 nothing to
  * make, -1 out of memory (error set). */
 int tg__bf16_prepare(const tg_tensor *w, tg_numerics nm);
+/* Views of c's columns [j0, j0 + w) and of the part of b that makes them
+ * (b's dim holding them narrowed), for products run in column blocks. */
+static inline void tg__gemm_columns(const tg_tensor *c, const tg_tensor *b, bool tb, int64_t j0, int64_t w,
+                                    tg_tensor *cb, tg_tensor *bb)
+{
+    int bd = tb ? b->ndim - 2 : b->ndim - 1;
+    *cb = *c;
+    *bb = *b;
+    cb->shape[c->ndim - 1] = w;
+    cb->offset += j0 * c->stride[c->ndim - 1];
+    bb->shape[bd] = w;
+    bb->offset += j0 * b->stride[bd];
+}
 /* tg_k_copy with a TG_Q8 side (src/tensor/q8_ops.c): false with an error
  * when a TG_Q8 destination does not hold whole blocks along its last dim. */
 bool tg__q8_copy(tg_tensor *out, const tg_tensor *src);

@@ -197,19 +197,14 @@ static void gemm_widened_blocks(tg_numerics nm, tg_tensor *c, const tg_tensor *a
     int64_t jb = K > 0 ? BLOCK / K : N;
     jb = jb < TG_Q8_BLOCK ? TG_Q8_BLOCK : jb / TG_Q8_BLOCK * TG_Q8_BLOCK;
     if (jb > N) jb = N;
-    int bd = tb ? 0 : 1; /* b's dim holding c's columns */
     float *buf = malloc(sizeof(float) * (size_t)(jb * K > 0 ? jb * K : 1));
     if (!buf) {
         tg_error("matmul: out of memory widening a q8_0 weight");
         return;
     }
     for (int64_t j0 = 0; j0 < N; j0 += jb) {
-        int64_t w = N - j0 < jb ? N - j0 : jb;
-        tg_tensor cb = *c, bb = *b;
-        cb.shape[n - 1] = w;
-        cb.offset += j0 * c->stride[n - 1];
-        bb.shape[bd] = w;
-        bb.offset += j0 * b->stride[bd];
+        tg_tensor cb, bb;
+        tg__gemm_columns(c, b, tb, j0, N - j0 < jb ? N - j0 : jb, &cb, &bb);
         tg_tensor wb = widened(buf, &bb);
         tg_k_gemm(nm, &cb, a, ta, &wb, tb, alpha, beta);
     }
