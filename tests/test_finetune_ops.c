@@ -444,7 +444,7 @@ static void test_init_errors(void **state)
     tu_assert_status_error(tg_init_kaiming_uniform_(w, 0, (tg_fan_mode)7, NULL, NULL),
                            "kaiming_uniform_: mode 7 not supported, use TG_FAN_IN or TG_FAN_OUT");
     tg_tensor *iw = tg_zeros(tp, TG_I64, 2, SH(4, 3));
-    const char *nf = "expected a float32, float64 or bfloat16 tensor, got int64";
+    const char *nf = "expected a float32, float64, bfloat16 or q8_0 tensor, got int64";
     tu_assert_status_error(tg_init_kaiming_uniform_(iw, 0, TG_FAN_IN, NULL, NULL), "kaiming_uniform_: ", nf);
     tu_assert_status_error(tg_init_kaiming_normal_(iw, 0, TG_FAN_IN, NULL, NULL), "kaiming_normal_: ", nf);
     tu_assert_status_error(tg_init_xavier_uniform_(iw, 1, NULL), "xavier_uniform_: ", nf);
