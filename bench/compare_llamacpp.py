@@ -46,9 +46,11 @@ finds). Exporting needs the tapegrad of --tapegrad, --llamacpp-only too;
 without one, GGUF files exported before from the same folder are used.
 
 tapegrad runs `tapegrad generate --hf PATH --prompt ... --max-new-tokens N
---temperature 0 --json --precision bf16` (and --precision fast: float32)
-with OMP_NUM_THREADS=--threads and reports "tokens_per_s" (Gemma 3's bf16
-run adds --weights bf16). llama.cpp runs
+--temperature 0 --json --precision bf16` (and --precision fast --weights
+f32: float32; --precision fast --weights q8: the matrices quantized at load
+to Q8_0 blocks of the folder's values, the blocks the Q8_0 GGUF holds, and
+int8 products) with OMP_NUM_THREADS=--threads and reports "tokens_per_s"
+(Gemma 3's bf16 run adds --weights bf16). llama.cpp runs
 through the npm package node-llama-cpp@3.21.1 (its prebuilt CPU binaries,
 never a GPU build or a download) by bench/llamacpp_generate.mjs: the model
 read into memory, the prompt tokenized by the GGUF's tokenizer, N ids greedily
@@ -56,14 +58,29 @@ with the KV cache (F16, llama.cpp's default), --threads threads. Both time
 the same span: from the prompt's forward to the N-th id (the prompt's forward
 and N - 1 one-id steps; loading excluded); llama.cpp's one-id steps alone
 are printed beside. Each run is a fresh process; tapegrad and llama.cpp
-alternate (tapegrad bf16, llama.cpp BF16, tapegrad float32, llama.cpp Q8_0)
-for --runs runs, and the table gives the median tokens/s, the ratio of
-their medians for tapegrad bf16 to llama.cpp BF16 (the goal: >= 1.2x), the
-same ratio run by run (each tapegrad bf16 run over the llama.cpp BF16 run
-right after it, which met the same state of a shared machine) with its
-median, and the CPU's bf16 flags. tapegrad's weights are loaded (and under
-bf16 their bf16 copies made, tg_module_prepare_numerics) before its span. Other work on the machine spoils the figures (llama.cpp's most: its
-threads spin at barriers), so each run measures the share of the CPUs that
+alternate (tapegrad bf16, llama.cpp BF16, tapegrad float32, tapegrad q8,
+llama.cpp Q8_0; --pairs picks some: bf16 the first two, f32 the third, q8
+the last two) for --runs runs, and the table gives the median tokens/s, the
+ratios of their medians for tapegrad bf16 to llama.cpp BF16 and tapegrad q8
+to llama.cpp Q8_0 (the goal of each: >= 1.2x), the same ratios run by run
+(each tapegrad run over the llama.cpp run of the same storage right after
+it, which met the same state of a shared machine) with their medians, and
+the CPU's bf16 flags.
+
+Generation reads every weight once an id, so each row also gives the
+weight bytes an id reads (from the shapes: every matrix in the row's
+storage, bf16 2 bytes, float32 4, Q8_0 34 per 32 values, the tied
+embedding once as the head; vectors in float32; GPT-2's position table and
+the KV cache left out) times its median tokens/s: the rate at which it
+reads its weights, next to the machine's read rate measured before each
+round of runs (memchr over 256 MiB in --threads processes at once, the best
+of three passes: read_rate), the median of which the table prints. The
+prompt's forward is one read of the weights as each later id is, so the
+span's N ids are N reads. tapegrad's weights are loaded (under q8
+quantized to their blocks; under bf16 their bf16 copies made,
+tg_module_prepare_numerics) before its span. Other work on the machine
+spoils the figures (llama.cpp's most: its threads spin at barriers, as
+OpenMP's do in tapegrad), so each run measures the share of the CPUs that
 other processes took meanwhile (/proc/stat less this process's children) and
 a run above --max-others (10%) is repeated, --tries times at most.
 
@@ -73,7 +90,11 @@ by side, then PyTorch in float32 on the same bf16 weights: greedy for
 every engine's ids scored teacher-forced (at how many steps its id is
 PyTorch's top-1, and the largest gap below the top-1 logit where it is not).
 With random weights the logits lie close together, so bf16 rounding can part
-the greedy ids after some steps. PyTorch is the book's code: for Qwen3 its
+the greedy ids after some steps; so can float rounding between tapegrad q8
+and llama.cpp Q8_0, when it moves an activation across an int8 rounding
+boundary (a step the quantization's size: the seed-0 Qwen3-0.6B's part at
+id 15, with llama.cpp's cache in F16 or F32; tests/check_llamacpp.py
+measures it). PyTorch is the book's code: for Qwen3 its
 Qwen3Model (KV-cache variant, load_weights_into_qwen) imported from
 $LLMS_FROM_SCRATCH_DIR (see tools/reference/decoder.py; skipped when unset),
 for GPT-2 tools/reference/gpt_book.py's GPTModel, for Gemma 3 the
@@ -95,8 +116,8 @@ there, GPT-2 ~0.7 GB, Gemma 3 ~1.4 GB, the npm packages ~85 MB.
     /usr/bin/python3 bench/compare_llamacpp.py [--model qwen3|gpt2|gemma3]
         [--tapegrad build/tools/tapegrad] [--workdir DIR] [--runs 5]
         [--tokens 100] [--threads 2] [--check] [--check-ids 10]
-        [--llamacpp-only] [--flash-attention on|off] [--kv-type F16]
-        [--max-others 0.1] [--tries 3] [--tapegrad-args=STR] [--json]
+        [--llamacpp-only] [--pairs bf16,f32,q8] [--flash-attention on|off]
+        [--kv-type F16] [--max-others 0.1] [--tries 3] [--tapegrad-args=STR] [--json]
 """
 import argparse
 import contextlib
@@ -474,18 +495,20 @@ MODELS = {
     "qwen3": {"title": "Qwen3-0.6B shapes, random weights", "dir": "qwen3-0.6b-random",
               "gguf": "qwen3-0.6b-random-%s.gguf", "hf": "hf", "config": QWEN3_06B,
               "init": "randn*0.02 bf16, norms 1", "data": ["data/qwen3/tokenizer.json"],
-              "make": qwen3_make, "torch": qwen3_torch, "name": "Qwen3-0.6B random (seed %d)"},
+              "make": qwen3_make, "torch": qwen3_torch, "name": "Qwen3-0.6B random (seed %d)",
+              "shapes": qwen3_shapes},
     "gpt2": {"title": "GPT-2 124M shapes, random weights", "dir": "gpt2-124m-random",
              "gguf": "gpt2-124m-random-%s.gguf", "hf": os.path.join("hf", "model.safetensors"),
              "config": GPT2_124M, "init": "randn*0.02 (norm weights +1) bf16",
              "data": ["data/gpt2/encoder.json", "data/gpt2/vocab.bpe"], "make": gpt2_make, "torch": gpt2_torch,
-             "name": "GPT-2 124M random (seed %d)", "tokenizer": os.path.join(ROOT, "data", "gpt2")},
+             "name": "GPT-2 124M random (seed %d)", "tokenizer": os.path.join(ROOT, "data", "gpt2"),
+             "shapes": gpt2_shapes, "one_row": ("wpe.weight",)},
     "gemma3": {"title": "Gemma 3 270M shapes, random weights", "dir": "gemma3-270m-random",
                "gguf": "gemma3-270m-random-%s.gguf", "hf": "hf", "config": GEMMA3_270M,
                "init": "randn*0.02, norm weights randn*0.1, bf16; Qwen3's vocabulary",
                "data": ["data/qwen3/tokenizer.json"], "make": gemma3_make, "torch": gemma3_torch,
                "tapegrad_bf16_args": ["--weights", "bf16"], "needs": "a Hugging Face gemma3_text folder",
-               "name": "Gemma 3 270M random (seed %d)"},
+               "name": "Gemma 3 270M random (seed %d)", "shapes": gemma3_shapes},
 }
 
 
@@ -712,6 +735,71 @@ def torch_check(m, files, prompt_ids, n, threads, lists):
     return {"ids": ids, "margins": margins, "scored": scored}, None
 
 
+# ------------------------------------------------------------ memory traffic
+
+# bytes a stored weight takes, by the rows' storage: Q8_0 is 34 bytes per 32
+STORAGE_BYTES = {"bf16": 2.0, "float32": 4.0, "q8": 34.0 / 32.0}
+
+
+def weight_bytes_per_id(m, storage):
+    """The weight bytes one generated id reads: every matrix once in the
+    given storage (the tied embedding once, as the head: the lookup's one
+    row is left out, as is GPT-2's one row of positions), the vectors
+    (norms, biases) in float32. The KV cache's reads are left out (under 2%
+    of this at 100 ids for these models)."""
+    total = 0.0
+    for name, shape in m["shapes"](m["config"]):
+        if name in m.get("one_row", ()):
+            continue
+        n = 1
+        for x in shape:
+            n *= x
+        total += n * (STORAGE_BYTES[storage] if len(shape) == 2 else 4.0)
+    return total
+
+
+def read_rate(procs, mib=256, rounds=3):
+    """The machine's read rate (GB/s) for a plain sequential read: procs
+    processes at once, each running glibc's memchr (mmap.find of a byte that
+    is not there) over its own mib MiB of one shared buffer, written first
+    (pages that were never written would all read the same zero page); the
+    best of rounds rounds, each its total bytes over its slowest process's
+    time. Python is in the loop only once per MiB-sized call, so this is the
+    memory's rate, as a C loop would see it (memchr reads 32 or 64 bytes per
+    instruction). None where fork is not available."""
+    import mmap
+    import multiprocessing as mp
+    try:
+        ctx = mp.get_context("fork")
+    except ValueError:
+        return None
+    n = mib << 20
+    buf = mmap.mmap(-1, n * procs)
+    chunk = b"\x01" * (1 << 24)
+    for off in range(0, len(buf), len(chunk)):
+        buf[off:off + len(chunk)] = chunk
+    barrier, q = ctx.Barrier(procs), ctx.Queue()
+
+    def work(i):
+        times = []
+        for _ in range(rounds):
+            barrier.wait()
+            t0 = time.perf_counter()
+            found = buf.find(b"\x00", i * n, (i + 1) * n)
+            times.append(time.perf_counter() - t0 if found < 0 else None)
+        q.put(times)
+
+    ps = [ctx.Process(target=work, args=(i,)) for i in range(procs)]
+    for p in ps:
+        p.start()
+    times = [q.get() for _ in ps]
+    for p in ps:
+        p.join()
+    buf.close()
+    per_round = [max(t[r] for t in times) for r in range(rounds) if all(t[r] for t in times)]
+    return n * procs / min(per_round) / 1e9 if per_round else None
+
+
 # ---------------------------------------------------------------------- main
 
 def main():
@@ -729,6 +817,9 @@ def main():
     ap.add_argument("--check-ids", type=int, default=10, help="greedy ids of the PyTorch reference (10)")
     ap.add_argument("--llamacpp-only", action="store_true",
                     help="leave tapegrad's runs out (its export still writes the GGUF files)")
+    ap.add_argument("--pairs", default="bf16,f32,q8",
+                    help="the rows, a comma list (bf16,f32,q8): bf16 = tapegrad bf16 and llama.cpp BF16, "
+                         "f32 = tapegrad float32, q8 = tapegrad q8 and llama.cpp Q8_0")
     ap.add_argument("--tapegrad-args", default="",
                     help="more arguments for tapegrad generate, one string (--tapegrad-args='--x 1')")
     ap.add_argument("--flash-attention", choices=["on", "off"], default="off",
@@ -741,6 +832,9 @@ def main():
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout instead of the table")
     a = ap.parse_args()
     m = MODELS[a.model]
+    pairs_asked = [p for p in a.pairs.split(",") if p]
+    if not pairs_asked or any(p not in ("bf16", "f32", "q8") for p in pairs_asked):
+        ap.error("--pairs: a comma list of bf16, f32, q8 (not %r)" % a.pairs)
 
     def log(msg):
         print(msg, file=sys.stderr, flush=True)
@@ -752,14 +846,23 @@ def main():
         sys.exit("compare_llamacpp: no tapegrad at %s (build it, or --tapegrad PATH, or --llamacpp-only)"
                  % a.tapegrad)
 
-    rows = []  # (name, is tapegrad, run), tapegrad and llama.cpp alternating
-    if not a.llamacpp_only:
+    rows = []  # (name, is tapegrad, run, weight storage), tapegrad and llama.cpp alternating
+    tg = not a.llamacpp_only
+    if tg and "bf16" in pairs_asked:
         rows.append(("tapegrad bf16", True,
-                     lambda: run_tapegrad(a, files["hf"], "bf16", m.get("tapegrad_bf16_args", ()))))
-    rows.append(("llama.cpp BF16", False, lambda: run_llamacpp(a, js_dir, files["BF16"])))
-    if not a.llamacpp_only:
-        rows.append(("tapegrad float32", True, lambda: run_tapegrad(a, files["hf"], "fast", ("--weights", "f32"))))
-    rows.append(("llama.cpp Q8_0", False, lambda: run_llamacpp(a, js_dir, files["Q8_0"])))
+                     lambda: run_tapegrad(a, files["hf"], "bf16", m.get("tapegrad_bf16_args", ())), "bf16"))
+    if "bf16" in pairs_asked:
+        rows.append(("llama.cpp BF16", False, lambda: run_llamacpp(a, js_dir, files["BF16"]), "bf16"))
+    if tg and "f32" in pairs_asked:
+        rows.append(("tapegrad float32", True, lambda: run_tapegrad(a, files["hf"], "fast", ("--weights", "f32")),
+                     "float32"))
+    if tg and "q8" in pairs_asked:
+        rows.append(("tapegrad q8", True, lambda: run_tapegrad(a, files["hf"], "fast", ("--weights", "q8")), "q8"))
+    if "q8" in pairs_asked:
+        rows.append(("llama.cpp Q8_0", False, lambda: run_llamacpp(a, js_dir, files["Q8_0"]), "q8"))
+    if not rows:
+        sys.exit("compare_llamacpp: --pairs %s with --llamacpp-only leaves no run" % a.pairs)
+    id_bytes = {name: weight_bytes_per_id(m, storage) for name, _, _, storage in rows}
 
     probe = CpuMeter()
     probe.start()
@@ -770,11 +873,17 @@ def main():
             % (100 * others_before))
     meter = CpuMeter()
     meter.start()
-    failed, last = {}, {}
-    rates, decode, busy = ({name: [] for name, _, _ in rows} for _ in range(3))
+    failed, last, read_rates = {}, {}, []
+    rates, decode, busy = ({name: [] for name, _, _, _ in rows} for _ in range(3))
     runs = 1 if a.check else a.runs
     for r in range(runs):
-        for name, is_tapegrad, fn in rows:
+        # the memory's read rate at the time of this round's runs
+        rate = read_rate(a.threads)
+        if rate is not None:
+            read_rates.append(rate)
+            log("run %d/%d  read rate (memchr, %d process%s) %.1f GB/s"
+                % (r + 1, runs, a.threads, "" if a.threads == 1 else "es", rate))
+        for name, is_tapegrad, fn, _ in rows:
             if name in failed:  # a failing configuration is not run again
                 continue
             for attempt in range(1, a.tries + 1):
@@ -809,11 +918,17 @@ def main():
     others = meter.stop()
 
     med = {k: statistics.median(v) for k, v in rates.items() if v}
-    ratio = med["tapegrad bf16"] / med["llama.cpp BF16"] if "tapegrad bf16" in med and "llama.cpp BF16" in med \
-        else None
-    # each tapegrad bf16 run against the llama.cpp BF16 run right after it:
-    # the pairs share the machine's state of the moment
+
+    def ratio_of(x, y):
+        return med[x] / med[y] if x in med and y in med else None
+    ratio, ratio_q8 = ratio_of("tapegrad bf16", "llama.cpp BF16"), ratio_of("tapegrad q8", "llama.cpp Q8_0")
+    # each tapegrad run against the llama.cpp run of the same storage right
+    # after it: the pairs share the machine's state of the moment
     pairs = [t / l for t, l in zip(rates.get("tapegrad bf16", []), rates.get("llama.cpp BF16", []))]
+    pairs_q8 = [t / l for t, l in zip(rates.get("tapegrad q8", []), rates.get("llama.cpp Q8_0", []))]
+    # the weight bytes an id reads times ids per second
+    gbps = {k: id_bytes[k] * v / 1e9 for k, v in med.items()}
+    read_med = statistics.median(read_rates) if read_rates else None
     flags = cpu_flags()
     lc = last.get("llama.cpp BF16") or last.get("llama.cpp Q8_0") or {}
     ids = {k: v["ids"] for k, v in last.items()}
@@ -833,7 +948,10 @@ def main():
         "model": a.model, "title": m["title"], "seed": a.seed, "prompt": a.prompt, "tokens": a.tokens,
         "threads": a.threads, "runs": runs, "median_tokens_per_s": med, "runs_tokens_per_s": rates,
         "ratio_tapegrad_bf16_to_llamacpp_bf16": ratio, "runs_ratio_tapegrad_bf16_to_llamacpp_bf16": pairs,
+        "ratio_tapegrad_q8_to_llamacpp_q8_0": ratio_q8, "runs_ratio_tapegrad_q8_to_llamacpp_q8_0": pairs_q8,
         "goal": 1.2, "cpu_flags": flags,
+        "weight_bytes_per_id": id_bytes, "median_weight_gb_per_s": gbps,
+        "read_rate_gb_per_s": {"median": read_med, "runs": read_rates, "processes": a.threads},
         "others_cpu_share": {"before": others_before, "during": others},
         "llamacpp": {k: lc.get(k) for k in ("node_llama_cpp", "llama_cpp_release", "cpu_backend", "system_info",
                                              "flash_attention", "kv_type", "context_size")},
@@ -851,18 +969,24 @@ def main():
         print("%s: greedy generation with the KV cache, %d new ids from %r," % (m["title"], a.tokens, a.prompt))
         print("%d threads, median of %d runs; CPU flags: %s; other processes' share of the CPUs during the runs: %s"
               % (a.threads, runs, " ".join(flags) or "-", "?" if others is None else "%.0f%%" % (100 * others)))
-        for name, _, _ in rows:
+        if read_med is not None:
+            print("read rate (memchr in %d process%s, once a round): median %.1f GB/s (%s)"
+                  % (a.threads, "" if a.threads == 1 else "es", read_med, " ".join("%.1f" % x for x in read_rates)))
+        for name, _, _, _ in rows:
             if name not in med:
                 print("%-18s   failed" % name)
                 continue
             extra = "  (one-id steps alone %.2f)" % statistics.median(decode[name]) if decode[name] else ""
-            print("%-18s %8.2f tokens/s%s" % (name, med[name], extra))
-        if ratio is not None:
-            print("tapegrad bf16 / llama.cpp BF16: %.2fx (goal >= 1.2x: %s)"
-                  % (ratio, "met" if ratio >= 1.2 else "not met"))
-        if pairs:
-            print("run by run (each tapegrad bf16 run over the llama.cpp BF16 run after it): %s; median %.2fx"
-                  % (" ".join("%.2f" % p for p in pairs), statistics.median(pairs)))
+            share = " = %.0f%% of the read rate" % (100 * gbps[name] / read_med) if read_med else ""
+            print("%-18s %8.2f tokens/s  %4.0f MB of weights an id: %5.1f GB/s%s%s"
+                  % (name, med[name], id_bytes[name] / 1e6, gbps[name], share, extra))
+        for label, x, p in (("tapegrad bf16 / llama.cpp BF16", ratio, pairs),
+                            ("tapegrad q8 / llama.cpp Q8_0", ratio_q8, pairs_q8)):
+            if x is not None:
+                print("%s: %.2fx (goal >= 1.2x: %s)" % (label, x, "met" if x >= 1.2 else "not met"))
+            if p:
+                print("  run by run (each tapegrad run over the llama.cpp run after it): %s; median %.2fx"
+                      % (" ".join("%.2f" % v for v in p), statistics.median(p)))
         print("llama.cpp: node-llama-cpp %s, llama.cpp %s, CPU backend %s, KV cache %s, flash attention %s"
               % (lc.get("node_llama_cpp"), (lc.get("llama_cpp_release") or {}).get("release"),
                  lc.get("cpu_backend"), lc.get("kv_type"), "on" if lc.get("flash_attention") else "off"))
@@ -877,7 +1001,8 @@ def main():
                 print("  %-18s %s" % ("PyTorch float32", ref["ids"]))
                 print("  %-18s %s" % ("(top-1 margins)", " ".join("%.3g" % x for x in ref["margins"])))
             pairs = [("tapegrad bf16", "llama.cpp BF16"), ("tapegrad float32", "llama.cpp BF16"),
-                     ("tapegrad bf16", "tapegrad float32"), ("llama.cpp BF16", "llama.cpp Q8_0")]
+                     ("tapegrad bf16", "tapegrad float32"), ("tapegrad q8", "llama.cpp Q8_0"),
+                     ("llama.cpp BF16", "llama.cpp Q8_0")]
             for x, y in pairs:
                 if x in ids and y in ids:
                     i = first_difference(ids[x], ids[y])

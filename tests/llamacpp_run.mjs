@@ -3,8 +3,9 @@
 //
 //     node tests/llamacpp_run.mjs MODEL.gguf [--text STR] [--special-text STR]
 //         [--ids ID,ID,...] [--new N] [--score ID,ID,...] [--also OTHER.gguf ...]
-//         [--chat MESSAGE] [--chat-new N] [--chat-settings JSON]
-//         [--chat-variant JSON ...] [--threads N]
+//         [--also-score ID,ID,...] [--chat MESSAGE] [--chat-new N]
+//         [--chat-settings JSON] [--chat-variant JSON ...] [--threads N]
+//         [--f32-attention]
 //
 // node-llama-cpp@3.21.1 is taken from the folder $TAPEGRAD_NODE_LLAMA_CPP
 // (where tools/fetch_llamacpp.sh installs it: it holds node_modules/), so
@@ -14,6 +15,13 @@
 // looks for a GPU); the model is loaded with gpuLayers 0. --threads: llama.cpp's
 // threads (1 by default: the tests' models are tiny, and ggml's threads spin
 // at barriers, slow on a machine that runs other tests beside).
+// --f32-attention: every context keeps its keys and values in float32 with
+// flash attention off (experimentalKvCacheKeyType/ValueType "F32",
+// flashAttention false). llama.cpp's default cache is F16: keys and values
+// stored in half precision, the queries rounded to half for their products
+// (ggml's F16 dot products), a 1e-4 difference in the logits of the tests'
+// models that Q8_0's int8 rounding of the activations after it turns into
+// differences as large as the quantization's own.
 //
 // Prints one JSON object on stdout:
 //   "bos", "eos", "eot"  the GGUF's special ids as llama.cpp reads them
@@ -30,7 +38,8 @@
 //   "also"          (--also OTHER.gguf, repeatable) [{"model", "ids"}]: the
 //                   same N ids from each other GGUF file, loaded after
 //                   MODEL.gguf is released (one process: node-llama-cpp and
-//                   llama.cpp's binaries loaded once);
+//                   llama.cpp's binaries loaded once); with --also-score
+//                   IDS, its "score" of IDS too (as "score" below);
 //   "chat"          (--chat) the chat session's rendering of one user message:
 //     "wrapper"       the chat wrapper node-llama-cpp resolves from the GGUF
 //                     (resolveChatWrapper: a specialized wrapper when the
@@ -70,8 +79,9 @@ import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 
 const usage = "usage: node tests/llamacpp_run.mjs MODEL.gguf [--text STR] [--special-text STR] " +
-  "[--ids ID,ID,...] [--new N] [--score ID,ID,...] [--also OTHER.gguf ...] [--chat MESSAGE] [--chat-new N] " +
-  "[--chat-settings JSON] [--chat-variant JSON ...] [--threads N]\n";
+  "[--ids ID,ID,...] [--new N] [--score ID,ID,...] [--also OTHER.gguf ...] [--also-score ID,ID,...] " +
+  "[--chat MESSAGE] [--chat-new N] [--chat-settings JSON] [--chat-variant JSON ...] [--threads N] " +
+  "[--f32-attention]\n";
 const fail = (code, msg) => {
   process.stderr.write("llamacpp_run: " + msg + "\n");
   process.exit(code);
@@ -79,8 +89,8 @@ const fail = (code, msg) => {
 const argv = process.argv.slice(2);
 const pos = [];
 const opt = {
-  text: null, special: null, ids: null, n: 0, score: null, also: [], chat: null, chatNew: 0, chatSettings: null,
-  variants: [], threads: 1,
+  text: null, special: null, ids: null, n: 0, score: null, also: [], alsoScore: null, chat: null, chatNew: 0,
+  chatSettings: null, variants: [], threads: 1, f32Attention: false,
 };
 const count = (name, v) => {
   const n = Number(v);
@@ -97,6 +107,10 @@ const json = (name, v) => {
 };
 for (let i = 0; i < argv.length; i++) {
   const a = argv[i], v = argv[i + 1];
+  if (a === "--f32-attention") {
+    opt.f32Attention = true;
+    continue;
+  }
   if (a.startsWith("--") && v === undefined) fail(2, `${a} needs a value\n${usage}`);
   if (a === "--text") opt.text = argv[++i];
   else if (a === "--special-text") opt.special = argv[++i];
@@ -104,6 +118,7 @@ for (let i = 0; i < argv.length; i++) {
   else if (a === "--ids") opt.ids = idList(a, argv[++i]);
   else if (a === "--new") opt.n = count(a, argv[++i]);
   else if (a === "--score") opt.score = idList(a, argv[++i]);
+  else if (a === "--also-score") opt.alsoScore = idList(a, argv[++i]);
   else if (a === "--chat") opt.chat = argv[++i];
   else if (a === "--chat-new") opt.chatNew = count(a, argv[++i]);
   else if (a === "--chat-settings") opt.chatSettings = json(a, argv[++i]);
@@ -116,6 +131,7 @@ if (pos.length !== 1 || opt.threads < 1) fail(2, usage.trimEnd());
 if ((opt.n > 0 || opt.score) && opt.ids === null && opt.text === null)
   fail(2, "--new and --score need --ids or --text (the prompt)");
 if (opt.also.length && !(opt.n > 0)) fail(2, "--also needs --new");
+if (opt.alsoScore && !opt.also.length) fail(2, "--also-score needs --also");
 if ((opt.chatNew > 0 || opt.variants.length) && opt.chat === null) fail(2, "--chat-new and --chat-variant need --chat");
 const modelPath = pos[0];
 for (const f of [modelPath, ...opt.also]) if (!existsSync(f)) fail(2, `${f}: no such file`);
@@ -178,32 +194,38 @@ const greedy = async (context) => {
   return ids;
 };
 const contextSize = (n) => Math.max(256, 64 * Math.ceil((n + 1) / 64));
+const contextOptions = (n, sequences) => ({
+  contextSize: contextSize(n), sequences, threads: { ideal: opt.threads, min: 1 },
+  ...(opt.f32Attention
+    ? { flashAttention: false, experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32" } : {}),
+});
+
+// the continuation ids teacher-forced after the prompt (one batch): the
+// prompt and ids but the last, the distribution of the next id asked after
+// the prompt and each given id
+const scoreOf = async (context, ids) => {
+  const sequence = context.getSequence();
+  const all = prompt.concat(ids.slice(0, -1));
+  const next = { probabilities: true, options: { temperature: 1, topK: 2, topP: 1, minP: 0 } };
+  const input = all.map((t, i) => (i >= prompt.length - 1 ? [t, { generateNext: next }] : t));
+  const res = await sequence.controlledEvaluate(input);
+  const score = ids.map((id, k) => {
+    const p = res[prompt.length - 1 + k]?.next?.probabilities;
+    if (!p) fail(1, `--score: no probabilities at step ${k}`);
+    const [top, ptop] = p.entries().next().value;
+    const pid = p.get(id) ?? 0;
+    return [Number(top), pid > 0 ? Math.log(ptop) - Math.log(pid) : null];
+  });
+  sequence.dispose();
+  return score;
+};
 
 const longest = Math.max(opt.n > 0 ? prompt.length + opt.n : 0, opt.chatNew > 0 ? chatPrompt.length + opt.chatNew : 0,
   opt.score ? prompt.length + opt.score.length : 0);
 if (longest > 0) {
-  const context = await model.createContext({
-    contextSize: contextSize(longest), sequences: 2,
-    threads: { ideal: opt.threads, min: 1 },
-  });
+  const context = await model.createContext(contextOptions(longest, 2));
   if (opt.n > 0) out.ids = await greedy(context);
-  if (opt.score && opt.score.length > 0) {
-    // the prompt and the continuation but its last id in one batch, the
-    // distribution of the next id asked after the prompt and each given id
-    const sequence = context.getSequence();
-    const all = prompt.concat(opt.score.slice(0, -1));
-    const next = { probabilities: true, options: { temperature: 1, topK: 2, topP: 1, minP: 0 } };
-    const input = all.map((t, i) => (i >= prompt.length - 1 ? [t, { generateNext: next }] : t));
-    const res = await sequence.controlledEvaluate(input);
-    out.score = opt.score.map((id, k) => {
-      const p = res[prompt.length - 1 + k]?.next?.probabilities;
-      if (!p) fail(1, `--score: no probabilities at step ${k}`);
-      const [top, ptop] = p.entries().next().value;
-      const pid = p.get(id) ?? 0;
-      return [Number(top), pid > 0 ? Math.log(ptop) - Math.log(pid) : null];
-    });
-    sequence.dispose();
-  }
+  if (opt.score && opt.score.length > 0) out.score = await scoreOf(context, opt.score);
   if (opt.chatNew > 0) {
     const sequence = context.getSequence();
     const session = new LlamaChatSession({ contextSequence: sequence, chatWrapper });
@@ -226,10 +248,12 @@ if (opt.also.length) {
   out.also = [];
   for (const path of opt.also) {
     const other = await llama.loadModel({ modelPath: path, gpuLayers: 0 });
-    const context = await other.createContext({
-      contextSize: contextSize(prompt.length + opt.n), sequences: 1, threads: { ideal: opt.threads, min: 1 },
-    });
-    out.also.push({ model: path, ids: await greedy(context) });
+    const scored = opt.alsoScore && opt.alsoScore.length > 0;
+    const context = await other.createContext(
+      contextOptions(prompt.length + Math.max(opt.n, scored ? opt.alsoScore.length : 0), scored ? 2 : 1));
+    const r = { model: path, ids: await greedy(context) };
+    if (scored) r.score = await scoreOf(context, opt.alsoScore);
+    out.also.push(r);
     await context.dispose();
     await other.dispose();
   }

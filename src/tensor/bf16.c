@@ -483,13 +483,14 @@ enum { ROW_BLOCK = 16, ROW_MAX_M = 16 /* rows of a read by the row kernels */ };
  * rounded to bf16 first, so each product is exact in float32 (bf16's
  * tolerance, docs/numerics.md); under FAST it is not (float32 activations
  * times the weight's values: float32's product to float32 rounding, as
- * llama.cpp multiplies BF16 weights on CPUs without bf16 units). The AVX2 kernel reads a row in
- * blocks of sixteen: a 256-bit load holds sixteen bf16 values, the even ones
- * become float32 by a shift, the odd ones by a mask, and `a` is stored once
- * with each block's even elements before its odd ones (ae) to meet them. Two
- * blocks per step, four chains of multiply-adds: one row at a time streams
- * the copy at the machine's read bandwidth (several rows at once, or
- * prefetches, measured slower on two cores). */
+ * llama.cpp multiplies BF16 weights on CPUs without bf16 units). The AVX2
+ * kernel reads a row in blocks of sixteen: a 256-bit load holds sixteen
+ * bf16 values, the even ones become float32 by a shift, the odd ones by a
+ * mask, and `a` is stored once with each block's even elements before its
+ * odd ones (ae) to meet them. Two blocks per step, four chains of
+ * multiply-adds: one row at a time streams the weight at the machine's read
+ * bandwidth (several rows at once, or prefetches, measured slower on two
+ * cores). */
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define ROW_AVX2 1
