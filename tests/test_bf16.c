@@ -99,6 +99,10 @@ static const dims shapes[] = {
      * four at a time) through blocks of 32 and 16 columns, with and without
      * a rest */
     {1, 7, 1029}, {1, 10, 32}, {1, 5, 50}, {1, 4, 15}, {1, 9, 3072}, {3, 11, 1029}, {16, 6, 40}, {6, 5, 50},
+    /* a trainable weight over 16 MiB in bf16: on oneDNN rounded two blocks
+     * of its rows at a time, c's columns for y, the inner dimension (the
+     * blocks' products added) for dx */
+    {20, 4099, 2050},
 };
 
 /* The three products of a Linear (y = x W^T + b; dx = dy W; dW = dy^T x)
@@ -175,6 +179,45 @@ static void test_products_emulated(void **state)
     (void)state;
     check_products(true);
     assert_non_null(strstr(tg_numerics_bf16_kernel(), "emulated"));
+}
+
+/* ---- which weights keep a bf16 copy --------------------------------------------------------------- */
+
+/* A training step keeps no bf16 copy of a trainable weight (its products
+ * round it into scratch); a frozen weight keeps one (made once for every
+ * step); generation's few rows keep one of any weight, and an optimizer's
+ * update of the weight drops it. On oneDNN the step's products keep the
+ * frozen copy; emulated, they round everything into scratch. */
+static void test_kept_copies(void **state)
+{
+    (void)state;
+    tg_tape *mt = tg_tape_new(), *tp = tg_tape_new();
+    assert_int_equal(tg_tape_set_numerics(tp, TG_NUMERICS_BF16), TG_OK);
+    tg_manual_seed(5);
+    tg_module *train = tg_linear_new(mt, 40, 24, false), *frozen = tg_linear_new(mt, 40, 24, false);
+    tu_assert_ok(frozen);
+    assert_int_equal(tg_requires_grad_(tg_module_get_parameter(frozen, "weight"), false), TG_OK);
+    tg_optimizer *opt = tg_sgd_new(mt, train, (tg_sgd_options){.lr = 0.1});
+    tu_assert_ok(opt);
+    const size_t one = sizeof(uint16_t) * 24 * 40, before = tg_numerics_copy_bytes();
+    bool native = tg_numerics_bf16_native();
+    tg_tensor *x = tg_randn(tp, TG_F32, 2, (int64_t[]){32, 40}, NULL);
+    tg_tensor *y = tg_add(tp, tg_module_forward(tp, train, x), tg_module_forward(tp, frozen, x));
+    assert_int_equal(tg_backward(tg_sum(tp, y), NULL, false), TG_OK);
+    if (tg_numerics_copy_bytes() - before != (native ? one : 0))
+        fail_msg("after a step of 32 rows: %zu bytes of copies, expected %zu", tg_numerics_copy_bytes() - before,
+                 native ? one : 0);
+    bool g = tg_set_grad_enabled(false);
+    tg_tensor *x4 = tg_randn(tp, TG_F32, 2, (int64_t[]){4, 40}, NULL);
+    tu_assert_ok(tg_module_forward(tp, train, x4));
+    tu_assert_ok(tg_module_forward(tp, frozen, x4));
+    tg_set_grad_enabled(g);
+    assert_int_equal(tg_numerics_copy_bytes() - before, 2 * one);
+    assert_int_equal(tg_optimizer_step(opt), TG_OK);
+    assert_int_equal(tg_numerics_copy_bytes() - before, one); /* the trainable weight's dropped */
+    tg_tape_free(tp);
+    tg_tape_free(mt);
+    assert_int_equal(tg_numerics_copy_bytes(), before);
 }
 
 /* ---- parameters' bf16 copies follow their parameter ----------------------------------------------- */
@@ -435,7 +478,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_products_native), cmocka_unit_test(test_products_emulated),
-        cmocka_unit_test(test_weight_copies),   cmocka_unit_test(test_gpt_step),
+        cmocka_unit_test(test_weight_copies),   cmocka_unit_test(test_kept_copies),   cmocka_unit_test(test_gpt_step),
         cmocka_unit_test(test_generation),      cmocka_unit_test(test_step_policy),
         cmocka_unit_test(test_api),
     };

@@ -150,7 +150,10 @@ TG_API const char *tg_numerics_name(tg_numerics n);
 TG_API int tg_numerics_parse(const char *s, tg_numerics *out);
 /* Whether BF16 products run on this CPU's bf16 hardware: oneDNN (built
  * with it) reports AVX512_BF16 or AMX-BF16 for this process (its
- * DNNL_MAX_CPU_ISA setting included). Without it, BF16 products are
+ * DNNL_MAX_CPU_ISA setting included), or the environment variable
+ * TAPEGRAD_BF16_ONEDNN=1 asks for oneDNN's bf16 matmul on any CPU it runs
+ * one on (an AVX-512 CPU without bf16 units: oneDNN widens the operands
+ * itself, slowly; to test that path). Without it, BF16 products are
  * emulated: bf16-rounded operands on float32 sgemm, the same numbers to
  * float32 rounding, slower than FAST. */
 TG_API bool tg_numerics_bf16_native(void);
@@ -163,8 +166,10 @@ TG_API void tg_numerics_bf16_set_emulated(bool on);
  * "" before the first. */
 TG_API const char *tg_numerics_bf16_kernel(void);
 /* Bytes the kept weight copies hold now: the parameters' bf16 copies
- * (under BF16 each float32 weight a product reads is copied once per
- * version of its storage and kept with it) and the bfloat16 weights'
+ * (under BF16 a frozen float32 weight, and any weight generation's few rows
+ * read, is copied once per version of its storage and kept with it, until
+ * an optimizer updates it; a training step's products round a trainable
+ * weight into scratch, so a step keeps no copy of it) and the bfloat16 weights'
  * float32 copies (under EXACT, the same way: the products then read the
  * copy, not a widening of their own). A float32 copy that would take these
  * bytes past half the machine's physical memory (sysconf) is not made: that

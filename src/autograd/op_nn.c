@@ -550,12 +550,15 @@ int tg__layer_norm_backward(tg_node *n)
 
 /* ---- the output head with the cross-entropy, in row chunks ------------------------------------- */
 
-/* Rows per chunk: logits of about 16 MiB at a time, at least 64 rows (W's
- * gradient, when accumulated, is read and written once per chunk). */
+/* Rows per chunk: logits of about 16 MiB at a time, but at least 256 rows.
+ * The chunk's products (its logits, x's gradient from them, W's gradient
+ * when accumulated) run at a fraction of the machine's sgemm rate on fewer
+ * rows: GPT-2's head (V = 50257, d = 768) at 64-74 rows ran at about half
+ * of it, at 256 rows at 85-90% (docs/performance.md, "The output head"). */
 static int64_t head_chunk_rows(int64_t V, size_t esize, int64_t N)
 {
     int64_t r = (int64_t)((16u << 20) / ((size_t)V * esize));
-    if (r < 64) r = 64;
+    if (r < 256) r = 256;
     if (r >= N) return N;
     int64_t k = (N + r - 1) / r; /* k chunks of equal size: no short last one */
     return (N + k - 1) / k;
@@ -723,14 +726,23 @@ static tg_tensor *linear_cross_entropy_chunked(tg_tape *tp, tg_tensor *const *v,
     h.scale = r == TG_REDUCE_MEAN ? (dt == TG_F32 ? (double)(1.0f / (float)counted) : 1.0 / (double)counted) : 1.0;
     int64_t sh_l[2] = {h.keep ? N : h.chunk, V}, sh_dh[2] = {N, d}, sh_st[2] = {replay ? N : h.chunk, 2};
     bool keep16 = h.keep && h.nm == TG_NUMERICS_BF16 && dt == TG_F32;
-    h.L = h.x && h.w && (!u || (h.u && h.bm)) ? tg_empty(tp, keep16 ? TG_BF16 : dt, 2, sh_l) : NULL;
-    tg_tensor lchunk;
-    if (h.L && keep16) {
+    /* a chunk's logits in the tape's scratch (a replay in backward uses the
+     * same memory), the logits' gradient kept whole in the tape */
+    tg_tensor lchunk, lscratch;
+    if (h.x && h.w && (!u || (h.u && h.bm))) {
         int64_t sh_c[2] = {h.chunk, V};
-        void *buf = tg__tape_scratch(tp, sizeof(float) * (size_t)(h.chunk * V));
-        if (!buf) return NULL;
-        lchunk = tg__over(buf, h.x, 2, sh_c);
-        h.lchunk = &lchunk;
+        void *buf = !h.keep || keep16 ? tg__tape_scratch(tp, tg_dtype_size(dt) * (size_t)(h.chunk * V)) : NULL;
+        if (!h.keep || keep16) {
+            if (!buf) return NULL;
+            lchunk = tg__over(buf, h.x, 2, sh_c);
+        }
+        if (!h.keep) {
+            lscratch = lchunk;
+            h.L = &lscratch;
+        } else {
+            h.L = tg_empty(tp, keep16 ? TG_BF16 : dt, 2, sh_l);
+            if (keep16) h.lchunk = &lchunk;
+        }
     }
     h.stats = h.L ? tg_empty(tp, dt, 2, sh_st) : NULL;
     tg_tensor *elem = h.stats ? tg_empty(tp, dt, 1, &N) : NULL;
@@ -746,6 +758,9 @@ static tg_tensor *linear_cross_entropy_chunked(tg_tape *tp, tg_tensor *const *v,
             return NULL;
     }
     if (!head_run_pass(tp, &h)) return NULL;
+    /* a step's chunk of logits (tens of MiB) is not held through backward,
+     * where the step's memory peaks: a replay makes it again */
+    if (grad) tg__tape_scratch_trim(tp, (size_t)8 << 20);
     tg_tensor *out = nll_reduce(tp, elem, t->data, r, counted);
     /* saved: (dh, dW or dl, x when dl is kept, db, -, du, dbm), or for a
      * replay (x, W, b, the targets, the rows' stats, u, bm); none but x, W,
@@ -799,8 +814,10 @@ static int head_replay(tg_node *n, double g, head_grads *out, bool *w_done)
     head_pass h = {.nm = n->numerics, .x = x, .w = w, .b = b, .u = u, .bm = bm, .tv = t->data, .chunk = n->iarg[2],
                    .scale = n->darg[0], .stats = stats, .grad = true};
     int64_t sh_l[2] = {h.chunk, V};
-    h.L = tg_empty(tp, x->dtype, 2, sh_l);
-    if (!h.L) return TG_ENOMEM;
+    void *buf = tg__tape_scratch(tp, tg_dtype_size(x->dtype) * (size_t)(h.chunk * V)); /* as forward's chunk */
+    if (!buf) return TG_ENOMEM;
+    tg_tensor lc = tg__over(buf, x, 2, sh_l);
+    h.L = &lc;
     if (tg__needs_grad(n->in[0]) && !(h.dh = tg_empty(tp, x->dtype, 2, sh_dh))) return TG_ENOMEM;
     if (gw && N <= d) { /* forward would have kept dl: W's gradient per chunk, as backward does then */
         h.wgrad = tg__grad_buf(n->in[1], &h.wfresh, false);

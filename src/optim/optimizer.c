@@ -136,6 +136,7 @@ static int step_all(tg_optimizer *o)
         int st = t->step(o, p, g, state);
         o->current = -1;
         tg__bump(p); /* the update is a write: a node that saved p refuses backward, BF16 copies it again */
+        tg__derived_drop(p); /* a copy generation made (BF16's) is stale now: not kept through the next step */
         for (int k = 0; k < t->nstate; k++) tg__bump(state[k]);
         if (st != TG_OK) {
             o->steps[i]--;

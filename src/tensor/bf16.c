@@ -63,13 +63,20 @@ void tg_numerics_bf16_set_emulated(bool on) { atomic_store(&force_emulated, on);
 static dnnl_engine_t engine;
 static dnnl_stream_t stream;
 static bool dnnl_ok;
+static bool bf16_units; /* AVX512_BF16 or AMX: the row kernel's vdpbf16ps runs */
 
+/* TAPEGRAD_BF16_ONEDNN=1 runs BF16 products on oneDNN even on a CPU
+ * without bf16 units (oneDNN then widens the operands itself: slower than
+ * the emulation here): the tests of the oneDNN path run on any AVX-512 CPU
+ * (tests/meson.build, test_bf16_onednn). */
 static void dnnl_init(void)
 {
     dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
     bool bf16 = (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16 ||
                 (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx;
-    if (!bf16) return;
+    const char *force = getenv("TAPEGRAD_BF16_ONEDNN");
+    if (!bf16 && !(force && !strcmp(force, "1"))) return;
+    bf16_units = bf16 && (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
     if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) return;
     if (dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) != dnnl_success) {
         dnnl_engine_destroy(engine);
@@ -263,6 +270,17 @@ void tg__derived_free(tg__derived *d)
         free(d);
         d = next;
     }
+}
+
+void tg__derived_drop(const tg_tensor *x)
+{
+    tg_storage *st = x ? x->storage : NULL;
+    if (!st || !st->derived) return;
+    pthread_mutex_lock(&lock);
+    tg__derived *d = st->derived;
+    st->derived = NULL;
+    pthread_mutex_unlock(&lock);
+    tg__derived_free(d);
 }
 
 /* Memory for a copy of `bytes`. A large copy (a model's is its size in
@@ -871,8 +889,19 @@ static void batch_offsets(const tg_tensor *c, const bf16_mat *ma, const bf16_mat
 
 /* ---- the product -------------------------------------------------------------------------------- */
 
-int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
-                  double beta)
+/* Whether float32 parameter x keeps its bf16 copy (param_bf16) in a
+ * product of M rows: a frozen one (a LoRA base: made once, read by every
+ * step), or any in generation's few rows. A trainable one in a training
+ * step changes every step: its products round it into the operand
+ * buffers, so the step holds no copy of the weights (a large one in blocks,
+ * tg__bf16_gemm). */
+static bool kept_param(const tg_tensor *x, int64_t M)
+{
+    return x->is_param && x->storage && x->dtype == TG_F32 && (!x->requires_grad || M <= ROW_MAX_M);
+}
+
+static int onednn_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
+                       double beta)
 {
     int n = c->ndim;
     int64_t M = c->shape[n - 2], N = c->shape[n - 1], K = ta ? a->shape[n - 2] : a->shape[n - 1];
@@ -881,18 +910,10 @@ int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b,
     bf16_mat ma = {0}, mb = {0};
     const uint16_t *pa = NULL, *pb = NULL;
     int ia = -1, ib = -1;
-    if ((pa = bf16_in_place(a, &ma.col)) == NULL) {
-        if (a->is_param && a->storage && a->dtype == TG_F32)
-            pa = param_bf16(a, &ma.col);
-        else
-            pa = operand_bf16(a, -1, &ia, &ma.col);
-    }
-    if (pa && (pb = bf16_in_place(b, &mb.col)) == NULL) {
-        if (b->is_param && b->storage && b->dtype == TG_F32)
-            pb = param_bf16(b, &mb.col);
-        else
-            pb = operand_bf16(b, ia, &ib, &mb.col);
-    }
+    if ((pa = bf16_in_place(a, &ma.col)) == NULL)
+        pa = kept_param(a, M) ? param_bf16(a, &ma.col) : operand_bf16(a, -1, &ia, &ma.col);
+    if (pa && (pb = bf16_in_place(b, &mb.col)) == NULL)
+        pb = kept_param(b, M) ? param_bf16(b, &mb.col) : operand_bf16(b, ia, &ib, &mb.col);
     bool ok = pa && pb;
     if (ok) {
         fill_bstrides(&ma, a);
@@ -907,7 +928,7 @@ int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b,
      * head's keys and values): the library's row kernel, which reads each
      * matrix once, over (batch, column block) tasks */
     bool kc = tb ? !mb.col : mb.col, nc = tb ? mb.col : !mb.col;
-    if (ok && M == 1 && c->stride[n - 1] == 1 && (kc || nc)) {
+    if (ok && bf16_units && M == 1 && c->stride[n - 1] == 1 && (kc || nc)) {
         int64_t jc = kc ? 256 : 64, nj = (N + jc - 1) / jc, ld = kc ? K : N;
 #pragma omp parallel for if (nb * N * K > TG_PAR_MIN) schedule(static)
         for (int64_t t = 0; t < nb * nj; t++) {
@@ -969,6 +990,62 @@ int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b,
     }
     pthread_mutex_unlock(&lock);
     return ok ? 0 : -1;
+}
+
+/* Bytes of bf16 one block of a trainable weight is rounded into. */
+enum { PARAM_BLOCK_BYTES = 8 << 20 };
+
+int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
+                  double beta)
+{
+    int n = c->ndim;
+    int64_t M = c->shape[n - 2];
+    bool col = false;
+    int64_t ld;
+    /* A large trainable 2-D weight b (an output head: 50,257 or 151,936
+     * rows) is rounded a block of its stored rows at a time, each block
+     * into the operand buffers, so that no product holds a bf16 copy of the
+     * whole of it: blocks of c's columns when its stored rows are op(b)'s
+     * columns (c = x W^T), else of the inner dimension, the blocks'
+     * products added into c (dx = dy W). The blocks share one scope: a's
+     * copy is made once for all of them. */
+    if (b->ndim != 2 || n != 2 || a->ndim != 2 || !b->is_param || b->dtype != TG_F32 || kept_param(b, M) ||
+        (int64_t)sizeof(uint16_t) * tg_numel(b) <= PARAM_BLOCK_BYTES || !tg__matrix_layout(b, &col, &ld))
+        return onednn_gemm(c, a, ta, b, tb, alpha, beta);
+    int bd = col ? 1 : 0; /* b's dim whose elements are stored rows */
+    int64_t R = b->shape[bd], per = b->shape[1 - bd];
+    int64_t step = PARAM_BLOCK_BYTES / ((int64_t)sizeof(uint16_t) * per);
+    if (step < 1) step = 1;
+    int64_t nblocks = (R + step - 1) / step;
+    step = (R + nblocks - 1) / nblocks; /* equal blocks but the last */
+    bool columns = (bd == 0) == tb;     /* b's rows are op(b)'s columns, c's columns */
+    uint64_t prev = node_scope;
+    if (!node_scope) node_scope = (uint64_t)atomic_fetch_add(&next_scope, 1);
+    int st = 0;
+    for (int64_t s0 = 0; st == 0 && s0 < R; s0 += step) {
+        int64_t len = R - s0 < step ? R - s0 : step;
+        tg_tensor bb = *b, cb = *c, ab = *a;
+        bb.shape[bd] = len;
+        bb.offset += s0 * b->stride[bd];
+        if (columns) {
+            cb.shape[1] = len;
+            cb.offset += s0 * c->stride[1];
+            st = onednn_gemm(&cb, a, ta, &bb, tb, alpha, beta);
+        } else {
+            int ad = ta ? 0 : 1; /* a's inner dimension */
+            ab.shape[ad] = len;
+            ab.offset += s0 * a->stride[ad];
+            st = onednn_gemm(c, &ab, ta, &bb, tb, alpha, s0 ? 1.0 : beta);
+        }
+        /* a refusal after a first block has written c: the remaining blocks
+         * cannot be emulated one by one from here */
+        if (st > 0 && s0 > 0) {
+            tg_error("gemm: oneDNN refused a block of a bf16 product of %lld rows", (long long)M);
+            st = -1;
+        }
+    }
+    node_scope = prev;
+    return st;
 }
 
 #else

@@ -66,6 +66,9 @@ void tg__tape_pool_collect(tg_tape *tp, const void *dropped);
  * with the tape): for temporaries an op drops before it returns. One at a
  * time: the next call may move it. NULL with a message if out of memory. */
 void *tg__tape_scratch(tg_tape *tp, size_t nbytes);
+/* Frees tp's scratch buffer when it holds more than nbytes (an op that
+ * grew it for a large temporary, not needed again in this step). */
+void tg__tape_scratch_trim(tg_tape *tp, size_t nbytes);
 /* tp's side tape, emptied, with tp's policy and limit: where tg_module_call_recompute
  * (src/nn/module.c) runs a module whose activations tp does not keep.
  * One per tape, made on first use (NULL with a message if out of memory),
@@ -345,6 +348,10 @@ void tg__tape_leave(tg_tape *tp, tg_numerics prev);
 void tg__tape_keep_derived(tg_storage *s);
 /* Frees a storage's derived copies (src/tensor/bf16.c). */
 void tg__derived_free(tg__derived *d);
+/* Frees the copies derived from x's storage now (an optimizer's update of a
+ * trainable parameter: its copies would be stale, and a training step holds
+ * none, src/tensor/bf16.c). */
+void tg__derived_drop(const tg_tensor *x);
 /* The bf16 nearest x (ties to even), as its 16 bits (a NaN stays a quiet
  * NaN); branch-free, so that loops over it vectorise. */
 static inline uint16_t tg__bf16_bits(float x)

@@ -342,6 +342,14 @@ void *tg__tape_scratch(tg_tape *tp, size_t nbytes)
     return tp->scratch;
 }
 
+void tg__tape_scratch_trim(tg_tape *tp, size_t nbytes)
+{
+    if (tp && tp->scratch_size > nbytes) {
+        free(tp->scratch);
+        tp->scratch = NULL, tp->scratch_size = 0;
+    }
+}
+
 char *tg__tape_printf(tg_tape *tp, const char *fmt, ...)
 {
     va_list ap;

@@ -476,7 +476,7 @@ int tg_cmd_bench_gpt(int argc, char **argv)
                    (long long)cfg.vocab_size, cfg.drop_rate, (long long)a.batch, (long long)a.tokens, threads,
                    dist ? " per rank" : "", tg_numerics_name(mo.numerics),
                    mo.numerics != TG_NUMERICS_BF16 ? ""
-                   : tg_numerics_bf16_native()   ? " (bf16 hardware)"
+                   : tg_numerics_bf16_native()   ? " (oneDNN)"
                                                  : " (emulated)",
                    (long long)a.steps);
             printf("  %-10s %12.1f ms\n", "forward", fwd);
