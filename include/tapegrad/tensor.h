@@ -166,10 +166,10 @@ TG_API void tg_numerics_bf16_set_emulated(bool on);
  * "" before the first. */
 TG_API const char *tg_numerics_bf16_kernel(void);
 /* Bytes the kept weight copies hold now: the parameters' bf16 copies
- * (under BF16 a frozen float32 weight, and any weight generation's few rows
- * read, is copied once per version of its storage and kept with it, until
- * an optimizer updates it; a training step's products round a trainable
- * weight into scratch, so a step keeps no copy of it) and the bfloat16 weights'
+ * (under BF16 a float32 weight generation's few rows read is copied once
+ * per version of its storage and kept with it, until an optimizer updates
+ * it; training and evaluation products round a weight into scratch, so a
+ * step keeps no copy of it) and the bfloat16 weights'
  * float32 copies (under EXACT, the same way: the products then read the
  * copy, not a widening of their own). A float32 copy that would take these
  * bytes past half the machine's physical memory (sysconf) is not made: that

@@ -890,14 +890,15 @@ static void batch_offsets(const tg_tensor *c, const bf16_mat *ma, const bf16_mat
 /* ---- the product -------------------------------------------------------------------------------- */
 
 /* Whether float32 parameter x keeps its bf16 copy (param_bf16) in a
- * product of M rows: a frozen one (a LoRA base: made once, read by every
- * step), or any in generation's few rows. A trainable one in a training
- * step changes every step: its products round it into the operand
- * buffers, so the step holds no copy of the weights (a large one in blocks,
- * tg__bf16_gemm). */
+ * product of M rows: in generation's few rows (each id reads every weight).
+ * Training and evaluation products round a weight into the operand buffers
+ * each time (a large one in blocks, tg__bf16_gemm), frozen ones included
+ * (a LoRA base), so that a step holds no copy of the weights: the block
+ * just rounded is read from cache, and the weight from memory once as
+ * float32, where a kept copy is read once as bf16. */
 static bool kept_param(const tg_tensor *x, int64_t M)
 {
-    return x->is_param && x->storage && x->dtype == TG_F32 && (!x->requires_grad || M <= ROW_MAX_M);
+    return x->is_param && x->storage && x->dtype == TG_F32 && M <= ROW_MAX_M;
 }
 
 static int onednn_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b, bool tb, double alpha,
