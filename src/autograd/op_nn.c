@@ -554,7 +554,8 @@ int tg__layer_norm_backward(tg_node *n)
  * The chunk's products (its logits, x's gradient from them, W's gradient
  * when accumulated) run at a fraction of the machine's sgemm rate on fewer
  * rows: GPT-2's head (V = 50257, d = 768) at 64-74 rows ran at about half
- * of it, at 256 rows at 85-90% (docs/performance.md, "The output head"). */
+ * of it, at 256 rows at 85-90% (docs/performance.md, "The step against
+ * sgemm, and the output head's chunks"). */
 static int64_t head_chunk_rows(int64_t V, size_t esize, int64_t N)
 {
     int64_t r = (int64_t)((16u << 20) / ((size_t)V * esize));
