@@ -307,8 +307,9 @@ static const char *data_path(char *buf, size_t size, const char *file)
 }
 
 /* A 2-layer GPT (emb 32, context 64) trained on the book's 90% for three
- * epochs: the validation loss of its weights in q8_0 within 1% of bf16's,
- * each under no-grad as generation runs them. */
+ * epochs (one in the instrumented build, TG_TEST_QUICK): the validation
+ * loss of its weights in q8_0 within 1% of bf16's, each under no-grad as
+ * generation runs them. */
 static void test_quality_the_verdict(void **state)
 {
     (void)state;
@@ -337,7 +338,7 @@ static void test_quality_the_verdict(void **state)
     tg_optimizer *opt = tg_adamw_new(tp, model, (tg_adam_options){5e-3, {0.9, 0.999}, 1e-8, 0.1, false});
     tg_trainer *tr = tg_trainer_new(&(tg_trainer_options){
         .model = model, .optimizer = opt, .train = {.loader = ld[0]}, .val = {.loader = ld[1]}, .loss = tg_loss_lm,
-        .task = model, .epochs = 3, .eval_freq = 1000, .eval_iter = 1, .quiet = true});
+        .task = model, .epochs = TG_TEST_QUICK ? 1 : 3, .eval_freq = 1000, .eval_iter = 1, .quiet = true});
     assert_non_null(tr);
     tg_tape_set_numerics(tg_trainer_tape(tr), TG_NUMERICS_FAST);
     assert_int_equal(tg_trainer_fit(tr), TG_OK);
@@ -359,7 +360,7 @@ static void test_quality_the_verdict(void **state)
     }
     printf("validation loss: float32 %.5f, bf16 %.5f, q8_0 %.5f (%+.3f%% of bf16's)\n", loss[0], loss[1], loss[2],
            100.0 * (loss[2] - loss[1]) / loss[1]);
-    assert_true(loss[0] < 7.5); /* trained: a random model's is about 10.9 */
+    assert_true(loss[0] < (TG_TEST_QUICK ? 9.0 : 7.5)); /* trained: a random model's is about 10.9 (one epoch: 8.08) */
     assert_true(fabs(loss[2] - loss[1]) <= 0.01 * loss[1]);
     tg_trainer_free(tr);
     tg_tape_free(tp);
