@@ -1025,15 +1025,14 @@ int tg__bf16_gemm(tg_tensor *c, const tg_tensor *a, bool ta, const tg_tensor *b,
     int st = 0;
     for (int64_t s0 = 0; st == 0 && s0 < R; s0 += step) {
         int64_t len = R - s0 < step ? R - s0 : step;
-        tg_tensor bb = *b, cb = *c, ab = *a;
-        bb.shape[bd] = len;
-        bb.offset += s0 * b->stride[bd];
+        tg_tensor bb = *b, cb, ab = *a;
         if (columns) {
-            cb.shape[1] = len;
-            cb.offset += s0 * c->stride[1];
+            tg__gemm_columns(c, b, tb, s0, len, &cb, &bb);
             st = onednn_gemm(&cb, a, ta, &bb, tb, alpha, beta);
         } else {
             int ad = ta ? 0 : 1; /* a's inner dimension */
+            bb.shape[bd] = len;
+            bb.offset += s0 * b->stride[bd];
             ab.shape[ad] = len;
             ab.offset += s0 * a->stride[ad];
             st = onednn_gemm(c, &ab, ta, &bb, tb, alpha, s0 ? 1.0 : beta);
